@@ -1,0 +1,2 @@
+"""ddpctl: package multi-node PyTorch DDP training for Kubernetes."""
+__version__ = "0.1.0"

@@ -1,0 +1,5 @@
+"""`python -m ddpctl` runs the CLI."""
+
+from ddpctl.app import run
+
+run()

@@ -1,0 +1,88 @@
+"""The `ddpctl` command: one Typer app, one module per command, errors translated in one place.
+
+Start-up stays light: this module and the command modules import neither torch nor kubernetes;
+commands import what they need inside their bodies.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Sequence
+
+import typer
+
+from ddpctl import __version__
+from ddpctl.commands import register
+from ddpctl.errors import DdpctlError
+
+app = typer.Typer(
+    name="ddpctl",
+    help="Package multi-node PyTorch DDP training for Kubernetes: render manifests, build the "
+    "trainer image, run locally on CPU, submit and follow jobs.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"ddpctl {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
+    """Package multi-node PyTorch DDP training for Kubernetes."""
+
+
+register(app)
+
+
+def _click_exceptions():  # type: ignore[no-untyped-def]
+    """Typer >= 0.23 vendors click as `typer._click`; older releases use click itself."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # pragma: no cover - depends on the installed Typer
+        from click import exceptions  # type: ignore[no-redef]
+    return exceptions
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"ddpctl: error: {message}\n")
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point: the only place where errors become messages and exit codes."""
+    click = _click_exceptions()
+    try:
+        result = app(args=list(argv) if argv is not None else None, prog_name="ddpctl", standalone_mode=False)
+    except DdpctlError as exc:
+        return _fail(exc.message, exc.exit_code)
+    except click.NoArgsIsHelpError as exc:  # `ddpctl` alone: help, as usage (exit 2)
+        typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
+        return 2
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        return _fail(exc.format_message() + hint, 2)
+    except click.ClickException as exc:
+        return _fail(exc.format_message(), exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        sys.stderr.write("ddpctl: interrupted\n")
+        return 130
+    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+        if os.environ.get("DDPCTL_DEBUG"):
+            raise
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        return _fail(f"internal error: {type(exc).__name__}: {first} (set DDPCTL_DEBUG=1 for a traceback)", 1)
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

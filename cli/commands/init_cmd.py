@@ -1,0 +1,31 @@
+"""`ddpctl init`: write a commented ddp.yaml, the spec to commit for GitOps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ddpctl.errors import UsageError
+from ddpctl.options import SpecInput, spec_options
+
+
+@spec_options
+def init_command(
+    spec_input: SpecInput,
+    path: Path = typer.Option(Path("ddp.yaml"), "--path", help="Where to write the spec.", dir_okay=False),
+    force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
+) -> None:
+    """Write a commented ddp.yaml holding every setting (flags given here fill it in)."""
+    from ddpctl.specfile import commented_spec_yaml
+    from ddpctl.atomic import write_text_atomic
+
+    if path.exists() and not force:
+        raise UsageError(f"--path: {path} already exists; pass --force to overwrite it")
+    spec = spec_input.spec()
+    write_text_atomic(path, commented_spec_yaml(spec))
+    typer.echo(f"wrote {path}: edit it, then `ddpctl render` or `ddpctl run --local`", err=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("init")(init_command)

@@ -1,0 +1,51 @@
+"""`ddpctl render`: the job's manifests, to stdout or a kustomize directory. Pure: no cluster."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from ddpctl.options import SpecInput, spec_options
+
+
+class OutputFormat(str, Enum):
+    yaml = "yaml"
+    json = "json"
+
+
+@spec_options
+def render_command(
+    spec_input: SpecInput,
+    output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="yaml (multi-document) or json (a v1 List)."),
+    output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Write one file per object and a kustomization.yaml here.", file_okay=False),
+    explain: bool = typer.Option(False, "--explain", help="Print the layout (nodes, processes, world size, how ranks find rank 0) instead."),
+    helm_values: bool = typer.Option(False, "--helm-values", help="Print the spec as values for charts/ddp-job instead."),
+) -> None:
+    """Render the job's Kubernetes manifests (no cluster needed)."""
+    from ddpctl import render
+
+    spec = spec_input.spec()
+    if explain:
+        from ddpctl.explain import explain as explain_text
+
+        typer.echo(explain_text(spec), nl=False)
+        return
+    if helm_values:
+        from ddpctl.helm_values import helm_values_yaml
+
+        typer.echo(helm_values_yaml(spec), nl=False)
+        return
+    objects = render.render(spec)
+    if output_dir is not None:
+        for path in render.write_output_dir(objects, output_dir):
+            typer.echo(f"wrote {path}", err=True)
+        return
+    text = render.to_json_list(objects) if output is OutputFormat.json else render.to_yaml_documents(objects)
+    typer.echo(text, nl=False)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("render")(render_command)

@@ -1,0 +1,130 @@
+"""Where a JobSpec comes from, in increasing precedence:
+
+    built-in defaults  <  ddp.yaml (or --config FILE)  <  DDPCTL_* environment  <  command-line flags
+
+Each layer is a camelCase dict like ddp.yaml itself. Layers merge key by key: maps (env, labels,
+volumes, ...) merge entry by entry, everything else is replaced by the higher layer. The merged
+dict becomes a JobSpec, which validates it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from ddpctl.errors import SpecError, UsageError
+from ddpctl.spec import JobSpec, Rendezvous, Resources, _camel
+
+DEFAULT_CONFIG = "ddp.yaml"
+ENV_PREFIX = "DDPCTL_"
+
+# Scalar settings readable from the environment: DDPCTL_<UPPER_SNAKE of the camelCase path>.
+_INT_FIELDS = {"gpusPerNode", "procsPerNode", "backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds",
+               "rendezvous.port", "rendezvous.joinTimeout", "rendezvous.lastCallTimeout", "rendezvous.maxRestarts"}
+
+
+def _env_paths() -> dict[str, str]:
+    paths: dict[str, str] = {}
+    for f in dataclasses.fields(JobSpec):
+        if f.name in ("min_nodes", "max_nodes"):
+            continue
+        if f.name in ("rendezvous", "resources"):
+            sub = Rendezvous if f.name == "rendezvous" else Resources
+            for g in dataclasses.fields(sub):
+                paths[f"{ENV_PREFIX}{f.name.upper()}_{g.name.upper()}"] = f"{f.name}.{_camel(g.name)}"
+        elif f.type in ("str", "int", "str | None", "int | None"):
+            paths[f"{ENV_PREFIX}{f.name.upper()}"] = _camel(f.name)
+    paths[f"{ENV_PREFIX}NODES"] = "nodes"
+    return paths
+
+
+ENV_PATHS = _env_paths()
+
+
+def _set_path(target: dict[str, Any], path: str, value: Any) -> None:
+    node = target
+    *parents, leaf = path.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
+def parse_int(source: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise UsageError(f"{source}: {text!r} is not a whole number; give a number such as 4") from None
+
+
+def layer_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
+    layer: dict[str, Any] = {}
+    for var, path in ENV_PATHS.items():
+        if var in environ:
+            raw = environ[var]
+            value: Any = parse_int(var, raw) if path in _INT_FIELDS else raw
+            _set_path(layer, path, value)
+    unknown = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in ENV_PATHS and k not in _NON_SPEC_ENV)
+    if unknown:
+        raise UsageError(f"{unknown[0]}: not a ddpctl setting; unset it or use one of {', '.join(sorted(ENV_PATHS))}")
+    return layer
+
+
+# DDPCTL_* variables that are not spec fields (read elsewhere) and must not be flagged as typos.
+_NON_SPEC_ENV = {"DDPCTL_DEBUG", "DDPCTL_CONFIG", "DDPCTL_NO_COLOR"}
+
+
+def layer_from_file(path: Path | None) -> tuple[dict[str, Any], Path | None]:
+    """Read --config FILE, else ./ddp.yaml when present; a missing --config FILE is an error."""
+    explicit = path is not None
+    if path is None:
+        env_path = os.environ.get("DDPCTL_CONFIG")
+        path = Path(env_path) if env_path else Path(DEFAULT_CONFIG)
+        explicit = bool(env_path)
+    if not path.exists():
+        if explicit:
+            raise UsageError(f"--config: {path} does not exist; give the path of a ddp.yaml (make one with `ddpctl init`)")
+        return {}, None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--config: cannot read {path}: {exc}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or "invalid YAML"
+        raise UsageError(f"{path}:{where}: {problem}; fix the YAML syntax") from None
+    if data is None:
+        return {}, path
+    if not isinstance(data, dict):
+        raise UsageError(f"{path}: expected a map of settings at the top level; see `ddpctl init`")
+    return data, path
+
+
+def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Higher layer wins; maps merge entry by entry."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def load_spec(flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None) -> JobSpec:
+    """The JobSpec for a command: defaults < file < DDPCTL_* env < flags."""
+    file_layer, _ = layer_from_file(config)
+    env_layer = layer_from_env(os.environ if environ is None else environ)
+    merged = merge(merge(file_layer, env_layer), flags)
+    return JobSpec.from_dict(merged)
+
+
+def describe_sources() -> str:
+    return "defaults < ddp.yaml (or --config FILE) < DDPCTL_* environment < command-line flags"
+
+
+__all__ = ["load_spec", "merge", "layer_from_env", "layer_from_file", "ENV_PATHS", "SpecError"]

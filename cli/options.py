@@ -1,0 +1,193 @@
+"""The spec flags shared by `render`, `run` and `submit`, declared once.
+
+`spec_options` adds every flag below to a Typer command and hands the command one `SpecInput`
+(the flags as a camelCase layer, plus --config), so the commands stay thin and agree on flags.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, List, Optional
+
+import typer
+
+from ddpctl.config import _set_path, load_spec
+from ddpctl.errors import UsageError
+from ddpctl.spec import JobSpec
+
+
+def _split_pair(flag: str, text: str, sep: str = "=") -> tuple[str, str]:
+    key, found, value = text.partition(sep)
+    if not found or not key:
+        raise UsageError(f"{flag}: {text!r} is not KEY{sep}VALUE; write it like {flag} KEY{sep}VALUE")
+    return key, value
+
+
+def _volume(flag: str, text: str) -> tuple[str, dict[str, Any]]:
+    """NAME=CLAIM:/mount/path[:ro]"""
+    name, rest = _split_pair(flag, text)
+    parts = rest.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1] or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise UsageError(f"{flag}: {text!r} is not NAME=CLAIM:/mount/path[:ro]; e.g. {flag} data=imagenet-pvc:/data:ro")
+    return name, {"claimName": parts[0], "mountPath": parts[1], "readOnly": len(parts) == 3 and parts[2] == "ro"}
+
+
+def _secret_env(flag: str, text: str) -> tuple[str, dict[str, str]]:
+    """VAR=SECRET:KEY"""
+    var, ref = _split_pair(flag, text)
+    secret, found, key = ref.partition(":")
+    if not found or not secret or not key:
+        raise UsageError(f"{flag}: {text!r} is not VAR=SECRET:KEY; e.g. {flag} WANDB_API_KEY=wandb:api-key")
+    return var, {"secret": secret, "key": key}
+
+
+def _toleration(flag: str, text: str) -> dict[str, str]:
+    """KEY[=VALUE][:EFFECT]; without a value the operator is Exists."""
+    body, _, effect = text.partition(":")
+    key, has_value, value = body.partition("=")
+    if not key:
+        raise UsageError(f"{flag}: {text!r} has no key; write it like {flag} gpu=true:NoSchedule")
+    tol = {"key": key, "operator": "Equal" if has_value else "Exists"}
+    if has_value:
+        tol["value"] = value
+    if effect:
+        tol["effect"] = effect
+    return tol
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One spec flag: its option names, the spec path it sets, and how to read it."""
+
+    names: tuple[str, ...]
+    path: str
+    help: str
+    kind: str = "str"  # str | int | list | map | volumes | secretEnv | tolerations | shell
+
+    @property
+    def param(self) -> str:
+        return "flag_" + self.names[0].lstrip("-").replace("-", "_")
+
+
+SPEC_FLAGS: tuple[Flag, ...] = (
+    Flag(("--name",), "name", "Job name (a DNS-1035 label)."),
+    Flag(("--namespace", "-n"), "namespace", "Namespace of the job's objects."),
+    Flag(("--target", "-t"), "target", "Engine: job (Indexed Job + Service), pytorchjob, jobset, trainjob."),
+    Flag(("--image",), "image", "Trainer container image."),
+    Flag(("--image-pull-policy",), "imagePullPolicy", "Always, IfNotPresent or Never."),
+    Flag(("--image-pull-secret",), "imagePullSecrets", "Secret for pulling the image (repeatable).", "list"),
+    Flag(("--module", "-m"), "module", "Python module torchrun runs (default: the ddpctl trainer)."),
+    Flag(("--script",), "script", "Python script torchrun runs instead of a module."),
+    Flag(("--command",), "command", "Full container command replacing torchrun (shell-quoted string).", "shell"),
+    Flag(("--nodes",), "nodes", "Nodes (pods): N, or MIN:MAX for an elastic job."),
+    Flag(("--gpus",), "gpusPerNode", "GPUs per node (0 = CPU with gloo).", "int"),
+    Flag(("--procs",), "procsPerNode", "Processes per node (default: one per GPU, or 2 on CPU).", "int"),
+    Flag(("--backend",), "backend", "auto (nccl with GPUs, gloo without), nccl or gloo."),
+    Flag(("--rdzv",), "rendezvous.mode", "Rendezvous: auto, static (master address) or c10d."),
+    Flag(("--port",), "rendezvous.port", "Rendezvous / master port.", "int"),
+    Flag(("--max-restarts",), "rendezvous.maxRestarts", "torchrun restarts of the worker group.", "int"),
+    Flag(("--cpu",), "resources.cpu", "CPU request per pod, e.g. 8 or 500m."),
+    Flag(("--memory",), "resources.memory", "Memory request and limit per pod, e.g. 32Gi."),
+    Flag(("--gpu-resource",), "resources.gpuResource", "GPU resource name (default nvidia.com/gpu)."),
+    Flag(("--shm-size",), "shmSize", "Size of the memory-backed /dev/shm."),
+    Flag(("--env", "-e"), "env", "Environment variable KEY=VALUE (repeatable).", "map"),
+    Flag(("--env-from-secret",), "envFromSecrets", "Load every key of a Secret as env (repeatable).", "list"),
+    Flag(("--secret-env",), "secretEnv", "VAR=SECRET:KEY, an env var read from a Secret (repeatable).", "secretEnv"),
+    Flag(("--volume", "-v"), "volumes", "NAME=CLAIM:/path[:ro], a PVC mount; names data and checkpoints feed the trainer (repeatable).", "volumes"),
+    Flag(("--node-selector",), "nodeSelector", "Node label KEY=VALUE the pods need (repeatable).", "map"),
+    Flag(("--toleration",), "tolerations", "KEY[=VALUE][:EFFECT] taint to tolerate (repeatable).", "tolerations"),
+    Flag(("--priority-class",), "priorityClassName", "PriorityClass of the pods."),
+    Flag(("--service-account",), "serviceAccountName", "ServiceAccount of the pods."),
+    Flag(("--label", "-l"), "labels", "Label KEY=VALUE on every object (repeatable).", "map"),
+    Flag(("--annotation",), "annotations", "Annotation KEY=VALUE on every object (repeatable).", "map"),
+    Flag(("--queue",), "queue", "Kueue LocalQueue name."),
+    Flag(("--restart-policy",), "restartPolicy", "Pod restart policy: Never or OnFailure."),
+    Flag(("--backoff-limit",), "backoffLimit", "Retries of the whole job before it fails.", "int"),
+    Flag(("--ttl",), "ttlSecondsAfterFinished", "Seconds to keep a finished job.", "int"),
+    Flag(("--deadline",), "activeDeadlineSeconds", "Seconds before a running job is stopped.", "int"),
+    Flag(("--pod-security",), "podSecurity", "Pod Security profile: restricted (default) or baseline."),
+)
+
+
+def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, Any]:
+    """Turn the parsed flag values into a camelCase layer (flags that were not given are absent)."""
+    layer: dict[str, Any] = {}
+    for flag in SPEC_FLAGS:
+        raw = values.get(flag.param)
+        if raw is None or raw == []:
+            continue
+        name = flag.names[0]
+        if flag.kind == "map":
+            value: Any = dict(_split_pair(name, item) for item in raw)
+        elif flag.kind == "volumes":
+            value = dict(_volume(name, item) for item in raw)
+        elif flag.kind == "secretEnv":
+            value = dict(_secret_env(name, item) for item in raw)
+        elif flag.kind == "tolerations":
+            value = [_toleration(name, item) for item in raw]
+        elif flag.kind == "shell":
+            try:
+                value = shlex.split(raw)
+            except ValueError as exc:
+                raise UsageError(f"{name}: cannot split {raw!r}: {exc}; quote it as you would in a shell") from None
+            layer["module"] = None
+        else:
+            value = raw
+        if flag.path == "script":
+            layer["module"] = None
+        _set_path(layer, flag.path, value)
+    if args:
+        layer["args"] = list(args)
+    return layer
+
+
+@dataclass(frozen=True)
+class SpecInput:
+    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it."""
+
+    flags: dict[str, Any]
+    config: Path | None
+
+    def spec(self, **overrides: Any) -> JobSpec:
+        layer = dict(self.flags)
+        layer.update(overrides)
+        return load_spec(layer, self.config)
+
+
+def _typer_param(flag: Flag) -> inspect.Parameter:
+    multiple = flag.kind in ("list", "map", "volumes", "secretEnv", "tolerations")
+    annotation: Any = Optional[List[str]] if multiple else Optional[int] if flag.kind == "int" else Optional[str]
+    option = typer.Option(None, *flag.names, help=flag.help, rich_help_panel="Job spec", show_default=False)
+    return inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+
+
+def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a command taking `spec_input: SpecInput`: adds --config, every spec flag and ARGS."""
+    sig = inspect.signature(func, eval_str=True)  # the command module may use postponed annotations
+    own = [p for p in sig.parameters.values() if p.name != "spec_input"]
+    extra = [
+        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--config", "-f", help="Spec file (default ./ddp.yaml when present).", rich_help_panel="Job spec", exists=False, dir_okay=False), annotation=Optional[Path]),
+        *(_typer_param(f) for f in SPEC_FLAGS),
+        inspect.Parameter("trainer_args", inspect.Parameter.KEYWORD_ONLY, default=typer.Argument(None, help="Arguments for the training module/script (put them after --).", show_default=False), annotation=Optional[List[str]]),
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        config = kwargs.pop("config", None)
+        trainer_args = kwargs.pop("trainer_args", None)
+        values = {f.param: kwargs.pop(f.param, None) for f in SPEC_FLAGS}
+        spec_input = SpecInput(flags=flags_to_layer(values, trainer_args), config=config)
+        return func(*args, spec_input=spec_input, **kwargs)
+
+    positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = [p for p in own if p.kind == p.KEYWORD_ONLY]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in positional + keyword] + extra
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    # Typer reads type hints too: give it the resolved ones, not the wrapped module's strings.
+    wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
+    del wrapper.__wrapped__  # make inspect use __signature__, not the wrapped function's
+    return wrapper

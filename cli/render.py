@@ -1,0 +1,209 @@
+"""Render a JobSpec into Kubernetes objects: pure and deterministic.
+
+`render(spec)` = the spec's view (every derived value computed here, in Python) laid out by the
+Jinja2 template of the spec's target, parsed back into plain objects. Output helpers turn objects
+into multi-document YAML, a JSON `List`, or a kustomize directory.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ddpctl.errors import SpecError
+from ddpctl.spec import SHM_MOUNT, JobSpec
+from ddpctl.yamlsafe import finalize, to_yaml
+
+COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+CONTAINER_NAMES = {"job": "trainer", "jobset": "trainer", "pytorchjob": "pytorch", "trainjob": "node"}
+PORT_NAMES = {"pytorchjob": "pytorchjob-port"}
+
+
+@functools.lru_cache(maxsize=1)
+def _environment() -> Any:
+    import importlib.resources
+
+    import jinja2
+
+    # templates/ is installed as the package `ddpctl.templates` (see pyproject.toml).
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(importlib.resources.files("ddpctl.templates"))),
+        undefined=jinja2.StrictUndefined,
+        autoescape=True,  # with `finalize`, only `y`-filtered text can be printed
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        finalize=finalize,
+    )
+    env.filters["y"] = to_yaml
+    return env
+
+
+def _env_list(spec: JobSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = []
+    if spec.node_rank_from_index:
+        env.append({"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}})
+    env += [{"name": k, "value": v} for k, v in spec.container_env().items()]
+    env += [
+        {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
+        for k, ref in spec.secret_env.items()
+    ]
+    return env
+
+
+def _resources(spec: JobSpec) -> dict[str, Any]:
+    requests: dict[str, str] = {}
+    limits: dict[str, Any] = {}
+    if spec.resources.cpu:
+        requests["cpu"] = spec.resources.cpu
+    if spec.resources.memory:
+        requests["memory"] = limits["memory"] = spec.resources.memory
+    if spec.gpus_per_node:
+        limits[spec.resources.gpu_resource] = spec.gpus_per_node
+    out: dict[str, Any] = {}
+    if limits:
+        out["limits"] = limits
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def _tolerations(spec: JobSpec) -> list[dict[str, Any]]:
+    tolerations = [dict(t) for t in spec.tolerations]
+    gpu_key = spec.resources.gpu_resource
+    if spec.gpus_per_node and not any(t.get("key") == gpu_key for t in tolerations):
+        tolerations.append({"key": gpu_key, "operator": "Exists", "effect": "NoSchedule"})
+    return tolerations
+
+
+def _security(spec: JobSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pod and container securityContext: Pod Security 'restricted' unless asked for baseline."""
+    if spec.pod_security == "baseline":
+        return {"seccompProfile": {"type": "RuntimeDefault"}}, {"allowPrivilegeEscalation": False}
+    pod = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    container = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    return pod, container
+
+
+def view(spec: JobSpec) -> dict[str, Any]:
+    """Everything a template needs, derived once from the spec."""
+    if spec.target == "trainjob" and spec.priority_class_name:
+        raise SpecError("priorityClassName", "the trainjob target cannot set it (TrainJob has no such field)", "set it in the training runtime, or use target job, jobset or pytorchjob")
+    pod_sc, container_sc = _security(spec)
+    top_labels = dict(spec.object_labels)
+    if spec.queue:
+        top_labels[KUEUE_QUEUE_LABEL] = spec.queue
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_MOUNT}]
+    for vname, vol in spec.volumes.items():
+        volumes.append({"name": vname, "persistentVolumeClaim": {"claimName": vol.claim_name, "readOnly": vol.read_only}})
+        mounts.append({"name": vname, "mountPath": vol.mount_path, "readOnly": vol.read_only})
+    return {
+        "name": spec.name,
+        "namespace": spec.namespace,
+        "top_labels": dict(sorted(top_labels.items())),
+        "labels": spec.object_labels,
+        "annotations": dict(spec.annotations),
+        "selector": spec.selector_labels,
+        "container_name": CONTAINER_NAMES[spec.target],
+        "image": spec.image,
+        "pull_policy": spec.image_pull_policy,
+        "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
+        "command": list(spec.entrypoint),
+        "args": list(spec.trainer_args),
+        "env": _env_list(spec),
+        "env_from": [{"secretRef": {"name": s}} for s in spec.env_from_secrets],
+        "port": spec.master_port,
+        "port_name": PORT_NAMES.get(spec.target, "rendezvous"),
+        "resources": _resources(spec),
+        "pod_security_context": pod_sc,
+        "container_security_context": container_sc,
+        "volumes": volumes,
+        "volume_mounts": mounts,
+        "tolerations": _tolerations(spec),
+        "node_selector": dict(spec.node_selector),
+        "affinity": dict(spec.affinity),
+        "priority_class": spec.priority_class_name,
+        "service_account": spec.service_account_name,
+        "restart_policy": spec.restart_policy,
+        "backoff_limit": spec.backoff_limit,
+        "ttl": spec.ttl_seconds_after_finished,
+        "deadline": spec.active_deadline_seconds,
+        "replicas": spec.replicas,
+        "workers": spec.replicas - 1,
+        "elastic": spec.elastic,
+        "min_nodes": spec.min_nodes,
+        "max_nodes": spec.max_nodes,
+        "nproc": spec.nproc_per_node,
+        "max_restarts": spec.rendezvous.max_restarts,
+        "service_name": spec.service_name,
+        "rjob": spec.replicated_job_name,
+        "subdomain": spec.service_name if spec.target == "job" else None,
+    }
+
+
+def render(spec: JobSpec) -> list[dict[str, Any]]:
+    """The spec's objects, in apply order (Services before the workloads that need their DNS)."""
+    text = render_text(spec)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def render_text(spec: JobSpec) -> str:
+    """The raw template output (YAML); `render` parses it, tests inspect it."""
+    return _environment().get_template(f"{spec.target}.yaml.j2").render(v=view(spec))
+
+
+# ------------------------------------------------------------------------------ output formats
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block-style YAML with multi-line strings as literal blocks, for readable GitOps diffs."""
+
+
+def _str_representer(dumper: yaml.SafeDumper, data: str) -> Any:
+    style = "|" if "\n" in data and all(c.isprintable() or c == "\n" for c in data) else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str_representer)
+
+
+def to_yaml_documents(objects: list[dict[str, Any]]) -> str:
+    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096, explicit_start=True)
+
+
+def to_json_list(objects: list[dict[str, Any]]) -> str:
+    """kubectl's shape for several objects: a v1 List."""
+    return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, ensure_ascii=False) + "\n"
+
+
+def object_filename(obj: dict[str, Any]) -> str:
+    return f"{obj['kind'].lower()}-{obj['metadata']['name']}.yaml"
+
+
+def write_output_dir(objects: list[dict[str, Any]], directory: Path) -> list[Path]:
+    """One file per object plus a kustomization.yaml, so `kubectl kustomize DIR` gives the same objects."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    names: list[str] = []
+    for obj in objects:
+        fname = object_filename(obj)
+        path = directory / fname
+        path.write_text(to_yaml_documents([obj]), encoding="utf-8")
+        written.append(path)
+        names.append(fname)
+    kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "resources": names}
+    kpath = directory / "kustomization.yaml"
+    kpath.write_text(to_yaml_documents([kustomization]), encoding="utf-8")
+    written.append(kpath)
+    return written

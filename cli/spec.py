@@ -1,0 +1,692 @@
+"""JobSpec: the single source of truth for a DDP training job.
+
+Every renderer, builder, local runner and submitter consumes one frozen `JobSpec`. It is validated
+on construction (each error names the field and the fix) and every derived value -- world size,
+node-rank source, the rank-0 address each engine gives, object names -- is a property computed
+here, once, in Python, never in a template.
+
+The serialised form (``ddp.yaml``, Helm values) uses camelCase keys; `JobSpec.from_dict` and
+`JobSpec.to_dict` convert between the two.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ddpctl.errors import SpecError
+
+TARGETS: tuple[str, ...] = ("job", "pytorchjob", "jobset", "trainjob")
+BACKENDS: tuple[str, ...] = ("auto", "nccl", "gloo")
+RDZV_MODES: tuple[str, ...] = ("auto", "static", "c10d")
+PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
+RESTART_POLICIES: tuple[str, ...] = ("Never", "OnFailure")
+POD_SECURITY: tuple[str, ...] = ("restricted", "baseline")
+TRAINER_MODULE = "ddpctl_trainer"
+DEFAULT_IMAGE = "ddpctl-trainer:latest"
+MAX_DNS_LABEL = 63
+SHM_MOUNT = "/dev/shm"
+
+_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
+_QUANTITY = re.compile(r"^([+]?[0-9]+(\.[0-9]*)?|[+]?\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e[0-9]+)?$")
+_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
+_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
+# --------------------------------------------------------------------------------------------
+# Small value checks shared by the spec and the CLI's flag parsers.
+# --------------------------------------------------------------------------------------------
+
+
+def check_dns_label(field_name: str, value: str, *, rfc1035: bool = False) -> None:
+    """Kubernetes object names that become hostnames or Service names are DNS labels."""
+    pattern = _DNS1035_LABEL if rfc1035 else _DNS1123_LABEL
+    kind = "DNS-1035 label" if rfc1035 else "DNS-1123 label"
+    if not isinstance(value, str) or not value:
+        raise SpecError(field_name, "must not be empty", "give a lowercase name such as 'resnet-ddp'")
+    if len(value) > MAX_DNS_LABEL:
+        raise SpecError(field_name, f"{value!r} is {len(value)} characters, the limit is {MAX_DNS_LABEL}", "use a shorter name")
+    if not pattern.match(value):
+        start = "a lowercase letter" if rfc1035 else "a lowercase letter or digit"
+        raise SpecError(
+            field_name,
+            f"{value!r} is not a valid {kind}",
+            f"use lowercase letters, digits and '-', starting with {start} and ending with a letter or digit",
+        )
+
+
+def check_dns_subdomain(field_name: str, value: str) -> None:
+    """Names of PVCs, PriorityClasses and ServiceAccounts: DNS-1123 subdomains (253 characters)."""
+    if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+        raise SpecError(field_name, f"{value!r} is not a valid name", "use lowercase letters, digits, '-' and '.', at most 253 characters")
+
+
+def check_label_key(field_name: str, key: str) -> None:
+    """Label and annotation keys: an optional DNS-subdomain prefix and a 63-character name."""
+    if not isinstance(key, str) or not key:
+        raise SpecError(field_name, "a key must not be empty", "use keys like 'team' or 'example.com/team'")
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+        raise SpecError(field_name, f"key {key!r} has an invalid prefix", "the prefix must be a lowercase DNS subdomain")
+    if len(name) > MAX_DNS_LABEL or not _LABEL_NAME.match(name):
+        raise SpecError(
+            field_name,
+            f"key {key!r} is not a valid label key",
+            "use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+        )
+
+
+def check_label_value(field_name: str, value: str) -> None:
+    if not isinstance(value, str) or len(value) > MAX_DNS_LABEL or not _LABEL_VALUE.match(value):
+        raise SpecError(
+            field_name,
+            f"{value!r} is not a valid label value",
+            "use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
+        )
+
+
+def check_quantity(field_name: str, value: str) -> None:
+    if not isinstance(value, str) or not _QUANTITY.match(value):
+        raise SpecError(field_name, f"{value!r} is not a Kubernetes quantity", "use values like '500m', '4', '16Gi'")
+
+
+def check_plain_string(field_name: str, value: Any, *, allow_empty: bool = True) -> None:
+    """Free text (args, env values, annotations) may hold anything printable, newlines included."""
+    if not isinstance(value, str):
+        raise SpecError(field_name, f"expected a string, got {type(value).__name__}", "quote the value")
+    if not allow_empty and not value:
+        raise SpecError(field_name, "must not be empty", "give a value")
+    if "\x00" in value:
+        raise SpecError(field_name, "contains a NUL character", "remove it")
+
+
+def _require(cond: bool, field_name: str, problem: str, fix: str = "") -> None:
+    if not cond:
+        raise SpecError(field_name, problem, fix)
+
+
+def _positive_int(field_name: str, value: Any, *, minimum: int = 1, allow_none: bool = False) -> None:
+    if value is None and allow_none:
+        return
+    _require(
+        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
+        field_name,
+        f"{value!r} must be an integer >= {minimum}",
+        f"set {field_name} to a whole number of at least {minimum}",
+    )
+
+
+def _one_of(field_name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    _require(value in allowed, field_name, f"{value!r} is not one of {', '.join(allowed)}", f"choose one of {', '.join(allowed)}")
+
+
+def _str_map(field_name: str, value: Any) -> None:
+    _require(isinstance(value, Mapping), field_name, f"expected a map of strings, got {type(value).__name__}", "write it as key: value pairs")
+    for key, val in value.items():
+        _require(isinstance(key, str) and isinstance(val, str), f"{field_name}.{key}", "keys and values must be strings", "quote the value")
+
+
+# --------------------------------------------------------------------------------------------
+# The spec's parts.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A PersistentVolumeClaim mounted into every pod (data sets, checkpoints)."""
+
+    claim_name: str
+    mount_path: str
+    read_only: bool = False
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    """An env var whose value lives in a Secret: referenced, never inlined."""
+
+    secret: str
+    key: str
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """How ranks find rank 0: static master address/port, or c10d (required for elastic jobs)."""
+
+    mode: str = "auto"
+    port: int = 29500
+    join_timeout: int = 600
+    last_call_timeout: int = 30
+    max_restarts: int = 0
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-pod requests (cpu, memory) and GPU limits; GPUs are counted in `JobSpec.gpus_per_node`."""
+
+    cpu: str | None = None
+    memory: str | None = None
+    gpu_resource: str = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One DDP training job, as the user asked for it. Frozen: derive, never mutate."""
+
+    name: str = "ddp-train"
+    namespace: str = "default"
+    target: str = "job"
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    image_pull_secrets: tuple[str, ...] = ()
+    # What each node runs: torchrun of a module (default: the ddpctl trainer) or a script,
+    # or a full command that replaces torchrun.
+    module: str | None = TRAINER_MODULE
+    script: str | None = None
+    command: tuple[str, ...] = ()
+    args: tuple[str, ...] = ()
+    # Layout: `nodes` fixed, or elastic between min_nodes and max_nodes.
+    nodes: int = 2
+    min_nodes: int | None = None
+    max_nodes: int | None = None
+    gpus_per_node: int = 0
+    procs_per_node: int | None = None
+    backend: str = "auto"
+    rendezvous: Rendezvous = field(default_factory=Rendezvous)
+    resources: Resources = field(default_factory=Resources)
+    shm_size: str = "2Gi"
+    env: Mapping[str, str] = field(default_factory=dict)
+    env_from_secrets: tuple[str, ...] = ()
+    secret_env: Mapping[str, SecretKeyRef] = field(default_factory=dict)
+    volumes: Mapping[str, Volume] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    affinity: Mapping[str, Any] = field(default_factory=dict)
+    priority_class_name: str | None = None
+    service_account_name: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    queue: str | None = None
+    restart_policy: str = "Never"
+    backoff_limit: int = 0
+    ttl_seconds_after_finished: int | None = 86400
+    active_deadline_seconds: int | None = None
+    pod_security: str = "restricted"
+
+    def __post_init__(self) -> None:
+        # Normalise containers to immutable, sorted forms so equal specs render byte-identically.
+        freeze = object.__setattr__
+        for name in ("image_pull_secrets", "command", "args", "env_from_secrets", "tolerations"):
+            value = getattr(self, name)
+            if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+                raise SpecError(_camel(name), f"expected a list, got {type(value).__name__}", "write it as a YAML list")
+            freeze(self, name, tuple(value))
+        for name in ("env", "secret_env", "volumes", "node_selector", "affinity", "labels", "annotations"):
+            value = getattr(self, name)
+            if not isinstance(value, Mapping):
+                raise SpecError(_camel(name), f"expected a map, got {type(value).__name__}", "write it as key: value pairs")
+            freeze(self, name, _FrozenDict(sorted(value.items())) if name != "affinity" else _FrozenDict(value))
+        self._validate()
+
+    # ---------------------------------------------------------------- validation
+
+    def _validate(self) -> None:
+        _one_of("target", self.target, TARGETS)
+        check_dns_label("name", self.name, rfc1035=True)
+        check_dns_label("namespace", self.namespace)
+        self._validate_layout()
+        longest = self.longest_generated_name
+        _require(
+            len(longest) <= MAX_DNS_LABEL,
+            "name",
+            f"{self.name!r} makes the {self.target} name {longest!r} ({len(longest)} characters, the limit is {MAX_DNS_LABEL})",
+            f"shorten name to at most {MAX_DNS_LABEL - (len(longest) - len(self.name))} characters",
+        )
+        _require(isinstance(self.image, str) and bool(_IMAGE.match(self.image or "")), "image", f"{self.image!r} is not an image reference", "use a reference like 'registry.example.com/team/trainer:1.0'")
+        _one_of("imagePullPolicy", self.image_pull_policy, PULL_POLICIES)
+        for i, secret in enumerate(self.image_pull_secrets):
+            check_dns_label(f"imagePullSecrets[{i}]", secret)
+        self._validate_entrypoint()
+        _one_of("backend", self.backend, BACKENDS)
+        _require(not (self.backend == "nccl" and self.gpus_per_node == 0), "backend", "nccl needs GPUs but gpusPerNode is 0", "use backend gloo (or auto), or set gpusPerNode")
+        self._validate_rendezvous()
+        self._validate_resources()
+        self._validate_pod_fields()
+        _one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
+        _positive_int("backoffLimit", self.backoff_limit, minimum=0)
+        _positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
+        _positive_int("activeDeadlineSeconds", self.active_deadline_seconds, minimum=1, allow_none=True)
+        _one_of("podSecurity", self.pod_security, POD_SECURITY)
+
+    def _validate_entrypoint(self) -> None:
+        chosen = [n for n, v in (("module", self.module), ("script", self.script), ("command", self.command)) if v]
+        _require(len(chosen) == 1, "module", f"exactly one of module, script or command must be set, got {', '.join(chosen) or 'none'}", "set just one of them")
+        if self.module:
+            _require(bool(_MODULE.match(self.module)), "module", f"{self.module!r} is not a Python module path", "use a dotted name like 'mypkg.train'")
+        if self.script:
+            check_plain_string("script", self.script, allow_empty=False)
+            _require(not _CONTROL_CHARS.search(self.script), "script", "contains control characters", "give a plain file path")
+        for i, part in enumerate(self.command):
+            check_plain_string(f"command[{i}]", part, allow_empty=i > 0)
+        for i, arg in enumerate(self.args):
+            check_plain_string(f"args[{i}]", arg)
+
+    def _validate_layout(self) -> None:
+        elastic = self.min_nodes is not None or self.max_nodes is not None
+        if elastic:
+            _positive_int("minNodes", self.min_nodes)
+            _positive_int("maxNodes", self.max_nodes)
+            _require(self.min_nodes <= self.max_nodes, "nodes", f"min {self.min_nodes} is more than max {self.max_nodes}", "write nodes as MIN:MAX with MIN <= MAX")  # type: ignore[operator]
+            _require(self.max_nodes <= 1024, "nodes", f"max {self.max_nodes} is more than 1024", "use at most 1024 nodes")  # type: ignore[operator]
+        else:
+            _positive_int("nodes", self.nodes)
+            _require(self.nodes <= 1024, "nodes", f"{self.nodes} is more than 1024", "use at most 1024 nodes")
+        _positive_int("gpusPerNode", self.gpus_per_node, minimum=0)
+        _positive_int("procsPerNode", self.procs_per_node, allow_none=True)
+        if self.gpus_per_node and self.procs_per_node is not None:
+            _require(
+                self.procs_per_node <= self.gpus_per_node,
+                "procsPerNode",
+                f"{self.procs_per_node} processes cannot share {self.gpus_per_node} GPUs one each",
+                "leave procsPerNode unset to use one process per GPU",
+            )
+
+    def _validate_rendezvous(self) -> None:
+        rdzv = self.rendezvous
+        _require(isinstance(rdzv, Rendezvous), "rendezvous", "must be a map", "see `ddpctl init` for its keys")
+        _one_of("rendezvous.mode", rdzv.mode, RDZV_MODES)
+        _require(not (self.elastic and rdzv.mode == "static"), "rendezvous.mode", "an elastic job (nodes MIN:MAX) cannot use static rendezvous", "use mode c10d or auto")
+        _positive_int("rendezvous.port", rdzv.port)
+        _require(rdzv.port <= 65535, "rendezvous.port", f"{rdzv.port} is not a TCP port", "use a port between 1 and 65535")
+        _positive_int("rendezvous.joinTimeout", rdzv.join_timeout)
+        _positive_int("rendezvous.lastCallTimeout", rdzv.last_call_timeout)
+        _positive_int("rendezvous.maxRestarts", rdzv.max_restarts, minimum=0)
+
+    def _validate_resources(self) -> None:
+        res = self.resources
+        _require(isinstance(res, Resources), "resources", "must be a map", "see `ddpctl init` for its keys")
+        if res.cpu is not None:
+            check_quantity("resources.cpu", res.cpu)
+        if res.memory is not None:
+            check_quantity("resources.memory", res.memory)
+        _require(isinstance(res.gpu_resource, str) and bool(_RESOURCE_NAME.match(res.gpu_resource)), "resources.gpuResource", f"{res.gpu_resource!r} is not a resource name", "use a name like 'nvidia.com/gpu'")
+        check_quantity("shmSize", self.shm_size)
+
+    def _validate_pod_fields(self) -> None:
+        for key, value in self.env.items():
+            _require(isinstance(key, str) and bool(_ENV_NAME.match(key)), f"env.{key}", "is not a valid environment variable name", "use letters, digits, '_', '-' or '.', not starting with a digit")
+            check_plain_string(f"env.{key}", value)
+        for i, secret in enumerate(self.env_from_secrets):
+            check_dns_label(f"envFromSecrets[{i}]", secret)
+        for key, ref in self.secret_env.items():
+            _require(bool(_ENV_NAME.match(key)), f"secretEnv.{key}", "is not a valid environment variable name", "use letters, digits and '_'")
+            _require(isinstance(ref, SecretKeyRef), f"secretEnv.{key}", "must name a secret and a key", "write it as {secret: NAME, key: KEY}")
+            check_dns_label(f"secretEnv.{key}.secret", ref.secret)
+            _require(isinstance(ref.key, str) and bool(re.match(r"^[-._a-zA-Z0-9]+$", ref.key)), f"secretEnv.{key}.key", f"{ref.key!r} is not a Secret key", "use letters, digits, '-', '_' or '.'")
+        clash = set(self.env) & set(self.secret_env)
+        _require(not clash, "secretEnv", f"{', '.join(sorted(clash))} is also set in env", "set each variable in one place")
+        mounts: dict[str, str] = {}
+        for vname, vol in self.volumes.items():
+            check_dns_label(f"volumes.{vname}", vname)
+            _require(vname != "dshm", f"volumes.{vname}", "the name 'dshm' is reserved for /dev/shm", "choose another volume name")
+            _require(isinstance(vol, Volume), f"volumes.{vname}", "must give claimName and mountPath", "write it as {claimName: PVC, mountPath: /path}")
+            check_dns_subdomain(f"volumes.{vname}.claimName", vol.claim_name)
+            _require(isinstance(vol.mount_path, str) and vol.mount_path.startswith("/") and not _CONTROL_CHARS.search(vol.mount_path) and ":" not in vol.mount_path, f"volumes.{vname}.mountPath", f"{vol.mount_path!r} is not an absolute path", "use a path like /data")
+            _require(vol.mount_path.rstrip("/") != SHM_MOUNT, f"volumes.{vname}.mountPath", "/dev/shm is managed by shmSize", "mount the volume elsewhere")
+            _require(vol.mount_path not in mounts, f"volumes.{vname}.mountPath", f"{vol.mount_path} is also used by volume {mounts.get(vol.mount_path)}", "give each volume its own path")
+            mounts[vol.mount_path] = vname
+        _str_map("nodeSelector", self.node_selector)
+        for key, value in self.node_selector.items():
+            check_label_key(f"nodeSelector.{key}", key)
+            check_label_value(f"nodeSelector.{key}", value)
+        for i, tol in enumerate(self.tolerations):
+            _require(isinstance(tol, Mapping), f"tolerations[{i}]", "must be a map", "use keys key, operator, value, effect")
+            unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
+            _require(not unknown, f"tolerations[{i}]", f"unknown key {', '.join(sorted(unknown))}", "use keys key, operator, value, effect, tolerationSeconds")
+            _require(tol.get("operator", "Equal") in ("Equal", "Exists"), f"tolerations[{i}].operator", f"{tol.get('operator')!r} is not Equal or Exists", "use Equal or Exists")
+            _require(tol.get("effect", "NoSchedule") in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"), f"tolerations[{i}].effect", f"{tol.get('effect')!r} is not a taint effect", "use NoSchedule, PreferNoSchedule or NoExecute")
+            for key in ("key", "value"):
+                if key in tol:
+                    check_plain_string(f"tolerations[{i}].{key}", tol[key])
+        for key in self.affinity:
+            _require(key in ("nodeAffinity", "podAffinity", "podAntiAffinity"), f"affinity.{key}", "is not an affinity kind", "use nodeAffinity, podAffinity or podAntiAffinity")
+        for fname, value in (("priorityClassName", self.priority_class_name), ("serviceAccountName", self.service_account_name)):
+            if value is not None:
+                check_dns_subdomain(fname, value)
+        for key, value in self.labels.items():
+            check_label_key(f"labels.{key}", key)
+            check_label_value(f"labels.{key}", value)
+        for key, value in self.annotations.items():
+            check_label_key(f"annotations.{key}", key)
+            check_plain_string(f"annotations.{key}", value)
+        if self.queue is not None:
+            check_label_value("queue", self.queue)
+            _require(bool(self.queue), "queue", "must not be empty", "name a Kueue LocalQueue or leave queue unset")
+
+    # ---------------------------------------------------------------- derived values
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_nodes is not None
+
+    @property
+    def replicas(self) -> int:
+        """Pods to create: the fixed node count, or the elastic maximum."""
+        return self.max_nodes if self.elastic else self.nodes  # type: ignore[return-value]
+
+    @property
+    def nnodes(self) -> str:
+        """torchrun's --nnodes value: `N` or `MIN:MAX`."""
+        return f"{self.min_nodes}:{self.max_nodes}" if self.elastic else str(self.nodes)
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Processes per node: one per GPU, else the CPU process count (2 when not given)."""
+        if self.procs_per_node is not None:
+            return self.procs_per_node
+        return self.gpus_per_node or 2
+
+    @property
+    def world_size(self) -> int:
+        """Total processes: nodes x processes per node (the elastic maximum when elastic)."""
+        return self.replicas * self.nproc_per_node
+
+    @property
+    def resolved_backend(self) -> str:
+        if self.backend != "auto":
+            return self.backend
+        return "nccl" if self.gpus_per_node else "gloo"
+
+    @property
+    def rdzv_mode(self) -> str:
+        """c10d for elastic jobs (required), static otherwise unless asked."""
+        if self.rendezvous.mode != "auto":
+            return self.rendezvous.mode
+        return "c10d" if self.elastic else "static"
+
+    @property
+    def service_name(self) -> str:
+        """The headless Service that gives pods DNS names (Indexed Job and JobSet targets)."""
+        return self.name
+
+    @property
+    def replicated_job_name(self) -> str:
+        """The JobSet replicatedJob name; Trainer v2's torch runtime names it `node` too."""
+        return "node"
+
+    @property
+    def rank0_host(self) -> str:
+        """The DNS name the chosen engine gives rank 0's pod: MASTER_ADDR / rendezvous host."""
+        n = self.name
+        if self.target == "job":
+            return f"{n}-0.{self.service_name}"
+        if self.target == "pytorchjob":
+            return f"{n}-worker-0" if self.elastic else f"{n}-master-0"
+        # JobSet and TrainJob (a JobSet underneath): <jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>
+        return f"{n}-{self.replicated_job_name}-0-0.{n}"
+
+    @property
+    def master_port(self) -> int:
+        # Trainer v2's torch runtime always uses 29500.
+        return 29500 if self.target == "trainjob" else self.rendezvous.port
+
+    @property
+    def rdzv_endpoint(self) -> str:
+        return f"{self.rank0_host}:{self.master_port}"
+
+    @property
+    def node_rank_source(self) -> str:
+        """Where each pod learns its node rank, for `render --explain`."""
+        return {
+            "job": "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)",
+            "jobset": "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)",
+            "pytorchjob": "the training operator (PET_NODE_RANK: master 0, worker i -> i+1)",
+            "trainjob": "the Trainer v2 torch runtime (PET_NODE_RANK from the completion index)",
+        }[self.target]
+
+    @property
+    def pod_hostnames(self) -> tuple[str, ...]:
+        """Every pod's hostname (without the subdomain), rank order."""
+        n, count = self.name, self.replicas
+        if self.target == "job":
+            return tuple(f"{n}-{i}" for i in range(count))
+        if self.target == "pytorchjob":
+            if self.elastic:
+                return tuple(f"{n}-worker-{i}" for i in range(count))
+            return (f"{n}-master-0",) + tuple(f"{n}-worker-{i}" for i in range(count - 1))
+        return tuple(f"{n}-{self.replicated_job_name}-0-{i}" for i in range(count))
+
+    @property
+    def longest_generated_name(self) -> str:
+        """The longest hostname/Service name the engine derives; it must fit a DNS label."""
+        return max(self.pod_hostnames, key=len)
+
+    @property
+    def recommended_labels(self) -> dict[str, str]:
+        return {
+            "app.kubernetes.io/name": "ddp-job",
+            "app.kubernetes.io/instance": self.name,
+            "app.kubernetes.io/component": "trainer",
+            "app.kubernetes.io/managed-by": "ddpctl",
+        }
+
+    @property
+    def object_labels(self) -> dict[str, str]:
+        """Labels on every object and pod: the user's, then ours (ours win, `list` relies on them)."""
+        labels = dict(self.labels)
+        labels.update(self.recommended_labels)
+        return dict(sorted(labels.items()))
+
+    @property
+    def selector_labels(self) -> dict[str, str]:
+        """The stable subset used by Service selectors and `ddpctl list/logs`."""
+        return {"app.kubernetes.io/instance": self.name, "app.kubernetes.io/managed-by": "ddpctl"}
+
+    @property
+    def uses_trainer(self) -> bool:
+        return self.module == TRAINER_MODULE
+
+    @property
+    def entrypoint(self) -> tuple[str, ...]:
+        """The container's command: torchrun of the module/script (layout comes from PET_* env)."""
+        if self.command:
+            return self.command
+        target = ("-m", self.module) if self.module else (self.script,)
+        return ("torchrun",) + target  # type: ignore[operator]
+
+    @property
+    def trainer_args(self) -> tuple[str, ...]:
+        """Arguments after the entrypoint: the user's, with mount paths fed to our trainer."""
+        extra: list[str] = []
+        if self.uses_trainer:
+            if "checkpoints" in self.volumes and "--checkpoint-dir" not in self.args:
+                extra += ["--checkpoint-dir", self.volumes["checkpoints"].mount_path]
+            if "data" in self.volumes and "--data-dir" not in self.args:
+                extra += ["--data-dir", self.volumes["data"].mount_path]
+        return tuple(extra) + self.args
+
+    def torchrun_env(self) -> dict[str, str]:
+        """PET_* variables that wire torchrun; engines that inject their own get only the rest."""
+        env: dict[str, str] = {}
+        operator_wired = self.target in ("pytorchjob", "trainjob")
+        if not operator_wired:
+            env["PET_NNODES"] = self.nnodes
+            env["PET_NPROC_PER_NODE"] = str(self.nproc_per_node)
+            if self.rdzv_mode == "static":
+                env["PET_MASTER_ADDR"] = self.rank0_host
+                env["PET_MASTER_PORT"] = str(self.master_port)
+            else:
+                env["PET_RDZV_BACKEND"] = "c10d"
+                env["PET_RDZV_ENDPOINT"] = self.rdzv_endpoint
+                env["PET_RDZV_ID"] = self.name
+        if self.rdzv_mode == "c10d" and self.target != "pytorchjob":
+            env["PET_RDZV_CONF"] = f"join_timeout={self.rendezvous.join_timeout},last_call_timeout={self.rendezvous.last_call_timeout}"
+        if self.target != "pytorchjob" or not self.elastic:
+            # The training operator sets PET_MAX_RESTARTS itself for elastic jobs.
+            env["PET_MAX_RESTARTS"] = str(self.rendezvous.max_restarts)
+        return env
+
+    def container_env(self) -> dict[str, str]:
+        """Literal env of the training container: wiring first, then the user's (user wins on clash)."""
+        env = self.torchrun_env()
+        env["DDPCTL_BACKEND"] = self.resolved_backend
+        env["DDPCTL_JOB_NAME"] = self.name
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.env)
+        return dict(sorted(env.items()))
+
+    @property
+    def node_rank_from_index(self) -> bool:
+        """Targets where we (not an operator) map the completion index to PET_NODE_RANK."""
+        return self.target in ("job", "jobset")
+
+    # ---------------------------------------------------------------- (de)serialisation
+
+    def replace(self, **changes: Any) -> "JobSpec":
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+        """Build from the camelCase form of ddp.yaml / Helm values; unknown keys are errors."""
+        return cls(**_kwargs_from_dict(data))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The camelCase form, round-trippable through `from_dict` (what `init` and Helm values use)."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            key = _camel(f.name)
+            if f.name in ("min_nodes", "max_nodes"):
+                continue
+            if f.name == "nodes":
+                out[key] = self.nnodes if self.elastic else self.nodes
+            elif isinstance(value, (Rendezvous, Resources)):
+                out[key] = {_camel(k): v for k, v in dataclasses.asdict(value).items()}
+            elif f.name == "volumes":
+                out[key] = {k: {_camel(a): b for a, b in dataclasses.asdict(v).items()} for k, v in value.items()}
+            elif f.name == "secret_env":
+                out[key] = {k: {"secret": v.secret, "key": v.key} for k, v in value.items()}
+            elif isinstance(value, tuple):
+                out[key] = [dict(v) if isinstance(v, Mapping) else v for v in value]
+            elif isinstance(value, Mapping):
+                out[key] = _plain(value)
+            else:
+                out[key] = value
+        return out
+
+
+class _FrozenDict(dict):  # type: ignore[type-arg]
+    """A dict that refuses mutation, so a frozen JobSpec stays frozen all the way down."""
+
+    def _refuse(self, *_: Any, **__: Any) -> None:
+        raise TypeError("JobSpec maps are read-only; use JobSpec.replace")
+
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(tuple(sorted((k, repr(v)) for k, v in self.items())))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _camel(snake: str) -> str:
+    head, *rest = snake.split("_")
+    return head + "".join(p.capitalize() for p in rest)
+
+
+def _snake(camel: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+
+
+_SPEC_FIELDS = {f.name for f in dataclasses.fields(JobSpec)} - {"min_nodes", "max_nodes"}
+_SPEC_KEYS = sorted(_camel(n) for n in _SPEC_FIELDS)
+
+
+def parse_nodes(value: Any, field_name: str = "nodes") -> tuple[int, int | None, int | None]:
+    """`2` -> fixed; `"1:4"` -> elastic. Returns (nodes, min_nodes, max_nodes)."""
+    if isinstance(value, bool):
+        raise SpecError(field_name, f"{value!r} is not a node count", "use a number like 2 or a range like 1:4")
+    if isinstance(value, int):
+        return value, None, None
+    text = str(value).strip()
+    if re.fullmatch(r"[0-9]+", text):
+        return int(text), None, None
+    match = re.fullmatch(r"([0-9]+):([0-9]+)", text)
+    if not match:
+        raise SpecError(field_name, f"{value!r} is not a node count", "use a number like 2 or a range like 1:4")
+    low, high = int(match.group(1)), int(match.group(2))
+    return high, low, high
+
+
+def _sub_dataclass(cls: type, field_name: str, data: Any) -> Any:
+    if not isinstance(data, Mapping):
+        raise SpecError(field_name, f"expected a map, got {type(data).__name__}", "write it as key: value pairs")
+    known = {f.name for f in dataclasses.fields(cls)}
+    kwargs = {}
+    for key, value in data.items():
+        if _snake(key) not in known or key != _camel(_snake(key)):
+            raise SpecError(f"{field_name}.{key}", "is not a known key", f"use one of {', '.join(sorted(_camel(k) for k in known))}")
+        kwargs[_snake(key)] = value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise SpecError(field_name, str(exc), "see `ddpctl init` for the keys") from None
+
+
+def _env_value(field_name: str, value: Any) -> Any:
+    """YAML turns `OMP_NUM_THREADS: 4` into an int; env values are strings, so numbers are kept
+    as written. Booleans are refused: YAML's `yes`/`on` would silently become 'True'."""
+    if isinstance(value, bool):
+        raise SpecError(field_name, f"{value!r} is a boolean", "quote it, e.g. \"true\"")
+    if isinstance(value, (int, float)):
+        return str(value)
+    return value
+
+
+def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
+    if not isinstance(data, Mapping):
+        raise SpecError("spec", f"expected a map at the top level, got {type(data).__name__}", "see `ddpctl init` for an example")
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        name = _snake(str(key))
+        if name not in _SPEC_FIELDS or key != _camel(name):
+            raise SpecError(str(key), "is not a known key", f"use one of {', '.join(_SPEC_KEYS)}")
+        if name == "nodes":
+            kwargs["nodes"], kwargs["min_nodes"], kwargs["max_nodes"] = parse_nodes(value)
+        elif name == "rendezvous":
+            kwargs[name] = _sub_dataclass(Rendezvous, key, value)
+        elif name == "resources":
+            kwargs[name] = _sub_dataclass(Resources, key, value)
+        elif name == "volumes":
+            if not isinstance(value, Mapping):
+                raise SpecError(key, "expected a map of volume name to {claimName, mountPath}", "see `ddpctl init`")
+            kwargs[name] = {k: _sub_dataclass(Volume, f"volumes.{k}", v) for k, v in value.items()}
+        elif name == "secret_env":
+            if not isinstance(value, Mapping):
+                raise SpecError(key, "expected a map of VAR to {secret, key}", "see `ddpctl init`")
+            kwargs[name] = {k: _sub_dataclass(SecretKeyRef, f"secretEnv.{k}", v) for k, v in value.items()}
+        elif name == "env" and isinstance(value, Mapping):
+            kwargs[name] = {k: _env_value(f"env.{k}", v) for k, v in value.items()}
+        elif value is None and name in ("env", "volumes", "node_selector", "affinity", "labels", "annotations"):
+            kwargs[name] = {}
+        elif value is None and name in ("image_pull_secrets", "command", "args", "env_from_secrets", "tolerations"):
+            kwargs[name] = ()
+        else:
+            kwargs[name] = value
+    if kwargs.get("command") or kwargs.get("script"):
+        kwargs.setdefault("module", None)
+    return kwargs

@@ -1,0 +1,63 @@
+"""The commented ddp.yaml that `ddpctl init` writes; its keys are JobSpec's camelCase form."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+from ddpctl.config import describe_sources
+from ddpctl.spec import JobSpec
+
+FIELD_DOCS: dict[str, str] = {
+    "name": "Job name: a DNS-1035 label; pods and Services are named after it.",
+    "namespace": "Namespace of every object.",
+    "target": "Engine: job (Indexed Job + headless Service, no operator), pytorchjob, jobset or trainjob.",
+    "image": "Trainer image (`ddpctl build` makes one from the Dockerfile).",
+    "imagePullPolicy": "Always, IfNotPresent or Never.",
+    "imagePullSecrets": "Names of Secrets used to pull the image.",
+    "module": "Python module torchrun runs on every node (default: the ddpctl trainer).",
+    "script": "Or a script path inside the image (set module: null).",
+    "command": "Or a full container command that replaces torchrun (set module: null).",
+    "args": "Arguments for the module/script, e.g. [--epochs, '10'].",
+    "nodes": "Nodes (pods): N, or \"MIN:MAX\" for an elastic job (c10d rendezvous).",
+    "gpusPerNode": "GPUs per node; 0 runs on CPU with gloo.",
+    "procsPerNode": "Processes per node; null = one per GPU (2 on CPU).",
+    "backend": "auto (nccl with GPUs, gloo without), nccl or gloo.",
+    "rendezvous": "How ranks find rank 0: mode auto|static|c10d, port, timeouts (s), torchrun maxRestarts.",
+    "resources": "Per-pod cpu and memory requests (memory is also the limit); gpuResource names the GPU.",
+    "shmSize": "Size of the memory-backed /dev/shm (DataLoader workers need more than 64M).",
+    "env": "Environment variables (map of NAME: value).",
+    "envFromSecrets": "Secrets whose keys all become env variables (referenced, never inlined).",
+    "secretEnv": "Env variables read from Secrets: {VAR: {secret: NAME, key: KEY}}.",
+    "volumes": "PVC mounts: {NAME: {claimName, mountPath, readOnly}}; `data` and `checkpoints` feed the trainer.",
+    "nodeSelector": "Node labels the pods need.",
+    "tolerations": "Taints the pods tolerate (a GPU toleration is added when gpusPerNode > 0).",
+    "affinity": "Pod affinity rules (nodeAffinity, podAffinity, podAntiAffinity).",
+    "priorityClassName": "PriorityClass of the pods.",
+    "serviceAccountName": "ServiceAccount of the pods.",
+    "labels": "Labels on every object and pod.",
+    "annotations": "Annotations on every object and pod.",
+    "queue": "Kueue LocalQueue (sets kueue.x-k8s.io/queue-name).",
+    "restartPolicy": "Pod restart policy: Never or OnFailure.",
+    "backoffLimit": "Retries of the whole job before it is marked failed.",
+    "ttlSecondsAfterFinished": "Seconds a finished job is kept before cleanup (null: forever).",
+    "activeDeadlineSeconds": "Seconds before a running job is stopped (null: no limit).",
+    "podSecurity": "Pod Security profile the pods meet: restricted (default) or baseline.",
+}
+
+
+def _dump(key: str, value: Any) -> str:
+    return yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096)
+
+
+def commented_spec_yaml(spec: JobSpec) -> str:
+    lines = [
+        "# ddpctl job spec. Precedence: " + describe_sources() + ".",
+        "# Render with `ddpctl render`, run here with `ddpctl run --local`, submit with `ddpctl submit`.",
+        "",
+    ]
+    for key, value in spec.to_dict().items():
+        lines.append(f"# {FIELD_DOCS[key]}")
+        lines.append(_dump(key, value).rstrip("\n"))
+    return "\n".join(lines) + "\n"
