@@ -1,0 +1,160 @@
+"""Atomic checkpoint files: write a temp file in the same directory, fsync, rename, fsync the dir.
+
+A reader therefore sees either the previous complete file or the new complete file, never half
+of one. Files are ``<dir>/ckpt-<step:08d>.pt`` (full) or ``<dir>/ckpt-<step:08d>/`` (FSDP
+sharded, a torch.distributed.checkpoint directory plus ``trainer_state.pt``). Everything is
+loaded with ``weights_only=True``: payloads hold only tensors and plain Python values.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import CheckpointError
+
+FORMAT = "ddpctl-trainer/1"
+REQUIRED_KEYS = ("format", "model", "optimizer", "epoch", "step", "batches_done")
+_NAME = re.compile(r"^ckpt-(\d{8,})(\.pt)?$")
+_TMP = re.compile(r"^\.ckpt-\d{8,}(\.pt)?\.tmp")
+STATE_FILE = "trainer_state.pt"
+
+FAULT_IN_CHECKPOINT_ENV = "DDP_TRAINER_FAULT_IN_CHECKPOINT"
+
+
+def checkpoint_path(directory: Path, step: int, sharded: bool = False) -> Path:
+    return directory / (f"ckpt-{step:08d}" if sharded else f"ckpt-{step:08d}.pt")
+
+
+def _fsync_dir(directory: Path) -> None:
+    """Make the rename itself durable (POSIX: the directory entry lives in the directory)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fault_hook(step: int, restart_count: int) -> Callable[[Any], None] | None:
+    """Test hook: die with SIGKILL half-way through writing the checkpoint of step K (first attempt only)."""
+    raw = os.environ.get(FAULT_IN_CHECKPOINT_ENV)
+    if not raw or int(raw) != step or restart_count != 0:
+        return None
+
+    def die(f: Any) -> None:
+        f.flush()
+        size = f.tell()
+        f.truncate(size // 2)
+        f.flush()
+        os.fsync(f.fileno())
+        print(f"[fault] killing rank during checkpoint write of step {step}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    return die
+
+
+def atomic_save(obj: Any, path: Path, step: int = -1, restart_count: int = 0) -> None:
+    """``torch.save`` to ``path`` so that a crash at any point leaves no partial ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.parent / f".{path.name}.tmp.{os.getpid()}"
+    hook = _fault_hook(step, restart_count)
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            if hook is not None:
+                hook(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """Complete-looking checkpoints, newest (highest step) first."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for entry in directory.iterdir():
+        m = _NAME.match(entry.name)
+        if m:
+            found.append((int(m.group(1)), entry))
+    return sorted(found, key=lambda t: t[0], reverse=True)
+
+
+def remove_stale_temps(directory: Path) -> None:
+    """Delete temp files left by a writer that died before its rename."""
+    if not directory.is_dir():
+        return
+    for entry in directory.iterdir():
+        if _TMP.match(entry.name):
+            if entry.is_dir():
+                shutil.rmtree(entry, ignore_errors=True)
+            else:
+                entry.unlink(missing_ok=True)
+
+
+def load_file(path: Path) -> dict[str, Any]:
+    """Load and check one full checkpoint; ``CheckpointError`` if unreadable or not ours."""
+    target = path / STATE_FILE if path.is_dir() else path
+    try:
+        payload = torch.load(target, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - corrupt zip, pickle errors, permissions ...
+        raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise CheckpointError(f"checkpoint {path} is not a ddpctl-trainer checkpoint (format {FORMAT})")
+    missing = [k for k in REQUIRED_KEYS if k not in payload]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} lacks {', '.join(missing)}")
+    if path.is_dir():
+        if not (path / ".metadata").is_file():
+            raise CheckpointError(f"sharded checkpoint {path} has no .metadata")
+        payload["sharded_dir"] = str(path)
+    return payload
+
+
+def find_latest(directory: Path, warn: Callable[[str], None]) -> tuple[Path, dict[str, Any]] | None:
+    """The newest checkpoint that loads; corrupt or partial ones are skipped with a warning."""
+    for _, path in list_checkpoints(directory):
+        try:
+            return path, load_file(path)
+        except CheckpointError as exc:
+            warn(f"skipping {exc}")
+    return None
+
+
+def prune(directory: Path, keep_last: int) -> list[Path]:
+    """Delete all but the newest ``keep_last`` checkpoints; returns what was removed."""
+    removed = []
+    for _, path in list_checkpoints(directory)[keep_last:]:
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(path)
+    if removed:
+        _fsync_dir(directory)
+    return removed
+
+
+def publish_dir(tmp_dir: Path, final: Path) -> None:
+    """Rename a finished sharded-checkpoint directory into place, durably."""
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp_dir, final)
+    _fsync_dir(final.parent)

@@ -1,0 +1,307 @@
+"""Command-line flags -> a frozen ``TrainConfig``.
+
+Every flag can also come from an environment variable ``DDP_TRAINER_<FLAG>`` (dashes become
+underscores, e.g. ``DDP_TRAINER_BATCH_SIZE=64``); a flag on the command line wins. That lets a
+Kubernetes manifest tune a job without rewriting the container's command.
+
+Nothing here imports torch: parsing and the checks that need no process group run first, on
+every rank alike, so bad input stops all ranks the same way instead of leaving some waiting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .errors import PROG, UsageError
+
+ENV_PREFIX = "DDP_TRAINER_"
+
+STRATEGIES = ("ddp", "fsdp", "dp")
+BACKENDS = ("auto", "gloo", "nccl")
+BUILTIN_MODELS = ("convnet", "resnet18", "resnet50")
+DATASETS = ("synthetic", "cifar10", "imagefolder")
+OPTIMIZERS = ("sgd", "adamw")
+SCHEDULERS = ("none", "cosine", "step")
+DTYPES = ("float32", "float64")
+PROGRESS = ("auto", "bar", "lines", "none")
+FSDP_STATE_DICTS = ("full", "sharded")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a run needs, validated; immutable so no code path edits it by accident."""
+
+    # what to train
+    model: str = "convnet"
+    dataset: str = "synthetic"
+    data_dir: str | None = None
+    download: bool = False
+    synthetic_samples: int = 1024
+    eval_samples: int = 256
+    image_size: int = 32
+    num_classes: int = 10
+    # how
+    strategy: str = "ddp"
+    backend: str = "auto"
+    epochs: int = 2
+    batch_size: int | None = 32
+    global_batch_size: int | None = None
+    max_steps: int = 0
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 0.0
+    optimizer: str = "sgd"
+    scheduler: str = "none"
+    grad_accum: int = 1
+    clip_grad: float = 0.0
+    bf16: bool = False
+    dtype: str = "float32"
+    compile: bool = False
+    channels_last: bool = False
+    seed: int = 0
+    eval: bool = True
+    # data loading
+    num_workers: int = 0
+    pin_memory: bool | None = None
+    persistent_workers: bool = True
+    prefetch_factor: int = 2
+    # DDP knobs
+    bucket_cap_mb: float = 25.0
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = False
+    find_unused_parameters: bool = False
+    # checkpoints
+    checkpoint_dir: str = "./checkpoints"
+    keep_last: int = 3
+    save_every: str = "epoch"
+    resume: str = "auto"
+    fsdp_state_dict: str = "full"
+    save_final: str | None = None
+    # output
+    metrics_file: str | None = None
+    log_every: int = 10
+    progress: str = "auto"
+    timeout_s: int = 1800
+
+    @property
+    def save_every_steps(self) -> int:
+        """Steps between checkpoints; 0 means once per epoch only."""
+        return 0 if self.save_every in ("epoch", "0") else int(self.save_every)
+
+    def per_process_batch(self, world_size: int) -> int:
+        """The batch each process loads per micro-step."""
+        if self.global_batch_size is not None:
+            return self.global_batch_size // (world_size * self.grad_accum)
+        assert self.batch_size is not None
+        return self.batch_size
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only, so the dict can go into a weights_only checkpoint and JSON."""
+        return dataclasses.asdict(self)
+
+
+def _bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {text!r}")
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser whose errors become one-line ``UsageError``s (no usage dump)."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """All flags, grouped as in ``--help``."""
+    p = _Parser(
+        prog=PROG,
+        description="Train a model with PyTorch DDP/FSDP. Run under torchrun for several processes; "
+        f"every flag may also be set as an environment variable {ENV_PREFIX}<FLAG>.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    bo = argparse.BooleanOptionalAction
+    g = p.add_argument_group("model and data")
+    g.add_argument("--model", default="convnet",
+                   help=f"one of {', '.join(BUILTIN_MODELS)}, or module:factory for your own nn.Module")
+    g.add_argument("--dataset", default="synthetic", choices=DATASETS)
+    g.add_argument("--data-dir", default=None, help="dataset root (cifar10, imagefolder)")
+    g.add_argument("--download", action=bo, default=False, help="download cifar10 into --data-dir if missing")
+    g.add_argument("--synthetic-samples", type=int, default=1024, help="training samples of the synthetic dataset")
+    g.add_argument("--eval-samples", type=int, default=256, help="evaluation samples of the synthetic dataset")
+    g.add_argument("--image-size", type=int, default=32, help="synthetic/imagefolder image side")
+    g.add_argument("--num-classes", type=int, default=10, help="classes of the synthetic dataset")
+
+    g = p.add_argument_group("training")
+    g.add_argument("--strategy", default="ddp", choices=STRATEGIES)
+    g.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: nccl with CUDA, gloo otherwise")
+    g.add_argument("--epochs", type=int, default=2)
+    g.add_argument("--batch-size", type=int, default=None, help="batch per process (default 32)")
+    g.add_argument("--global-batch-size", type=int, default=None,
+                   help="batch over all processes and accumulation steps (instead of --batch-size)")
+    g.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps (0: no limit)")
+    g.add_argument("--lr", type=float, default=0.05)
+    g.add_argument("--momentum", type=float, default=0.9)
+    g.add_argument("--weight-decay", type=float, default=0.0)
+    g.add_argument("--optimizer", default="sgd", choices=OPTIMIZERS)
+    g.add_argument("--scheduler", default="none", choices=SCHEDULERS)
+    g.add_argument("--grad-accum", type=int, default=1, help="micro-batches per optimizer step (no_sync between)")
+    g.add_argument("--clip-grad", type=float, default=0.0, help="max gradient norm (0: off)")
+    g.add_argument("--bf16", action=bo, default=False, help="bfloat16 autocast")
+    g.add_argument("--dtype", default="float32", choices=DTYPES, help="parameter dtype (float64 for exact tests)")
+    g.add_argument("--compile", action=bo, default=False, help="torch.compile the wrapped model")
+    g.add_argument("--channels-last", action=bo, default=False, help="channels_last memory format")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--eval", action=bo, default=True, help="evaluate after every epoch")
+
+    g = p.add_argument_group("data loading")
+    g.add_argument("--num-workers", type=int, default=0, help="DataLoader worker processes per rank")
+    g.add_argument("--pin-memory", action=bo, default=None, help="pinned host memory (default: on with CUDA)")
+    g.add_argument("--persistent-workers", action=bo, default=True)
+    g.add_argument("--prefetch-factor", type=int, default=2)
+
+    g = p.add_argument_group("DDP")
+    g.add_argument("--bucket-cap-mb", type=float, default=25.0)
+    g.add_argument("--gradient-as-bucket-view", action=bo, default=True)
+    g.add_argument("--static-graph", action=bo, default=False)
+    g.add_argument("--find-unused-parameters", action=bo, default=False)
+
+    g = p.add_argument_group("checkpoints")
+    g.add_argument("--checkpoint-dir", default="./checkpoints")
+    g.add_argument("--keep-last", type=int, default=3, help="checkpoints to keep")
+    g.add_argument("--save-every", default="epoch", help="'epoch' or a number of optimizer steps")
+    g.add_argument("--resume", default="auto",
+                   help="'auto' (newest valid checkpoint in --checkpoint-dir), 'never', or a checkpoint path")
+    g.add_argument("--fsdp-state-dict", default="full", choices=FSDP_STATE_DICTS,
+                   help="fsdp checkpoints: one full file from rank 0, or sharded (needs a shared --checkpoint-dir)")
+    g.add_argument("--save-final", default=None,
+                   help="also write the final model weights here ({rank} in the path: every rank writes)")
+
+    g = p.add_argument_group("output")
+    g.add_argument("--metrics-file", default=None, help="JSON lines of metrics, written by rank 0")
+    g.add_argument("--log-every", type=int, default=10, help="optimizer steps between progress lines")
+    g.add_argument("--progress", default="auto", choices=PROGRESS,
+                   help="auto: a bar on rank 0 when stderr is a terminal, plain lines otherwise")
+    g.add_argument("--timeout-s", type=int, default=1800, help="process-group timeout")
+    return p
+
+
+def _env_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:
+    """Turn ``DDP_TRAINER_<FLAG>`` variables into defaults (the command line still wins)."""
+    for action in parser._actions:  # argparse has no public iterator over actions
+        if not action.option_strings or action.dest == "help":
+            continue
+        name = ENV_PREFIX + action.dest.upper()
+        if name not in env:
+            continue
+        raw = env[name]
+        flag = action.option_strings[0]
+        try:
+            if isinstance(action, argparse.BooleanOptionalAction):
+                value: Any = _bool(raw)
+            elif action.type is not None:
+                value = action.type(raw)  # type: ignore[misc, operator]
+            else:
+                value = raw
+        except ValueError:
+            raise UsageError(f"{name}={raw!r} is not a valid value for {flag}") from None
+        if action.choices is not None and value not in action.choices:
+            raise UsageError(f"{name}={raw!r}: {flag} must be one of {', '.join(map(str, action.choices))}")
+        parser.set_defaults(**{action.dest: value})
+
+
+def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> TrainConfig:
+    """Parse flags (and env defaults) into a ``TrainConfig``; raise ``UsageError`` on bad input."""
+    env = os.environ if env is None else env
+    parser = build_parser()
+    _env_defaults(parser, env)
+    ns = parser.parse_args(argv)
+    values = vars(ns)
+    if values["batch_size"] is not None and values["global_batch_size"] is not None:
+        raise UsageError("--batch-size and --global-batch-size are exclusive: give only one")
+    if values["batch_size"] is None and values["global_batch_size"] is None:
+        values["batch_size"] = 32
+    cfg = TrainConfig(**values)
+    validate_static(cfg)
+    return cfg
+
+
+def validate_static(cfg: TrainConfig) -> None:
+    """Checks that need neither torch nor the world size."""
+    positive = {
+        "--epochs": cfg.epochs,
+        "--grad-accum": cfg.grad_accum,
+        "--synthetic-samples": cfg.synthetic_samples,
+        "--image-size": cfg.image_size,
+        "--log-every": cfg.log_every,
+        "--keep-last": cfg.keep_last,
+        "--timeout-s": cfg.timeout_s,
+        "--prefetch-factor": cfg.prefetch_factor,
+    }
+    if cfg.batch_size is not None:
+        positive["--batch-size"] = cfg.batch_size
+    if cfg.global_batch_size is not None:
+        positive["--global-batch-size"] = cfg.global_batch_size
+    for flag, value in positive.items():
+        if value < 1:
+            raise UsageError(f"{flag} must be at least 1, got {value}")
+    for flag, value in {"--num-workers": cfg.num_workers, "--max-steps": cfg.max_steps,
+                        "--eval-samples": cfg.eval_samples}.items():
+        if value < 0:
+            raise UsageError(f"{flag} must be 0 or more, got {value}")
+    if cfg.num_classes < 2:
+        raise UsageError(f"--num-classes must be at least 2, got {cfg.num_classes}")
+    if cfg.lr <= 0:
+        raise UsageError(f"--lr must be positive, got {cfg.lr}")
+    if cfg.clip_grad < 0:
+        raise UsageError(f"--clip-grad must be 0 (off) or positive, got {cfg.clip_grad}")
+    if cfg.bucket_cap_mb <= 0:
+        raise UsageError(f"--bucket-cap-mb must be positive, got {cfg.bucket_cap_mb}")
+    if not (cfg.save_every == "epoch" or cfg.save_every.isdigit()):
+        raise UsageError(f"--save-every must be 'epoch' or a number of steps, got {cfg.save_every!r}")
+    if cfg.model not in BUILTIN_MODELS and ":" not in cfg.model:
+        raise UsageError(
+            f"unknown --model {cfg.model!r}: use one of {', '.join(BUILTIN_MODELS)} or module:factory"
+        )
+    if cfg.bf16 and cfg.dtype == "float64":
+        raise UsageError("--bf16 and --dtype float64 conflict: drop one")
+    if cfg.dataset in ("cifar10", "imagefolder"):
+        if not cfg.data_dir:
+            raise UsageError(f"--dataset {cfg.dataset} needs --data-dir DIR")
+        path = Path(cfg.data_dir)
+        if not path.is_dir() and not (cfg.dataset == "cifar10" and cfg.download):
+            hint = " (or add --download)" if cfg.dataset == "cifar10" else ""
+            raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory{hint}")
+    if cfg.resume not in ("auto", "never") and not cfg.resume:
+        raise UsageError("--resume must be 'auto', 'never' or a checkpoint path")
+
+
+def validate_for_world(cfg: TrainConfig, world_size: int) -> None:
+    """Checks that depend on the number of processes (known from the environment before init)."""
+    if cfg.strategy == "dp" and world_size > 1:
+        raise UsageError(
+            f"--strategy dp is single-process (nn.DataParallel) but WORLD_SIZE is {world_size}: "
+            "use --strategy ddp under torchrun, or run dp with one process"
+        )
+    if cfg.global_batch_size is not None:
+        per_step = world_size * cfg.grad_accum
+        if cfg.global_batch_size < per_step:
+            raise UsageError(
+                f"--global-batch-size {cfg.global_batch_size} is smaller than the world size x --grad-accum "
+                f"({world_size} x {cfg.grad_accum} = {per_step}): give at least {per_step}"
+            )
+        if cfg.global_batch_size % per_step:
+            raise UsageError(
+                f"--global-batch-size {cfg.global_batch_size} is not divisible by world size x --grad-accum "
+                f"({per_step}): use a multiple of {per_step}"
+            )

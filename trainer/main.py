@@ -1,0 +1,91 @@
+"""Entry point: parse, check, set up the process group, train, tear down; errors as one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+from collections.abc import Sequence
+from types import FrameType
+
+from .errors import EXIT_FAILURE, EXIT_OK, EXIT_SIGTERM, Terminated, TrainerError, TrainerFailure, print_error
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise Terminated()
+
+
+def _is_peer_failure(exc: BaseException) -> bool:
+    """Collective errors caused by another process dying: report them as one line."""
+    try:
+        import torch.distributed as dist
+
+        if isinstance(exc, dist.DistError):
+            return True
+    except ImportError:  # pragma: no cover
+        pass
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and any(
+        s in text for s in ("Connection closed by peer", "Connection reset by peer", "gloo", "NCCL", "Broken pipe")
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the trainer; returns the process exit code (0 ok, 1 failure, 2 usage, 143 SIGTERM)."""
+    previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    rank_label = ""
+    show = True
+    try:
+        from .config import parse_args, validate_for_world
+        from .dist import detect
+
+        # Everything that can be checked without a process group is checked here, identically
+        # on every rank, so bad input makes all ranks stop instead of some waiting forever.
+        ctx = None
+        ctx = detect()
+        cfg = parse_args(argv)
+        validate_for_world(cfg, ctx.world_size)
+        if ctx.world_size > 1:
+            rank_label = f"[rank {ctx.rank}] "
+
+        import torch
+
+        from .dist import resolve_backend, setup
+        from .models import check_model_spec
+        from .trainer import run_trainer
+
+        check_model_spec(cfg.model)
+        backend = resolve_backend(cfg.backend, torch.cuda.is_available())
+        device = setup(ctx, backend, cfg.timeout_s, need_group=cfg.strategy == "fsdp")
+        run_trainer(cfg, ctx, device, backend)
+        return EXIT_OK
+    except TrainerError as exc:
+        # Usage errors are the same on every rank: one line per node is enough.
+        show = exc.exit_code != 2 or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0
+        if show:
+            print_error(str(exc), rank_label if exc.exit_code != 2 else "")
+        return exc.exit_code
+    except Terminated:
+        print_error("stopped by SIGTERM", rank_label)
+        return EXIT_SIGTERM
+    except KeyboardInterrupt:
+        print_error("interrupted", rank_label)
+        return 130
+    except Exception as exc:  # noqa: BLE001
+        if _is_peer_failure(exc):
+            first = " ".join(str(exc).split())[:300]
+            print_error(f"a collective failed, most likely another rank died: {first}", rank_label)
+            return EXIT_FAILURE
+        traceback.print_exc()
+        print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", rank_label)
+        return EXIT_FAILURE
+    finally:
+        if "torch" in sys.modules:  # nothing to tear down before torch was even imported
+            from .dist import teardown
+
+            teardown()
+        signal.signal(signal.SIGTERM, previous)
+
+
+__all__ = ["main", "TrainerFailure"]

@@ -1,0 +1,102 @@
+"""Models: the article's small conv net (grown into a classifier), torchvision ResNets, or yours.
+
+``convnet`` has no BatchNorm on purpose: BatchNorm statistics are per process, so a model with
+it does not train identically on 1 and N processes, and the equivalence tests need that it does.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+
+import torch
+from torch import nn
+
+from .errors import UsageError
+
+
+class ConvNet(nn.Module):
+    """Two conv blocks and two linear layers; works for any image size (adaptive pooling)."""
+
+    def __init__(self, num_classes: int = 10, in_channels: int = 3) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(in_channels, 16, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.MaxPool2d(2),
+            nn.Conv2d(16, 32, 3, padding=1),
+            nn.ReLU(inplace=True),
+            nn.AdaptiveAvgPool2d(4),
+        )
+        self.classifier = nn.Sequential(
+            nn.Flatten(),
+            nn.Linear(32 * 4 * 4, 64),
+            nn.ReLU(inplace=True),
+            nn.Linear(64, num_classes),
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.classifier(self.features(x))
+
+
+def _torchvision_model(name: str, num_classes: int) -> nn.Module:
+    try:
+        import torchvision
+    except ImportError:
+        raise UsageError(f"--model {name} needs torchvision, which this image lacks: pip install torchvision") from None
+    return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
+
+
+def _user_model(spec: str, num_classes: int) -> nn.Module:
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"--model {spec!r}: a custom model is written module:factory, e.g. mypkg.models:build")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--model {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UsageError(f"--model {spec!r}: {module_name} has no callable {attr!r}")
+    try:
+        params = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        params = {}
+    model = factory(num_classes=num_classes) if "num_classes" in params else factory()
+    if not isinstance(model, nn.Module):
+        raise UsageError(f"--model {spec!r}: the factory returned {type(model).__name__}, not a torch nn.Module")
+    return model
+
+
+def check_model_spec(spec: str) -> None:
+    """Fail early (before the process group) on a custom model that cannot be imported."""
+    if ":" in spec:
+        module_name, _, attr = spec.partition(":")
+        if not module_name or not attr:
+            raise UsageError(f"--model {spec!r}: a custom model is written module:factory, e.g. mypkg.models:build")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise UsageError(f"--model {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+        if not callable(getattr(module, attr, None)):
+            raise UsageError(f"--model {spec!r}: {module_name} has no callable {attr!r}")
+    elif spec in ("resnet18", "resnet50"):
+        _torchvision_model_available(spec)
+
+
+def _torchvision_model_available(name: str) -> None:
+    try:
+        import torchvision  # noqa: F401
+    except ImportError:
+        raise UsageError(f"--model {name} needs torchvision, which this image lacks: pip install torchvision") from None
+
+
+def build_model(spec: str, num_classes: int, in_channels: int = 3) -> nn.Module:
+    """The model named by ``--model``, on the CPU in float32 (the trainer moves it)."""
+    if spec == "convnet":
+        return ConvNet(num_classes, in_channels)
+    if spec in ("resnet18", "resnet50"):
+        return _torchvision_model(spec, num_classes)
+    if ":" in spec:
+        return _user_model(spec, num_classes)
+    raise UsageError(f"unknown --model {spec!r}: use one of convnet, resnet18, resnet50 or module:factory")

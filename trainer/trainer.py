@@ -1,0 +1,531 @@
+"""The ``Trainer``: wrap the model, train, evaluate exactly, checkpoint and resume.
+
+Order of operations follows PyTorch's DDP recipe: model on the local device, wrap (DDP, FSDP
+or DataParallel), create the optimizer *after* wrapping, then load a checkpoint (through the
+``torch.distributed.checkpoint.state_dict`` helpers, which fit every wrapper, so a checkpoint
+written under ``ddp`` resumes under ``fsdp`` and the other way round).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import random
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_optimizer_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+)
+
+from . import checkpoint as ckpt
+from . import dist as d
+from .config import TrainConfig
+from .data import build_data
+from .dist import DistContext
+from .errors import CheckpointError, TrainerError, TrainerFailure
+from .metrics import MetricsLog, Progress
+from .models import build_model
+
+FAULT_AT_STEP_ENV = "DDP_TRAINER_FAULT_AT_STEP"
+FAULT_RANK_ENV = "DDP_TRAINER_FAULT_RANK"
+
+_FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
+
+
+def warn(message: str) -> None:
+    print(f"ddpctl-trainer: warning: {message}", file=sys.stderr, flush=True)
+
+
+def rng_state() -> dict[str, Any]:
+    """This process's RNG states as tensors and plain values (loadable with weights_only)."""
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": random.getstate()}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    try:
+        import numpy as np
+
+        np_state = np.random.get_state()
+        state["numpy"] = [np_state[0], torch.from_numpy(np_state[1].astype("int64")), *np_state[2:]]
+    except ImportError:
+        pass
+    return state
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+    if "numpy" in state:
+        try:
+            import numpy as np
+
+            name, key, *rest = state["numpy"]
+            np.random.set_state((name, key.numpy().astype("uint32"), *rest))
+        except ImportError:
+            pass
+
+
+class Trainer:
+    """Owns the model, optimizer, data and the training position (epoch, step, batch)."""
+
+    def __init__(self, cfg: TrainConfig, ctx: DistContext, device: torch.device, backend: str) -> None:
+        self.cfg = cfg
+        self.ctx = ctx
+        self.device = device
+        self.backend = backend
+        self.dtype = torch.float64 if cfg.dtype == "float64" else torch.float32
+        self.batch = cfg.per_process_batch(ctx.world_size)
+        self.global_batch = self.batch * ctx.world_size * cfg.grad_accum
+        pin = cfg.pin_memory if cfg.pin_memory is not None else device.type == "cuda"
+        self.non_blocking = pin and device.type == "cuda"
+        self.data = build_data(cfg, ctx, self.batch, pin)
+        # The loader draws its worker seed from its own generator, reseeded each epoch, so the
+        # global RNG stream does not depend on when an iterator was created (exact resume).
+        self.loader_generator = torch.Generator()
+        self.data.train_loader.generator = self.loader_generator
+        self.batches_per_epoch = math.ceil(self.data.train_sampler.num_samples / self.batch)
+        self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum)
+
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
+        raw = build_model(cfg.model, self.data.num_classes, self.data.in_channels)
+        raw = raw.to(device=device, dtype=self.dtype)
+        if cfg.channels_last:
+            raw = raw.to(memory_format=torch.channels_last)
+        self.raw_model, self.model = self._wrap(raw)
+        self.optimizer = self._make_optimizer()
+        self.scheduler = self._make_scheduler()
+        self.autocast = (
+            torch.autocast(device_type=device.type, dtype=torch.bfloat16) if cfg.bf16 else contextlib.nullcontext()
+        )
+
+        self.epoch = 0
+        self.step = 0
+        self.batches_done = 0  # micro-batches of self.epoch already trained (this rank)
+        self._last_saved_step = -1
+        self._first_step_logged = False
+        self._fault_step = int(os.environ.get(FAULT_AT_STEP_ENV, "0") or 0)
+        self._fault_rank = int(os.environ.get(FAULT_RANK_ENV, "0") or 0)
+        self.ckpt_dir = Path(cfg.checkpoint_dir)
+        self.metrics = MetricsLog(cfg.metrics_file, ctx.is_main)
+        self.progress = Progress(cfg.progress, ctx.rank, cfg.epochs)
+        self.started = time.time()
+
+    # ----------------------------------------------------------------------------- setup
+    def _wrap(self, raw: nn.Module) -> tuple[nn.Module, nn.Module]:
+        """Returns (module whose parameters/state dict we save, module we call)."""
+        cfg = self.cfg
+        model: nn.Module = raw
+        if cfg.strategy == "ddp" and self.ctx.is_distributed:
+            from torch.nn.parallel import DistributedDataParallel as DDP
+
+            model = DDP(
+                raw,
+                device_ids=[self.device.index] if self.device.type == "cuda" else None,
+                bucket_cap_mb=cfg.bucket_cap_mb,
+                gradient_as_bucket_view=cfg.gradient_as_bucket_view,
+                static_graph=cfg.static_graph,
+                find_unused_parameters=cfg.find_unused_parameters,
+            )
+        elif cfg.strategy == "fsdp":
+            from torch.distributed.fsdp import fully_shard
+
+            # FULL_SHARD: parameters, gradients and optimizer state sharded; each top-level
+            # block is its own unit so only one block's full parameters exist at a time.
+            for child in raw.children():
+                if any(p.requires_grad for p in child.parameters()):
+                    fully_shard(child, reshard_after_forward=True)
+            fully_shard(raw, reshard_after_forward=True)
+            model = raw
+        elif cfg.strategy == "dp":
+            model = nn.DataParallel(raw) if torch.cuda.device_count() > 1 else raw
+        if cfg.compile:
+            model = torch.compile(model)  # type: ignore[assignment]
+        return raw, model
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        params = [p for p in self.raw_model.parameters() if p.requires_grad]
+        if self.cfg.optimizer == "adamw":
+            return torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        return torch.optim.SGD(params, lr=self.cfg.lr, momentum=self.cfg.momentum, weight_decay=self.cfg.weight_decay)
+
+    def _make_scheduler(self) -> torch.optim.lr_scheduler.LRScheduler | None:
+        total = self.steps_per_epoch * self.cfg.epochs
+        if self.cfg.max_steps:
+            total = min(total, self.cfg.max_steps)
+        if self.cfg.scheduler == "cosine":
+            return torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=max(total, 1))
+        if self.cfg.scheduler == "step":
+            return torch.optim.lr_scheduler.StepLR(self.optimizer, step_size=max(total // 3, 1), gamma=0.1)
+        return None
+
+    # ----------------------------------------------------------------------------- data
+    def _to_device(self, x: torch.Tensor, y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        x = x.to(self.device, non_blocking=self.non_blocking)
+        y = y.to(self.device, non_blocking=self.non_blocking)
+        if self.data.normalize is not None:  # uint8 images: normalise the whole batch at once
+            mean, std = (torch.tensor(v, device=self.device, dtype=self.dtype).view(1, -1, 1, 1)
+                         for v in self.data.normalize)
+            x = (x.to(self.dtype) / 255.0 - mean) / std
+        elif x.dtype != self.dtype:
+            x = x.to(self.dtype)
+        if self.cfg.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        return x, y
+
+    # ----------------------------------------------------------------------------- loop
+    @contextlib.contextmanager
+    def _grad_sync(self, sync: bool) -> Iterator[None]:
+        """Skip the gradient all-reduce on accumulation micro-steps (DDP ``no_sync``)."""
+        if sync or not self.ctx.is_distributed:
+            yield
+            return
+        if self.cfg.strategy == "ddp":
+            wrapped = getattr(self.model, "_orig_mod", self.model)
+            with wrapped.no_sync():  # type: ignore[operator]
+                yield
+        elif self.cfg.strategy == "fsdp":
+            self.raw_model.set_requires_gradient_sync(False)  # type: ignore[operator]
+            try:
+                yield
+            finally:
+                self.raw_model.set_requires_gradient_sync(True)  # type: ignore[operator]
+        else:
+            yield
+
+    def _optimizer_step(self) -> None:
+        if self.cfg.clip_grad > 0:
+            torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.cfg.clip_grad)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.scheduler is not None:
+            self.scheduler.step()
+        self.step += 1
+
+    def fit(self) -> None:
+        """Train from the current position to the end (or ``--max-steps``), checkpointing."""
+        cfg = self.cfg
+        self.metrics.emit(
+            "start", world_size=self.ctx.world_size, strategy=cfg.strategy, backend=self.backend,
+            model=cfg.model, dataset=cfg.dataset, batch_per_process=self.batch, global_batch=self.global_batch,
+            steps_per_epoch=self.steps_per_epoch, epochs=cfg.epochs, restart=self.ctx.restart_count,
+            launcher=self.ctx.launcher, resumed_step=self.step,
+        )
+        if self.ctx.is_main:
+            self.progress.line(
+                f"world size {self.ctx.world_size} ({cfg.strategy}, {self.backend}, {self.device.type}), "
+                f"batch {self.batch}/process = {self.global_batch} global, {self.steps_per_epoch} steps/epoch"
+            )
+        self.model.train()
+        t0 = time.perf_counter()
+        steps0 = self.step
+        done = self._max_steps_reached()
+        while self.epoch < cfg.epochs and not done:
+            done = self._train_epoch()
+            if self.batches_done == 0:  # the epoch ended (not cut short by --max-steps)
+                if self.data.eval_loader is not None:
+                    self.evaluate()
+                self.epoch += 1
+                self.save_checkpoint()
+        elapsed = time.perf_counter() - t0
+        if self.step != self._last_saved_step:
+            self.save_checkpoint()
+        if cfg.save_final:
+            self.save_final(cfg.save_final)
+        steps_run = self.step - steps0
+        rate = steps_run * self.global_batch / elapsed if elapsed > 0 else 0.0
+        self.metrics.emit("done", step=self.step, epoch=self.epoch, elapsed_s=elapsed, samples_per_s=rate,
+                          steps=steps_run)
+        if self.ctx.is_main:
+            self.progress.line(f"done: {self.step} steps, {rate:.1f} samples/s (global), {elapsed:.1f}s")
+        self.metrics.close()
+
+    def _max_steps_reached(self) -> bool:
+        return bool(self.cfg.max_steps) and self.step >= self.cfg.max_steps
+
+    def _train_epoch(self) -> bool:
+        """One (possibly partial, when resuming) epoch. Returns True when --max-steps stops training."""
+        cfg, epoch = self.cfg, self.epoch
+        accum, nb = cfg.grad_accum, self.batches_per_epoch
+        sampler = self.data.train_sampler
+        sampler.set_epoch(epoch)
+        sampler.set_start(self.batches_done * self.batch)
+        self.loader_generator.manual_seed(cfg.seed * 1_000_003 + epoch)
+        stats = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, samples
+        i = self.batches_done
+        self.progress.start_epoch(epoch, self.steps_per_epoch, i // accum)
+        t_last = time.perf_counter()
+        try:
+            for x, y in self.data.train_loader:
+                x, y = self._to_device(x, y)
+                group = (i // accum) * accum
+                group_len = min(accum, nb - group)
+                last = i - group == group_len - 1
+                with self._grad_sync(last):
+                    with self.autocast:
+                        out = self.model(x)
+                        loss = F.cross_entropy(out, y)
+                    (loss / group_len if group_len > 1 else loss).backward()
+                with torch.no_grad():
+                    n = y.shape[0]
+                    stats += torch.stack([
+                        loss.detach().double() * n,
+                        (out.detach().argmax(1) == y).sum().double(),
+                        torch.tensor(float(n), dtype=torch.float64, device=self.device),
+                    ])
+                i += 1
+                self.batches_done = i
+                if not last:
+                    continue
+                self._optimizer_step()
+                if not self._first_step_logged:
+                    self._first_step_logged = True
+                    self.metrics.emit("first_step", step=self.step, since_start_s=time.time() - self.started)
+                self.progress.step()
+                step_in_epoch = math.ceil(i / accum)
+                if self.step % cfg.log_every == 0 or i == nb:
+                    stats, t_last = self._log(stats, t_last, step_in_epoch)
+                if i == nb:  # position: the start of the next epoch
+                    self.batches_done = 0
+                self._maybe_fault()
+                if cfg.save_every_steps and self.step % cfg.save_every_steps == 0 and self.batches_done != 0:
+                    self.save_checkpoint()
+                if self._max_steps_reached():
+                    return True
+        finally:
+            self.progress.end_epoch()
+        self.batches_done = 0
+        return False
+
+    def _log(self, stats: torch.Tensor, t_last: float, step_in_epoch: int) -> tuple[torch.Tensor, float]:
+        """Reduce the interval's loss/accuracy across ranks (one collective) and report it."""
+        now = time.perf_counter()
+        local_samples = float(stats[2].item())
+        if d.group_active():
+            dist.all_reduce(stats)
+        loss_sum, correct, count = stats.tolist()
+        dt = max(now - t_last, 1e-9)
+        rate_local = local_samples / dt
+        rate_global = count / dt
+        loss = loss_sum / max(count, 1.0)
+        self.progress.report(self.epoch, step_in_epoch, self.steps_per_epoch, loss, rate_local)
+        self.metrics.emit("train", epoch=self.epoch, step=self.step, loss=loss, accuracy=correct / max(count, 1.0),
+                          samples=int(count), samples_per_s=rate_global, lr=self.optimizer.param_groups[0]["lr"])
+        return torch.zeros_like(stats), time.perf_counter()
+
+    def _maybe_fault(self) -> None:
+        """Test hook: SIGKILL this rank after step K on the first attempt (see tests/trainer)."""
+        if (self._fault_step and self.step == self._fault_step and self.ctx.rank == self._fault_rank
+                and self.ctx.restart_count == 0):
+            print(f"[fault] killing rank {self.ctx.rank} at step {self.step}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # ----------------------------------------------------------------------------- eval
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        """Loss and accuracy over the whole evaluation set, each sample counted exactly once."""
+        assert self.data.eval_loader is not None
+        # DDP needs no wrapper for a forward pass (every rank holds the same weights); FSDP does.
+        model = self.raw_model if self.cfg.strategy == "ddp" else self.model
+        model.eval()
+        totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+        for x, y, valid in self.data.eval_loader:
+            x, y = self._to_device(x, y)
+            valid = valid.to(self.device)
+            with self.autocast:
+                out = model(x)
+            losses = F.cross_entropy(out.float(), y, reduction="none")
+            totals[0] += (losses.double() * valid).sum()
+            totals[1] += ((out.argmax(1) == y) & valid).sum()
+            totals[2] += valid.sum()
+        if d.group_active():
+            dist.all_reduce(totals)
+        model.train()
+        loss_sum, correct, count = totals.tolist()
+        result = {"loss": loss_sum / max(count, 1.0), "accuracy": correct / max(count, 1.0), "samples": int(count)}
+        self.metrics.emit("eval", epoch=self.epoch, step=self.step, **result)
+        self.progress.line(
+            f"eval epoch {self.epoch + 1}/{self.cfg.epochs}: loss {result['loss']:.4f} "
+            f"accuracy {result['accuracy']:.4f} ({result['samples']} samples)"
+        )
+        return result
+
+    # ----------------------------------------------------------------------------- checkpoints
+    def _position(self) -> dict[str, Any]:
+        return {
+            "epoch": self.epoch,
+            "step": self.step,
+            "batches_done": self.batches_done,
+            "samples_done": self.batches_done * self.batch * self.ctx.world_size,
+            "world_size": self.ctx.world_size,
+            "batch_per_process": self.batch,
+            "grad_accum": self.cfg.grad_accum,
+        }
+
+    def save_checkpoint(self) -> None:
+        """Write a checkpoint of the current position (collective: every rank calls it)."""
+        sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
+        rngs = d.all_gather_object(rng_state())
+        payload: dict[str, Any] = {
+            "format": ckpt.FORMAT,
+            **self._position(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "rng": rngs,
+            "config": self.cfg.to_dict(),
+        }
+        path = ckpt.checkpoint_path(self.ckpt_dir, self.step, sharded)
+        if sharded:
+            self._save_sharded(payload, path)
+        else:
+            payload["model"] = get_model_state_dict(self.raw_model, options=_FULL)
+            payload["optimizer"] = get_optimizer_state_dict(self.raw_model, self.optimizer, options=_FULL)
+            if self.ctx.is_main:
+                ckpt.atomic_save(payload, path, self.step, self.ctx.restart_count)
+        if self.ctx.is_main:
+            removed = ckpt.prune(self.ckpt_dir, self.cfg.keep_last)
+            self.metrics.emit("checkpoint", step=self.step, epoch=self.epoch, path=str(path),
+                              removed=[str(p) for p in removed])
+        self._last_saved_step = self.step
+        d.barrier()
+
+    def _save_sharded(self, payload: dict[str, Any], final: Path) -> None:
+        import shutil
+
+        import torch.distributed.checkpoint as dcp
+
+        tmp = final.parent / f".{final.name}.tmp"
+        if self.ctx.is_main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        d.barrier()
+        state = {"model": get_model_state_dict(self.raw_model),
+                 "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer)}
+        dcp.save(state, checkpoint_id=str(tmp))
+        d.barrier()
+        if self.ctx.is_main:
+            payload.update(model={}, optimizer={}, sharded=True)
+            ckpt.atomic_save(payload, tmp / ckpt.STATE_FILE)
+            ckpt.publish_dir(tmp, final)
+
+    def resume(self) -> None:
+        """Load the newest valid checkpoint (rank 0 reads it; every rank gets it by broadcast).
+
+        The checkpoint directory need not be shared between nodes for full checkpoints: only
+        rank 0's copy is read.
+        """
+        cfg = self.cfg
+        if cfg.resume == "never":
+            return
+        msg: tuple[Any, ...] = ("none",)
+        if self.ctx.is_main:
+            try:
+                if cfg.resume == "auto":
+                    ckpt.remove_stale_temps(self.ckpt_dir)
+                    found = ckpt.find_latest(self.ckpt_dir, warn)
+                    if found is not None:
+                        msg = ("ok", str(found[0]), found[1])
+                else:
+                    path = Path(cfg.resume)
+                    if not path.exists():
+                        raise CheckpointError(f"--resume {path}: no such file")
+                    msg = ("ok", str(path), ckpt.load_file(path))
+            except TrainerError as exc:
+                msg = ("error", str(exc))
+        msg = d.broadcast_object(msg)  # type: ignore[assignment]
+        if msg[0] == "error":
+            raise CheckpointError(msg[1] if self.ctx.is_main else f"rank 0 could not load a checkpoint: {msg[1]}")
+        if msg[0] == "none":
+            return
+        _, path, payload = msg
+        try:
+            self._load(payload)
+        except TrainerError:
+            raise
+        except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            raise CheckpointError(
+                f"checkpoint {path} does not fit this run (--model {cfg.model}, --strategy {cfg.strategy}): "
+                f"{str(exc)[:300]}"
+            ) from None
+        self.metrics.emit("resume", path=path, step=self.step, epoch=self.epoch, batches_done=self.batches_done)
+        if self.ctx.is_main:
+            self.progress.line(f"resumed from {path} (epoch {self.epoch + 1}, step {self.step})")
+
+    def _load(self, payload: dict[str, Any]) -> None:
+        if payload.get("sharded"):
+            import torch.distributed.checkpoint as dcp
+
+            if self.cfg.strategy != "fsdp":
+                raise CheckpointError("a sharded checkpoint resumes only with --strategy fsdp")
+            state = {"model": get_model_state_dict(self.raw_model),
+                     "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer)}
+            dcp.load(state, checkpoint_id=payload["sharded_dir"])
+            set_model_state_dict(self.raw_model, state["model"])
+            set_optimizer_state_dict(self.raw_model, self.optimizer, state["optimizer"])
+        else:
+            full = StateDictOptions(full_state_dict=True)
+            set_model_state_dict(self.raw_model, payload["model"], options=full)
+            set_optimizer_state_dict(self.raw_model, self.optimizer, payload["optimizer"], options=full)
+        if self.scheduler is not None and payload.get("scheduler"):
+            self.scheduler.load_state_dict(payload["scheduler"])
+        self.epoch = int(payload["epoch"])
+        self.step = int(payload["step"])
+        self._last_saved_step = self.step
+        per_step = self.batch * self.ctx.world_size
+        samples = int(payload.get("samples_done", payload["batches_done"] * per_step))
+        if samples % (per_step * self.cfg.grad_accum):
+            warn(f"the checkpoint stopped {samples} samples into epoch {self.epoch + 1}, which is not a whole "
+                 "number of this run's global batches; resuming at the nearest batch before it")
+        self.batches_done = (samples // (per_step * self.cfg.grad_accum)) * self.cfg.grad_accum
+        rngs = payload.get("rng") or []
+        if rngs:
+            if len(rngs) != self.ctx.world_size and self.ctx.is_main:
+                warn(f"the checkpoint has RNG states of {len(rngs)} ranks, this run has {self.ctx.world_size}")
+            set_rng_state(rngs[self.ctx.rank % len(rngs)])
+
+    def save_final(self, template: str) -> None:
+        """Final full weights: ``{rank}`` in the path makes every rank write its own copy."""
+        per_rank = "{rank}" in template
+        options = StateDictOptions(full_state_dict=True, cpu_offload=not per_rank)
+        state = get_model_state_dict(self.raw_model, options=options)
+        if per_rank or self.ctx.is_main:
+            state = {k: v.detach().cpu() for k, v in state.items()}
+            ckpt.atomic_save({"model": state, "step": self.step}, Path(template.replace("{rank}", str(self.ctx.rank))))
+        d.barrier()
+
+
+def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backend: str) -> None:
+    """Build, resume and train; a setup failure on one rank stops all ranks with one message."""
+    trainer: Trainer | None = None
+    error: TrainerError | None = None
+    try:
+        trainer = Trainer(cfg, ctx, device, backend)
+    except TrainerError as exc:
+        error = exc
+    if d.group_active():
+        flag = torch.tensor([0.0 if error else 1.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        if error is None and flag.item() < 1:
+            raise TrainerFailure("another rank failed while setting up (see its error line); stopping")
+    if error is not None:
+        raise error
+    assert trainer is not None
+    trainer.resume()
+    trainer.fit()
+
+
+__all__ = ["Trainer", "run_trainer", "TrainerFailure"]
