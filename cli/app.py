@@ -14,7 +14,7 @@ import typer
 
 from ddpctl import __version__
 from ddpctl.commands import register
-from ddpctl.errors import DdpctlError
+from ddpctl.errors import DdpctlError, printable
 
 app = typer.Typer(
     name="ddpctl",
@@ -50,7 +50,7 @@ def _click_exceptions():  # type: ignore[no-untyped-def]
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"ddpctl: error: {message}\n")
+    sys.stderr.write(f"ddpctl: error: {printable(message)}\n")
     return code
 
 

@@ -7,6 +7,11 @@ turns them into a one-line message and an exit code, so no command prints a trac
 from __future__ import annotations
 
 
+def printable(text: str) -> str:
+    """Keep a message on one line: user-supplied keys may hold newlines or escapes."""
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
+
+
 class DdpctlError(Exception):
     """Base of all errors ddpctl reports to a user. Runtime failures exit 1."""
 
@@ -33,7 +38,7 @@ class SpecError(UsageError):
         self.field = field
         self.problem = problem
         self.fix = fix
-        text = f"{field}: {problem}"
+        text = f"{printable(field)}: {printable(problem)}"
         if fix:
             text += f"; {fix}"
         super().__init__(text)

@@ -170,8 +170,15 @@ class _Dumper(yaml.SafeDumper):
     """Block-style YAML with multi-line strings as literal blocks, for readable GitOps diffs."""
 
 
+_LINE_BREAKS = ("\x85", "\u2028", "\u2029")
+
+
 def _str_representer(dumper: yaml.SafeDumper, data: str) -> Any:
-    style = "|" if "\n" in data and all(c.isprintable() or c == "\n" for c in data) else None
+    style: str | None = None
+    if any(c in data for c in _LINE_BREAKS) or not all(c.isprintable() or c == "\n" for c in data):
+        style = '"'  # only double quotes escape Unicode line breaks and control characters
+    elif "\n" in data:
+        style = "|"
     return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
 

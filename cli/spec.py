@@ -285,6 +285,7 @@ class JobSpec:
             _positive_int("minNodes", self.min_nodes)
             _positive_int("maxNodes", self.max_nodes)
             _require(self.min_nodes <= self.max_nodes, "nodes", f"min {self.min_nodes} is more than max {self.max_nodes}", "write nodes as MIN:MAX with MIN <= MAX")  # type: ignore[operator]
+            _require(self.target != "trainjob", "nodes", "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)", "give a fixed count, or use target job, jobset or pytorchjob")
             _require(self.max_nodes <= 1024, "nodes", f"max {self.max_nodes} is more than 1024", "use at most 1024 nodes")  # type: ignore[operator]
         else:
             _positive_int("nodes", self.nodes)
@@ -448,9 +449,10 @@ class JobSpec:
         return {
             "job": "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)",
             "jobset": "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)",
+            "c10d": "the c10d rendezvous, in the order nodes join",
             "pytorchjob": "the training operator (PET_NODE_RANK: master 0, worker i -> i+1)",
             "trainjob": "the Trainer v2 torch runtime (PET_NODE_RANK from the completion index)",
-        }[self.target]
+        }["c10d" if self.rdzv_mode == "c10d" and self.target != "trainjob" else self.target]
 
     @property
     def pod_hostnames(self) -> tuple[str, ...]:
@@ -537,16 +539,19 @@ class JobSpec:
     def container_env(self) -> dict[str, str]:
         """Literal env of the training container: wiring first, then the user's (user wins on clash)."""
         env = self.torchrun_env()
-        env["DDPCTL_BACKEND"] = self.resolved_backend
-        env["DDPCTL_JOB_NAME"] = self.name
+        # The backend for the training code: our trainer reads DDP_TRAINER_<FLAG>, a user's
+        # script can read DDP_BACKEND.
+        env["DDP_TRAINER_BACKEND" if self.uses_trainer else "DDP_BACKEND"] = self.resolved_backend
+        env["DDP_JOB_NAME"] = self.name
         env["PYTHONUNBUFFERED"] = "1"
         env.update(self.env)
         return dict(sorted(env.items()))
 
     @property
     def node_rank_from_index(self) -> bool:
-        """Targets where we (not an operator) map the completion index to PET_NODE_RANK."""
-        return self.target in ("job", "jobset")
+        """Static layouts on targets where we (not an operator) map the completion index to
+        PET_NODE_RANK; with c10d the rendezvous assigns node ranks."""
+        return self.target in ("job", "jobset") and self.rdzv_mode == "static"
 
     # ---------------------------------------------------------------- (de)serialisation
 

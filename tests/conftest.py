@@ -1,0 +1,51 @@
+"""Shared fixtures: the CLI run in-process, the golden-file flag, CI strictness."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+IN_CI = os.environ.get("CI") == "true"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False, help="Rewrite tests/golden/* from the current renderer.")
+
+
+@dataclass
+class CliResult:
+    code: int
+    out: str
+    err: str
+
+
+@pytest.fixture
+def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    """Run `ddpctl ARGS` in-process (fresh cwd, no DDPCTL_* env) and return code, stdout, stderr."""
+    from ddpctl.app import main
+
+    monkeypatch.chdir(tmp_path)
+    for key in list(os.environ):
+        if key.startswith("DDPCTL_"):
+            monkeypatch.delenv(key)
+
+    def run(*args: str) -> CliResult:
+        capsys.readouterr()
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return CliResult(code, captured.out, captured.err)
+
+    return run
+
+
+def skip_unless(condition: bool, reason: str) -> None:
+    """Skip on a user's machine that lacks a resource; under CI=true the lack is a failure."""
+    if condition:
+        return
+    if IN_CI:
+        pytest.fail(f"CI must provide this: {reason}")
+    pytest.skip(reason)

@@ -1,0 +1,143 @@
+"""`ddpctl render` / `init` as a user runs them: formats, directories, precedence, errors, start-up."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import skip_unless
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_render_prints_parseable_yaml(cli) -> None:
+    result = cli("render", "--nodes", "3", "--gpus", "2")
+    assert result.code == 0, result.err
+    docs = list(yaml.safe_load_all(result.out))
+    assert [d["kind"] for d in docs] == ["Service", "Job"]
+    assert docs[1]["spec"]["completions"] == 3
+
+
+def test_render_json_is_a_list(cli) -> None:
+    result = cli("render", "-t", "pytorchjob", "-o", "json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert data["kind"] == "List" and [i["kind"] for i in data["items"]] == ["PyTorchJob"]
+
+
+def test_render_is_byte_identical_across_processes(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-m", "ddpctl", "render", "--nodes", "4", "--gpus", "8", "-l", "b=2", "-l", "a=1", "-e", "Z=1", "-e", "A=2"]
+    outputs = {subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2)}
+    assert len(outputs) == 1
+
+
+@pytest.mark.parametrize("target", ["job", "pytorchjob", "jobset", "trainjob"])
+def test_output_dir_matches_kubectl_kustomize(cli, tmp_path: Path, target: str) -> None:
+    out = tmp_path / "manifests"
+    result = cli("render", "-t", target, "--output-dir", str(out))
+    assert result.code == 0, result.err
+    expected = list(yaml.safe_load_all(cli("render", "-t", target).out))
+    files = sorted(p.name for p in out.iterdir())
+    assert "kustomization.yaml" in files and len(files) == len(expected) + 1
+    skip_unless(shutil.which("kubectl") is not None, "kubectl is needed for `kubectl kustomize`")
+    built = subprocess.run(["kubectl", "kustomize", str(out)], capture_output=True, text=True, check=True).stdout
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731 - kustomize orders by kind
+    assert sorted(yaml.safe_load_all(built), key=key) == sorted(expected, key=key)
+
+
+def test_explain_states_the_layout(cli) -> None:
+    result = cli("render", "--explain", "--nodes", "4", "--gpus", "8", "--name", "big")
+    assert result.code == 0
+    assert "world size:         32 = 4 nodes x 8 processes" in result.out
+    assert "MASTER_ADDR=big-0.big" in result.out and "backend nccl" in result.out
+
+
+def test_init_writes_a_spec_that_round_trips(cli, tmp_path: Path) -> None:
+    assert cli("init", "--nodes", "3", "--gpus", "1", "--name", "from-init").code == 0
+    text = (tmp_path / "ddp.yaml").read_text()
+    assert text.count("# ") >= 30, "every key is commented"
+    from_file = cli("render")
+    from_flags = cli("render", "--nodes", "3", "--gpus", "1", "--name", "from-init", "--config", os.devnull)
+    assert from_file.code == 0 and from_file.out == from_flags.out
+    again = cli("init")
+    assert again.code == 2 and "already exists" in again.err
+
+
+@pytest.mark.parametrize(
+    "file_nodes,env_nodes,flag_nodes,expected",
+    [(None, None, None, 2), (5, None, None, 5), (5, "6", None, 6), (5, "6", "7", 7), (None, None, "7", 7), (None, "6", None, 6)],
+)
+def test_precedence_file_env_flags(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_nodes, env_nodes, flag_nodes, expected) -> None:
+    if file_nodes is not None:
+        (tmp_path / "ddp.yaml").write_text(f"nodes: {file_nodes}\nenv:\n  FROM_FILE: '1'\n")
+    if env_nodes is not None:
+        monkeypatch.setenv("DDPCTL_NODES", env_nodes)
+    args = ["render", "-o", "json", "-e", "FROM_FLAG=1"] + (["--nodes", flag_nodes] if flag_nodes else [])
+    result = cli(*args)
+    assert result.code == 0, result.err
+    job = json.loads(result.out)["items"][1]
+    assert job["spec"]["completions"] == expected
+    env = {e["name"] for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert "FROM_FLAG" in env and ("FROM_FILE" in env) == (file_nodes is not None), "maps merge across layers"
+
+
+@pytest.mark.parametrize(
+    "args,env,files,needle",
+    [
+        (["render", "--nodes", "0"], {}, {}, "nodes: 0 must be an integer >= 1"),
+        (["render", "--gpus", "many"], {}, {}, "--gpus"),
+        (["render", "--bogus"], {}, {}, "No such option: --bogus"),
+        (["render", "-t", "slurm"], {}, {}, "target: 'slurm' is not one of"),
+        (["render", "--name", "Bad_Name"], {}, {}, "name: 'Bad_Name' is not a valid DNS-1035 label"),
+        (["render", "-e", "NOEQUALS"], {}, {}, "--env: 'NOEQUALS' is not KEY=VALUE"),
+        (["render", "-v", "data=pvc"], {}, {}, "--volume: 'data=pvc' is not NAME=CLAIM:/mount/path[:ro]"),
+        (["render", "--config", "missing.yaml"], {}, {}, "--config: missing.yaml does not exist"),
+        (["render"], {"DDPCTL_NODES": "x"}, {}, "nodes: 'x' is not a node count"),
+        (["render"], {"DDPCTL_GPUS_PER_NODE": "x"}, {}, "DDPCTL_GPUS_PER_NODE: 'x' is not a whole number"),
+        (["render"], {"DDPCTL_NODSE": "2"}, {}, "DDPCTL_NODSE: not a ddpctl setting"),
+        (["render"], {}, {"ddp.yaml": "nodes: [1\n"}, "ddp.yaml: line"),
+        (["render"], {}, {"ddp.yaml": "- a\n- b\n"}, "expected a map of settings"),
+        (["render"], {}, {"ddp.yaml": "nodez: 2\n"}, "nodez: is not a known key"),
+        (["render"], {}, {"ddp.yaml": "rendezvous: 3\n"}, "rendezvous: expected a map"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args, env, files, needle) -> None:
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    result = cli(*args)
+    assert result.code == 2
+    assert result.out == ""
+    lines = result.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("ddpctl: error: "), result.err
+    assert needle in lines[0]
+    assert "Traceback" not in result.err
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["render"], ["render", "--explain"], ["init", "--path", "x.yaml"], ["render", "--help"]])
+def test_cli_never_imports_torch_or_kubernetes(tmp_path: Path, argv: list[str]) -> None:
+    probe = (
+        "import sys\n"
+        "from ddpctl.app import main\n"
+        f"code = main({argv!r})\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'kubernetes', 'torchvision'))\n"
+        "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY=\n" in proc.stderr
+
+
+def test_console_script_runs(tmp_path: Path) -> None:
+    exe = Path(sys.executable).with_name("ddpctl")
+    proc = subprocess.run([str(exe), "render", "--explain"], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0 and "world size" in proc.stdout

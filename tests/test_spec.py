@@ -1,0 +1,124 @@
+"""JobSpec validation and derived values, table-driven."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpctl.errors import SpecError
+from ddpctl.spec import JobSpec
+
+VALID = [
+    ({}, 2, 2, 4),
+    ({"nodes": 1, "gpusPerNode": 8}, 1, 8, 8),
+    ({"nodes": 4, "gpusPerNode": 4, "procsPerNode": 2}, 4, 2, 8),
+    ({"nodes": 3, "procsPerNode": 5}, 3, 5, 15),
+    ({"nodes": "1:4", "gpusPerNode": 2}, 4, 2, 8),
+    ({"nodes": 64, "gpusPerNode": 8, "target": "pytorchjob"}, 64, 8, 512),
+]
+
+
+@pytest.mark.parametrize("data,replicas,nproc,world", VALID)
+def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) -> None:
+    spec = JobSpec.from_dict(data)
+    assert (spec.replicas, spec.nproc_per_node, spec.world_size) == (replicas, nproc, world)
+
+
+@pytest.mark.parametrize(
+    "data,field",
+    [
+        ({"nodes": 0}, "nodes"),
+        ({"nodes": "4:2"}, "nodes"),
+        ({"nodes": "two"}, "nodes"),
+        ({"nodes": True}, "nodes"),
+        ({"gpusPerNode": -1}, "gpusPerNode"),
+        ({"gpusPerNode": 2, "procsPerNode": 3}, "procsPerNode"),
+        ({"procsPerNode": 0}, "procsPerNode"),
+        ({"name": "Resnet"}, "name"),
+        ({"name": "1abc"}, "name"),
+        ({"name": "a" * 64}, "name"),
+        ({"name": "a" * 54, "target": "pytorchjob", "nodes": 64}, "name"),  # <name>-worker-62 is too long
+        ({"name": "x" * 61, "nodes": 100}, "name"),  # <name>-99 is 64 characters
+        ({"namespace": "Prod"}, "namespace"),
+        ({"target": "slurm"}, "target"),
+        ({"image": "bad image"}, "image"),
+        ({"image": "img\nkind: Pod"}, "image"),
+        ({"backend": "mpi"}, "backend"),
+        ({"backend": "nccl"}, "backend"),
+        ({"rendezvous": {"port": 70000}}, "rendezvous.port"),
+        ({"rendezvous": {"mode": "static"}, "nodes": "1:3"}, "rendezvous.mode"),
+        ({"rendezvous": {"bogus": 1}}, "rendezvous.bogus"),
+        ({"resources": {"memory": "lots"}}, "resources.memory"),
+        ({"resources": {"cpu": "1 000"}}, "resources.cpu"),
+        ({"shmSize": "-1Gi"}, "shmSize"),
+        ({"env": {"1BAD": "x"}}, "env.1BAD"),
+        ({"env": {"FLAG": True}}, "env.FLAG"),
+        ({"labels": {"team": "a b"}}, "labels.team"),
+        ({"labels": {"bad key!": "a"}}, "labels.bad key!"),
+        ({"annotations": {"": "a"}}, "annotations."),
+        ({"volumes": {"data": {"claimName": "pvc", "mountPath": "relative"}}}, "volumes.data.mountPath"),
+        ({"volumes": {"data": {"claimName": "pvc", "mountPath": "/dev/shm"}}}, "volumes.data.mountPath"),
+        ({"volumes": {"Data": {"claimName": "pvc", "mountPath": "/data"}}}, "volumes.Data"),
+        ({"volumes": {"data": {"claimName": "pvc"}}}, "volumes.data"),
+        ({"secretEnv": {"TOKEN": {"secret": "Bad_Name", "key": "k"}}}, "secretEnv.TOKEN.secret"),
+        ({"env": {"TOKEN": "x"}, "secretEnv": {"TOKEN": {"secret": "s", "key": "k"}}}, "secretEnv"),
+        ({"tolerations": [{"key": "gpu", "operator": "Maybe"}]}, "tolerations[0].operator"),
+        ({"tolerations": [{"key": "gpu", "color": "red"}]}, "tolerations[0]"),
+        ({"affinity": {"friendship": {}}}, "affinity.friendship"),
+        ({"queue": "has space"}, "queue"),
+        ({"restartPolicy": "Always"}, "restartPolicy"),
+        ({"backoffLimit": -1}, "backoffLimit"),
+        ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds"),
+        ({"podSecurity": "privileged"}, "podSecurity"),
+        ({"module": "not a module"}, "module"),
+        ({"module": None, "script": "train.py", "command": ["python"]}, "module"),
+        ({"args": "--epochs 3"}, "args"),
+        ({"bogusKey": 1}, "bogusKey"),
+        ({"gpus_per_node": 1}, "gpus_per_node"),
+    ],
+)
+def test_invalid_specs_name_the_field_and_fix(data: dict, field: str) -> None:
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict(data)
+    assert info.value.field == field
+    message = str(info.value)
+    assert message.startswith(f"{field}: ") and "\n" not in message
+    assert info.value.fix, "every spec error says how to fix it"
+
+
+def test_spec_is_frozen_all_the_way_down() -> None:
+    spec = JobSpec.from_dict({"env": {"A": "1"}})
+    with pytest.raises(Exception):
+        spec.nodes = 3  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        spec.env["B"] = "2"  # type: ignore[index]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        {},
+        {"nodes": "2:8", "gpusPerNode": 4, "target": "jobset", "queue": "team-a"},
+        {
+            "name": "resnet",
+            "target": "pytorchjob",
+            "env": {"A": "1", "OMP_NUM_THREADS": 4},
+            "volumes": {"data": {"claimName": "imagenet", "mountPath": "/data", "readOnly": True}},
+            "secretEnv": {"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}},
+            "tolerations": [{"key": "x", "operator": "Exists"}],
+            "resources": {"cpu": "8", "memory": "32Gi"},
+        },
+        {"module": None, "script": "train.py", "args": ["--lr", "0.1"]},
+    ],
+)
+def test_to_dict_round_trips(data: dict) -> None:
+    spec = JobSpec.from_dict(data)
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize(
+    "data,backend,mode",
+    [({}, "gloo", "static"), ({"gpusPerNode": 1}, "nccl", "static"), ({"nodes": "1:2"}, "gloo", "c10d"), ({"gpusPerNode": 1, "backend": "gloo"}, "gloo", "static")],
+)
+def test_backend_and_rendezvous_auto(data: dict, backend: str, mode: str) -> None:
+    spec = JobSpec.from_dict(data)
+    assert (spec.resolved_backend, spec.rdzv_mode) == (backend, mode)
