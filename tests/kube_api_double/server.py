@@ -43,7 +43,7 @@ class RecordedRequest:
     query: dict[str, list[str]]
     content_type: str
     body: bytes
-    headers: dict[str, str]
+    headers: dict[str, str]  # names in lower case
     status: int = 0  # filled in when the answer is sent
 
     @property
@@ -303,7 +303,7 @@ class KubeApiDouble(Scenario):
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
         rec = RecordedRequest(h.command, url.path, query, h.headers.get("Content-Type", ""), body,
-                              {k: v for k, v in h.headers.items()})
+                              {k.lower(): v for k, v in h.headers.items()})
         with self._lock:
             self.requests.append(rec)
         try:
@@ -499,7 +499,7 @@ class KubeApiDouble(Scenario):
         fm = rec.param("fieldManager")
         if fm:
             return fm
-        ua = rec.headers.get("User-Agent", "") or "unknown"
+        ua = rec.headers.get("user-agent", "") or "unknown"
         return ua.split("/")[0]
 
     @staticmethod

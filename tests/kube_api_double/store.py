@@ -220,14 +220,16 @@ class Store:
     def _set_entry(self, obj: dict, rt: ResourceType, manager: str, operation: str, subresource: str | None,
                    paths: set) -> None:
         mf = self._mf(obj)
-        mf[:] = [e for e in mf if not (e["manager"] == manager and e["operation"] == operation
-                                       and e.get("subresource") == subresource)]
+        same = lambda e: (e["manager"] == manager and e["operation"] == operation  # noqa: E731
+                          and e.get("subresource") == subresource)
+        pos = next((i for i, e in enumerate(mf) if same(e)), len(mf))
+        mf[:] = [e for e in mf if not same(e)]
         if paths:
             e = {"manager": manager, "operation": operation, "apiVersion": rt.api_version, "time": iso(),
                  "fieldsType": "FieldsV1", "fieldsV1": F.to_fields_v1(paths)}
             if subresource:
                 e["subresource"] = subresource
-            mf.append(e)
+            mf.insert(pos, e)  # an entry keeps its place in the list
 
     def _strip_from_others(self, obj: dict, manager: str, operation: str, subresource: str | None,
                            paths: set) -> None:

@@ -354,7 +354,7 @@ def parse_error_string(text: str) -> FieldError:
     m = re.match(r"'([^']+)' is a required property", message)
     if m:
         return FieldError(join_path(field, m.group(1)), "FieldValueRequired", "Required value")
-    reason = "FieldValueInvalid"
+    reason = "FieldValueTypeInvalid" if " must be of type " in message else "FieldValueInvalid"
     for prefix, r in _REASON_BY_PREFIX:
         if message.startswith(prefix):
             reason = r
