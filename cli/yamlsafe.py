@@ -10,6 +10,7 @@ any plain `str`, so a value that skipped the filter is a render error, never an 
 from __future__ import annotations
 
 import math
+import re
 from typing import Any, Mapping
 
 from markupsafe import Markup
@@ -26,8 +27,13 @@ class YamlText(Markup):
 _SIMPLE_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
 
 
+_PLAIN_SAFE = re.compile(r'[ !#-\[\]-~]*')  # printable ASCII except '"' and '\\'
+
+
 def quote(text: str) -> str:
     """A YAML double-quoted scalar that parses back to exactly `text`."""
+    if _PLAIN_SAFE.fullmatch(text):
+        return f'"{text}"'
     out = ['"']
     for ch in text:
         code = ord(ch)
