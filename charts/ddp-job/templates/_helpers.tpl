@@ -1,0 +1,386 @@
+{{/*
+Helpers of the ddp-job chart. They mirror ddpctl's Python (cli/spec.py derived values and
+cli/render.py `view()`) so that the chart renders the same objects as `ddpctl render`.
+`ddp-job.view` computes every derived value once, as a dict (returned as JSON); the templates
+only lay it out. Every value reaches the YAML through `ddp-job.json`, so no string a user gives
+(quotes, newlines, `{{`, `: `) can change a document's structure.
+*/}}
+
+{{/*
+ddp-job.json: any value as one JSON (= YAML flow) node. Go's JSON encoder escapes control
+characters below U+0020 and U+2028/U+2029 but not U+007F-U+009F, which YAML parsers refuse
+(or read as line breaks), so those are escaped here too.
+*/}}
+{{- define "ddp-job.json" -}}
+{{- $out := toJson . -}}
+{{- range $i := until 33 -}}
+{{- $code := add 127 $i -}}
+{{- $out = replace (printf "%c" $code) (printf "\\u%04x" $code) $out -}}
+{{- end -}}
+{{- $out -}}
+{{- end -}}
+
+{{/* ddp-job.jsonList: a list as JSON, `[]` when empty (sprig's empty `list` is a nil slice: `null`). */}}
+{{- define "ddp-job.jsonList" -}}
+{{- if . -}}{{- include "ddp-job.json" . -}}{{- else -}}[]{{- end -}}
+{{- end -}}
+
+{{/* ddp-job.fail: stop rendering with "<key>: <problem> (<fix>)", like ddpctl's SpecError. */}}
+{{- define "ddp-job.fail" -}}
+{{- fail (printf "%s: %s (%s)" (index . 0) (index . 1) (index . 2)) -}}
+{{- end -}}
+
+{{/* ddp-job.envValue: env values are strings; a YAML number is kept as written (4 -> "4"). */}}
+{{- define "ddp-job.envValue" -}}
+{{- if and (kindIs "float64" .) (eq . (float64 (int64 .))) -}}
+{{- int64 . -}}
+{{- else -}}
+{{- toString . -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+ddp-job.view: every derived value, as JSON (use `include "ddp-job.view" . | fromJson`).
+Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express fail here.
+*/}}
+{{- define "ddp-job.view" -}}
+{{- $V := .Values -}}
+{{- $name := $V.name -}}
+{{- $target := $V.target -}}
+{{- $trainer := "ddpctl_trainer" -}}
+
+{{- /* Layout: nodes is N or "MIN:MAX" (JobSpec.parse_nodes). */ -}}
+{{- $elastic := false -}}
+{{- $nodes := 0 -}}
+{{- $min := 0 -}}
+{{- $max := 0 -}}
+{{- if kindIs "string" $V.nodes -}}
+{{- $text := trim $V.nodes -}}
+{{- if regexMatch "^[0-9]+:[0-9]+$" $text -}}
+{{- $parts := splitList ":" $text -}}
+{{- $elastic = true -}}
+{{- $min = int64 (atoi (index $parts 0)) -}}
+{{- $max = int64 (atoi (index $parts 1)) -}}
+{{- $nodes = $max -}}
+{{- else if regexMatch "^[0-9]+$" $text -}}
+{{- $nodes = int64 (atoi $text) -}}
+{{- else -}}
+{{- include "ddp-job.fail" (list "nodes" (printf "%q is not a node count" $V.nodes) "use a number like 2 or a range like 1:4") -}}
+{{- end -}}
+{{- else -}}
+{{- $nodes = int64 $V.nodes -}}
+{{- end -}}
+{{- if $elastic -}}
+{{- if lt $min 1 -}}{{- include "ddp-job.fail" (list "minNodes" (printf "%d must be an integer >= 1" $min) "set minNodes to a whole number of at least 1") -}}{{- end -}}
+{{- if lt $max 1 -}}{{- include "ddp-job.fail" (list "maxNodes" (printf "%d must be an integer >= 1" $max) "set maxNodes to a whole number of at least 1") -}}{{- end -}}
+{{- if gt $min $max -}}{{- include "ddp-job.fail" (list "nodes" (printf "min %d is more than max %d" $min $max) "write nodes as MIN:MAX with MIN <= MAX") -}}{{- end -}}
+{{- if eq $target "trainjob" -}}{{- include "ddp-job.fail" (list "nodes" "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)" "give a fixed count, or use target job, jobset or pytorchjob") -}}{{- end -}}
+{{- if gt $max 1024 -}}{{- include "ddp-job.fail" (list "nodes" (printf "max %d is more than 1024" $max) "use at most 1024 nodes") -}}{{- end -}}
+{{- else -}}
+{{- if lt $nodes 1 -}}{{- include "ddp-job.fail" (list "nodes" (printf "%d must be an integer >= 1" $nodes) "set nodes to a whole number of at least 1") -}}{{- end -}}
+{{- if gt $nodes 1024 -}}{{- include "ddp-job.fail" (list "nodes" (printf "%d is more than 1024" $nodes) "use at most 1024 nodes") -}}{{- end -}}
+{{- end -}}
+{{- $replicas := ternary $max $nodes $elastic -}}
+{{- $nnodes := ternary (printf "%d:%d" $min $max) (printf "%d" $nodes) $elastic -}}
+{{- $gpus := int64 (default 0 $V.gpusPerNode) -}}
+{{- $nproc := ternary $gpus (int64 2) (gt $gpus 0) -}}
+{{- if not (kindIs "invalid" $V.procsPerNode) -}}
+{{- $nproc = int64 $V.procsPerNode -}}
+{{- if and (gt $gpus 0) (gt $nproc $gpus) -}}
+{{- include "ddp-job.fail" (list "procsPerNode" (printf "%d processes cannot share %d GPUs one each" $nproc $gpus) "leave procsPerNode unset to use one process per GPU") -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Backend and rendezvous. */ -}}
+{{- $backend := $V.backend -}}
+{{- if eq $backend "auto" -}}{{- $backend = ternary "nccl" "gloo" (gt $gpus 0) -}}{{- end -}}
+{{- if and (eq $V.backend "nccl") (eq $gpus 0) -}}
+{{- include "ddp-job.fail" (list "backend" "nccl needs GPUs but gpusPerNode is 0" "use backend gloo (or auto), or set gpusPerNode") -}}
+{{- end -}}
+{{- $rdzv := $V.rendezvous -}}
+{{- if and $elastic (eq $rdzv.mode "static") -}}
+{{- include "ddp-job.fail" (list "rendezvous.mode" "an elastic job (nodes MIN:MAX) cannot use static rendezvous" "use mode c10d or auto") -}}
+{{- end -}}
+{{- $mode := $rdzv.mode -}}
+{{- if eq $mode "auto" -}}{{- $mode = ternary "c10d" "static" $elastic -}}{{- end -}}
+
+{{- /* Names the engine derives (JobSpec.rank0_host, pod_hostnames). */ -}}
+{{- $rank0 := printf "%s-node-0-0.%s" $name $name -}}
+{{- $longest := printf "%s-node-0-%d" $name (sub $replicas 1) -}}
+{{- if eq $target "job" -}}
+{{- $rank0 = printf "%s-0.%s" $name $name -}}
+{{- $longest = printf "%s-%d" $name (sub $replicas 1) -}}
+{{- else if eq $target "pytorchjob" -}}
+{{- if $elastic -}}
+{{- $rank0 = printf "%s-worker-0" $name -}}
+{{- $longest = printf "%s-worker-%d" $name (sub $replicas 1) -}}
+{{- else -}}
+{{- $rank0 = printf "%s-master-0" $name -}}
+{{- $longest = printf "%s-master-0" $name -}}
+{{- if and (gt $replicas 1) (gt (len (printf "%s-worker-%d" $name (sub $replicas 2))) (len $longest)) -}}
+{{- $longest = printf "%s-worker-%d" $name (sub $replicas 2) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (len $longest) 63 -}}
+{{- include "ddp-job.fail" (list "name" (printf "%q makes the %s name %q (%d characters, the limit is 63)" $name $target $longest (len $longest)) (printf "shorten name to at most %d characters" (sub 63 (sub (len $longest) (len $name))))) -}}
+{{- end -}}
+{{- $port := ternary (int64 29500) (int64 $rdzv.port) (eq $target "trainjob") -}}
+
+{{- /* Entrypoint: command, else torchrun of script, else of module (see docs in values.yaml). */ -}}
+{{- $command := default list $V.command -}}
+{{- $module := "" -}}
+{{- $entrypoint := list -}}
+{{- if $command -}}
+{{- $entrypoint = $command -}}
+{{- else if $V.script -}}
+{{- $entrypoint = list "torchrun" $V.script -}}
+{{- else if $V.module -}}
+{{- $module = $V.module -}}
+{{- $entrypoint = list "torchrun" "-m" $module -}}
+{{- else -}}
+{{- include "ddp-job.fail" (list "module" "exactly one of module, script or command must be set, got none" "set just one of them") -}}
+{{- end -}}
+{{- $usesTrainer := eq $module $trainer -}}
+{{- $args := default list $V.args -}}
+{{- $volumes := default dict $V.volumes -}}
+{{- $extra := list -}}
+{{- if $usesTrainer -}}
+{{- if and (hasKey $volumes "checkpoints") (not (has "--checkpoint-dir" $args)) -}}
+{{- $extra = concat $extra (list "--checkpoint-dir" (get $volumes "checkpoints").mountPath) -}}
+{{- end -}}
+{{- if and (hasKey $volumes "data") (not (has "--data-dir" $args)) -}}
+{{- $extra = concat $extra (list "--data-dir" (get $volumes "data").mountPath) -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Environment (JobSpec.torchrun_env, container_env; render._env_list). */ -}}
+{{- $env := dict -}}
+{{- if not (has $target (list "pytorchjob" "trainjob")) -}}
+{{- $_ := set $env "PET_NNODES" $nnodes -}}
+{{- $_ := set $env "PET_NPROC_PER_NODE" (toString $nproc) -}}
+{{- if eq $mode "static" -}}
+{{- $_ := set $env "PET_MASTER_ADDR" $rank0 -}}
+{{- $_ := set $env "PET_MASTER_PORT" (toString $port) -}}
+{{- else -}}
+{{- $_ := set $env "PET_RDZV_BACKEND" "c10d" -}}
+{{- $_ := set $env "PET_RDZV_ENDPOINT" (printf "%s:%d" $rank0 $port) -}}
+{{- $_ := set $env "PET_RDZV_ID" $name -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $mode "c10d") (ne $target "pytorchjob") -}}
+{{- $_ := set $env "PET_RDZV_CONF" (printf "join_timeout=%d,last_call_timeout=%d" (int64 $rdzv.joinTimeout) (int64 $rdzv.lastCallTimeout)) -}}
+{{- end -}}
+{{- if or (ne $target "pytorchjob") (not $elastic) -}}
+{{- $_ := set $env "PET_MAX_RESTARTS" (toString (int64 $rdzv.maxRestarts)) -}}
+{{- end -}}
+{{- $_ := set $env (ternary "DDP_TRAINER_BACKEND" "DDP_BACKEND" $usesTrainer) $backend -}}
+{{- $_ := set $env "DDP_JOB_NAME" $name -}}
+{{- $_ := set $env "PYTHONUNBUFFERED" "1" -}}
+{{- $secretEnv := default dict $V.secretEnv -}}
+{{- range $key, $value := (default dict $V.env) -}}
+{{- if hasKey $secretEnv $key -}}
+{{- include "ddp-job.fail" (list "secretEnv" (printf "%s is also set in env" $key) "set each variable in one place") -}}
+{{- end -}}
+{{- $_ := set $env $key (include "ddp-job.envValue" $value) -}}
+{{- end -}}
+{{- $envList := list -}}
+{{- if and (has $target (list "job" "jobset")) (eq $mode "static") -}}
+{{- $envList = append $envList (dict "name" "PET_NODE_RANK" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.annotations['batch.kubernetes.io/job-completion-index']"))) -}}
+{{- end -}}
+{{- range $key := keys $env | sortAlpha -}}
+{{- $envList = append $envList (dict "name" $key "value" (get $env $key)) -}}
+{{- end -}}
+{{- range $key, $ref := $secretEnv -}}
+{{- $envList = append $envList (dict "name" $key "valueFrom" (dict "secretKeyRef" (dict "name" $ref.secret "key" $ref.key))) -}}
+{{- end -}}
+{{- $envFrom := list -}}
+{{- range $secret := default list $V.envFromSecrets -}}
+{{- $envFrom = append $envFrom (dict "secretRef" (dict "name" $secret)) -}}
+{{- end -}}
+
+{{- /* Resources (render._resources) and tolerations (render._tolerations). */ -}}
+{{- $res := default dict $V.resources -}}
+{{- $gpuResource := default "nvidia.com/gpu" $res.gpuResource -}}
+{{- $requests := dict -}}
+{{- $limits := dict -}}
+{{- if $res.cpu -}}{{- $_ := set $requests "cpu" $res.cpu -}}{{- end -}}
+{{- if $res.memory -}}
+{{- $_ := set $requests "memory" $res.memory -}}
+{{- $_ := set $limits "memory" $res.memory -}}
+{{- end -}}
+{{- if gt $gpus 0 -}}{{- $_ := set $limits $gpuResource $gpus -}}{{- end -}}
+{{- $resources := dict -}}
+{{- if $limits -}}{{- $_ := set $resources "limits" $limits -}}{{- end -}}
+{{- if $requests -}}{{- $_ := set $resources "requests" $requests -}}{{- end -}}
+{{- $tolerations := list -}}
+{{- $gpuTolerated := false -}}
+{{- range $tol := default list $V.tolerations -}}
+{{- $tolerations = append $tolerations $tol -}}
+{{- if eq (toString (get $tol "key")) $gpuResource -}}{{- $gpuTolerated = true -}}{{- end -}}
+{{- end -}}
+{{- if and (gt $gpus 0) (not $gpuTolerated) -}}
+{{- $tolerations = append $tolerations (dict "key" $gpuResource "operator" "Exists" "effect" "NoSchedule") -}}
+{{- end -}}
+
+{{- /* Pod and container securityContext (render._security). */ -}}
+{{- $podSC := dict "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- $containerSC := dict "allowPrivilegeEscalation" false "capabilities" (dict "drop" (list "ALL")) "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- if eq $V.podSecurity "baseline" -}}
+{{- $podSC = dict "seccompProfile" (dict "type" "RuntimeDefault") -}}
+{{- $containerSC = dict "allowPrivilegeEscalation" false -}}
+{{- end -}}
+
+{{- /* Volumes: the memory-backed /dev/shm first, then the PVCs in name order. */ -}}
+{{- $podVolumes := list (dict "name" "dshm" "emptyDir" (dict "medium" "Memory" "sizeLimit" $V.shmSize)) -}}
+{{- $mounts := list (dict "name" "dshm" "mountPath" "/dev/shm") -}}
+{{- $mountPaths := dict -}}
+{{- range $vname, $vol := $volumes -}}
+{{- if hasKey $mountPaths $vol.mountPath -}}
+{{- include "ddp-job.fail" (list (printf "volumes.%s.mountPath" $vname) (printf "%s is also used by volume %s" $vol.mountPath (get $mountPaths $vol.mountPath)) "give each volume its own path") -}}
+{{- end -}}
+{{- $_ := set $mountPaths $vol.mountPath $vname -}}
+{{- $readOnly := default false $vol.readOnly -}}
+{{- $podVolumes = append $podVolumes (dict "name" $vname "persistentVolumeClaim" (dict "claimName" $vol.claimName "readOnly" $readOnly)) -}}
+{{- $mounts = append $mounts (dict "name" $vname "mountPath" $vol.mountPath "readOnly" $readOnly) -}}
+{{- end -}}
+
+{{- /* Labels (JobSpec.object_labels: the user's, then ours, ours win) and the queue label. */ -}}
+{{- $labels := dict -}}
+{{- range $key, $value := (default dict $V.labels) -}}{{- $_ := set $labels $key $value -}}{{- end -}}
+{{- $_ := set $labels "app.kubernetes.io/name" "ddp-job" -}}
+{{- $_ := set $labels "app.kubernetes.io/instance" $name -}}
+{{- $_ := set $labels "app.kubernetes.io/component" "trainer" -}}
+{{- $_ := set $labels "app.kubernetes.io/managed-by" "ddpctl" -}}
+{{- $topLabels := deepCopy $labels -}}
+{{- if $V.queue -}}{{- $_ := set $topLabels "kueue.x-k8s.io/queue-name" $V.queue -}}{{- end -}}
+
+{{- if and (eq $target "trainjob") $V.priorityClassName -}}
+{{- include "ddp-job.fail" (list "priorityClassName" "the trainjob target cannot set it (TrainJob has no such field)" "set it in the training runtime, or use target job, jobset or pytorchjob") -}}
+{{- end -}}
+{{- $pullSecrets := list -}}
+{{- range $secret := default list $V.imagePullSecrets -}}
+{{- $pullSecrets = append $pullSecrets (dict "name" $secret) -}}
+{{- end -}}
+{{- $containerNames := dict "job" "trainer" "jobset" "trainer" "pytorchjob" "pytorch" "trainjob" "node" -}}
+
+{{- $view := dict
+  "name" $name
+  "namespace" $V.namespace
+  "target" $target
+  "topLabels" $topLabels
+  "labels" $labels
+  "annotations" (default dict $V.annotations)
+  "selector" (dict "app.kubernetes.io/instance" $name "app.kubernetes.io/managed-by" "ddpctl")
+  "containerName" (get $containerNames $target)
+  "image" $V.image
+  "pullPolicy" $V.imagePullPolicy
+  "imagePullSecrets" $pullSecrets
+  "command" $entrypoint
+  "args" (concat $extra $args)
+  "env" $envList
+  "envFrom" $envFrom
+  "port" $port
+  "portName" (ternary "pytorchjob-port" "rendezvous" (eq $target "pytorchjob"))
+  "resources" $resources
+  "podSecurityContext" $podSC
+  "containerSecurityContext" $containerSC
+  "volumes" $podVolumes
+  "volumeMounts" $mounts
+  "tolerations" $tolerations
+  "nodeSelector" (default dict $V.nodeSelector)
+  "affinity" (default dict $V.affinity)
+  "priorityClassName" (default "" $V.priorityClassName)
+  "serviceAccountName" (default "" $V.serviceAccountName)
+  "restartPolicy" $V.restartPolicy
+  "backoffLimit" (int64 $V.backoffLimit)
+  "replicas" $replicas
+  "workers" (sub $replicas 1)
+  "elastic" $elastic
+  "minNodes" $min
+  "maxNodes" $max
+  "nproc" $nproc
+  "maxRestarts" (int64 $rdzv.maxRestarts)
+  "serviceName" $name
+  "rjob" "node"
+  "subdomain" (ternary $name "" (eq $target "job"))
+-}}
+{{- if not (kindIs "invalid" $V.ttlSecondsAfterFinished) -}}{{- $_ := set $view "ttl" (int64 $V.ttlSecondsAfterFinished) -}}{{- end -}}
+{{- if not (kindIs "invalid" $V.activeDeadlineSeconds) -}}{{- $_ := set $view "deadline" (int64 $V.activeDeadlineSeconds) -}}{{- end -}}
+{{- toJson $view -}}
+{{- end -}}
+
+{{/* ddp-job.metadata: an object's metadata (name, namespace, labels with the queue, annotations). */}}
+{{- define "ddp-job.metadata" -}}
+metadata:
+  name: {{ include "ddp-job.json" .name }}
+  namespace: {{ include "ddp-job.json" .namespace }}
+  labels: {{ include "ddp-job.json" .topLabels }}
+{{- if .annotations }}
+  annotations: {{ include "ddp-job.json" .annotations }}
+{{- end }}
+{{- end -}}
+
+{{/* ddp-job.container: the training container (render's `container` macro). */}}
+{{- define "ddp-job.container" -}}
+name: {{ include "ddp-job.json" .containerName }}
+image: {{ include "ddp-job.json" .image }}
+imagePullPolicy: {{ include "ddp-job.json" .pullPolicy }}
+command: {{ include "ddp-job.jsonList" .command }}
+args: {{ include "ddp-job.jsonList" .args }}
+env: {{ include "ddp-job.jsonList" .env }}
+{{- if .envFrom }}
+envFrom: {{ include "ddp-job.json" .envFrom }}
+{{- end }}
+ports: {{ include "ddp-job.json" (list (dict "name" .portName "containerPort" .port "protocol" "TCP")) }}
+resources: {{ include "ddp-job.json" .resources }}
+securityContext: {{ include "ddp-job.json" .containerSecurityContext }}
+volumeMounts: {{ include "ddp-job.jsonList" .volumeMounts }}
+{{- end -}}
+
+{{/* ddp-job.podSpecFields: pod-level fields shared by every target (also TrainJob's runtime patch). */}}
+{{- define "ddp-job.podSpecFields" -}}
+securityContext: {{ include "ddp-job.json" .podSecurityContext }}
+{{- if .serviceAccountName }}
+serviceAccountName: {{ include "ddp-job.json" .serviceAccountName }}
+{{- end }}
+{{- if .imagePullSecrets }}
+imagePullSecrets: {{ include "ddp-job.json" .imagePullSecrets }}
+{{- end }}
+{{- if .nodeSelector }}
+nodeSelector: {{ include "ddp-job.json" .nodeSelector }}
+{{- end }}
+{{- if .tolerations }}
+tolerations: {{ include "ddp-job.json" .tolerations }}
+{{- end }}
+{{- if .affinity }}
+affinity: {{ include "ddp-job.json" .affinity }}
+{{- end }}
+volumes: {{ include "ddp-job.jsonList" .volumes }}
+{{- end -}}
+
+{{/*
+ddp-job.podTemplate: a pod template (metadata + spec). Context: (dict "v" $view "restartPolicy" bool);
+PyTorchJob sets restartPolicy per replica instead of in the pod.
+*/}}
+{{- define "ddp-job.podTemplate" -}}
+{{- $v := .v -}}
+metadata:
+  labels: {{ include "ddp-job.json" $v.labels }}
+{{- if $v.annotations }}
+  annotations: {{ include "ddp-job.json" $v.annotations }}
+{{- end }}
+spec:
+{{- if .restartPolicy }}
+  restartPolicy: {{ include "ddp-job.json" $v.restartPolicy }}
+{{- end }}
+{{- if $v.subdomain }}
+  subdomain: {{ include "ddp-job.json" $v.subdomain }}
+{{- end }}
+{{- if $v.priorityClassName }}
+  priorityClassName: {{ include "ddp-job.json" $v.priorityClassName }}
+{{- end }}
+  {{- include "ddp-job.podSpecFields" $v | nindent 2 }}
+  containers:
+  -{{- include "ddp-job.container" $v | nindent 4 }}
+{{- end -}}
