@@ -10,7 +10,7 @@ import random
 import re
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -509,7 +509,9 @@ class KubeApiDouble(Scenario):
             values += body["dryRun"]
         for v in values:
             if v != "All":
-                raise S.invalid("", "", "", "", [FieldError(
+                opts = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions",
+                        "DELETE": "DeleteOptions"}.get(rec.method, "CreateOptions")
+                raise S.invalid(f"{opts}.meta.k8s.io", "meta.k8s.io", opts, "", [FieldError(
                     "dryRun", "FieldValueNotSupported", f'Unsupported value: "{v}": supported values: "All"')])
         return bool(values)
 
@@ -519,9 +521,6 @@ class KubeApiDouble(Scenario):
             return json.loads(rec.body or b"null")
         except ValueError as e:
             raise S.bad_request(f"the object provided is unrecognized (must be of type object): {e}")
-
-    def _out(self, rt: ResourceType, obj: dict) -> dict:
-        return obj
 
     # verbs ---------------------------------------------------------------
 
