@@ -1,0 +1,61 @@
+"""`ddpctl run`: run the job here, wired as in the cluster: local torchrun agents or containers."""
+
+from __future__ import annotations
+
+import os
+from enum import Enum
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ddpctl.errors import UsageError
+from ddpctl.options import SpecInput, spec_options
+
+
+class Color(str, Enum):
+    auto = "auto"
+    always = "always"
+    never = "never"
+
+
+def _port_explicit(spec_input: SpecInput) -> bool:
+    """Did the user pick the rendezvous port (then a busy port is an error, not a fallback)?"""
+    rdzv = spec_input.flags.get("rendezvous") or {}
+    return "port" in rdzv or "DDPCTL_RENDEZVOUS_PORT" in os.environ
+
+
+@spec_options
+def run_command(
+    spec_input: SpecInput,
+    local: bool = typer.Option(False, "--local", help="Run every node as a torchrun agent on this machine (the default)."),
+    docker: bool = typer.Option(False, "--docker", help="Run every node as a container on a private Docker network."),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where logs and checkpoints go (default ./ddp-runs/NAME).", file_okay=False),
+    mount: Optional[List[str]] = typer.Option(None, "--mount", help="NAME=DIR: host directory for the spec's volume NAME (default RUN_DIR/NAME; 'checkpoints' always exists).", show_default=False),
+    fresh: bool = typer.Option(False, "--fresh", help="Delete this job's earlier checkpoints first (the trainer resumes from them otherwise)."),
+    timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop the job after this many seconds (exit code 3).", min=1),
+    color: Color = typer.Option(Color.auto, "--color", help="Colour the rank prefixes: auto (on a terminal), always, never."),
+    engine: str = typer.Option("docker", "--engine", help="With --docker: the container engine CLI (docker or podman)."),
+) -> int:
+    """Run the job on this machine: CPU + gloo, every node and rank wired as in the cluster."""
+    if local and docker:
+        raise UsageError("--local and --docker exclude each other: choose one")
+    spec = spec_input.spec()
+    mounts_given = list(mount or [])
+    use_color = None if color is Color.auto else color is Color.always
+    if docker:
+        from ddpctl.docker_run import plan_docker, run_docker
+
+        dplan = plan_docker(spec, engine=engine, run_dir=run_dir, mounts=mounts_given, port_explicit=_port_explicit(spec_input), fresh=fresh)
+        return run_docker(dplan, color=use_color, timeout=timeout)
+
+    from ddpctl.local_run import clean_run_dir, parse_mounts, plan_local, run_local
+
+    plan = plan_local(spec, run_dir=run_dir, port_explicit=_port_explicit(spec_input), mounts=parse_mounts(mounts_given))
+    if fresh:
+        clean_run_dir(plan)
+    return run_local(plan, color=use_color, timeout=timeout)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run_command)
