@@ -44,7 +44,8 @@ Implemented faithfully (shapes checked against the apiserver's and the client's 
   compacted resourceVersion gets an ERROR event with a 410 Expired Status; ``timeoutSeconds`` ends it.
 * pod logs: ``container`` (required when a pod has several), ``follow`` (streams until that container
   instance terminates, the pod goes away or the server stops), ``tailLines``, ``previous``,
-  ``timestamps``, ``limitBytes``; kube's 400 messages for a waiting container or a missing previous one.
+  ``timestamps``, ``limitBytes``; kube's 400 messages for a waiting container or a missing previous one
+  (``sinceSeconds``/``sinceTime`` are accepted and ignored).
 
 Simplified, on purpose:
 
@@ -65,6 +66,26 @@ Simplified, on purpose:
   their states with ``start_container``, ``terminate_container``, ``restart_container``,
   ``set_container_waiting``, ``mark_unschedulable``, ``append_log``, ``finish`` and so on.
 * no aggregated discovery (the v2 APIGroupDiscoveryList); the python client uses the plain forms.
+* watches send no BOOKMARK events (allowed: bookmarks are optional for a server).
+
+Usage::
+
+    from kubernetes import client, config
+    from tests.kube_api_double import KubeApiDouble
+
+    with KubeApiDouble(engines=("pytorchjob",), namespaces=("default", "team")) as kube:
+        kc = kube.write_kubeconfig(tmp_path / "kubeconfig", context="double", namespace="team")
+        api = config.new_client_from_config(config_file=str(kc), context="double")
+        ...  # run ddpctl / the client against kube.url
+        [master, *workers] = kube.pod_names_for("PyTorchJob", "pj", "team")
+        kube.start_pods("PyTorchJob", "pj", "team")
+        kube.append_log(master, "epoch 1 loss 0.3", namespace="team")
+        kube.terminate_container(workers[0], "team", exit_code=137, reason="OOMKilled")
+        kube.finish("PyTorchJob", "pj", "team", succeeded=False)
+        assert kube.requests_to("PATCH")[0].param("fieldManager") == "ddpctl"
+
+Note for clients: ``DynamicClient`` caches discovery in ``$TMPDIR/osrcp-<md5(url)>.json``; as ports are
+reused between tests, give it ``cache_file=`` (or a per-test TMPDIR).
 """
 
 from .controller import FINISH_CONDITIONS, Scenario
