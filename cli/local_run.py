@@ -179,7 +179,7 @@ def remap_paths(args: Sequence[str], mapping: Mapping[str, Path]) -> list[str]:
     """Replace container mount paths in arguments (`/ckpt`, `/data/x`, `--data-dir=/data`)."""
     out = []
     for arg in args:
-        key, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        key, eq, value = arg.partition("=") if arg.startswith("--") and "=" in arg else ("", "", arg)
         for mount, host in sorted(mapping.items(), key=lambda kv: -len(kv[0])):
             if value == mount or value.startswith(mount.rstrip("/") + "/"):
                 value = str(host) + value[len(mount.rstrip("/")):]
@@ -202,6 +202,7 @@ def choose_port(spec: JobSpec, explicit: bool) -> tuple[int, str | None]:
     from ddpctl.procs import free_port, port_is_free
 
     wanted = spec.master_port
+    explicit = explicit or spec.rendezvous.port != DEFAULT_PORT  # set in ddp.yaml: asked for, too
     if port_is_free(wanted):
         return wanted, None
     if explicit:
@@ -284,6 +285,7 @@ class JobState:
     nodes_done: int = 0
     failures: list[Failure] = field(default_factory=list)
     peer_failed_ranks: set[int] = field(default_factory=set)
+    in_traceback: set[int] = field(default_factory=set)
     _pending: dict[int, tuple[int, int]] = field(default_factory=dict)
 
     def on_rank_line(self, rank: int, text: str) -> None:
@@ -513,17 +515,26 @@ def _show(console: Console, state: JobState, child: object, text: str) -> None:
         console.rank_line(rank, rest)
         return
     state.on_node_line(node, text)
-    if getattr(child, "stopping", False) and not text.strip():
+    if _agent_traceback(state, node, text):
         return
-    if getattr(child, "stopping", False) and _agent_noise(text):
+    if getattr(child, "stopping", False) and not text.strip():
         return
     console.node_line(node, text)
 
 
-def _agent_noise(text: str) -> bool:
-    """Tracebacks of an agent we stopped on purpose say nothing new (they stay in the node log)."""
-    stripped = text.strip()
-    return stripped.startswith(("Traceback", "File ", "^", "raise ", "torch.distributed.elastic.multiprocessing.api.SignalException")) or text.startswith("    ")
+def _agent_traceback(state: JobState, node: int, text: str) -> bool:
+    """True for the lines of an agent's own Python traceback (torchrun's ChildFailedError, or the
+    SignalException of an agent we stopped): they say nothing the failure summary does not, and
+    they stay in the node's log file. Tracebacks of the training code come tee'd, as rank lines."""
+    if text.startswith("Traceback (most recent call last):"):
+        state.in_traceback.add(node)
+        return True
+    if node not in state.in_traceback:
+        return False
+    if text.startswith((" ", "\t")):
+        return True
+    state.in_traceback.discard(node)  # the exception line ends the traceback
+    return True
 
 
 def _stop(children: Sequence[object], console: Console) -> None:
