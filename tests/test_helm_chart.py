@@ -243,6 +243,15 @@ def test_cli_helm_values_round_trip(cli, chart: Any) -> None:
     assert chart_objects(chart, values) == [d for d in yaml.safe_load_all(rendered.out) if d]
 
 
+def test_ddpctl_init_file_is_a_values_file(cli, chart: Any, tmp_path: Path) -> None:
+    """The commented ddp.yaml that `ddpctl init` writes goes into Git and to the chart unchanged."""
+    path = tmp_path / "ddp.yaml"
+    result = cli("init", "--path", str(path), "--nodes", "1:3", "--gpus", "2", "-t", "jobset", "-e", "A=1")
+    assert result.code == 0, result.err
+    values = yaml.safe_load(path.read_text(encoding="utf-8"))
+    assert_same_objects(chart, JobSpec.from_dict(values), values=values)
+
+
 def test_helm_values_module_dumps_to_dict() -> None:
     from ddpctl.helm_values import helm_values, helm_values_yaml
 
