@@ -1,0 +1,146 @@
+"""`ddpctl submit`: spec -> target -> objects -> server-side apply -> (wait | follow)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from ddpctl.errors import SpecError, UsageError
+from ddpctl.kube.flags import DryRun, Format
+from ddpctl.options import SpecInput
+
+
+def build_image(spec: Any) -> str:
+    """`--build`: the image builder of `ddpctl build` (ddpctl.build.build_image), pushed."""
+    import importlib
+
+    try:
+        builder = importlib.import_module("ddpctl.build")
+    except ModuleNotFoundError as exc:
+        if exc.name != "ddpctl.build":
+            raise
+        builder = None
+    fn = getattr(builder, "build_image", None)
+    if fn is None:
+        raise UsageError("--build: this ddpctl has no image builder; build and push the image yourself and pass --image REF")
+    ref = fn(spec, push=True)
+    return str(getattr(ref, "ref", ref))
+
+
+def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, dry_run: DryRun, output: Format | None,
+        build: bool, replace: bool, wait: bool, follow: bool, rank: int | None, timeout: str | None,
+        out: Callable[[str], None], say: Callable[[str], None]) -> None:
+    from ddpctl import render
+    from ddpctl.kube.config import ClusterOptions, chosen_layer
+    from ddpctl.kube.watch import parse_duration
+
+    timeout_s = parse_duration(timeout)
+    if rank is not None and not follow:
+        raise UsageError("--rank: only with --follow; for a running job use `ddpctl logs NAME --rank N`")
+    if rank is not None and rank < 0:
+        raise UsageError(f"--rank: {rank} is negative; ranks count from 0")
+    if dry_run is not DryRun.none and (wait or follow or build or replace):
+        used = next(f for f, on in (("--wait", wait), ("--follow", follow), ("--build", build), ("--replace", replace)) if on)
+        raise UsageError(f"{used} cannot be combined with --dry-run={dry_run.value}; drop one of them")
+
+    flags = dict(spec_input.flags)
+    explicit_auto = flags.get("target") == "auto"
+    if explicit_auto:
+        del flags["target"]
+    chosen = chosen_layer(spec_input.config, flags)  # what the user set (file, env, flags), no defaults
+    auto = explicit_auto or "target" not in chosen
+    base = SpecInput(flags=flags, config=spec_input.config)
+
+    def fmt(objects: list[dict[str, Any]]) -> str:
+        return render.to_json_list(objects) if output is Format.json else render.to_yaml_documents(objects)
+
+    if dry_run is DryRun.client:
+        spec = base.spec()  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`
+        if auto:
+            say(f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; pass --target to choose)")
+        objects = render.render(spec)
+        if output is None:
+            for obj in objects:
+                from ddpctl.kube.kinds import kind_of
+
+                out(f"{kind_of(obj).ref(obj['metadata']['name'])} created (dry run)")
+        else:
+            out(fmt(objects).rstrip("\n"))
+        return
+
+    spec0 = base.spec(target="job") if auto else base.spec()  # a bad spec fails before any cluster contact
+    if build:
+        image = build_image(spec0)
+        say(f"ddpctl: built and pushed {image}")
+        flags["image"] = image
+        base = SpecInput(flags=flags, config=spec_input.config)
+
+    from ddpctl.kube import apply as A
+    from ddpctl.kube import discovery
+    from ddpctl.kube.config import connect
+    from ddpctl.kube.kinds import BY_TARGET
+
+    with connect(ClusterOptions(kubeconfig, context, chosen.get("namespace"))) as cluster:
+        engines = discovery.discover(cluster)
+        overrides: dict[str, Any] = {}
+        if "namespace" not in chosen:
+            overrides["namespace"] = cluster.namespace
+        if auto:
+            spec, objects, why = None, None, ""
+            notes = []
+            for target, reason in discovery.candidates(engines):
+                try:
+                    spec = base.spec(target=target, **overrides)
+                    objects = render.render(spec)
+                    why = reason + (f"; {notes[0]}" if notes else "")
+                    break
+                except SpecError as exc:
+                    notes.append(f"{target} cannot run this spec ({exc.message})")
+            assert spec is not None and objects is not None
+            say(f"ddpctl: target {spec.target}: {why}")
+        else:
+            spec = base.spec(**overrides)
+            discovery.require(engines, spec.target)
+            objects = render.render(spec)
+        server_dry = dry_run is DryRun.server
+        applied = A.submit(cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say)
+        if output is not None:
+            out(fmt([a.obj for a in applied]).rstrip("\n"))
+        else:
+            suffix = " (server dry run)" if server_dry else ""
+            for a in applied:
+                out(f"{a.kind.ref(a.obj['metadata']['name'])} {'created' if a.created else 'configured'}{suffix}")
+        if server_dry:
+            return
+        kind = BY_TARGET[spec.target]
+        job = next(a.obj for a in applied if a.kind is kind)
+        if not (wait or follow):
+            say(f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status {spec.name} -n {spec.namespace}`")
+            return
+        follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
+
+
+def follow_job(cluster: Any, kind: Any, job: dict[str, Any], *, timeout: float | None, follow: bool, rank: int | None,
+               say: Callable[[str], None], status_enabled: bool = True) -> None:
+    """Wait (and stream logs) until the job finishes; a failed job raises with the reason."""
+    from ddpctl.kube import watch as W
+    from ddpctl.kube.logs import Follower, Output
+
+    status = W.StatusLine(enabled=status_enabled)
+    follower = Follower(cluster, kind, out=Output(), prefix=rank is None, rank=rank) if follow else None
+    if rank is not None:
+        from ddpctl.kube.kinds import expected_nodes
+
+        nodes = expected_nodes(kind, job)
+        if nodes is not None and rank >= nodes:
+            raise UsageError(f"--rank: {rank} is out of range; job {job['metadata']['name']} has ranks 0-{nodes - 1}")
+    try:
+        outcome = W.wait(cluster, kind, job, timeout=timeout, status=status, on_pods=follower.observe if follower else None)
+        if follower:
+            follower.drain(W.DRAIN_SECONDS)
+    finally:
+        if follower:
+            follower.stop()
+    if outcome.result == "Failed":
+        raise W.explain_failure(cluster, kind, outcome, status.say)
+    name, ns = job["metadata"]["name"], job["metadata"].get("namespace")
+    status.say(f"ddpctl: {kind.ref(name)} in namespace \"{ns}\" succeeded")

@@ -1,0 +1,447 @@
+"""A job's live state: list + watch of the workload and its pods, the status line, and why a job
+failed or stalls (termination reasons, waiting reasons, the scheduler's events, last log lines)."""
+
+from __future__ import annotations
+
+import json
+import queue
+import re
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, UsageError, WaitTimeout
+from ddpctl.kube import errors as E
+from ddpctl.kube.config import Cluster, iter_lines
+from ddpctl.kube.kinds import EVENT, POD, PYTORCHJOB, Kind, container_name, expected_nodes, finished, pod_selector, rank_of, replica_type
+
+WATCH_SECONDS = 300  # server-side timeout of one watch request; it is renewed from the last resourceVersion
+RECONNECT_ATTEMPTS = 3
+LOG_TAIL = 20
+DRAIN_SECONDS = 10.0  # after the job finished, how long log streams may take to end by themselves
+WAIT_PROBLEMS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashLoopBackOff", "CreateContainerConfigError",
+                 "CreateContainerError", "RunContainerError", "ErrImageNeverPull")
+
+
+def parse_duration(text: str | None, flag: str = "--timeout") -> float | None:
+    """`90`, `90s`, `5m`, `1h30m`, `0.5s` -> seconds; None/empty/0 -> no limit."""
+    if text is None or str(text).strip() in ("", "0"):
+        return None
+    t = str(text).strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", t):
+        return float(t)
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(h|m|s|ms)", t)
+    if not parts or "".join(n + u for n, u in parts) != t:
+        raise UsageError(f"{flag}: {text!r} is not a duration; write it like 90s, 30m or 1h30m")
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+# ------------------------------------------------------------------------------ list + watch
+
+
+class Watcher(threading.Thread):
+    """List, then watch from the list's resourceVersion; events go to a queue as (tag, type, obj).
+    A 410 Expired re-lists (SYNC); a dropped stream resumes from the last resourceVersion."""
+
+    def __init__(self, cluster: Cluster, kind: Kind, namespace: str, tag: str, events: "queue.Queue[Any]",
+                 selector: str | None = None, field_selector: str | None = None) -> None:
+        super().__init__(name=f"ddpctl-watch-{tag}", daemon=True)
+        self.cluster, self.kind, self.namespace, self.tag, self.events = cluster, kind, namespace, tag, events
+        self.selector, self.field_selector = selector, field_selector
+        self.stopped = threading.Event()
+        self._raw: Any = None
+
+    def stop(self) -> None:
+        self.stopped.set()
+        if self._raw is not None:
+            self.cluster.done_with(self._raw)
+
+    def run(self) -> None:
+        import urllib3
+
+        rv: str | None = None
+        failures = 0
+        op = E.Op("watch", self.kind, None, self.namespace)
+        while not self.stopped.is_set():
+            try:
+                if rv is None:
+                    listed = self.cluster.list(self.kind, self.namespace, self.selector, self.field_selector)
+                    rv = listed["metadata"]["resourceVersion"]
+                    self.events.put((self.tag, "SYNC", listed.get("items") or []))
+                query: list[tuple[str, Any]] = [("watch", "true"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
+                                                ("timeoutSeconds", str(WATCH_SECONDS))]
+                query += [(k, v) for k, v in (("labelSelector", self.selector), ("fieldSelector", self.field_selector)) if v]
+                self._raw = raw = self.cluster.stream(self.kind.path(self.namespace), op, query, read_timeout=WATCH_SECONDS + 30)
+                try:
+                    for line in iter_lines(raw):
+                        if self.stopped.is_set():
+                            return
+                        if not line.strip():
+                            continue
+                        event = json.loads(line)
+                        typ, obj = event.get("type"), event.get("object") or {}
+                        if typ == "ERROR":
+                            if obj.get("code") == 410:
+                                rv = None  # expired: list again
+                                break
+                            raise E.from_status(int(obj.get("code") or 500), obj, op, self.cluster.where)
+                        rv = (obj.get("metadata") or {}).get("resourceVersion") or rv
+                        if typ != "BOOKMARK":
+                            self.events.put((self.tag, typ, obj))
+                finally:
+                    self.cluster.done_with(raw)
+                    self._raw = None
+                failures = 0
+            except (DdpctlError, urllib3.exceptions.HTTPError, OSError, ValueError) as exc:
+                if self.stopped.is_set():
+                    return
+                failures += 1
+                fatal = isinstance(exc, E.ApiError) and exc.code in (401, 403, 404)
+                if fatal or failures >= RECONNECT_ATTEMPTS:
+                    err = exc if isinstance(exc, DdpctlError) else E.from_transport(exc, op, self.cluster.where, failures)
+                    self.events.put((self.tag, "FAIL", err))
+                    return
+                self.stopped.wait(0.5 * failures)  # reconnect backoff
+
+
+class JobMonitor:
+    """The workload object and its pods, kept current by two watchers."""
+
+    def __init__(self, cluster: Cluster, kind: Kind, job: dict[str, Any]) -> None:
+        self.cluster, self.kind, self.job = cluster, kind, job
+        md = job["metadata"]
+        self.name, self.namespace = md["name"], md.get("namespace") or cluster.namespace
+        self.pods: dict[str, dict[str, Any]] = {}
+        self.events: "queue.Queue[Any]" = queue.Queue()
+        self.synced: set[str] = set()
+        self.watchers = [
+            Watcher(cluster, kind, self.namespace, "job", self.events, field_selector=f"metadata.name={self.name}"),
+            Watcher(cluster, POD, self.namespace, "pod", self.events, selector=pod_selector(kind, self.name)),
+        ]
+        self._scheduler_messages: dict[str, str] = {}
+
+    def __enter__(self) -> "JobMonitor":
+        for w in self.watchers:
+            w.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for w in self.watchers:
+            w.stop()
+
+    def next(self, timeout: float | None) -> bool:
+        """Apply the next event(s); False when `timeout` passed with none."""
+        try:
+            item = self.events.get(timeout=timeout)
+        except queue.Empty:
+            return False
+        while True:
+            self._apply(*item)
+            try:
+                item = self.events.get_nowait()
+            except queue.Empty:
+                return True
+
+    def _apply(self, tag: str, typ: str, payload: Any) -> None:
+        if typ == "FAIL":
+            raise payload
+        if tag == "job":
+            if typ == "SYNC":
+                self.synced.add("job")
+                mine = [o for o in payload if o["metadata"].get("uid") == self.job["metadata"].get("uid")]
+                if not mine:
+                    raise ClusterError(f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was watching it')
+                self.job = mine[0]
+            elif typ == "DELETED":
+                raise ClusterError(f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was watching it')
+            else:
+                self.job = payload
+            return
+        if typ == "SYNC":
+            self.synced.add("pod")
+            self.pods = {p["metadata"]["name"]: p for p in payload}
+        elif typ == "DELETED":
+            self.pods.pop(payload["metadata"]["name"], None)
+        else:
+            self.pods[payload["metadata"]["name"]] = payload
+
+    def wait_synced(self, deadline: float | None) -> bool:
+        while len(self.synced) < 2:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self.next(left)
+        return True
+
+    # ---------------------------------------------------------------- views
+
+    @property
+    def result(self) -> str | None:
+        return finished(self.kind, self.job)[0]
+
+    def ranked_pods(self) -> list[tuple[int | None, dict[str, Any]]]:
+        return ranked(self.kind, self.job, self.pods.values())
+
+    def scheduler_message(self, pod: dict[str, Any]) -> str | None:
+        """The scheduler's latest FailedScheduling event for the pod (fetched once per pod)."""
+        name = pod["metadata"]["name"]
+        if name not in self._scheduler_messages:
+            self._scheduler_messages[name] = scheduler_event(self.cluster, self.namespace, name) or ""
+        return self._scheduler_messages[name] or None
+
+
+def ranked(kind: Kind, job: dict[str, Any] | None, pods: Any) -> list[tuple[int | None, dict[str, Any]]]:
+    out = [(rank_of(kind, job, p), p) for p in pods]
+    out.sort(key=lambda rp: (rp[0] is None, rp[0] if rp[0] is not None else 0, rp[1]["metadata"].get("creationTimestamp") or "",
+                             rp[1]["metadata"]["name"]))
+    return out
+
+
+def scheduler_event(cluster: Cluster, namespace: str, pod: str) -> str | None:
+    try:
+        items = cluster.list(EVENT, namespace, field_selector=f"involvedObject.name={pod},involvedObject.kind=Pod").get("items") or []
+    except E.ApiError:
+        return None
+    sched = [e for e in items if e.get("reason") == "FailedScheduling"]
+    sched.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return E.one_line(sched[-1].get("message", "")) if sched else None
+
+
+# ------------------------------------------------------------------------------ what pods say
+
+
+def _main_status(kind: Kind, pod: dict[str, Any]) -> dict[str, Any]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    want = container_name(kind)
+    return next((s for s in statuses if s.get("name") == want), statuses[0] if statuses else {})
+
+
+def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
+    """(what is wrong, whether it is final) for one pod, or None when nothing is."""
+    st = pod.get("status") or {}
+    for cs in st.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        waiting, term = state.get("waiting"), state.get("terminated")
+        if waiting and waiting.get("reason") in WAIT_PROBLEMS:
+            text = waiting["reason"]
+            last = ((cs.get("lastState") or {}).get("terminated")) or {}
+            if waiting["reason"] == "CrashLoopBackOff" and last:
+                text += f" (last exit: {last.get('reason', 'Error')}, exit code {last.get('exitCode')})"
+            elif waiting.get("message"):
+                text += f": {E.one_line(waiting['message'])}"
+            return text, False
+        if term and term.get("exitCode", 0) != 0:
+            text = f"{term.get('reason') or 'Error'} (exit code {term.get('exitCode')})"
+            if term.get("message"):
+                text += f": {E.one_line(term['message'])[:300]}"
+            return text, True
+    if st.get("phase") == "Failed":
+        return f"{st.get('reason') or 'Failed'}" + (f": {E.one_line(st['message'])}" if st.get("message") else ""), True
+    for cond in st.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+            return f"Unschedulable: {E.one_line(cond.get('message') or '')}", False
+    return None
+
+
+def pod_phase(pod: dict[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def counts(kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Counter]:
+    out: dict[str, Counter] = {}
+    for _, pod in pods:
+        out.setdefault(replica_type(kind, pod), Counter())[pod_phase(pod)] += 1
+    return out
+
+
+def state_of(monitor_result: str | None, pods: list[tuple[int | None, dict[str, Any]]]) -> str:
+    if monitor_result:
+        return monitor_result
+    phases = {pod_phase(p) for _, p in pods}
+    return "Running" if "Running" in phases or "Succeeded" in phases or "Failed" in phases else "Pending"
+
+
+def status_line(kind: Kind, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]], result: str | None) -> str:
+    nodes = expected_nodes(kind, job)
+    groups = counts(kind, pods)
+    if not groups:
+        groups = {"master" if kind is PYTORCHJOB else "node": Counter()}
+    parts = []
+    for replica in sorted(groups, key=lambda r: (r != "master", r)):
+        c = groups[replica]
+        parts.append(f"{replica}: {c['Pending']} pending, {c['Running']} running, {c['Succeeded']} succeeded, {c['Failed']} failed")
+    name = job["metadata"]["name"]
+    return f"{name} {state_of(result, pods)} ({nodes if nodes is not None else '?'} nodes) - " + "; ".join(parts)
+
+
+def last_log_lines(cluster: Cluster, kind: Kind, pod: dict[str, Any], tail: int = LOG_TAIL) -> list[str]:
+    """The last lines the pod's trainer container wrote: the current instance, else the previous."""
+    name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
+    container = _main_status(kind, pod).get("name") or container_name(kind)
+    for previous in (False, True):
+        query = [("container", container), ("tailLines", str(tail))] + ([("previous", "true")] if previous else [])
+        try:
+            _, text = cluster.call("GET", POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query=query)
+        except DdpctlError:
+            continue
+        lines = (text or "").splitlines() if isinstance(text, str) else []
+        if lines:
+            return lines
+    return []
+
+
+# ------------------------------------------------------------------------------ the status line
+
+
+class StatusLine:
+    """On a terminal, one line rewritten in place; otherwise a line each time it changes."""
+
+    def __init__(self, enabled: bool = True, stream: Any = None) -> None:
+        self.enabled = enabled
+        self.stream = stream
+        self.last = ""
+        self.lock = threading.Lock()
+
+    def _out(self) -> Any:
+        return self.stream or sys.stderr
+
+    def show(self, text: str) -> None:
+        if not self.enabled or text == self.last:
+            return
+        with self.lock:
+            out = self._out()
+            if _isatty(out):
+                out.write("\r\x1b[K" + text)
+            else:
+                out.write(text + "\n")
+            out.flush()
+            self.last = text
+
+    def say(self, text: str) -> None:
+        """A message line that must not be overwritten by the next status line."""
+        with self.lock:
+            out = self._out()
+            if self.enabled and _isatty(out) and self.last:
+                out.write("\r\x1b[K")
+                self.last = ""
+            out.write(text + "\n")
+            out.flush()
+
+    def end(self) -> None:
+        if self.enabled and self.last and _isatty(self._out()):
+            with self.lock:
+                self._out().write("\n")
+                self.last = ""
+
+
+def _isatty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except Exception:  # noqa: BLE001
+        return False
+
+
+# ------------------------------------------------------------------------------ waiting
+
+
+@dataclass
+class Outcome:
+    result: str  # Succeeded | Failed
+    job: dict[str, Any]
+    pods: list[tuple[int | None, dict[str, Any]]]
+
+
+def wait(cluster: Cluster, kind: Kind, job: dict[str, Any], *, timeout: float | None, status: StatusLine,
+         on_pods: Callable[[JobMonitor], None] | None = None) -> Outcome:
+    """Follow the job until it finishes: status lines, stall reasons (once each), and `on_pods`
+    (the log streamer) after every change. Raises WaitTimeout past `timeout`."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    reported: set[tuple[str, str]] = set()
+    name, ns = job["metadata"]["name"], job["metadata"].get("namespace") or cluster.namespace
+    with JobMonitor(cluster, kind, job) as mon:
+        synced = mon.wait_synced(deadline)
+        while True:
+            pods = mon.ranked_pods()
+            if synced:
+                status.show(status_line(kind, mon.job, pods, mon.result))
+                for rank, pod in pods:
+                    problem = pod_problem(kind, pod)
+                    if problem and not problem[1] and (pod["metadata"]["name"], problem[0].split(":")[0]) not in reported:
+                        reported.add((pod["metadata"]["name"], problem[0].split(":")[0]))
+                        status.say(f"ddpctl: rank {rank} (pod {pod['metadata']['name']}) is waiting: {_with_events(mon, pod, problem[0])}")
+                if on_pods:
+                    on_pods(mon)
+                if mon.result:
+                    status.end()
+                    return Outcome(mon.result, mon.job, pods)
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                status.end()
+                why = stall_summary(mon, pods)
+                raise WaitTimeout(f'timed out after {_fmt_seconds(timeout)} waiting for {kind.ref(name)} in namespace "{ns}"'
+                                  f" ({state_of(mon.result, pods)}{': ' + why if why else ''}); it keeps running: see "
+                                  f"`ddpctl status {name} -n {ns}`, or `ddpctl delete {name} -n {ns}`")
+            if not mon.next(left):
+                continue
+            synced = synced or len(mon.synced) == 2
+
+
+def _with_events(mon: JobMonitor, pod: dict[str, Any], text: str) -> str:
+    if text.startswith("Unschedulable"):
+        msg = mon.scheduler_message(pod)
+        if msg:
+            return f"Unschedulable: {msg}"
+    return text
+
+
+def stall_summary(mon: JobMonitor, pods: list[tuple[int | None, dict[str, Any]]]) -> str:
+    out = []
+    for rank, pod in pods:
+        problem = pod_problem(mon.kind, pod)
+        if problem:
+            out.append(f"rank {rank} {_with_events(mon, pod, problem[0])}")
+    if not pods:
+        out.append("no pods yet")
+    return "; ".join(out[:3]) + (f"; and {len(out) - 3} more" if len(out) > 3 else "")
+
+
+def _fmt_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    return f"{seconds:g}s" if seconds < 120 else f"{seconds / 60:g}m"
+
+
+def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callable[[str], None]) -> RuntimeFailure:
+    """Print why the job failed (the failing pods, their termination reasons, their last log lines)
+    and return the one-line error to exit with."""
+    job = outcome.job
+    name, ns = job["metadata"]["name"], job["metadata"].get("namespace") or cluster.namespace
+    _, cond = finished(kind, job)
+    headline = f"{kind.ref(name)} failed" + (f": {cond.get('reason')}" if cond and cond.get("reason") else "") + (
+        f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
+    say(f"ddpctl: {headline}")
+    failing = [(r, p, pp) for r, p in outcome.pods if (pp := pod_problem(kind, p))]
+    failing.sort(key=lambda t: (not t[2][1],))  # final failures first
+    first = None
+    for rank, pod, (text, _) in failing[:3]:
+        if text.startswith("Unschedulable"):
+            msg = scheduler_event(cluster, ns, pod["metadata"]["name"])
+            text = f"Unschedulable: {msg}" if msg else text
+        say(f"  rank {rank} (pod {pod['metadata']['name']}): {text}")
+        first = first or (rank, pod, text)
+        lines = last_log_lines(cluster, kind, pod)
+        if lines:
+            say(f"  last {len(lines)} log lines of rank {rank}:")
+            for line in lines:
+                say(f"    | {line}")
+    if first:
+        rank, pod, text = first
+        return RuntimeFailure(f'job "{name}" failed: rank {rank} (pod {pod["metadata"]["name"]}): {text}; see '
+                              f"`ddpctl logs {name} -n {ns} --rank {rank}`")
+    reason = (cond or {}).get("reason") or "Failed"
+    return RuntimeFailure(f'job "{name}" failed: {reason}' + (f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
+                          + f"; see `ddpctl status {name} -n {ns}`")
