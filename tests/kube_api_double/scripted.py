@@ -1,0 +1,129 @@
+"""Scenario hooks on the kube-apiserver double, for driving ddpctl's cluster commands end to end.
+
+`ScriptedDouble` is the double with three seams the CLI tests synchronise on (no sleeps):
+
+* ``after_create(kind, fn)``: ``fn(double, obj)`` runs right after the engine controller made the
+  pods of a new workload, inside the create request, so the CLI's next read sees what ``fn`` did
+  (e.g. pods started and failed, a pod unschedulable);
+* ``wait_follows(pod, n)``: returns once the ``n``-th ``follow=true`` log stream of ``pod`` has been
+  sent its first chunk (the stream is attached to the instance that was current then);
+* ``wait_watches(resource, n)``: returns once ``n`` watch requests for ``resource`` have arrived
+  (a watch from a resourceVersion replays everything after it, so what happens next is seen).
+
+Timeouts on these waits are bounds that turn a hang into a failure, never a synchronisation device.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlsplit
+
+from .server import KubeApiDouble, _Handler, _Server
+
+BOUND = 20.0  # seconds: the most a test waits for the CLI to reach a point
+
+
+class _NoDelayHandler(_Handler):
+    # Headers and body go out as two writes; with Nagle's algorithm on, the body waits for the
+    # client's delayed ACK (~40 ms a request on Linux). kube-apiserver (Go) sets TCP_NODELAY too.
+    disable_nagle_algorithm = True
+
+
+class ScriptedDouble(KubeApiDouble):
+    def start(self) -> "ScriptedDouble":  # as KubeApiDouble.start, with TCP_NODELAY
+        if self._httpd is None:
+            self._httpd = _Server(("127.0.0.1", 0), _NoDelayHandler)
+            self._httpd.double = self  # type: ignore[attr-defined]
+            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                            name="kube-api-double", daemon=True)
+            self._thread.start()
+        return self
+
+    def __init__(self, **kw: Any) -> None:
+        super().__init__(**kw)
+        self._hooks: dict[str, list[Callable[[Any, dict], None]]] = {}
+        self._seen = threading.Condition()
+        self.follows: Counter = Counter()
+        self.watches: Counter = Counter()
+
+    # -------------------------------------------------------------- after_create
+
+    def after_create(self, kind: str, fn: Callable[["ScriptedDouble", dict], None]) -> None:
+        self._hooks.setdefault(self.rt(kind).kind, []).append(fn)
+
+    def on_created(self, rt, obj):  # type: ignore[override]
+        super().on_created(rt, obj)
+        for fn in self._hooks.get(rt.kind, []):
+            fn(self, obj)
+
+    # -------------------------------------------------------------- streams the CLI opened
+
+    def _chunk(self, h, data: bytes) -> None:  # type: ignore[override]
+        KubeApiDouble._chunk(h, data)
+        url = urlsplit(h.path)
+        query = parse_qs(url.query)
+        if url.path.endswith("/log") and query.get("follow", [""])[-1] in ("true", "1", "True"):
+            key = ("log", url.path)
+            if key not in getattr(h, "_ddpctl_seen", set()):
+                h._ddpctl_seen = getattr(h, "_ddpctl_seen", set()) | {key}
+                pod = url.path.rsplit("/", 2)[-2]
+                with self._seen:
+                    self.follows[pod] += 1
+                    self._seen.notify_all()
+
+    def _watch(self, h, rec, route):  # type: ignore[override]
+        with self._seen:
+            self.watches[route.plural] += 1
+            self._seen.notify_all()
+        return super()._watch(h, rec, route)
+
+    def wait_follows(self, pod: str, n: int = 1, timeout: float = BOUND) -> None:
+        with self._seen:
+            if not self._seen.wait_for(lambda: self.follows[pod] >= n, timeout):
+                raise AssertionError(f"the CLI did not follow the logs of {pod} {n} time(s) (got {self.follows[pod]})")
+
+    def wait_watches(self, plural: str, n: int = 1, timeout: float = BOUND) -> None:
+        with self._seen:
+            if not self._seen.wait_for(lambda: self.watches[plural] >= n, timeout):
+                raise AssertionError(f"the CLI did not watch {plural} {n} time(s) (got {self.watches[plural]})")
+
+
+def install_runtime(double: KubeApiDouble) -> None:
+    """The torch-distributed ClusterTrainingRuntime (Kubeflow Trainer v2 installs it)."""
+    from .validation import default_crd_dir
+
+    import yaml
+
+    path = default_crd_dir().parent / "torch_distributed_runtime.yaml"
+    obj = yaml.safe_load(path.read_text()) if path.exists() else {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
+        "metadata": {"name": "torch-distributed"}, "spec": {}}
+    double.store.put(double.rt("ClusterTrainingRuntime"), obj)
+
+
+class Scenario:
+    """A test thread that runs `steps` while the CLI runs in the test's thread; re-raises failures."""
+
+    def __init__(self, steps: Callable[[], None]) -> None:
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(steps,), daemon=True)
+
+    def _run(self, steps: Callable[[], None]) -> None:
+        try:
+            steps()
+        except BaseException as exc:  # noqa: BLE001 - reported by join()
+            self.error = exc
+
+    def __enter__(self) -> "Scenario":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.thread.join(BOUND)
+        if self.error is not None and exc[0] is None:
+            raise self.error
+
+
+__all__ = ["ScriptedDouble", "Scenario", "install_runtime", "BOUND"]
