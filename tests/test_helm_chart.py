@@ -229,7 +229,7 @@ def test_release_name_and_namespace_do_not_change_the_objects(chart: Any) -> Non
     assert chart_objects(chart, spec.to_dict(), name="some-release", namespace="elsewhere") == render(spec)
 
 
-def test_cli_helm_values_round_trip(cli, chart: Any) -> None:
+def test_cli_helm_values_round_trip(cli, chart: Any, helm: Any) -> None:
     """`ddpctl render --helm-values` writes the values that make the chart render `ddpctl render`'s objects."""
     flags = ["--name", "bert", "-t", "pytorchjob", "--nodes", "2:6", "--gpus", "4", "-e", "NCCL_DEBUG=INFO",
              "-v", "data=corpus:/data:ro", "--secret-env", "HF_TOKEN=hf:token", "--toleration", "pool=gpu:NoSchedule",
@@ -238,9 +238,25 @@ def test_cli_helm_values_round_trip(cli, chart: Any) -> None:
     assert values_result.code == 0, values_result.err
     rendered = cli("render", *flags)
     assert rendered.code == 0, rendered.err
-    values = yaml.safe_load(values_result.out)
-    assert values == JobSpec.from_dict(values).to_dict()
+    values = helm.values_from_yaml(values_result.out)  # read as `helm -f` reads it
+    assert values == yaml.safe_load(values_result.out) == JobSpec.from_dict(values).to_dict()
     assert chart_objects(chart, values) == [d for d in yaml.safe_load_all(rendered.out) if d]
+
+
+AMBIGUOUS = ["1e3", "0o17", "0b101", "0x1F", "1_000", "12:30", "y", "n", "Yes", "off", "~", "null", "2024-01-01", "+1", ".5", ".inf", "NaN", "=", "<<"]
+
+
+@pytest.mark.parametrize("text", HOSTILE + AMBIGUOUS)
+def test_helm_values_file_reads_back_literally_in_helm(chart: Any, helm: Any, text: str) -> None:
+    """Helm's Go YAML parser reads `--helm-values` output as the same values PyYAML does
+    (`1e3`, `0o17`, `y` stay strings; U+0085 is no line break), so the chart renders the CLI's objects."""
+    spec = JobSpec.from_dict({"target": "jobset", "args": [text], "env": {"TEXT": text}, "annotations": {"example.com/t": text}})
+    from ddpctl.helm_values import helm_values_yaml
+
+    text_file = helm_values_yaml(spec)
+    values = helm.values_from_yaml(text_file)
+    assert values == yaml.safe_load(text_file) == spec.to_dict()
+    assert_same_objects(chart, spec, values=values)
 
 
 def test_ddpctl_init_file_is_a_values_file(cli, chart: Any, tmp_path: Path) -> None:
