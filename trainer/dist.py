@@ -157,8 +157,15 @@ def setup(ctx: DistContext, backend: str, timeout_s: int, need_group: bool) -> t
     if ctx.world_size == 1 and not os.environ.get("MASTER_ADDR"):
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kwargs)
     else:
+        # torchrun's agent shares one TCPStore across restarts; keys left by the previous attempt
+        # (peer addresses of dead processes) would be read by the new one, so each attempt gets
+        # its own key prefix.
+        from torch.distributed.rendezvous import rendezvous
+
+        store, _, _ = next(rendezvous("env://", rank=ctx.rank, world_size=ctx.world_size, timeout=timeout))
+        store = dist.PrefixStore(f"ddpctl_trainer/attempt_{ctx.restart_count}", store)
         dist.init_process_group(
-            backend, init_method="env://", rank=ctx.rank, world_size=ctx.world_size, timeout=timeout, **kwargs
+            backend, store=store, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout, **kwargs
         )
     return device
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -79,8 +80,16 @@ def launch(workdir: Path, args: Sequence[str], nproc: int | None = None, env: di
     cmd += ["-m", "ddpctl_trainer", "--checkpoint-dir", str(workdir / "ckpt"), *args]
     if metrics:
         cmd += ["--metrics-file", str(workdir / "metrics.jsonl")]
-    proc = subprocess.run(cmd, cwd=workdir, env=clean_env(env), capture_output=True, text=True, timeout=timeout)
-    return Run(proc.returncode, proc.stdout, proc.stderr, workdir)
+    # A session of its own, so a timeout kills torchrun *and* its workers, leaving no orphans.
+    proc = subprocess.Popen(cmd, cwd=workdir, env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        raise AssertionError(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}") from None
+    return Run(proc.returncode, out, err, workdir)
 
 
 def assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], atol: float) -> None:
