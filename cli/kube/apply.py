@@ -196,7 +196,7 @@ def submit(cluster: Cluster, objects: list[dict[str, Any]], *, name: str, namesp
 
 
 def _with_note(exc: DdpctlError, note: str) -> DdpctlError:
+    """The same error (same class, same exit code) with the rollback note appended."""
     new = copy.copy(exc)
     new.message = f"{exc.message} ({note})"
-    new.args = (new.message,)
     return new

@@ -177,6 +177,19 @@ def _kubeconfig_paths(explicit: str | None) -> tuple[str | None, str]:
     return (str(default), str(default)) if default.exists() else (None, "~/.kube/config")
 
 
+def _first_current_context(paths: str) -> str | None:
+    import yaml
+
+    for p in paths.split(os.pathsep):
+        try:
+            data = yaml.safe_load(Path(p).read_text(encoding="utf-8")) or {}
+        except (OSError, yaml.YAMLError):
+            continue
+        if isinstance(data, dict) and data.get("current-context"):
+            return str(data["current-context"])
+    return None
+
+
 def in_cluster_available() -> bool:
     return bool(os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KUBERNETES_SERVICE_PORT")
                 and (SERVICE_ACCOUNT_DIR / "token").exists())
@@ -208,7 +221,8 @@ def load(options: ClusterOptions) -> Cluster:
             raise UsageError(f"--context {options.context}: no such context in {label} (it has: {', '.join(names) or 'none'}); "
                              "see `kubectl config get-contexts`")
     else:
-        chosen = current
+        first = _first_current_context(path)  # kubectl: the first file that sets it wins
+        chosen = next((c for c in contexts or [] if c.get("name") == first), None) or current
         if not chosen:
             raise UsageError(f"{label} has no current-context; pass --context (one of: {', '.join(names) or 'none'})")
     try:

@@ -61,9 +61,16 @@ class ApiError(ClusterError):
         self.not_served = not_served  # 404 for the resource itself: the CRD is not installed
         self.namespace_missing = namespace_missing
 
+    def __reduce__(self):  # type: ignore[override] - copy/pickle keep the attributes
+        return (_rebuild_api_error, (self.message, self.code, self.reason, self.not_served, self.namespace_missing))
+
     @property
     def object_missing(self) -> bool:
         return self.code == 404 and not self.not_served and not self.namespace_missing
+
+
+def _rebuild_api_error(message: str, code: int, reason: str, not_served: bool, namespace_missing: bool) -> "ApiError":
+    return ApiError(message, code, reason, not_served=not_served, namespace_missing=namespace_missing)
 
 
 def one_line(text: str) -> str:
@@ -92,10 +99,9 @@ def from_status(code: int, body: Any, op: Op, where: str) -> ApiError:
         return _err(code, reason, f"the API server ({where}) rejected the credentials (401 Unauthorized) when asked to {op.verb} "
                             f"{op.subject}; log in again or refresh the token in your kubeconfig, or pick another --context")
     if code == 403:
-        msg = message or f"cannot {op.rbac_verb} {op.rbac_resource}"
         scope = f' in namespace "{ns}"' if ns and (op.kind is None or op.kind.namespaced) else ""
-        return _err(code, reason, f"forbidden: {msg}; ask a cluster admin for RBAC permission to {op.rbac_verb} "
-                            f'"{op.rbac_resource}"{scope}, or use a namespace you may write to with -n')
+        return _err(code, reason, f"cannot {op.verb} {op.subject}: 403 Forbidden: {message or 'no permission'}; ask a cluster admin "
+                    f'for RBAC permission to {op.rbac_verb} "{op.rbac_resource}"{scope}, or use a namespace you may write to with -n')
     if code == 404:
         if details.get("kind") == "namespaces" and details.get("name") == ns and ns:
             err = _err(code, reason, f'namespace "{ns}" does not exist ({where}); create it with '

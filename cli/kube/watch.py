@@ -169,6 +169,12 @@ class JobMonitor:
         else:
             self.pods[payload["metadata"]["name"]] = payload
 
+    def refresh_pods(self) -> None:
+        """Re-list the pods: the job's final condition can arrive before the pods' last updates
+        (two watch streams), and the final line and the failure reasons must see the end state."""
+        items = self.cluster.list(POD, self.namespace, pod_selector(self.kind, self.name)).get("items") or []
+        self.pods = {p["metadata"]["name"]: p for p in items}
+
     def wait_synced(self, deadline: float | None) -> bool:
         while len(self.synced) < 2:
             left = None if deadline is None else deadline - time.monotonic()
@@ -365,6 +371,8 @@ def wait(cluster: Cluster, kind: Kind, job: dict[str, Any], *, timeout: float | 
     with JobMonitor(cluster, kind, job) as mon:
         synced = mon.wait_synced(deadline)
         while True:
+            if synced and mon.result:
+                mon.refresh_pods()
             pods = mon.ranked_pods()
             if synced:
                 status.show(status_line(kind, mon.job, pods, mon.result))
