@@ -77,9 +77,10 @@ def _raise_not_found(cluster: Cluster, name: str, namespace: str) -> None:
     from ddpctl.kube.kinds import NAMESPACE
 
     try:
-        missing_ns = cluster.get_or_none(NAMESPACE, namespace, None) is None
-    except E.ApiError:
-        missing_ns = False  # not allowed to read namespaces: cannot tell
+        cluster.get(NAMESPACE, namespace, None)
+        missing_ns = False
+    except E.ApiError as exc:
+        missing_ns = exc.code == 404  # a 403 (may not read namespaces): cannot tell
     if missing_ns:
         raise ClusterError(f'namespace "{namespace}" does not exist ({cluster.where}); check -n, or create it with '
                            f"`kubectl create namespace {namespace}`")

@@ -1,0 +1,236 @@
+"""`ddpctl status / logs / list / delete` against the API server double (real client, real HTTP)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+import yaml
+
+from tests.kube_api_double.fixtures import isolated_kube, make_cluster  # noqa: F401 - fixtures
+from tests.kube_api_double.scripted import BOUND, Scenario
+from tests.test_submit import NAME, NS, objects_left, one_error
+
+pytest.importorskip("kubernetes")
+
+
+def submit(cli, c, *flags):
+    r = cli("submit", *c.args, "-n", NS, *flags)
+    assert r.code == 0, r.err
+    return r
+
+
+# --------------------------------------------------------------------------- status
+
+
+def test_status_shows_ranks_phases_restarts_and_reasons(cli, make_cluster):
+    c = make_cluster(("pytorchjob",))
+    submit(cli, c, "--nodes", "3")
+    d = c.double
+    d.start_pods("PyTorchJob", NAME, NS)
+    d.restart_container(f"{NAME}-worker-0", NS, exit_code=137, reason="OOMKilled")
+    msg = "0/3 nodes are available: 3 Insufficient memory."
+    d.mark_unschedulable(f"{NAME}-worker-1", NS, message=msg)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert "Target:      pytorchjob (pytorchjob.kubeflow.org/ddp-train)" in r.out
+    rows = {line.split()[0]: line for line in r.out.splitlines() if line[:1].isdigit()}
+    assert rows["0"].split()[1:3] == [f"{NAME}-master-0", "Running"]
+    assert "1 (last: OOMKilled (exit code 137))" in rows["1"]
+    assert f"Unschedulable: {msg}" in rows["2"]
+    doc = json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)
+    assert doc["target"] == "pytorchjob" and doc["nodes"] == 3 and doc["state"] == "Running"
+    assert doc["replicas"]["worker"] == {"pending": 1, "running": 1, "succeeded": 0, "failed": 0}
+    assert [p["rank"] for p in doc["pods"]] == [0, 1, 2] and doc["pods"][1]["restarts"] == 1
+    assert yaml.safe_load(cli("status", NAME, *c.args, "-n", NS, "-o", "yaml").out) == doc
+
+
+def test_status_of_a_failed_job_and_wait_on_it(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    d.start_container(p0, NS)
+    d.start_container(p1, NS)
+    d.append_log(p0, "  File \"train.py\", line 3", "ValueError: bad batch", namespace=NS)
+    d.terminate_container(p0, NS, exit_code=1)
+    d.finish("Job", NAME, NS, succeeded=False)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert f"State:       Failed (BackoffLimitExceeded: Job {NAME} has failed.)" in r.out
+    assert "Error (exit code 1)" in r.out
+    r = cli("status", NAME, *c.args, "-n", NS, "--wait")
+    one_error(r, 1, f"rank 0 (pod {p0}): Error (exit code 1)")
+    assert "    | ValueError: bad batch" in r.err
+
+
+def test_status_name_and_namespace_from_ddp_yaml(cli, make_cluster, tmp_path):
+    c = make_cluster()
+    (tmp_path / "ddp.yaml").write_text("name: mine\nnamespace: team\n")
+    assert cli("submit", *c.args).code == 0
+    r = cli("status", *c.args)
+    assert r.code == 0 and "Name:        mine" in r.out and "Namespace:   team" in r.out
+
+
+def test_status_of_a_missing_job_and_a_missing_namespace(cli, make_cluster):
+    c = make_cluster()
+    one_error(cli("status", "nope", *c.args, "-n", NS), 1, 'no job "nope" in namespace "team"', "ddpctl list -n team")
+    one_error(cli("status", "nope", *c.args, "-n", "ghost"), 1, 'namespace "ghost" does not exist')
+    one_error(cli("status", *c.args), 2, "missing NAME")
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def _run_two_ranks(d, kind="Job"):
+    pods = d.pod_names_for(kind, NAME, NS)
+    for i, p in enumerate(pods):
+        d.start_container(p, NS)
+        d.append_log(p, f"rank {i} line 1", f"rank {i} line 2", namespace=NS)
+    return pods
+
+
+def test_logs_of_every_rank_prefixed_in_rank_order(cli, make_cluster):
+    c = make_cluster(("jobset",))
+    submit(cli, c)
+    _run_two_ranks(c.double, "JobSet")
+    r = cli("logs", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == ["[rank 0] rank 0 line 1", "[rank 0] rank 0 line 2", "[rank 1] rank 1 line 1",
+                                  "[rank 1] rank 1 line 2"]
+    assert cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--tail", "1").out == "rank 1 line 2\n"
+    assert cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--prefix").out.splitlines()[0] == "[rank 1] rank 1 line 1"
+    one_error(cli("logs", NAME, *c.args, "-n", NS, "--rank", "2"), 2, "--rank: 2 is out of range", "0-1")
+
+
+def test_logs_previous_instance_and_waiting_containers(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c, "--restart-policy", "OnFailure")
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    d.start_container(p0, NS)
+    d.append_log(p0, "before the crash", namespace=NS)
+    d.restart_container(p0, NS, exit_code=137, reason="OOMKilled")
+    d.set_container_waiting(p1, NS, reason="ImagePullBackOff")
+    r = cli("logs", NAME, *c.args, "-n", NS, "--previous", "--rank", "0")
+    assert r.out == "before the crash\n"
+    r = cli("logs", NAME, *c.args, "-n", NS)
+    assert r.code == 0 and f"rank 1 (pod {p1}): no logs" in r.err and "ImagePullBackOff" not in r.out
+
+
+def test_logs_follow_all_ranks_across_a_pod_restart_until_the_job_ends(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c, "--restart-policy", "OnFailure")
+    d = c.double
+    p0, p1 = _run_two_ranks(d)
+
+    def steps():
+        d.wait_follows(p0)
+        d.wait_follows(p1)
+        d.append_log(p0, "rank 0 line 3", namespace=NS)
+        d.restart_container(p0, NS, exit_code=1)
+        d.wait_follows(p0, 2)
+        d.append_log(p0, "rank 0 after restart", namespace=NS)
+        for p in (p0, p1):
+            d.terminate_container(p, NS, exit_code=0)
+        d.finish("Job", NAME, NS)
+
+    with Scenario(steps):
+        r = cli("logs", NAME, *c.args, "-n", NS, "-f")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert [x for x in lines if x.startswith("[rank 0]")] == [
+        "[rank 0] rank 0 line 1", "[rank 0] rank 0 line 2", "[rank 0] rank 0 line 3", "[rank 0] rank 0 after restart"]
+    assert [x for x in lines if x.startswith("[rank 1]")] == ["[rank 1] rank 1 line 1", "[rank 1] rank 1 line 2"]
+
+
+def test_logs_follow_one_rank_and_a_replaced_pod(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = _run_two_ranks(d)
+    replaced = threading.Event()
+
+    def steps():
+        d.wait_follows(p1)
+        d.terminate_container(p1, NS, exit_code=1)
+        d.delete_pod(p1, NS)  # the Job controller replaces a failed pod (same index, new name)
+        job = d.get("Job", NAME, NS)
+        d.store.put(d.rt("Pod"), {**d.get("Pod", p0, NS), "metadata": {
+            "name": f"{NAME}-1-again", "namespace": NS, "labels": {**d.get("Pod", p0, NS)["metadata"]["labels"],
+                                                                   "batch.kubernetes.io/job-completion-index": "1"},
+            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": NAME, "uid": job["metadata"]["uid"],
+                                 "controller": True}]}, "status": {"phase": "Pending"}})
+        d.start_container(f"{NAME}-1-again", NS)
+        d.append_log(f"{NAME}-1-again", "second pod of rank 1", namespace=NS)
+        replaced.set()
+        d.wait_follows(f"{NAME}-1-again")
+        for p in (p0, f"{NAME}-1-again"):
+            d.terminate_container(p, NS, exit_code=0)
+        d.finish("Job", NAME, NS)
+
+    with Scenario(steps):
+        r = cli("logs", NAME, *c.args, "-n", NS, "-f", "--rank", "1")
+    assert replaced.wait(BOUND)
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == ["rank 1 line 1", "rank 1 line 2", "second pod of rank 1"]
+
+
+# --------------------------------------------------------------------------- list
+
+
+def test_list_finds_all_four_kinds_by_label(cli, make_cluster):
+    c = make_cluster(("pytorchjob", "jobset", "trainjob"), runtime=True)
+    for name, target, ns in (("a-job", "job", NS), ("b-pt", "pytorchjob", NS), ("c-js", "jobset", "default"),
+                             ("d-tj", "trainjob", NS)):
+        assert cli("submit", *c.args, "-n", ns, "--name", name, "--target", target).code == 0
+    # something ddpctl did not make is not listed
+    c.double.store.put(c.double.rt("Job"), {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "other", "namespace": NS},
+                                            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}}}})
+    r = cli("list", *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    rows = [line.split() for line in r.out.splitlines()]
+    assert rows[0] == ["NAME", "TARGET", "NODES", "STATE", "AGE"]
+    assert [(row[0], row[1], row[2]) for row in rows[1:]] == [("a-job", "job", "2"), ("b-pt", "pytorchjob", "2"), ("d-tj", "trainjob", "2")]
+    r = cli("list", *c.args, "-A")
+    assert [line.split()[:3] for line in r.out.splitlines()][1:] == [
+        ["default", "c-js", "jobset"], ["team", "a-job", "job"], ["team", "b-pt", "pytorchjob"], ["team", "d-tj", "trainjob"]]
+    doc = json.loads(cli("list", *c.args, "-A", "-o", "json").out)
+    assert doc["kind"] == "List" and [i["kind"] for i in doc["items"]] == ["JobSet", "Job", "PyTorchJob", "TrainJob"]
+    assert yaml.safe_load(cli("list", *c.args, "-A", "-o", "yaml").out)["items"] == doc["items"]
+    assert cli("list", *c.args, "-n", NS, "-o", "name").out.splitlines() == [
+        "job.batch/a-job", "pytorchjob.kubeflow.org/b-pt", "trainjob.trainer.kubeflow.org/d-tj"]
+
+
+def test_list_on_a_cluster_without_crds_and_an_empty_namespace(cli, make_cluster):
+    c = make_cluster()
+    r = cli("list", *c.args)
+    assert r.code == 0 and r.out == 'No ddpctl jobs found in namespace "default".\n'
+    submit(cli, c)
+    assert "ddp-train" in cli("list", *c.args, "--namespace", NS).out
+
+
+# --------------------------------------------------------------------------- delete
+
+
+@pytest.mark.parametrize("engines, runtime, target", [((), False, "job"), (("pytorchjob",), False, "pytorchjob"),
+                                                      (("jobset",), False, "jobset"), (("trainjob",), True, "trainjob")])
+def test_delete_removes_every_object_with_foreground_propagation(cli, make_cluster, engines, runtime, target):
+    c = make_cluster(engines, runtime=runtime)
+    submit(cli, c, "--target", target)
+    assert c.double.objects("Pod", NS)
+    r = cli("delete", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert objects_left(c.double) == [] and c.double.objects("Pod", NS) == []
+    deletes = c.double.requests_to("DELETE")
+    assert deletes and all(req.json["propagationPolicy"] == "Foreground" for req in deletes)
+    kind_ref = {"job": "job.batch", "pytorchjob": "pytorchjob.kubeflow.org", "jobset": "jobset.jobset.x-k8s.io",
+                "trainjob": "trainjob.trainer.kubeflow.org"}[target]
+    assert f"{kind_ref}/{NAME} deleted" in r.out.splitlines()
+
+
+def test_delete_of_a_missing_job(cli, make_cluster):
+    c = make_cluster()
+    one_error(cli("delete", "ghost", *c.args, "-n", NS), 1, 'no job "ghost" in namespace "team"')
+    r = cli("delete", "ghost", *c.args, "-n", NS, "--ignore-not-found")
+    assert r.code == 0 and r.out == ""
