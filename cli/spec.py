@@ -55,7 +55,7 @@ def check_dns_label(field_name: str, value: str, *, rfc1035: bool = False) -> No
         raise SpecError(field_name, "must not be empty", "give a lowercase name such as 'resnet-ddp'")
     if len(value) > MAX_DNS_LABEL:
         raise SpecError(field_name, f"{value!r} is {len(value)} characters, the limit is {MAX_DNS_LABEL}", "use a shorter name")
-    if not pattern.match(value):
+    if not pattern.fullmatch(value):
         start = "a lowercase letter" if rfc1035 else "a lowercase letter or digit"
         raise SpecError(
             field_name,
@@ -66,7 +66,7 @@ def check_dns_label(field_name: str, value: str, *, rfc1035: bool = False) -> No
 
 def check_dns_subdomain(field_name: str, value: str) -> None:
     """Names of PVCs, PriorityClasses and ServiceAccounts: DNS-1123 subdomains (253 characters)."""
-    if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.match(value):
+    if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
         raise SpecError(field_name, f"{value!r} is not a valid name", "use lowercase letters, digits, '-' and '.', at most 253 characters")
 
 
@@ -75,9 +75,9 @@ def check_label_key(field_name: str, key: str) -> None:
     if not isinstance(key, str) or not key:
         raise SpecError(field_name, "a key must not be empty", "use keys like 'team' or 'example.com/team'")
     prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
         raise SpecError(field_name, f"key {key!r} has an invalid prefix", "the prefix must be a lowercase DNS subdomain")
-    if len(name) > MAX_DNS_LABEL or not _LABEL_NAME.match(name):
+    if len(name) > MAX_DNS_LABEL or not _LABEL_NAME.fullmatch(name):
         raise SpecError(
             field_name,
             f"key {key!r} is not a valid label key",
@@ -86,7 +86,7 @@ def check_label_key(field_name: str, key: str) -> None:
 
 
 def check_label_value(field_name: str, value: str) -> None:
-    if not isinstance(value, str) or len(value) > MAX_DNS_LABEL or not _LABEL_VALUE.match(value):
+    if not isinstance(value, str) or len(value) > MAX_DNS_LABEL or not _LABEL_VALUE.fullmatch(value):
         raise SpecError(
             field_name,
             f"{value!r} is not a valid label value",
@@ -95,7 +95,7 @@ def check_label_value(field_name: str, value: str) -> None:
 
 
 def check_quantity(field_name: str, value: str) -> None:
-    if not isinstance(value, str) or not _QUANTITY.match(value):
+    if not isinstance(value, str) or not _QUANTITY.fullmatch(value):
         raise SpecError(field_name, f"{value!r} is not a Kubernetes quantity", "use values like '500m', '4', '16Gi'")
 
 
@@ -250,7 +250,7 @@ class JobSpec:
             f"{self.name!r} makes the {self.target} name {longest!r} ({len(longest)} characters, the limit is {MAX_DNS_LABEL})",
             f"shorten name to at most {MAX_DNS_LABEL - (len(longest) - len(self.name))} characters",
         )
-        _require(isinstance(self.image, str) and bool(_IMAGE.match(self.image or "")), "image", f"{self.image!r} is not an image reference", "use a reference like 'registry.example.com/team/trainer:1.0'")
+        _require(isinstance(self.image, str) and bool(_IMAGE.fullmatch(self.image or "")), "image", f"{self.image!r} is not an image reference", "use a reference like 'registry.example.com/team/trainer:1.0'")
         _one_of("imagePullPolicy", self.image_pull_policy, PULL_POLICIES)
         for i, secret in enumerate(self.image_pull_secrets):
             check_dns_label(f"imagePullSecrets[{i}]", secret)
@@ -270,7 +270,7 @@ class JobSpec:
         chosen = [n for n, v in (("module", self.module), ("script", self.script), ("command", self.command)) if v]
         _require(len(chosen) == 1, "module", f"exactly one of module, script or command must be set, got {', '.join(chosen) or 'none'}", "set just one of them")
         if self.module:
-            _require(bool(_MODULE.match(self.module)), "module", f"{self.module!r} is not a Python module path", "use a dotted name like 'mypkg.train'")
+            _require(bool(_MODULE.fullmatch(self.module)), "module", f"{self.module!r} is not a Python module path", "use a dotted name like 'mypkg.train'")
         if self.script:
             check_plain_string("script", self.script, allow_empty=False)
             _require(not _CONTROL_CHARS.search(self.script), "script", "contains control characters", "give a plain file path")
@@ -318,20 +318,20 @@ class JobSpec:
             check_quantity("resources.cpu", res.cpu)
         if res.memory is not None:
             check_quantity("resources.memory", res.memory)
-        _require(isinstance(res.gpu_resource, str) and bool(_RESOURCE_NAME.match(res.gpu_resource)), "resources.gpuResource", f"{res.gpu_resource!r} is not a resource name", "use a name like 'nvidia.com/gpu'")
+        _require(isinstance(res.gpu_resource, str) and bool(_RESOURCE_NAME.fullmatch(res.gpu_resource)), "resources.gpuResource", f"{res.gpu_resource!r} is not a resource name", "use a name like 'nvidia.com/gpu'")
         check_quantity("shmSize", self.shm_size)
 
     def _validate_pod_fields(self) -> None:
         for key, value in self.env.items():
-            _require(isinstance(key, str) and bool(_ENV_NAME.match(key)), f"env.{key}", "is not a valid environment variable name", "use letters, digits, '_', '-' or '.', not starting with a digit")
+            _require(isinstance(key, str) and bool(_ENV_NAME.fullmatch(key)), f"env.{key}", "is not a valid environment variable name", "use letters, digits, '_', '-' or '.', not starting with a digit")
             check_plain_string(f"env.{key}", value)
         for i, secret in enumerate(self.env_from_secrets):
             check_dns_label(f"envFromSecrets[{i}]", secret)
         for key, ref in self.secret_env.items():
-            _require(bool(_ENV_NAME.match(key)), f"secretEnv.{key}", "is not a valid environment variable name", "use letters, digits and '_'")
+            _require(bool(_ENV_NAME.fullmatch(key)), f"secretEnv.{key}", "is not a valid environment variable name", "use letters, digits and '_'")
             _require(isinstance(ref, SecretKeyRef), f"secretEnv.{key}", "must name a secret and a key", "write it as {secret: NAME, key: KEY}")
             check_dns_label(f"secretEnv.{key}.secret", ref.secret)
-            _require(isinstance(ref.key, str) and bool(re.match(r"^[-._a-zA-Z0-9]+$", ref.key)), f"secretEnv.{key}.key", f"{ref.key!r} is not a Secret key", "use letters, digits, '-', '_' or '.'")
+            _require(isinstance(ref.key, str) and bool(re.fullmatch(r"[-._a-zA-Z0-9]+", ref.key)), f"secretEnv.{key}.key", f"{ref.key!r} is not a Secret key", "use letters, digits, '-', '_' or '.'")
         clash = set(self.env) & set(self.secret_env)
         _require(not clash, "secretEnv", f"{', '.join(sorted(clash))} is also set in env", "set each variable in one place")
         mounts: dict[str, str] = {}
@@ -676,17 +676,17 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
             kwargs[name] = _sub_dataclass(Rendezvous, key, value)
         elif name == "resources":
             kwargs[name] = _sub_dataclass(Resources, key, value)
-        elif name == "volumes":
+        elif name == "volumes" and value is not None:
             if not isinstance(value, Mapping):
                 raise SpecError(key, "expected a map of volume name to {claimName, mountPath}", "see `ddpctl init`")
             kwargs[name] = {k: _sub_dataclass(Volume, f"volumes.{k}", v) for k, v in value.items()}
-        elif name == "secret_env":
+        elif name == "secret_env" and value is not None:
             if not isinstance(value, Mapping):
                 raise SpecError(key, "expected a map of VAR to {secret, key}", "see `ddpctl init`")
             kwargs[name] = {k: _sub_dataclass(SecretKeyRef, f"secretEnv.{k}", v) for k, v in value.items()}
         elif name == "env" and isinstance(value, Mapping):
             kwargs[name] = {k: _env_value(f"env.{k}", v) for k, v in value.items()}
-        elif value is None and name in ("env", "volumes", "node_selector", "affinity", "labels", "annotations"):
+        elif value is None and name in ("env", "secret_env", "volumes", "node_selector", "affinity", "labels", "annotations"):
             kwargs[name] = {}
         elif value is None and name in ("image_pull_secrets", "command", "args", "env_from_secrets", "tolerations"):
             kwargs[name] = ()

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import yaml
-
 from ddpctl.config import describe_sources
 from ddpctl.spec import JobSpec
+from ddpctl.yamlsafe import dump_portable
 
 FIELD_DOCS: dict[str, str] = {
     "name": "Job name: a DNS-1035 label; pods and Services are named after it.",
@@ -48,7 +47,8 @@ FIELD_DOCS: dict[str, str] = {
 
 
 def _dump(key: str, value: Any) -> str:
-    return yaml.safe_dump({key: value}, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096)
+    # Portable quoting: a ddp.yaml may also be used as Helm values for charts/ddp-job.
+    return dump_portable({key: value})
 
 
 def commented_spec_yaml(spec: JobSpec) -> str:

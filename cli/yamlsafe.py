@@ -85,3 +85,34 @@ def finalize(value: Any) -> Any:
     if isinstance(value, int):
         return value
     raise TypeError(f"template printed {value!r} without the `y` filter")
+
+
+# ---------------------------------------------------------------------------------------------
+# Portable YAML files (ddp.yaml, Helm values): read back identically by PyYAML and by Go's YAML
+# parser (Helm), whose rules differ: `1e3`, `0o17`, `y` and `n` are numbers or booleans to Go but
+# plain strings to PyYAML, and a raw U+0085 is a line break to one and not the other. So every
+# string that is not plainly a word or a path is written double-quoted, with escapes.
+
+_PORTABLE_PLAIN = re.compile(r"[A-Za-z_/][-A-Za-z0-9_./@]*")
+_YAML_WORDS = frozenset({"y", "yes", "n", "no", "true", "false", "on", "off", "null", "nan", "inf"})
+
+
+def _portable_dumper() -> type:
+    import yaml
+
+    class PortableDumper(yaml.SafeDumper):
+        """Block-style YAML; ambiguous strings double-quoted."""
+
+    def represent_str(dumper: yaml.SafeDumper, data: str) -> Any:
+        plain = bool(_PORTABLE_PLAIN.fullmatch(data)) and data.lower() not in _YAML_WORDS
+        return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=None if plain else '"')
+
+    PortableDumper.add_representer(str, represent_str)
+    return PortableDumper
+
+
+def dump_portable(data: Any) -> str:
+    """YAML that PyYAML and Helm's Go parser both read back as `data`."""
+    import yaml
+
+    return yaml.dump(data, Dumper=_portable_dumper(), sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096)

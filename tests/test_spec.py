@@ -35,6 +35,9 @@ def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) ->
         ({"procsPerNode": 0}, "procsPerNode"),
         ({"name": "Resnet"}, "name"),
         ({"name": "1abc"}, "name"),
+        ({"name": "abc\n"}, "name"),  # `$` would accept a trailing newline; fullmatch does not
+        ({"image": "img:1\n"}, "image"),
+        ({"labels": {"team": "a\n"}}, "labels.team"),
         ({"name": "a" * 64}, "name"),
         ({"name": "a" * 54, "target": "pytorchjob", "nodes": 64}, "name"),  # <name>-worker-62 is too long
         ({"name": "x" * 61, "nodes": 100}, "name"),  # <name>-99 is 64 characters
@@ -108,6 +111,7 @@ def test_spec_is_frozen_all_the_way_down() -> None:
             "resources": {"cpu": "8", "memory": "32Gi"},
         },
         {"module": None, "script": "train.py", "args": ["--lr", "0.1"]},
+        {"secretEnv": None, "volumes": None, "env": None},
     ],
 )
 def test_to_dict_round_trips(data: dict) -> None:
