@@ -339,14 +339,32 @@ def test_wait_success_exits_0_with_a_status_line(cli, make_cluster):
     assert f'job.batch/{NAME} in namespace "{NS}" succeeded' in r.err
 
 
-def test_wait_shows_live_transitions(cli, make_cluster):
+def test_wait_shows_live_transitions(cli, make_cluster, monkeypatch):
+    from ddpctl.kube import watch as W
+
     c = make_cluster(("pytorchjob",))
     d = c.double
+    shown: list[str] = []
+    seen = threading.Condition()
+    real_show = W.StatusLine.show
+
+    def show(self, text):  # the scenario moves on once the CLI has shown a state
+        real_show(self, text)
+        with seen:
+            shown.append(text)
+            seen.notify_all()
+
+    def wait_shown(part):
+        with seen:
+            assert seen.wait_for(lambda: any(part in t for t in shown), BOUND), shown
+
+    monkeypatch.setattr(W.StatusLine, "show", show)
 
     def steps():
-        d.wait_watches("pods")
+        wait_shown("master: 1 pending, 0 running, 0 succeeded, 0 failed; worker: 2 pending")
         for p in _pods(d, "PyTorchJob"):
             d.start_container(p, NS)
+        wait_shown("master: 0 pending, 1 running, 0 succeeded, 0 failed; worker: 0 pending, 2 running")
         for p in _pods(d, "PyTorchJob"):
             d.terminate_container(p, NS, exit_code=0)
         d.finish("PyTorchJob", NAME, NS, succeeded=True)

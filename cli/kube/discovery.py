@@ -8,11 +8,10 @@ Preference: TrainJob when trainer.kubeflow.org/v1alpha1 trainjobs are served AND
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster
-from ddpctl.kube.kinds import JOB, JOBSET, PYTORCHJOB, RUNTIME, TORCH_RUNTIME, TRAINJOB, WORKLOADS, Kind
+from ddpctl.kube.kinds import JOBSET, PYTORCHJOB, RUNTIME, TORCH_RUNTIME, TRAINJOB, WORKLOADS, Kind
 
 
 @dataclass(frozen=True)
