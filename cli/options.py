@@ -76,7 +76,7 @@ class Flag:
 SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--name",), "name", "Job name (a DNS-1035 label)."),
     Flag(("--namespace", "-n"), "namespace", "Namespace of the job's objects."),
-    Flag(("--target", "-t"), "target", "Engine: job (Indexed Job + Service), pytorchjob, jobset, trainjob."),
+    Flag(("--target", "-t"), "target", "Engine: job (Indexed Job + Service), pytorchjob, jobset, trainjob; submit also takes auto (its default)."),
     Flag(("--image",), "image", "Trainer container image."),
     Flag(("--image-pull-policy",), "imagePullPolicy", "Always, IfNotPresent or Never."),
     Flag(("--image-pull-secret",), "imagePullSecrets", "Secret for pulling the image (repeatable).", "list"),

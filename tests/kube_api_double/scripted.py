@@ -20,27 +20,12 @@ from collections import Counter
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlsplit
 
-from .server import KubeApiDouble, _Handler, _Server
+from .server import KubeApiDouble
 
 BOUND = 20.0  # seconds: the most a test waits for the CLI to reach a point
 
 
-class _NoDelayHandler(_Handler):
-    # Headers and body go out as two writes; with Nagle's algorithm on, the body waits for the
-    # client's delayed ACK (~40 ms a request on Linux). kube-apiserver (Go) sets TCP_NODELAY too.
-    disable_nagle_algorithm = True
-
-
 class ScriptedDouble(KubeApiDouble):
-    def start(self) -> "ScriptedDouble":  # as KubeApiDouble.start, with TCP_NODELAY
-        if self._httpd is None:
-            self._httpd = _Server(("127.0.0.1", 0), _NoDelayHandler)
-            self._httpd.double = self  # type: ignore[attr-defined]
-            self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="kube-api-double", daemon=True)
-            self._thread.start()
-        return self
-
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
         self._hooks: dict[str, list[Callable[[Any, dict], None]]] = {}
