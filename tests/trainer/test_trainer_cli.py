@@ -1,0 +1,181 @@
+"""The trainer as users start it: bad input ends in one line, every launcher shape works,
+and the optional features (dp, custom models, image folders, workers, bf16, ...) run."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+
+from .conftest import PROG_PREFIX, PY, clean_env, free_port, launch
+
+pytestmark = [pytest.mark.timeout(300)]
+
+SMALL = ["--synthetic-samples", "64", "--eval-samples", "20", "--image-size", "8", "--progress", "lines"]
+
+
+def _one_line(err: str) -> str:
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(PROG_PREFIX), err
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def corrupt_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("bad") / "ckpt-00000001.pt"
+    path.write_bytes(b"PK\x03\x04 this is no checkpoint")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "pattern"),
+    [
+        (["--model", "vgg11"], 2, r"unknown --model 'vgg11'.*convnet"),
+        (["--model", "no_such_module_xyz:build"], 2, r"--model .*cannot import"),
+        (["--dataset", "mnist"], 2, r"--dataset: invalid choice"),
+        (["--dataset", "cifar10", "--data-dir", "/no/such/dir"], 2, r"--data-dir /no/such/dir does not exist.*--download"),
+        (["--dataset", "cifar10", "--data-dir", "{empty}"], 2, r"has no CIFAR-10.*--download"),
+        (["--dataset", "imagefolder", "--data-dir", "{empty}"], 2, r"--data-dir .* is not an image folder"),
+        (["--dataset", "imagefolder"], 2, r"--dataset imagefolder needs --data-dir"),
+        (["--batch-size", "0"], 2, r"--batch-size must be at least 1"),
+        (["--backend", "nccl"], 2, r"--backend nccl needs CUDA"),
+        (["--resume", "{corrupt}"], 1, r"checkpoint .*ckpt-00000001.pt is unreadable"),
+        (["--resume", "/no/such/ckpt.pt"], 1, r"--resume /no/such/ckpt.pt: no such file"),
+    ],
+)
+def test_bad_input_is_one_line(tmp_path: Path, corrupt_ckpt: Path, args: list[str], code: int, pattern: str) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    args = [a.replace("{empty}", str(empty)).replace("{corrupt}", str(corrupt_ckpt)) for a in args]
+    run = launch(tmp_path, [*SMALL, *args], metrics=False, timeout=120)
+    assert run.code == code, run.explain()
+    assert re.search(pattern, _one_line(run.err)), run.err
+    assert "Traceback" not in run.err
+
+
+def test_batch_smaller_than_world_stops_all_ranks(tmp_path: Path) -> None:
+    """Checked before the process group exists, so no rank is left waiting for the others."""
+    run = launch(tmp_path, [*SMALL, "--global-batch-size", "1"], nproc=2, metrics=False, timeout=120)
+    assert run.code != 0
+    ours = [line for line in run.err.splitlines() if line.startswith(PROG_PREFIX)]
+    usage = f"{PROG_PREFIX} --global-batch-size 1 is smaller than the world size x --grad-accum (2 x 1 = 2): give at least 2"
+    assert usage in ours, run.err
+    # the only other possible line: a rank that torchrun stopped after the first one exited
+    assert set(ours) <= {usage, f"{PROG_PREFIX} [rank 1] stopped by SIGTERM"}, run.err
+    assert "exitcode  : 2" in run.err  # torchrun's report: the workers exited with the usage code
+    assert "[rank0]: Traceback" not in run.err and "[rank1]: Traceback" not in run.err
+
+
+def test_checkpoint_of_another_model_is_one_line(tmp_path: Path) -> None:
+    first = launch(tmp_path, [*SMALL, "--num-classes", "4", "--max-steps", "1", "--no-eval", "--progress", "none"])
+    assert first.code == 0, first.explain()
+    second = launch(tmp_path, [*SMALL, "--num-classes", "10", "--no-eval", "--progress", "none"], metrics=False)
+    assert second.code == 1
+    assert re.search(r"checkpoint .*ckpt-00000001.pt does not fit this run", _one_line(second.err))
+
+
+def test_two_nodes_of_two_processes(tmp_path: Path) -> None:
+    """The default job's shape (2 nodes x 2 processes, CPU/gloo, defaults otherwise) as two
+    torchrun agents with static rendezvous: RANK != LOCAL_RANK on the second node."""
+    port = str(free_port())
+    procs = []
+    for node in (0, 1):
+        work = tmp_path / f"node{node}"
+        work.mkdir()
+        cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node),
+               "--master-addr", "127.0.0.1", "--master-port", port, "-m", "ddpctl_trainer",
+               "--checkpoint-dir", str(work / "ckpt"), "--metrics-file", str(work / "metrics.jsonl"),
+               "--progress", "lines"]
+        procs.append(subprocess.Popen(cmd, cwd=work, env=clean_env(), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, start_new_session=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=240))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    text = outs[0][0] + outs[1][0]
+    for rank in range(4):
+        assert re.search(rf"^\[rank {rank}\] epoch 2/2 step 8/8 loss \d+\.\d+ \d+\.\d samples/s$", text, re.M), text
+    assert "world size 4" in outs[0][0]
+    # rank 0 (on node 0) writes checkpoints and metrics; node 1 writes nothing
+    assert (tmp_path / "node0" / "ckpt" / "ckpt-00000016.pt").is_file()
+    assert not (tmp_path / "node1" / "ckpt").exists() and not (tmp_path / "node1" / "metrics.jsonl").exists()
+    events = [line for line in (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
+    assert any('"first_step"' in e for e in events) and any('"world_size": 4' in e for e in events)
+
+
+def test_pytorchjob_style_plain_python_processes(tmp_path: Path) -> None:
+    """A PyTorchJob pod without torchrun: RANK=pod index, WORLD_SIZE=pods, one process each."""
+    port = str(free_port())
+    procs = []
+    for rank in (0, 1):
+        env = clean_env({"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
+                         "PET_NPROC_PER_NODE": "1", "PET_NNODES": "2"})
+        cmd = [PY, "-m", "ddpctl_trainer", *SMALL, "--checkpoint-dir", str(tmp_path / "ckpt"),
+               "--save-final", str(tmp_path / "final-{rank}.pt"), "--max-steps", "3"]
+        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, start_new_session=True))
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=180))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "world size 2" in outs[0][0]
+    a, b = (torch.load(tmp_path / f"final-{r}.pt", weights_only=True)["model"] for r in (0, 1))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _write_user_model(tmp_path: Path) -> Path:
+    pkg = tmp_path / "usermods"
+    pkg.mkdir()
+    (pkg / "tiny_user_model.py").write_text(
+        "import torch.nn as nn\n"
+        "def build(num_classes):\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 32), nn.ReLU(), nn.Linear(32, num_classes))\n"
+    )
+    return pkg
+
+
+def _write_image_folder(root: Path) -> None:
+    from PIL import Image
+
+    for split, per_class in (("train", 6), ("val", 3)):
+        for cls, color in (("cat", (200, 30, 30)), ("dog", (30, 30, 200))):
+            d = root / split / cls
+            d.mkdir(parents=True)
+            for i in range(per_class):
+                Image.new("RGB", (12, 12), tuple(min(255, c + 5 * i) for c in color)).save(d / f"{i}.png")
+
+
+def test_features_dp_user_model_bf16_accum_clip_adamw(tmp_path: Path) -> None:
+    pkg = _write_user_model(tmp_path)
+    run = launch(tmp_path, [*SMALL, "--strategy", "dp", "--model", "tiny_user_model:build", "--bf16",
+                            "--grad-accum", "2", "--clip-grad", "1.0", "--optimizer", "adamw", "--scheduler", "cosine",
+                            "--epochs", "1", "--batch-size", "8"], env={"PYTHONPATH": str(pkg)})
+    assert run.code == 0, run.explain()
+    assert run.events("done")[0]["step"] == 4  # 64 samples / 8 per micro-batch / 2 accumulated
+    assert run.events("first_step")
+
+
+def test_features_imagefolder_workers_resnet18_under_torchrun(tmp_path: Path) -> None:
+    _write_image_folder(tmp_path / "images")
+    run = launch(tmp_path, ["--dataset", "imagefolder", "--data-dir", str(tmp_path / "images"), "--image-size", "8",
+                            "--model", "resnet18", "--batch-size", "2", "--epochs", "1", "--num-workers", "1",
+                            "--static-graph", "--no-gradient-as-bucket-view", "--bucket-cap-mb", "5",
+                            "--progress", "lines"], nproc=2)
+    assert run.code == 0, run.explain()
+    (ev,) = run.events("eval")
+    assert ev["samples"] == 6  # 2 classes x 3 validation images, counted once across 2 ranks
+    assert run.events("done")[0]["step"] == 3  # 12 images / (2 ranks x 2)

@@ -1,0 +1,214 @@
+"""Fast in-process tests: environment detection, flags, samplers, checkpoint files."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from ddpctl_trainer import checkpoint as ckpt
+from ddpctl_trainer.config import parse_args, validate_for_world
+from ddpctl_trainer.data import EvalShardSampler, PaddedEvalDataset, ResumableDistributedSampler, synthetic
+from ddpctl_trainer.dist import DistContext, detect, device_for, resolve_backend
+from ddpctl_trainer.errors import CheckpointError, UsageError
+
+TORCHRUN_2x2_RANK3 = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
+                      "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "TORCHELASTIC_RUN_ID": "x",
+                      "TORCHELASTIC_RESTART_COUNT": "2"}
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        pytest.param({}, DistContext(0, 0, 1, 1, 0, 0, "single"), id="plain-python"),
+        pytest.param({"PET_NNODES": "1", "PET_NPROC_PER_NODE": "1"}, DistContext(0, 0, 1, 1, 0, 0, "single"),
+                     id="trainer-v2-one-node-one-proc"),
+        pytest.param(TORCHRUN_2x2_RANK3, DistContext(3, 1, 4, 2, 1, 2, "torchrun"), id="torchrun-2-nodes-x-2"),
+        # PyTorchJob without torchrun: RANK is the pod index, right only with one process per pod
+        pytest.param({"RANK": "2", "WORLD_SIZE": "3", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
+                      "PET_NPROC_PER_NODE": "1"}, DistContext(2, 0, 3, 1, 2, 0, "pod-index"), id="pytorchjob-plain"),
+        pytest.param({"JOB_COMPLETION_INDEX": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "job-0.svc",
+                      "MASTER_PORT": "29500"}, DistContext(1, 0, 2, 1, 1, 0, "pod-index"), id="indexed-job-plain"),
+    ],
+)
+def test_detect_reads_each_engine(env: dict[str, str], expected: DistContext) -> None:
+    assert detect(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        pytest.param({"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "0"}, "launch with `torchrun",
+                     id="trainer-v2-without-torchrun"),
+        pytest.param({"RANK": "0", "WORLD_SIZE": "8", "MASTER_ADDR": "m", "PET_NPROC_PER_NODE": "4"},
+                     "without torchrun", id="pytorchjob-4-procs-without-torchrun"),
+        pytest.param({"RANK": "4", "LOCAL_RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "m"}, "outside 0..3",
+                     id="rank-past-world"),
+        pytest.param({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR", id="no-master"),
+        pytest.param({"RANK": "x", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "not an integer", id="garbage"),
+    ],
+)
+def test_detect_rejects_inconsistent_environments(env: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(")):
+        detect(env)
+
+
+def test_device_comes_from_local_rank_not_global_rank(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The article's mistake: on node 2, global rank 3 is not a GPU index; LOCAL_RANK 1 is."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    ctx = detect(TORCHRUN_2x2_RANK3)
+    assert device_for(ctx, "nccl") == torch.device("cuda", 1)
+    too_many = DistContext(5, 2, 6, 3, 1, 0, "torchrun")
+    with pytest.raises(UsageError, match="LOCAL_RANK=2 but only 2 GPU"):
+        device_for(too_many, "nccl")
+
+
+@pytest.mark.parametrize(("choice", "cuda", "expected"),
+                         [("auto", False, "gloo"), ("auto", True, "nccl"), ("gloo", True, "gloo")])
+def test_backend_auto(choice: str, cuda: bool, expected: str) -> None:
+    assert resolve_backend(choice, cuda) == expected
+
+
+def test_nccl_without_cuda_is_a_usage_error() -> None:
+    with pytest.raises(UsageError, match="--backend nccl needs CUDA"):
+        resolve_backend("nccl", False)
+
+
+def test_flags_from_env_and_command_line_wins() -> None:
+    env = {"DDP_TRAINER_EPOCHS": "7", "DDP_TRAINER_BF16": "true", "DDP_TRAINER_LR": "0.5"}
+    cfg = parse_args(["--lr", "0.25"], env=env)
+    assert (cfg.epochs, cfg.bf16, cfg.lr, cfg.batch_size) == (7, True, 0.25, 32)
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--model", "vgg11"], {}, "unknown --model 'vgg11'"),
+        (["--dataset", "mnist"], {}, "--dataset: invalid choice"),
+        (["--dataset", "cifar10"], {}, "--dataset cifar10 needs --data-dir"),
+        (["--batch-size", "0"], {}, "--batch-size must be at least 1"),
+        (["--batch-size", "8", "--global-batch-size", "16"], {}, "exclusive"),
+        (["--save-every", "sometimes"], {}, "--save-every"),
+        ([], {"DDP_TRAINER_EPOCHS": "two"}, "DDP_TRAINER_EPOCHS='two'"),
+        ([], {"DDP_TRAINER_STRATEGY": "zero3"}, "--strategy must be one of"),
+        (["--bf16", "--dtype", "float64"], {}, "conflict"),
+    ],
+)
+def test_bad_flags(argv: list[str], env: dict[str, str], message: str) -> None:
+    with pytest.raises(UsageError, match=message.replace("(", r"\(").replace("'", "'")):
+        parse_args(argv, env=env)
+
+
+@pytest.mark.parametrize(
+    ("argv", "world", "message"),
+    [
+        (["--global-batch-size", "2"], 4, "smaller than the world size"),
+        (["--global-batch-size", "6"], 4, "not divisible"),
+        (["--global-batch-size", "8", "--grad-accum", "4"], 4, "smaller than the world size x --grad-accum"),
+        (["--strategy", "dp"], 2, "single-process"),
+    ],
+)
+def test_checks_against_world_size(argv: list[str], world: int, message: str) -> None:
+    with pytest.raises(UsageError, match=message):
+        validate_for_world(parse_args(argv, env={}), world)
+
+
+def test_global_batch_splits_per_process() -> None:
+    cfg = parse_args(["--global-batch-size", "64", "--grad-accum", "2"], env={})
+    validate_for_world(cfg, 4)
+    assert cfg.per_process_batch(4) == 8
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_step_k_batches_of_all_ranks_are_the_single_process_batch(world: int) -> None:
+    """The design equivalence rests on: union over ranks of step-k batches == perm[kB:(k+1)B]."""
+    ds = synthetic(48, 4, 4, seed=0)
+    global_batch = 12
+    per_rank = global_batch // world
+    single = list(ResumableDistributedSampler(ds, 1, 0, shuffle=True, seed=5).__iter__())
+    shards = [list(ResumableDistributedSampler(ds, world, r, shuffle=True, seed=5)) for r in range(world)]
+    for k in range(len(ds) // global_batch):
+        union = sorted(i for shard in shards for i in shard[k * per_rank:(k + 1) * per_rank])
+        assert union == sorted(single[k * global_batch:(k + 1) * global_batch])
+
+
+def test_resumable_sampler_skips_consumed_samples() -> None:
+    ds = synthetic(20, 4, 4, seed=0)
+    s = ResumableDistributedSampler(ds, 2, 1, shuffle=True, seed=1)
+    s.set_epoch(3)
+    full = list(s)
+    s.set_start(6)
+    assert list(s) == full[6:] and len(s) == len(full) - 6
+
+
+@pytest.mark.parametrize(("n", "world"), [(61, 4), (61, 3), (5, 8), (64, 4)])
+def test_eval_sharding_counts_each_sample_once(n: int, world: int) -> None:
+    ds = synthetic(n, 4, 4, seed=0)
+    total = math.ceil(n / world) * world
+    padded = PaddedEvalDataset(ds, total)
+    seen: list[int] = []
+    per_rank = set()
+    for rank in range(world):
+        positions = list(EvalShardSampler(total, rank, world))
+        per_rank.add(len(positions))
+        _, labels, valid = padded.__getitems__(positions)
+        seen += [p for p, v in zip(positions, valid.tolist()) if v]
+        assert torch.equal(labels[valid], ds.labels[torch.tensor(positions)[valid]])
+    assert sorted(seen) == list(range(n))
+    assert len(per_rank) == 1  # same number of samples on every rank: FSDP forwards stay in lockstep
+
+
+def _payload(step: int) -> dict:
+    return {"format": ckpt.FORMAT, "model": {"w": torch.full((3,), float(step))}, "optimizer": {"state": {}},
+            "epoch": 0, "step": step, "batches_done": step, "rng": [{"torch": torch.get_rng_state(),
+                                                                    "python": (3, (1, 2, 3), None)}]}
+
+
+def test_atomic_save_prune_and_skip_corrupt(tmp_path: Path) -> None:
+    warnings: list[str] = []
+    for step in (1, 2, 3, 4):
+        ckpt.atomic_save(_payload(step), ckpt.checkpoint_path(tmp_path, step))
+    assert [p.name for p in ckpt.prune(tmp_path, 2)] == ["ckpt-00000002.pt", "ckpt-00000001.pt"]
+    (tmp_path / "ckpt-00000009.pt").write_bytes(b"\x00garbage")
+    (tmp_path / ".ckpt-00000010.pt.tmp.123").write_bytes(b"partial")
+    path, payload = ckpt.find_latest(tmp_path, warnings.append)
+    assert path.name == "ckpt-00000004.pt" and payload["step"] == 4
+    assert len(warnings) == 1 and "ckpt-00000009.pt" in warnings[0]
+    ckpt.remove_stale_temps(tmp_path)
+    assert not list(tmp_path.glob(".*tmp*"))
+
+
+class _Evil:
+    def __reduce__(self):  # noqa: ANN204 - would run code when unpickled without weights_only
+        return (print, ("pwned",))
+
+
+def test_checkpoints_load_with_weights_only(tmp_path: Path) -> None:
+    path = tmp_path / "ckpt-00000001.pt"
+    torch.save({**_payload(1), "extra": _Evil()}, path)
+    with pytest.raises(CheckpointError, match="unreadable"):
+        ckpt.load_file(path)
+
+
+def test_rng_state_survives_a_weights_only_round_trip(tmp_path: Path) -> None:
+    from ddpctl_trainer.trainer import rng_state, set_rng_state
+
+    torch.manual_seed(1)
+    state = rng_state()
+    torch.save({"rng": state}, tmp_path / "r.pt")
+    want = torch.rand(3)
+    torch.manual_seed(99)
+    set_rng_state(torch.load(tmp_path / "r.pt", weights_only=True)["rng"])
+    assert torch.equal(torch.rand(3), want)
+
+
+def test_package_import_is_cheap() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, ddpctl_trainer, ddpctl_trainer.config; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
