@@ -22,10 +22,13 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TextIO
 
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.spec import JobSpec
+
+if TYPE_CHECKING:
+    from ddpctl.procs import Child
 
 RANK_MARK = "@@ddpctl-rank="
 RANK_TEMPLATE = RANK_MARK + "${rank}@@"
@@ -328,13 +331,26 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def describe_failure(state: JobState, node: int, node_code: int) -> str:
-    """One line naming the rank that failed first (not the ranks that stopped because of it)."""
+def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> str:
+    """One line naming the rank that failed first (not the ranks that stopped because of it).
+
+    torchrun's failure report names ranks; a node that died as a whole (a killed agent or
+    container) reports nothing, so then the node and the ranks it ran are named."""
     def secondary(f: Failure) -> bool:
         return f.rank in state.peer_failed_ranks or f.code in (-15, 143)
 
     primary = next((f for f in state.failures if f.code < 0 and not secondary(f)), None)
     primary = primary or next((f for f in state.failures if not secondary(f)), None)
+    if primary is None and not any(f.node == node for f in state.failures):
+        first, last = node * nproc, node * nproc + nproc - 1
+        ranks = f"rank {first}" if first == last else f"ranks {first}-{last}"
+        if node_code > 128:
+            how = f"was killed by {_signal_name(128 - node_code)}"
+        elif node_code < 0:
+            how = f"was killed by {_signal_name(node_code)}"
+        else:
+            how = f"exited with code {node_code}"
+        return f"job {state.name} failed: node {node} ({ranks}) {how}"
     primary = primary or (state.failures[0] if state.failures else None)
     if primary is None or primary.rank is None:
         return f"job {state.name} failed: node {node} exited with code {node_code}"
@@ -406,18 +422,90 @@ def _latest_checkpoint(directory: Path | None) -> Path | None:
     return found[-1] if found else None
 
 
-def run_local(plan: LocalPlan, *, out: TextIO | None = None, err: TextIO | None = None, color: bool | None = None,
-              timeout: float | None = None) -> int:
-    """Run the plan to the end; returns 0 or raises JobFailed / WaitTimeout / KeyboardInterrupt.
-    Whatever happens, no agent or worker is left running."""
-    from ddpctl import procs
-
+def make_console(out: TextIO | None, err: TextIO | None, color: bool | None) -> Console:
     out = out or sys.stdout
     err = err or sys.stderr
-    tty = err.isatty()
     if color is None:
         color = out.isatty() and "NO_COLOR" not in os.environ
-    console = Console(out, err, color, live_status=tty)
+    return Console(out, err, color, live_status=err.isatty())
+
+
+def supervise(start: Callable[[], list[Child]], state: JobState, console: Console, *, show: Callable[[Child, str], None],
+              stop: Callable[[list[Child]], None], timeout: float | None) -> tuple[Child | None, bool]:
+    """Start the children, stream their lines, stop the rest when one fails (after a grace for
+    their own reports) or on --timeout, and wait for all. Returns (first failed child, timed out).
+    On Ctrl-C/SIGTERM every child is stopped before KeyboardInterrupt goes on. Whatever happens,
+    no child process (nor a child's child) is left running."""
+    from ddpctl import procs
+
+    children: list[Child] = []
+    reaper = procs.set_child_subreaper(True)
+    failed: Child | None = None
+    stop_at: float | None = None
+    deadline = time.monotonic() + timeout if timeout else None
+    timed_out = False
+    try:
+        with procs.interrupt_on_signals():
+            children.extend(start())
+            mux = procs.LineMux(children)
+            console.status(state)
+            while mux.open or any(c.poll() is None for c in children):
+                item = mux.get(timeout=0.5)
+                if item is not None and item[1] is not None:
+                    show(item[0], item[1])
+                for child in children:
+                    code = child.poll()
+                    if code is None:
+                        child.remember_tree()
+                    elif code != 0 and failed is None and not child.stopping:
+                        failed = child
+                        state.phase = "failing"
+                        stop_at = time.monotonic() + PEER_GRACE_S
+                now = time.monotonic()
+                if stop_at is not None and now >= stop_at:
+                    stop_at = None
+                    _announce_stop(children, console)
+                    stop(children)
+                if deadline is not None and now >= deadline and not timed_out:
+                    timed_out = True
+                    state.phase = "timed out"
+                    _announce_stop(children, console)
+                    stop(children)
+                if all(c.poll() is not None for c in children) and state.phase in ("starting", "training"):
+                    state.phase = "finishing"
+                console.status(state)
+            mux.join(timeout=5)
+    except KeyboardInterrupt:
+        console.done()
+        console.note(f"stopping {state.name}: interrupted")
+        for child in children:
+            child.stopping = True
+        stop(children)
+        raise
+    finally:
+        procs.kill_leftovers(children)
+        if reaper:
+            procs.set_child_subreaper(False)
+        console.done()
+    if failed is None:
+        failed = next((c for c in children if c.returncode and not c.stopping), None)
+    return failed, timed_out
+
+
+def _announce_stop(children: Sequence[Child], console: Console) -> None:
+    running = [c for c in children if c.poll() is None]
+    if running:
+        console.note(f"stopping {', '.join(c.label for c in running)}")
+    for child in running:
+        child.stopping = True
+
+
+def run_local(plan: LocalPlan, *, out: TextIO | None = None, err: TextIO | None = None, color: bool | None = None,
+              timeout: float | None = None) -> int:
+    """Run the plan to the end; returns 0 or raises JobFailed / WaitTimeout / KeyboardInterrupt."""
+    from ddpctl import procs
+
+    console = make_console(out, err, color)
     spec = plan.spec
     state = JobState(spec.name, len(plan.nodes), spec.world_size)
     for note in plan.notes:
@@ -430,70 +518,29 @@ def run_local(plan: LocalPlan, *, out: TextIO | None = None, err: TextIO | None 
     if plan.checkpoint_dir is not None:
         plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
 
-    children: list[procs.Child] = []
-    reaper = procs.set_child_subreaper(True)
-    failed: procs.Child | None = None
-    stop_at: float | None = None
-    deadline = time.monotonic() + timeout if timeout else None
-    timed_out = False
-    try:
-        with procs.interrupt_on_signals():
-            for node in plan.nodes:
-                children.append(procs.start_child(node.index, f"node {node.index}", node.argv, node.env, cwd=plan.cwd,
-                                                  log_path=plan.run_dir / "logs" / f"node-{node.index}.log"))
-            mux = procs.LineMux(children)
-            console.status(state)
-            while mux.open or any(c.poll() is None for c in children):
-                item = mux.get(timeout=0.5)
-                if item is not None:
-                    child, text = item
-                    if text is not None:
-                        _show(console, state, child, text)
-                for child in children:
-                    code = child.poll()
-                    if code is None:
-                        child.remember_tree()
-                    elif code != 0 and failed is None and not child.stopping:
-                        failed = child
-                        state.phase = "failing"
-                        stop_at = time.monotonic() + PEER_GRACE_S
-                now = time.monotonic()
-                if stop_at is not None and now >= stop_at:
-                    stop_at = None
-                    _stop(children, console)
-                if deadline is not None and now >= deadline and not timed_out:
-                    timed_out = True
-                    state.phase = "timed out"
-                    _stop(children, console)
-                if all(c.poll() is not None for c in children) and state.phase in ("starting", "training"):
-                    state.phase = "finishing"
-                console.status(state)
-            mux.join(timeout=5)
-    except KeyboardInterrupt:
-        console.done()
-        console.note(f"stopping {spec.name}: interrupted")
-        for child in children:
-            child.stopping = True
-        procs.stop_children(children, grace_s=STOP_GRACE_S)
-        raise
-    finally:
-        procs.kill_leftovers(children)
-        if reaper:
-            procs.set_child_subreaper(False)
-        console.done()
+    def start() -> list[Child]:
+        return [procs.start_child(node.index, f"node {node.index}", node.argv, node.env, cwd=plan.cwd,
+                                  log_path=plan.run_dir / "logs" / f"node-{node.index}.log") for node in plan.nodes]
 
-    elapsed = time.monotonic() - state.started
+    def stop(children: list[Child]) -> None:
+        procs.stop_children([c for c in children if c.poll() is None], grace_s=STOP_GRACE_S)
+
+    failed, timed_out = supervise(start, state, console, show=lambda c, t: _show(console, state, c, t), stop=stop, timeout=timeout)
+    logs = _rel(plan.run_dir / "logs", plan.cwd)
     if timed_out:
-        raise WaitTimeout(f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {plan.run_dir / 'logs'})")
-    if failed is None:
-        failed = next((c for c in children if c.returncode), None)
+        raise WaitTimeout(f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})")
     if failed is not None:
         code = failed.returncode or 1
-        raise JobFailed(describe_failure(state, failed.index, code) + f" (exit code {code}; logs in {_rel(plan.run_dir / 'logs', plan.cwd)})", code)
-    latest = _latest_checkpoint(plan.checkpoint_dir)
-    where = f"; checkpoint {_rel(latest, plan.cwd)}" if latest else (f"; checkpoints in {_rel(plan.checkpoint_dir, plan.cwd)}" if plan.checkpoint_dir else "")
-    console.note(f"{spec.name} succeeded in {elapsed:.1f}s{where}")
+        raise JobFailed(describe_failure(state, failed.index, code, spec.nproc_per_node) + f" (exit code {code}; logs in {logs})", code)
+    finish_note(console, state, plan.checkpoint_dir, plan.cwd)
     return 0
+
+
+def finish_note(console: Console, state: JobState, checkpoint_dir: Path | None, cwd: Path) -> None:
+    elapsed = time.monotonic() - state.started
+    latest = _latest_checkpoint(checkpoint_dir)
+    where = f"; checkpoint {_rel(latest, cwd)}" if latest else (f"; checkpoints in {_rel(checkpoint_dir, cwd)}" if checkpoint_dir else "")
+    console.note(f"{state.name} succeeded in {elapsed:.1f}s{where}")
 
 
 def _rel(path: Path, base: Path) -> str:
@@ -503,7 +550,7 @@ def _rel(path: Path, base: Path) -> str:
         return str(path)
 
 
-def _show(console: Console, state: JobState, child: object, text: str) -> None:
+def _show(console: Console, state: JobState, child: Child, text: str) -> None:
     node = getattr(child, "index", 0)
     match = _RANK_LINE.search(text)
     if match:
@@ -535,17 +582,6 @@ def _agent_traceback(state: JobState, node: int, text: str) -> bool:
         return True
     state.in_traceback.discard(node)  # the exception line ends the traceback
     return True
-
-
-def _stop(children: Sequence[object], console: Console) -> None:
-    from ddpctl import procs
-
-    running = [c for c in children if isinstance(c, procs.Child) and c.poll() is None]
-    if running:
-        console.note(f"stopping {', '.join(c.label for c in running)}")
-    for child in running:
-        child.stopping = True
-    procs.stop_children(running, grace_s=STOP_GRACE_S)
 
 
 def clean_run_dir(plan: LocalPlan) -> None:

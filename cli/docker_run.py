@@ -1,0 +1,278 @@
+"""`ddpctl run --docker`: each replica of the job's pod as a container on a private network.
+
+Containers get the pod's hostname (`--hostname <job>-<i>`) and the DNS name other pods use for it
+in the cluster as a network alias (`<job>-0.<svc>` for the Indexed Job), so MASTER_ADDR is the very
+name the cluster gives; the env is the pod's (`local_run.cluster_env`), the command the pod's
+(torchrun of the trainer), /dev/shm the spec's size, and the spec's volumes are host directories.
+Restricted pods drop every capability and forbid privilege escalation here too.
+
+Everything ddpctl creates carries the label `ddpctl.io/run=<id>` and is removed at the end,
+whatever the end is (success, failure, Ctrl-C, an error while starting).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
+from ddpctl.local_run import (
+    STOP_GRACE_S,
+    JobFailed,
+    JobState,
+    _rel,
+    cluster_env,
+    describe_failure,
+    finish_note,
+    make_console,
+    parse_mounts,
+    supervise,
+)
+from ddpctl.spec import JobSpec
+
+RUN_LABEL = "ddpctl.io/run"
+JOB_LABEL = "ddpctl.io/job"
+LOCAL_CHECKPOINTS = "/checkpoints"
+_TRAINER_RANK = re.compile(r"^(?:ddpctl-trainer: error: )?\[rank (\d+)\] ")
+_UNITS = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4, "P": 1000**5, "E": 1000**6,
+          "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6}
+
+
+def quantity_bytes(text: str) -> int:
+    """A Kubernetes memory quantity ('2Gi', '512M', '1e9') in bytes, for --shm-size."""
+    match = re.fullmatch(r"([0-9.]+)(e[0-9]+|[kMGTPE]i?)?", text)
+    if not match:
+        raise UsageError(f"shmSize: {text!r} is not a size docker understands; use values like 2Gi or 512Mi")
+    number, unit = float(match.group(1)), match.group(2) or ""
+    factor = 10 ** int(unit[1:]) if unit.startswith("e") else _UNITS[unit]
+    return int(number * factor)
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    index: int
+    name: str
+    hostname: str
+    aliases: tuple[str, ...]
+    argv: tuple[str, ...]  # the full `docker run ...` command
+
+
+@dataclass(frozen=True)
+class DockerPlan:
+    spec: JobSpec
+    engine: str
+    run_id: str
+    network: str
+    run_dir: Path
+    checkpoint_dir: Path | None
+    containers: tuple[ContainerPlan, ...]
+    host_dirs: Mapping[str, Path]
+
+
+def dns_names(spec: JobSpec) -> list[tuple[str, ...]]:
+    """Per replica: the names other pods reach it by in the cluster (hostname, and the
+    hostname.subdomain of headless-Service targets)."""
+    names = []
+    for hostname in spec.pod_hostnames:
+        if spec.target == "pytorchjob":
+            names.append((hostname,))  # one Service per replica, named like the pod
+        elif spec.target == "job":
+            names.append((hostname, f"{hostname}.{spec.service_name}"))
+        else:  # jobset / trainjob: the subdomain is the JobSet's name
+            names.append((hostname, f"{hostname}.{spec.name}"))
+    return names
+
+
+def require_engine_cli(engine: str) -> str:
+    path = shutil.which(engine)
+    if path is None:
+        raise RuntimeFailure(f"--engine {engine}: {engine} is not installed (not on PATH); install it (Docker: bash scripts/install-docker.sh) or use ddpctl run --local")
+    from ddpctl.build import require_engine
+
+    require_engine(engine)
+    return path
+
+
+def ensure_image(engine: str, spec: JobSpec) -> None:
+    """The image must exist locally, or be pullable unless imagePullPolicy is Never."""
+    from ddpctl.build import image_exists
+
+    if spec.image_pull_policy != "Always" and image_exists(engine, spec.image):
+        return
+    if spec.image_pull_policy == "Never":
+        raise UsageError(f"image: {spec.image} is not in the local {engine} images and imagePullPolicy is Never; build it (ddpctl build) or pass --image")
+    try:
+        proc = subprocess.run([engine, "pull", spec.image], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise RuntimeFailure(f"image: pulling {spec.image} took more than 10 minutes; pull it yourself or pass --image") from None
+    if proc.returncode != 0:
+        why = " ".join((proc.stderr or proc.stdout).split())[-240:] or f"exit code {proc.returncode}"
+        raise UsageError(f"image: {spec.image} does not exist locally and cannot be pulled ({why}); build it with ddpctl build (it tags ddpctl-trainer:latest) or pass --image")
+
+
+def _host_dirs(spec: JobSpec, run_dir: Path, mounts: Mapping[str, Path]) -> dict[str, Path]:
+    from ddpctl.local_run import volume_dirs
+
+    return volume_dirs(spec, run_dir, mounts)
+
+
+def _writable(path: Path) -> None:
+    """The image runs as uid 1000: a directory ddpctl made must let it write."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.chmod(0o777)
+    except PermissionError:
+        pass
+
+
+def plan_docker(spec: JobSpec, *, engine: str = "docker", run_dir: Path | None = None, mounts: Sequence[str] = (),
+                port_explicit: bool = False, fresh: bool = False, run_id: str | None = None) -> DockerPlan:
+    """Check the engine and image, compute every `docker run`; creates host directories only."""
+    del port_explicit  # containers have their own network namespaces: no host port is used
+    if spec.gpus_per_node:
+        raise UsageError(f"gpusPerNode: {spec.gpus_per_node} GPUs per node cannot be given to local containers by ddpctl; use --gpus 0 (CPU + gloo)")
+    require_engine_cli(engine)
+    ensure_image(engine, spec)
+    cwd = Path.cwd().resolve()
+    run_dir = (run_dir or cwd / "ddp-runs" / spec.name).resolve()
+    dirs = _host_dirs(spec, run_dir, parse_mounts(mounts))
+    run_id = run_id or secrets.token_hex(3)
+    network = f"ddpctl-{spec.name}-{run_id}"
+    labels = {RUN_LABEL: run_id, JOB_LABEL: spec.name}
+
+    volumes: list[tuple[Path, str, bool]] = []
+    checkpoint_dir: Path | None = None
+    extra_env: dict[str, str] = {}
+    for vname, vol in spec.volumes.items():
+        volumes.append((dirs[vname], vol.mount_path, vol.read_only))
+        if vname == "checkpoints":
+            checkpoint_dir = dirs[vname]
+    if spec.uses_trainer and checkpoint_dir is None and "--checkpoint-dir" not in " ".join(spec.args) and "DDP_TRAINER_CHECKPOINT_DIR" not in spec.env:
+        # No checkpoint volume in the spec: keep them on the host all the same.
+        checkpoint_dir = dirs.get("checkpoints", run_dir / "checkpoints")
+        volumes.append((checkpoint_dir, LOCAL_CHECKPOINTS, False))
+        extra_env["DDP_TRAINER_CHECKPOINT_DIR"] = LOCAL_CHECKPOINTS
+    if fresh and checkpoint_dir is not None and checkpoint_dir.is_dir():
+        shutil.rmtree(checkpoint_dir)
+    for host, _, read_only in volumes:
+        if read_only:
+            host.mkdir(parents=True, exist_ok=True)
+        else:
+            _writable(host)
+    _writable(run_dir)
+
+    shm = quantity_bytes(spec.shm_size)
+    containers = []
+    for index, (hostname, names) in enumerate(zip(spec.pod_hostnames, dns_names(spec))):
+        env = {**cluster_env(spec, index), **extra_env}
+        name = f"ddpctl-{run_id}-{hostname}"
+        argv = [engine, "run", "--name", name, "--hostname", hostname, "--network", network]
+        for alias in names:
+            argv += ["--network-alias", alias]
+        for key, value in {**labels, "ddpctl.io/node": str(index)}.items():
+            argv += ["--label", f"{key}={value}"]
+        argv += ["--shm-size", str(shm)]
+        if spec.pod_security == "restricted":
+            argv += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+        for host, target, read_only in volumes:
+            argv += ["-v", f"{host}:{target}{':ro' if read_only else ''}"]
+        for key, value in env.items():
+            argv += ["-e", f"{key}={value}"]
+        argv += ["--entrypoint", spec.entrypoint[0], spec.image, *spec.entrypoint[1:], *spec.trainer_args]
+        containers.append(ContainerPlan(index, name, hostname, names, tuple(argv)))
+    return DockerPlan(spec, engine, run_id, network, run_dir, checkpoint_dir, tuple(containers), dirs)
+
+
+def _docker(engine: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([engine, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def cleanup(engine: str, run_id: str) -> list[str]:
+    """Remove every container and network labelled with this run; returns what is left (should be
+    nothing). Uses the label, so containers created by a half-finished start are found too."""
+    flt = f"label={RUN_LABEL}={run_id}"
+    ids = _docker(engine, "ps", "-aq", "--filter", flt).stdout.split()
+    if ids:
+        _docker(engine, "rm", "-f", *ids)
+    nets = _docker(engine, "network", "ls", "-q", "--filter", flt).stdout.split()
+    if nets:
+        _docker(engine, "network", "rm", *nets)
+    left = _docker(engine, "ps", "-aq", "--filter", flt).stdout.split() + _docker(engine, "network", "ls", "-q", "--filter", flt).stdout.split()
+    return left
+
+
+def _exit_state(engine: str, name: str) -> tuple[int | None, bool]:
+    """(exit code, OOM-killed) of a container, as the engine recorded it."""
+    proc = _docker(engine, "inspect", "--format", "{{.State.ExitCode}} {{.State.OOMKilled}}", name)
+    if proc.returncode != 0:
+        return None, False
+    code, oom = (proc.stdout.split() + ["", ""])[:2]
+    return (int(code) if code.lstrip("-").isdigit() else None), oom == "true"
+
+
+def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | None = None) -> int:
+    """Create the network, run every container, stream, wait, and always remove it all."""
+    from ddpctl import procs
+
+    spec, engine = plan.spec, plan.engine
+    console = make_console(None, None, color)
+    state = JobState(spec.name, len(plan.containers), spec.world_size)
+    console.note(f"running {spec.name} in {engine}: {spec.nnodes} containers x {spec.nproc_per_node} processes = world size {spec.world_size}, "
+                 f"{spec.resolved_backend}, rank 0 at {spec.rdzv_endpoint} on network {plan.network}")
+    labels = [f"--label={RUN_LABEL}={plan.run_id}", f"--label={JOB_LABEL}={spec.name}"]
+    by_index = {c.index: c for c in plan.containers}
+
+    def start() -> list[procs.Child]:
+        made = _docker(engine, "network", "create", *labels, plan.network)
+        if made.returncode != 0:
+            raise RuntimeFailure(f"{engine} network create {plan.network} failed: {' '.join(made.stderr.split())[:300]}")
+        children = []
+        for c in plan.containers:  # rank 0's container first: its name must resolve when others look
+            children.append(procs.start_child(c.index, f"node {c.index} ({c.name})", c.argv, os.environ,
+                                              log_path=plan.run_dir / "logs" / f"{c.hostname}.log"))
+        return children
+
+    def stop(children: list[procs.Child]) -> None:
+        names = [by_index[c.index].name for c in children if c.poll() is None]
+        if names:
+            _docker(engine, "stop", "-t", str(int(STOP_GRACE_S)), *names, timeout=STOP_GRACE_S + 60)
+        procs.stop_children([c for c in children if c.poll() is None], grace_s=5)
+
+    def show(child: procs.Child, text: str) -> None:
+        match = _TRAINER_RANK.match(text)
+        if match:
+            rank = int(match.group(1))
+            rest = text if text.startswith("ddpctl-trainer:") else text[match.end():]
+            state.on_rank_line(rank, rest)
+            console.rank_line(rank, rest)
+            return
+        state.on_node_line(child.index, text)
+        console.node_line(child.index, text)
+
+    try:
+        failed, timed_out = supervise(start, state, console, show=show, stop=stop, timeout=timeout)
+        exit_states = {c.index: _exit_state(engine, c.name) for c in plan.containers}
+    finally:
+        left = cleanup(engine, plan.run_id)
+        if left:
+            console.note(f"could not remove {len(left)} objects labelled {RUN_LABEL}={plan.run_id}: {' '.join(left)}")
+    logs = _rel(plan.run_dir / "logs", Path.cwd())
+    if timed_out:
+        raise WaitTimeout(f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its containers (logs in {logs})")
+    if failed is not None:
+        code, oom = exit_states.get(failed.index, (None, False))
+        code = code if code is not None else (failed.returncode or 1)
+        if code == 125 and not state.ranks_seen:
+            raise RuntimeFailure(f"{engine} run of node {failed.index} failed: see {logs}/{by_index[failed.index].hostname}.log")
+        text = describe_failure(state, failed.index, code, spec.nproc_per_node)
+        if oom:
+            text += " (out of memory)"
+        raise JobFailed(f"{text} (container {by_index[failed.index].hostname}, exit code {code}; logs in {logs})", code)
+    finish_note(console, state, plan.checkpoint_dir, Path.cwd())
+    return 0
