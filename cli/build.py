@@ -39,6 +39,11 @@ HASH_LEN = 12
 class IgnoreRule:
     pattern: re.Pattern[str]
     exclude: bool  # False for `!pattern` (an exception)
+    literal: str = ""  # the pattern's text before its first wildcard
+
+    def may_reinclude_under(self, directory: str) -> bool:
+        """Could this exception bring back something below `directory`?"""
+        return not self.exclude and (self.literal.startswith(directory + "/") or (directory + "/").startswith(self.literal))
 
 
 def _glob_to_regex(pattern: str) -> str:
@@ -90,7 +95,8 @@ def parse_dockerignore(text: str) -> list[IgnoreRule]:
         if line in (".", ""):
             continue
         # A pattern that names a directory covers everything beneath it.
-        rules.append(IgnoreRule(re.compile(f"^{_glob_to_regex(line)}(?:/.*)?$"), exclude))
+        literal = re.split(r"[*?\[\\]", line, maxsplit=1)[0]
+        rules.append(IgnoreRule(re.compile(f"^{_glob_to_regex(line)}(?:/.*)?$"), exclude, literal))
     return rules
 
 
@@ -109,7 +115,8 @@ def context_files(context: Path, rules: Sequence[IgnoreRule]) -> list[str]:
     for root, dirs, names in os.walk(context):
         rel_root = Path(root).relative_to(context).as_posix()
         rel_root = "" if rel_root == "." else rel_root + "/"
-        dirs.sort()
+        # Skip ignored directories (.git, .venv) unless an exception could re-include a file below.
+        dirs[:] = sorted(d for d in dirs if not (is_ignored(rel_root + d, rules) and not any(r.may_reinclude_under(rel_root + d) for r in rules)))
         for name in sorted(names):
             rel = rel_root + name
             path = Path(root) / name
@@ -206,8 +213,8 @@ class BuildPlan:
             cmd += ["-t", tag]
         for key in sorted(self.build_args):
             cmd += ["--build-arg", f"{key}={self.build_args[key]}"]
-        if self.builder == "buildah":
-            cmd += ["--layers"]
+        # A failed step must not leave its intermediate container behind.
+        cmd += ["--layers"] if self.builder == "buildah" else ["--force-rm"]
         cmd.append(str(self.context))
         return cmd
 
@@ -237,6 +244,8 @@ def parse_build_args(items: Iterable[str]) -> dict[str, str]:
 def plan_build(*, builder: str | None, dockerfile: Path | None, context: Path | None, repo: str, build_args: Mapping[str, str],
                base_image: str | None, latest: bool, path: str | None = None) -> BuildPlan:
     """Resolve the builder, files and tag. Reads files; starts nothing."""
+    if builder not in (None, "auto", *BUILDERS):
+        raise UsageError(f"--builder: {builder!r} is not one of {', '.join(BUILDERS)}; choose one of them or auto")
     if context is None:
         context = dockerfile.parent if dockerfile is not None else Path.cwd()
     context = context.resolve()
@@ -303,8 +312,23 @@ def run_build(plan: BuildPlan, *, quiet: bool = False, echo: Callable[[str], Non
     env = dict(os.environ)
     code, tail = _stream(plan.argv(), None if quiet else echo, env)
     if code != 0:
-        raise _fail(f"{plan.builder} build of {plan.dockerfile.name}", code, tail, quiet)
+        raise _fail(f"{plan.builder} build of {plan.dockerfile.name}{_failed_step(tail, plan.build_args)}", code, tail, quiet)
     return plan.tag
+
+
+_STEP = re.compile(r"^(?:STEP |Step )(\d+/\d+)\s*:\s*(.*)$|^#\d+ \[[^\]]*\] (.*)$")
+
+
+def _failed_step(lines: Sequence[str], args: Mapping[str, str]) -> str:
+    """' at step 2/13 (FROM ddpctl-base:cpu)': the last step the builder started, args filled in."""
+    for line in reversed(lines):
+        match = _STEP.match(line.strip())
+        if match:
+            number, text = (match.group(1), match.group(2)) if match.group(1) else ("", match.group(3))
+            text = re.sub(r"\$\{?([A-Za-z_][A-Za-z0-9_]*)\}?", lambda m: args.get(m.group(1), m.group(0)), text)
+            text = " ".join(text.split())[:120]
+            return f" at step {number} ({text})" if number else f" at ({text})"
+    return ""
 
 
 def push(builder: str, tags: Sequence[str], *, quiet: bool = False, echo: Callable[[str], None] | None = None) -> None:
@@ -314,10 +338,14 @@ def push(builder: str, tags: Sequence[str], *, quiet: bool = False, echo: Callab
             raise _fail(f"{builder} push {tag}", code, tail, quiet)
 
 
+def require_kind() -> None:
+    if _which("kind") is None:
+        raise RuntimeFailure("--load-kind: kind is not installed (not on PATH); install it (see docs/kind.md), or push the image with --push")
+
+
 def load_kind(builder: str, tag: str, cluster: str, *, quiet: bool = False, echo: Callable[[str], None] | None = None) -> None:
     """Copy the image onto the nodes of the kind cluster `cluster` (no registry needed)."""
-    if _which("kind") is None:
-        raise RuntimeFailure("--load-kind: kind is not installed (not on PATH); install it from kind.sigs.k8s.io, or push the image with --push")
+    require_kind()
     if builder == "docker":
         cmd = ["kind", "load", "docker-image", tag, "--name", cluster]
         code, tail = _stream(cmd, None if quiet else echo)

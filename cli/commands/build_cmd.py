@@ -33,6 +33,8 @@ def build_command(
     if print_tag:
         typer.echo(plan.tag)
         return
+    if load_kind:
+        build.require_kind()  # before a build that would be wasted
     echo = lambda line: typer.echo(f"[build] {line}", err=True)  # noqa: E731
     typer.echo(f"ddpctl: building {plan.tag} with {plan.builder} ({plan.files} files in the context)", err=True)
     tag = build.run_build(plan, quiet=quiet, echo=echo)
