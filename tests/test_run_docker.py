@@ -1,0 +1,205 @@
+"""`ddpctl run --docker`: a 2-node gloo job across two containers that find rank 0 by the DNS
+name the cluster would give, a killed container failing the job with its ranks named, bad input
+in one line, and never a container or network left behind.
+
+Needs a Docker engine and the CPU base image (.ci/run: scripts/install-docker.sh and
+scripts/make-base-image.sh); skips without them on a user's machine, fails under CI=true.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from ddpctl.docker_run import dns_names, plan_docker, quantity_bytes
+from ddpctl.spec import JobSpec
+from tests.conftest import skip_unless
+from tests.test_build_docker import BASE_IMAGE, docker_works, image_present
+
+REPO = Path(__file__).resolve().parents[1]
+JOB_TIMEOUT = 300
+SMALL = ["--", "--synthetic-samples", "512", "--eval-samples", "64"]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DDPCTL_")}
+    env["PYTHONPATH"] = str(REPO)
+    return env
+
+
+def _ddpctl(*args: str, cwd: Path, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+
+
+def _left_behind(job: str) -> list[str]:
+    """Containers and networks of job `job` that still exist (by the label ddpctl puts on them)."""
+    flt = f"label=ddpctl.io/job={job}"
+    containers = subprocess.run(["docker", "ps", "-aq", "--filter", flt], capture_output=True, text=True).stdout.split()
+    networks = subprocess.run(["docker", "network", "ls", "-q", "--filter", flt], capture_output=True, text=True).stdout.split()
+    return containers + networks
+
+
+def _job_name() -> str:
+    return f"dt{secrets.token_hex(3)}"
+
+
+@pytest.fixture(scope="module")
+def trainer_image() -> str:
+    """The real Dockerfile built on the CPU base (cached by the engine after the first build)."""
+    skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
+    skip_unless(image_present(BASE_IMAGE), f"the CPU base image {BASE_IMAGE} (bash scripts/make-base-image.sh)")
+    result = subprocess.run([sys.executable, "-m", "ddpctl", "build", "--quiet", "--no-latest", "--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test"],
+                            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip()
+
+
+# --------------------------------------------------------------------------------------------
+# The plan (no engine needed)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("target", "rank0"), [("job", ("w-0", "w-0.w")), ("jobset", ("w-node-0-0", "w-node-0-0.w")),
+                                               ("pytorchjob", ("w-master-0",)), ("trainjob", ("w-node-0-0", "w-node-0-0.w"))])
+def test_rank0_alias_is_the_address_the_cluster_gives(target: str, rank0: tuple[str, ...]) -> None:
+    spec = JobSpec(name="w", target=target)
+    names = dns_names(spec)
+    assert names[0] == rank0
+    assert spec.rank0_host in names[0]  # MASTER_ADDR / the rendezvous host resolves on the network
+
+
+def test_shm_size_quantities() -> None:
+    assert quantity_bytes("2Gi") == 2 * 1024**3
+    assert quantity_bytes("512M") == 512 * 1000**2
+    assert quantity_bytes("1e9") == 10**9
+
+
+def test_missing_engine_is_a_one_line_error(tmp_path: Path) -> None:
+    result = _ddpctl("run", "--docker", "--engine", "no-such-engine-cli", cwd=tmp_path, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1 and "no-such-engine-cli is not installed" in result.stderr
+
+
+def test_docker_run_plan_wires_each_container_like_its_pod(trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    spec = JobSpec(name="wired", image=trainer_image, shm_size="1Gi")
+    plan = plan_docker(spec, run_id="abc123")
+    assert plan.network == "ddpctl-wired-abc123"
+    first, second = (list(c.argv) for c in plan.containers)
+    assert first[first.index("--hostname") + 1] == "wired-0" and "wired-0.wired" in first
+    assert f"PET_NODE_RANK=1" in second and "PET_MASTER_ADDR=wired-0.wired" in second
+    assert first[first.index("--shm-size") + 1] == str(1024**3)
+    assert "--cap-drop" in first and "ddpctl.io/run=abc123" in first
+    assert first[first.index("--entrypoint") + 1] == "torchrun" and first[-2:] == ["-m", "ddpctl_trainer"]
+    assert f"{tmp_path}/ddp-runs/wired/checkpoints:/checkpoints" in first
+    assert _left_behind("wired") == []  # planning creates nothing in the engine
+
+
+# --------------------------------------------------------------------------------------------
+# Real jobs
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_two_containers_rendezvous_by_hostname_and_checkpoint_to_a_volume(trainer_image: str, tmp_path: Path) -> None:
+    job = _job_name()
+    result = _ddpctl("run", "--docker", "--name", job, "--image", trainer_image, *SMALL, cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    assert f"rank 0 at {job}-0.{job}:29500" in result.stderr  # MASTER_ADDR is the cluster's DNS name
+    for rank in range(4):
+        assert re.search(rf"^\[rank {rank}\] epoch 2/2 step 4/4 loss ", result.stdout, re.M), result.stdout
+    ckpt = tmp_path / "ddp-runs" / job / "checkpoints" / "ckpt-00000008.pt"
+    assert ckpt.is_file()
+    import torch
+
+    payload = torch.load(ckpt, weights_only=True)
+    assert payload["step"] == 8 and payload["world_size"] == 4
+    assert _left_behind(job) == []
+
+
+def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) -> None:
+    assert proc.stdout is not None
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    seen = []
+    while time.monotonic() < deadline and sel.select(timeout=max(0.0, deadline - time.monotonic())):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(pattern, line):
+            return
+    proc.kill()
+    pytest.fail(f"no line matching {pattern!r} within {timeout}s: {''.join(seen)[-2000:]}")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_killing_one_container_fails_the_job_and_names_its_ranks(trainer_image: str, tmp_path: Path) -> None:
+    job = _job_name()
+    proc = subprocess.Popen([sys.executable, "-m", "ddpctl", "run", "--docker", "--name", job, "--image", trainer_image, *SMALL, "--epochs", "500"],
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
+        victim = subprocess.run(["docker", "ps", "-q", "--filter", f"label=ddpctl.io/job={job}", "--filter", "label=ddpctl.io/node=1"],
+                                capture_output=True, text=True, check=True).stdout.split()
+        assert len(victim) == 1
+        subprocess.run(["docker", "kill", victim[0]], capture_output=True, check=True)
+        _, err = proc.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 137, err
+    errors = [line for line in err.splitlines() if line.startswith("ddpctl: error:")]
+    assert len(errors) == 1, err
+    assert f"node 1 (ranks 2-3) was killed by SIGKILL" in errors[0] and f"container {job}-1" in errors[0]
+    assert _left_behind(job) == []
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_ctrl_c_removes_the_containers_and_the_network(trainer_image: str, tmp_path: Path) -> None:
+    job = _job_name()
+    proc = subprocess.Popen([sys.executable, "-m", "ddpctl", "run", "--docker", "--name", job, "--image", trainer_image, *SMALL, "--epochs", "500"],
+                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
+        assert len(_left_behind(job)) == 3  # two containers and the network, while it runs
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err
+    assert _left_behind(job) == []
+
+
+@pytest.mark.docker
+def test_an_image_that_does_not_exist_is_one_line_and_creates_nothing(tmp_path: Path) -> None:
+    skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
+    job = _job_name()
+    result = _ddpctl("run", "--docker", "--name", job, "--image", "ddpctl-no-such-image:0", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.count("\n") == 1
+    assert "ddpctl-no-such-image:0 does not exist locally" in result.stderr and "ddpctl build" in result.stderr
+    assert _left_behind(job) == []
+
+
+@pytest.mark.docker
+def test_a_stopped_engine_is_a_one_line_error(tmp_path: Path) -> None:
+    skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
+    env = {**_env(), "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    result = subprocess.run([sys.executable, "-m", "ddpctl", "run", "--docker"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and result.stderr.count("\n") == 1
+    assert "the docker engine does not answer" in result.stderr
