@@ -119,6 +119,7 @@ class Trainer:
         self.batches_done = 0  # micro-batches of self.epoch already trained (this rank)
         self._last_saved_step = -1
         self._first_step_logged = False
+        self._cpu_last = time.process_time()
         self._fault_step = int(os.environ.get(FAULT_AT_STEP_ENV, "0") or 0)
         self._fault_rank = int(os.environ.get(FAULT_RANK_ENV, "0") or 0)
         self.ckpt_dir = Path(cfg.checkpoint_dir)
@@ -270,6 +271,7 @@ class Trainer:
         i = self.batches_done
         self.progress.start_epoch(epoch, self.steps_per_epoch, i // accum)
         t_last = time.perf_counter()
+        self._cpu_last = time.process_time()
         try:
             for x, y in self.data.train_loader:
                 x, y = self._to_device(x, y)
@@ -324,8 +326,11 @@ class Trainer:
         rate_global = count / dt
         loss = loss_sum / max(count, 1.0)
         self.progress.report(self.epoch, step_in_epoch, self.steps_per_epoch, loss, rate_local)
+        cpu_now = time.process_time()
         self.metrics.emit("train", epoch=self.epoch, step=self.step, loss=loss, accuracy=correct / max(count, 1.0),
-                          samples=int(count), samples_per_s=rate_global, lr=self.optimizer.param_groups[0]["lr"])
+                          samples=int(count), samples_per_s=rate_global, lr=self.optimizer.param_groups[0]["lr"],
+                          wall_s=dt, cpu_s=cpu_now - self._cpu_last)  # cpu_s: this process, for benchmarks
+        self._cpu_last = cpu_now
         return torch.zeros_like(stats), time.perf_counter()
 
     def _maybe_fault(self) -> None:
