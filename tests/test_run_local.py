@@ -166,6 +166,7 @@ def test_pytorchjob_target_runs_with_the_operators_env(tmp_path: Path) -> None:
 
 def _listener(port: int = 0) -> socket.socket:
     sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # a TIME_WAIT leftover must not stop the test
     sock.bind(("0.0.0.0", port))
     sock.listen()
     return sock
