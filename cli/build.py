@@ -20,9 +20,12 @@ import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from ddpctl.errors import RuntimeFailure, UsageError
+
+if TYPE_CHECKING:
+    from ddpctl.spec import JobSpec
 
 BUILDERS = ("docker", "podman", "buildah")
 DEFAULT_REPO = "ddpctl-trainer"
@@ -336,6 +339,26 @@ def push(builder: str, tags: Sequence[str], *, quiet: bool = False, echo: Callab
         code, tail = _stream([builder, "push", tag], None if quiet else echo)
         if code != 0:
             raise _fail(f"{builder} push {tag}", code, tail, quiet)
+
+
+def build_and_publish(plan: BuildPlan, *, push_tags: bool = False, kind_cluster: str | None = None, quiet: bool = False,
+                      echo: Callable[[str], None] | None = None) -> str:
+    """Build, then optionally push and load into kind: what `ddpctl build` and `submit --build` do."""
+    if kind_cluster:
+        require_kind()  # before a build that would be wasted
+    tag = run_build(plan, quiet=quiet, echo=echo)
+    if push_tags:
+        push(plan.builder, plan.tags, quiet=quiet, echo=echo)
+    if kind_cluster:
+        load_kind(plan.builder, tag, kind_cluster, quiet=quiet, echo=echo)
+    return tag
+
+
+def build_image(spec: "JobSpec", *, push: bool = True, echo: Callable[[str], None] | None = None) -> str:
+    """`submit --build`: build the image in the spec's repository from ./Dockerfile and push it."""
+    plan = plan_build(builder=None, dockerfile=None, context=None, repo=repo_of(spec.image) or DEFAULT_REPO,
+                      build_args={}, base_image=None, latest=False)
+    return build_and_publish(plan, push_tags=push, quiet=echo is None, echo=echo)
 
 
 def require_kind() -> None:

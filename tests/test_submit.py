@@ -8,9 +8,7 @@ the CLI has opened (`wait_follows`); no sleeps, no timing assertions.
 from __future__ import annotations
 
 import json
-import sys
 import threading
-import types
 
 import pytest
 import yaml
@@ -285,11 +283,11 @@ def test_missing_namespace(cli, make_cluster):
 def test_build_builds_and_pushes_first_and_submits_that_image(cli, make_cluster, monkeypatch):
     built = []
 
-    def build_image(spec, push):
+    def build_image(spec, push, echo=None):
         built.append((spec.name, push))
         return "registry.example.com/team/trainer@sha256:" + "a" * 64
 
-    monkeypatch.setitem(sys.modules, "ddpctl.build", types.SimpleNamespace(build_image=build_image))
+    monkeypatch.setattr("ddpctl.build.build_image", build_image)
     c = make_cluster()
     r = cli("submit", *c.args, "-n", NS, "--build")
     assert r.code == 0, r.err
@@ -298,10 +296,9 @@ def test_build_builds_and_pushes_first_and_submits_that_image(cli, make_cluster,
     assert image == "registry.example.com/team/trainer@sha256:" + "a" * 64
 
 
-def test_build_without_a_builder_is_a_usage_error(cli, make_cluster, monkeypatch):
-    monkeypatch.setitem(sys.modules, "ddpctl.build", types.SimpleNamespace())
-    c = make_cluster()
-    one_error(cli("submit", *c.args, "--build"), 2, "--build", "--image")
+def test_build_without_a_dockerfile_is_a_usage_error_before_any_object(cli, make_cluster):
+    c = make_cluster()  # the cli fixture runs in an empty directory: nothing to build
+    one_error(cli("submit", *c.args, "--build"), 2, "no Dockerfile", "--file")
     assert objects_left(c.double, "default") == []
 
 

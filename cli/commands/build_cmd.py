@@ -33,15 +33,9 @@ def build_command(
     if print_tag:
         typer.echo(plan.tag)
         return
-    if load_kind:
-        build.require_kind()  # before a build that would be wasted
     echo = lambda line: typer.echo(f"[build] {line}", err=True)  # noqa: E731
     typer.echo(f"ddpctl: building {plan.tag} with {plan.builder} ({plan.files} files in the context)", err=True)
-    tag = build.run_build(plan, quiet=quiet, echo=echo)
-    if push:
-        build.push(plan.builder, plan.tags, quiet=quiet, echo=echo)
-    if load_kind:
-        build.load_kind(plan.builder, tag, load_kind, quiet=quiet, echo=echo)
+    tag = build.build_and_publish(plan, push_tags=push, kind_cluster=load_kind, quiet=quiet, echo=echo)
     done = ["built " + ", ".join(plan.tags)]
     if push:
         done.append("pushed")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Callable
 
 from ddpctl.errors import SpecError, UsageError
@@ -10,20 +11,10 @@ from ddpctl.options import SpecInput
 
 
 def build_image(spec: Any) -> str:
-    """`--build`: the image builder of `ddpctl build` (ddpctl.build.build_image), pushed."""
-    import importlib
+    """`--build`: build with `ddpctl build`'s builder and push; returns the pushed reference."""
+    from ddpctl import build
 
-    try:
-        builder = importlib.import_module("ddpctl.build")
-    except ModuleNotFoundError as exc:
-        if exc.name != "ddpctl.build":
-            raise
-        builder = None
-    fn = getattr(builder, "build_image", None)
-    if fn is None:
-        raise UsageError("--build: this ddpctl has no image builder; build and push the image yourself and pass --image REF")
-    ref = fn(spec, push=True)
-    return str(getattr(ref, "ref", ref))
+    return build.build_image(spec, push=True, echo=lambda line: sys.stderr.write(f"[build] {line}\n"))
 
 
 def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, dry_run: DryRun, output: Format | None,
