@@ -24,10 +24,4 @@ COMMAND_MODULES = (
 
 def register(app: typer.Typer) -> None:
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(f"ddpctl.commands.{name}")
-        except ModuleNotFoundError as exc:
-            if exc.name != f"ddpctl.commands.{name}":
-                raise
-            continue  # a command not built yet
-        module.register(app)
+        importlib.import_module(f"ddpctl.commands.{name}").register(app)
