@@ -86,7 +86,9 @@ def naive(steps: int, warmup: int) -> dict[str, float]:
 
 
 def plain(steps: int, warmup: int) -> dict[str, float]:
-    return _json_line(_run([PY, str(BASELINES / "plain_loop.py"), "--steps", str(steps), "--warmup", str(warmup)]))
+    # the same sample count as the trainer's run: the same data, seen once (no epoch repeats)
+    return _json_line(_run([PY, str(BASELINES / "plain_loop.py"), "--steps", str(steps), "--warmup", str(warmup),
+                            "--samples", str(32 * (steps + warmup + 8))]))
 
 
 def _alternate(repeats: int, a: Any, b: Any) -> tuple[list[dict[str, float]], list[dict[str, float]]]:

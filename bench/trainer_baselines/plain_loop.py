@@ -32,9 +32,12 @@ def main() -> None:
     model = build_model(args.model, 10)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     model.train()
-    step, t0, c0 = 0, 0.0, 0.0
+    step, t0, c0, epoch = 0, 0.0, 0.0, 0
     while step < args.warmup + args.steps:
-        perm = torch.randperm(args.samples)
+        # the trainer's sample order (DistributedSampler, seed 0, one process): the same
+        # trajectory, so both runs meet the same numbers (denormals are slow on CPUs)
+        perm = torch.randperm(args.samples, generator=torch.Generator().manual_seed(epoch))
+        epoch += 1
         for start in range(0, args.samples - args.batch_size + 1, args.batch_size):
             idx = perm[start:start + args.batch_size]
             x, y = data.images.index_select(0, idx), data.labels.index_select(0, idx)
