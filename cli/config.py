@@ -115,12 +115,30 @@ def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+ENTRYPOINT_KEYS = ("module", "script", "command")
+
+
+def merged_layers(flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """What the user set (file < DDPCTL_* env < flags), merged, without the defaults.
+
+    module, script and command are one choice: the highest layer that sets any of them decides,
+    so `--script train.py` over a ddp.yaml holding `module:` is not a conflict.
+    """
+    file_layer, _ = layer_from_file(config)
+    layers = [file_layer, layer_from_env(os.environ if environ is None else environ), dict(flags)]
+    merged: dict[str, Any] = {}
+    for layer in layers:
+        if any(layer.get(key) for key in ENTRYPOINT_KEYS):
+            for key in ENTRYPOINT_KEYS:
+                merged.pop(key, None)
+            merged.update({key: None for key in ENTRYPOINT_KEYS if key not in layer})
+        merged = merge(merged, layer)
+    return merged
+
+
 def load_spec(flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None) -> JobSpec:
     """The JobSpec for a command: defaults < file < DDPCTL_* env < flags."""
-    file_layer, _ = layer_from_file(config)
-    env_layer = layer_from_env(os.environ if environ is None else environ)
-    merged = merge(merge(file_layer, env_layer), flags)
-    return JobSpec.from_dict(merged)
+    return JobSpec.from_dict(merged_layers(flags, config, environ))
 
 
 def describe_sources() -> str:

@@ -134,11 +134,8 @@ def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, 
                 value = shlex.split(raw)
             except ValueError as exc:
                 raise UsageError(f"{name}: cannot split {raw!r}: {exc}; quote it as you would in a shell") from None
-            layer["module"] = None
         else:
             value = raw
-        if flag.path == "script":
-            layer["module"] = None
         _set_path(layer, flag.path, value)
     if args:
         layer["args"] = list(args)

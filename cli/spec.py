@@ -693,5 +693,5 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
         else:
             kwargs[name] = value
     if kwargs.get("command") or kwargs.get("script"):
-        kwargs.setdefault("module", None)
+        kwargs.setdefault("module", None)  # a file that names a script/command replaces the default module
     return kwargs

@@ -51,7 +51,16 @@ def _dump(key: str, value: Any) -> str:
     return dump_portable({key: value})
 
 
-def commented_spec_yaml(spec: JobSpec) -> str:
+# Keys whose absence means something: `submit` picks the engine the cluster has (target) and uses
+# the kubeconfig context's namespace. `init` leaves them commented out unless they were given.
+CONTEXT_DEPENDENT = {
+    "target": "unset: `submit` picks the engine the cluster has, `render` uses job",
+    "namespace": "unset: the kubeconfig context's namespace (`render` uses default)",
+}
+
+
+def commented_spec_yaml(spec: JobSpec, explicit: frozenset[str] = frozenset()) -> str:
+    """Every key with its comment; `explicit` names the keys the user gave (kept live)."""
     lines = [
         "# ddpctl job spec. Precedence: " + describe_sources() + ".",
         "# Render with `ddpctl render`, run here with `ddpctl run --local`, submit with `ddpctl submit`.",
@@ -59,5 +68,9 @@ def commented_spec_yaml(spec: JobSpec) -> str:
     ]
     for key, value in spec.to_dict().items():
         lines.append(f"# {FIELD_DOCS[key]}")
-        lines.append(_dump(key, value).rstrip("\n"))
+        text = _dump(key, value).rstrip("\n")
+        if key in CONTEXT_DEPENDENT and key not in explicit:
+            lines.append(f"# ({CONTEXT_DEPENDENT[key]})")
+            text = "\n".join("# " + line for line in text.splitlines())
+        lines.append(text)
     return "\n".join(lines) + "\n"

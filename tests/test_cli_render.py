@@ -141,3 +141,35 @@ def test_console_script_runs(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("ddpctl")
     proc = subprocess.run([str(exe), "render", "--explain"], capture_output=True, text=True, cwd=tmp_path)
     assert proc.returncode == 0 and "world size" in proc.stdout
+
+
+@pytest.mark.parametrize(
+    "file_text,env,flags,expected",
+    [
+        ("module: mypkg.train\n", {}, ["--script", "train.py"], "torchrun train.py"),
+        ("script: train.py\n", {}, ["-m", "mypkg.train"], "torchrun -m mypkg.train"),
+        ("module: mypkg.train\n", {"DDPCTL_SCRIPT": "env.py"}, [], "torchrun env.py"),
+        ("script: a.py\n", {"DDPCTL_COMMAND": "ignored"}, ["--command", "python run.py"], "python run.py"),
+    ],
+)
+def test_the_highest_layer_picks_the_entrypoint(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_text, env, flags, expected) -> None:
+    """module, script and command are one choice: a higher layer replaces a lower layer's."""
+    (tmp_path / "ddp.yaml").write_text(file_text)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    result = cli("render", "--explain", *flags)
+    assert result.code == 0, result.err
+    assert f"command:            {expected}\n" in result.out
+
+
+def test_init_leaves_context_dependent_keys_unset(cli, tmp_path: Path) -> None:
+    """After `init`, submit still picks the engine and the context's namespace."""
+    from ddpctl.config import merged_layers
+
+    assert cli("init").code == 0
+    chosen = merged_layers({}, tmp_path / "ddp.yaml")
+    assert "target" not in chosen and "namespace" not in chosen
+    assert "nodes" in chosen and "image" in chosen
+    assert cli("init", "--force", "-t", "jobset", "-n", "team").code == 0
+    chosen = merged_layers({}, tmp_path / "ddp.yaml")
+    assert chosen["target"] == "jobset" and chosen["namespace"] == "team"

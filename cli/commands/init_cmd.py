@@ -22,8 +22,11 @@ def init_command(
 
     if path.exists() and not force:
         raise UsageError(f"--path: {path} already exists; pass --force to overwrite it")
+    from ddpctl.config import merged_layers
+
     spec = spec_input.spec()
-    write_text_atomic(path, commented_spec_yaml(spec))
+    explicit = frozenset(merged_layers(spec_input.flags, spec_input.config))
+    write_text_atomic(path, commented_spec_yaml(spec, explicit))
     typer.echo(f"wrote {path}: edit it, then `ddpctl render` or `ddpctl run --local`", err=True)
 
 

@@ -274,9 +274,8 @@ def connect(options: ClusterOptions) -> Cluster:
 
 
 def chosen_layer(config_path: Path | None, flags: dict[str, Any]) -> dict[str, Any]:
-    """The settings the user gave explicitly (ddp.yaml / --config, DDPCTL_* env, flags), merged,
-    without defaults: tells "namespace/target not chosen" apart from "chose the default"."""
-    from ddpctl.config import layer_from_env, layer_from_file, merge
+    """The settings the user gave explicitly, without defaults: tells "namespace/target not
+    chosen" apart from "chose the default"."""
+    from ddpctl.config import merged_layers
 
-    file_layer, _ = layer_from_file(config_path)
-    return merge(merge(file_layer, layer_from_env(os.environ)), flags)
+    return merged_layers(flags, config_path)
