@@ -149,7 +149,7 @@ def test_console_script_runs(tmp_path: Path) -> None:
         ("module: mypkg.train\n", {}, ["--script", "train.py"], "torchrun train.py"),
         ("script: train.py\n", {}, ["-m", "mypkg.train"], "torchrun -m mypkg.train"),
         ("module: mypkg.train\n", {"DDPCTL_SCRIPT": "env.py"}, [], "torchrun env.py"),
-        ("script: a.py\n", {"DDPCTL_COMMAND": "ignored"}, ["--command", "python run.py"], "python run.py"),
+        ("script: a.py\n", {"DDPCTL_MODULE": "envpkg.train"}, ["--command", "python run.py"], "python run.py"),
     ],
 )
 def test_the_highest_layer_picks_the_entrypoint(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_text, env, flags, expected) -> None:
