@@ -109,11 +109,14 @@ def remove_stale_temps(directory: Path) -> None:
                 entry.unlink(missing_ok=True)
 
 
-def load_file(path: Path) -> dict[str, Any]:
-    """Load and check one full checkpoint; ``CheckpointError`` if unreadable or not ours."""
+def load_file(path: Path, mmap: bool = False) -> dict[str, Any]:
+    """Load and check one full checkpoint; ``CheckpointError`` if unreadable or not ours.
+
+    ``mmap`` maps the tensors instead of reading them: a cheap validity check of a large file.
+    """
     target = path / STATE_FILE if path.is_dir() else path
     try:
-        payload = torch.load(target, map_location="cpu", weights_only=True)
+        payload = torch.load(target, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # noqa: BLE001 - corrupt zip, pickle errors, permissions ...
         raise CheckpointError(f"checkpoint {path} is unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
@@ -138,10 +141,37 @@ def find_latest(directory: Path, warn: Callable[[str], None]) -> tuple[Path, dic
     return None
 
 
-def prune(directory: Path, keep_last: int) -> list[Path]:
-    """Delete all but the newest ``keep_last`` checkpoints; returns what was removed."""
+def is_loadable(path: Path) -> bool:
+    """Whether ``find_latest`` would accept this checkpoint (tensors are mapped, not read)."""
+    try:
+        load_file(path, mmap=True)
+    except CheckpointError:
+        return False
+    return True
+
+
+def prune(directory: Path, keep_last: int, current: Path) -> list[Path]:
+    """Keep ``current`` (just written) and the newest loadable checkpoints below its step,
+    ``keep_last`` in all; delete the older ones. Returns what was removed.
+
+    Only checkpoints *older* than ``current`` are candidates: files with a higher step (corrupt
+    ones, or another run's after ``--resume never``) sort first by name but must never push the
+    one just written out. Unloadable files do not count towards ``keep_last``; they go once they
+    are older than the oldest checkpoint kept.
+    """
+    m = _NAME.match(current.name)
+    if m is None:
+        raise ValueError(f"{current} is not a checkpoint name")
+    step = int(m.group(1))
+    kept = 1  # current
     removed = []
-    for _, path in list_checkpoints(directory)[keep_last:]:
+    for entry_step, path in list_checkpoints(directory):
+        if entry_step >= step:  # current itself, a same-step sibling, or newer: not ours to delete
+            continue
+        if kept < keep_last:
+            if is_loadable(path):
+                kept += 1
+            continue
         if path.is_dir():
             shutil.rmtree(path, ignore_errors=True)
         else:
@@ -150,6 +180,11 @@ def prune(directory: Path, keep_last: int) -> list[Path]:
     if removed:
         _fsync_dir(directory)
     return removed
+
+
+def newer_than(directory: Path, step: int) -> list[Path]:
+    """Checkpoints with a step above ``step`` (``--resume auto`` would pick a loadable one)."""
+    return [path for s, path in list_checkpoints(directory) if s > step]
 
 
 def publish_dir(tmp_dir: Path, final: Path) -> None:

@@ -118,6 +118,7 @@ class Trainer:
         self.step = 0
         self.batches_done = 0  # micro-batches of self.epoch already trained (this rank)
         self._last_saved_step = -1
+        self._checked_newer = False
         self._first_step_logged = False
         self._cpu_last = time.process_time()
         self._fault_step = int(os.environ.get(FAULT_AT_STEP_ENV, "0") or 0)
@@ -402,11 +403,22 @@ class Trainer:
             if self.ctx.is_main:
                 ckpt.atomic_save(payload, path, self.step, self.ctx.restart_count)
         if self.ctx.is_main:
-            removed = ckpt.prune(self.ckpt_dir, self.cfg.keep_last)
+            removed = ckpt.prune(self.ckpt_dir, self.cfg.keep_last, path)
+            if not self._checked_newer:  # once per process: later saves only add older-than-them files
+                self._checked_newer = True
+                self._warn_newer_checkpoints()
             self.metrics.emit("checkpoint", step=self.step, epoch=self.epoch, path=str(path),
                               removed=[str(p) for p in removed])
         self._last_saved_step = self.step
         d.barrier()
+
+    def _warn_newer_checkpoints(self) -> None:
+        """Loadable checkpoints past this run's step (another run's, e.g. after ``--resume never``)
+        are kept, not pruned, but a later ``--resume auto`` would pick them: say so once."""
+        newer = [p for p in ckpt.newer_than(self.ckpt_dir, self.step) if ckpt.is_loadable(p)]
+        if newer:
+            warn(f"{self.ckpt_dir} holds {len(newer)} checkpoint(s) past step {self.step} from another run "
+                 f"(newest {newer[0].name}); they are kept, and --resume auto would pick them over this run's")
 
     def _save_sharded(self, payload: dict[str, Any], final: Path) -> None:
         import shutil

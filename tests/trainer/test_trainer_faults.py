@@ -97,13 +97,27 @@ def test_corrupt_and_partial_checkpoints_are_skipped_with_a_warning(tmp_path: Pa
     data = (ckpt / "ckpt-00000002.pt").read_bytes()
     (ckpt / "ckpt-00000011.pt").write_bytes(data[: len(data) // 2])  # a partial copy
     torch.save({"format": "something-else"}, ckpt / "ckpt-00000012.pt")
-    second = launch(tmp_path, [*args, "--max-steps", "3"])
+    second = launch(tmp_path, [*args, "--max-steps", "3", "--keep-last", "2"])
     assert second.code == 0, second.explain()
     warnings = [line for line in second.err.splitlines() if "warning: skipping" in line]
     assert len(warnings) == 3, second.err
     resume = second.events("resume")[-1]
     assert resume["step"] == 2 and resume["path"].endswith("ckpt-00000002.pt")
     assert second.events("done")[-1]["step"] == 3
+    # pruning keeps the newest 2 loadable checkpoints up to the one just written; the higher-step
+    # files (unloadable here) neither count nor push ckpt-3 out, and are left for a human
+    names = sorted(p.name for p in ckpt.iterdir())
+    assert names == ["ckpt-00000002.pt", "ckpt-00000003.pt", "ckpt-00000010.pt", "ckpt-00000011.pt",
+                     "ckpt-00000012.pt"], names
+    assert torch.load(ckpt / "ckpt-00000003.pt", weights_only=True)["step"] == 3
+    # --resume never next to a (loadable) later run: the new step-1 checkpoint survives its own prune
+    third = launch(tmp_path, [*args, "--max-steps", "1", "--keep-last", "2", "--resume", "never"])
+    assert third.code == 0, third.explain()
+    assert "3 checkpoint(s) past step 1" not in third.err  # only loadable ones are reported
+    assert "2 checkpoint(s) past step 1 from another run (newest ckpt-00000003.pt)" in third.err, third.err
+    names = sorted(p.name for p in ckpt.iterdir())
+    assert names == ["ckpt-00000001.pt", "ckpt-00000002.pt", "ckpt-00000003.pt", "ckpt-00000010.pt",
+                     "ckpt-00000011.pt", "ckpt-00000012.pt"], names
 
 
 def test_sigterm_tears_down_cleanly(tmp_path: Path) -> None:

@@ -171,7 +171,8 @@ def test_atomic_save_prune_and_skip_corrupt(tmp_path: Path) -> None:
     warnings: list[str] = []
     for step in (1, 2, 3, 4):
         ckpt.atomic_save(_payload(step), ckpt.checkpoint_path(tmp_path, step))
-    assert [p.name for p in ckpt.prune(tmp_path, 2)] == ["ckpt-00000002.pt", "ckpt-00000001.pt"]
+    removed = ckpt.prune(tmp_path, 2, ckpt.checkpoint_path(tmp_path, 4))
+    assert [p.name for p in removed] == ["ckpt-00000002.pt", "ckpt-00000001.pt"]
     (tmp_path / "ckpt-00000009.pt").write_bytes(b"\x00garbage")
     (tmp_path / ".ckpt-00000010.pt.tmp.123").write_bytes(b"partial")
     path, payload = ckpt.find_latest(tmp_path, warnings.append)
@@ -179,6 +180,44 @@ def test_atomic_save_prune_and_skip_corrupt(tmp_path: Path) -> None:
     assert len(warnings) == 1 and "ckpt-00000009.pt" in warnings[0]
     ckpt.remove_stale_temps(tmp_path)
     assert not list(tmp_path.glob(".*tmp*"))
+
+
+def test_prune_never_removes_the_checkpoint_just_written(tmp_path: Path) -> None:
+    """Higher-step leftovers (corrupt, or another run's) sort first by name; they must not push
+    the new checkpoint and its predecessors out, and unloadable files do not count as kept."""
+    for step in (1, 2):
+        ckpt.atomic_save(_payload(step), ckpt.checkpoint_path(tmp_path, step))
+    (tmp_path / "ckpt-00000010.pt").write_bytes(b"not a checkpoint")
+    data = (tmp_path / "ckpt-00000002.pt").read_bytes()
+    (tmp_path / "ckpt-00000011.pt").write_bytes(data[: len(data) // 2])
+    ckpt.atomic_save(_payload(12), ckpt.checkpoint_path(tmp_path, 12))  # a loadable one of another run
+    current = ckpt.checkpoint_path(tmp_path, 3)
+    ckpt.atomic_save(_payload(3), current)
+    removed = ckpt.prune(tmp_path, 2, current)
+    assert [p.name for p in removed] == ["ckpt-00000001.pt"]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["ckpt-00000002.pt", "ckpt-00000003.pt", "ckpt-00000010.pt", "ckpt-00000011.pt",
+                     "ckpt-00000012.pt"]
+    assert [p.name for p in ckpt.newer_than(tmp_path, 3)] == ["ckpt-00000012.pt", "ckpt-00000011.pt",
+                                                               "ckpt-00000010.pt"]
+    # keep_last 1: only the one just written survives of this run's
+    assert [p.name for p in ckpt.prune(tmp_path, 1, current)] == ["ckpt-00000002.pt"]
+    assert current.is_file()
+
+
+def test_prune_skips_unloadable_files_when_counting(tmp_path: Path) -> None:
+    for step in (1, 2, 4):
+        ckpt.atomic_save(_payload(step), ckpt.checkpoint_path(tmp_path, step))
+    (tmp_path / "ckpt-00000003.pt").write_bytes(b"\x00garbage")
+    current = ckpt.checkpoint_path(tmp_path, 4)
+    removed = ckpt.prune(tmp_path, 2, current)
+    # kept: 4 (current) and 2 (the newest loadable below it); 3 does not count and stays while it
+    # is newer than a kept one; 1 is past the window
+    assert [p.name for p in removed] == ["ckpt-00000001.pt"]
+    assert (tmp_path / "ckpt-00000002.pt").is_file() and (tmp_path / "ckpt-00000003.pt").is_file()
+    ckpt.atomic_save(_payload(5), ckpt.checkpoint_path(tmp_path, 5))
+    removed = ckpt.prune(tmp_path, 2, ckpt.checkpoint_path(tmp_path, 5))
+    assert [p.name for p in removed] == ["ckpt-00000003.pt", "ckpt-00000002.pt"]
 
 
 class _Evil:
