@@ -40,15 +40,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 register(app)
 
 
-def _click_exceptions():  # type: ignore[no-untyped-def]
-    """Typer >= 0.23 vendors click as `typer._click`; older releases use click itself."""
-    try:
-        from typer._click import exceptions
-    except ImportError:  # pragma: no cover - depends on the installed Typer
-        from click import exceptions  # type: ignore[no-redef]
-    return exceptions
-
-
 def _fail(message: str, code: int) -> int:
     sys.stderr.write(f"ddpctl: error: {printable(message)}\n")
     return code
@@ -56,7 +47,8 @@ def _fail(message: str, code: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: the only place where errors become messages and exit codes."""
-    click = _click_exceptions()
+    from click import exceptions as click  # Typer < 0.23 is built on click (see pyproject.toml)
+
     try:
         result = app(args=list(argv) if argv is not None else None, prog_name="ddpctl", standalone_mode=False)
     except DdpctlError as exc:

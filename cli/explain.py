@@ -11,8 +11,9 @@ ENGINE_NAMES = {
     "trainjob": "Kubeflow Trainer v2 TrainJob (torch-distributed runtime)",
 }
 
-IGNORED_BY_TARGET = {
-    "trainjob": ("restartPolicy", "backoffLimit", "ttlSecondsAfterFinished", "priorityClassName"),
+# Settings a target leaves to its engine (the spec refuses those it cannot honour at all).
+LEFT_TO_ENGINE = {
+    "trainjob": ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished"),
 }
 
 
@@ -42,7 +43,7 @@ def explain(spec: JobSpec) -> str:
         f"  global rank:        node_rank x {nproc} + local_rank (LOCAL_RANK picks the device)",
         f"  command:            {' '.join(spec.entrypoint + spec.trainer_args)}",
     ]
-    ignored = [f for f in IGNORED_BY_TARGET.get(spec.target, ()) if f != "priorityClassName"]
+    ignored = LEFT_TO_ENGINE.get(spec.target, ())
     if ignored:
         lines.append(f"  note:               {spec.target} leaves {', '.join(ignored)} to the training runtime")
     return "\n".join(lines) + "\n"

@@ -15,7 +15,6 @@ from typing import Any
 
 import yaml
 
-from ddpctl.errors import SpecError
 from ddpctl.spec import SHM_MOUNT, JobSpec
 from ddpctl.yamlsafe import finalize, to_yaml
 
@@ -27,12 +26,16 @@ PORT_NAMES = {"pytorchjob": "pytorchjob-port"}
 
 def _bytecode_cache(jinja2: Any) -> Any:
     """Compiled templates cached per user (keyed by template source checksum): saves most of a
-    `ddpctl render`'s time. No cache when the directory cannot be made."""
+    `ddpctl render`'s time. The cache holds code, so it is used only in a directory that this user
+    owns and nobody else can write; otherwise templates are compiled each time."""
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     directory = os.path.join(base, "ddpctl", "jinja")
     try:
-        os.makedirs(directory, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        info = os.stat(directory)
     except OSError:
+        return None
+    if info.st_uid != os.getuid() or info.st_mode & 0o022:
         return None
     return jinja2.FileSystemBytecodeCache(directory)
 
@@ -111,8 +114,6 @@ def _security(spec: JobSpec) -> tuple[dict[str, Any], dict[str, Any]]:
 
 def view(spec: JobSpec) -> dict[str, Any]:
     """Everything a template needs, derived once from the spec."""
-    if spec.target == "trainjob" and spec.priority_class_name:
-        raise SpecError("priorityClassName", "the trainjob target cannot set it (TrainJob has no such field)", "set it in the training runtime, or use target job, jobset or pytorchjob")
     pod_sc, container_sc = _security(spec)
     top_labels = dict(spec.object_labels)
     if spec.queue:
@@ -154,11 +155,13 @@ def view(spec: JobSpec) -> dict[str, Any]:
         "ttl": spec.ttl_seconds_after_finished,
         "deadline": spec.active_deadline_seconds,
         "replicas": spec.replicas,
-        "workers": spec.replicas - 1,
+        # PyTorchJob: a Master plus workers, or (elastic) workers only.
+        "worker_replicas": spec.replicas if spec.elastic else spec.replicas - 1,
         "elastic": spec.elastic,
         "min_nodes": spec.min_nodes,
         "max_nodes": spec.max_nodes,
         "nproc": spec.nproc_per_node,
+        "nproc_text": str(spec.nproc_per_node),  # PyTorchJob's nprocPerNode is a string
         "max_restarts": spec.rendezvous.max_restarts,
         "service_name": spec.service_name,
         "rjob": spec.replicated_job_name,

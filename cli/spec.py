@@ -109,6 +109,20 @@ def check_plain_string(field_name: str, value: Any, *, allow_empty: bool = True)
         raise SpecError(field_name, "contains a NUL character", "remove it")
 
 
+def _check_json_like(field_name: str, value: Any) -> None:
+    """Free-form structures (affinity) hold only what a manifest can: maps, lists, scalars.
+    YAML turns `2024-01-01` into a date; that must be a field error, not a render crash."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            _require(isinstance(key, str), field_name, f"key {key!r} is not a string", "quote the key")
+            _check_json_like(f"{field_name}.{key}", item)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_json_like(f"{field_name}[{i}]", item)
+    else:
+        _require(value is None or isinstance(value, (str, int, float, bool)), field_name, f"a {type(value).__name__} cannot go into a manifest", "quote the value")
+
+
 def _require(cond: bool, field_name: str, problem: str, fix: str = "") -> None:
     if not cond:
         raise SpecError(field_name, problem, fix)
@@ -260,11 +274,20 @@ class JobSpec:
         self._validate_rendezvous()
         self._validate_resources()
         self._validate_pod_fields()
+        self._validate_target_support()
         _one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
         _positive_int("backoffLimit", self.backoff_limit, minimum=0)
         _positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
         _positive_int("activeDeadlineSeconds", self.active_deadline_seconds, minimum=1, allow_none=True)
         _one_of("podSecurity", self.pod_security, POD_SECURITY)
+
+    def _validate_target_support(self) -> None:
+        """Settings a target has no field for are refused, never silently dropped."""
+        if self.target != "trainjob":
+            return
+        other = "or use target job, jobset or pytorchjob"
+        _require(not self.priority_class_name, "priorityClassName", "the trainjob target cannot set it (TrainJob has no such field)", f"set it in the training runtime, {other}")
+        _require(not self.env_from_secrets, "envFromSecrets", "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)", f"list the variables in secretEnv, {other}")
 
     def _validate_entrypoint(self) -> None:
         chosen = [n for n, v in (("module", self.module), ("script", self.script), ("command", self.command)) if v]
@@ -354,11 +377,14 @@ class JobSpec:
             _require(not unknown, f"tolerations[{i}]", f"unknown key {', '.join(sorted(unknown))}", "use keys key, operator, value, effect, tolerationSeconds")
             _require(tol.get("operator", "Equal") in ("Equal", "Exists"), f"tolerations[{i}].operator", f"{tol.get('operator')!r} is not Equal or Exists", "use Equal or Exists")
             _require(tol.get("effect", "NoSchedule") in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"), f"tolerations[{i}].effect", f"{tol.get('effect')!r} is not a taint effect", "use NoSchedule, PreferNoSchedule or NoExecute")
-            for key in ("key", "value"):
+            for key in ("key", "value", "operator", "effect"):
                 if key in tol:
                     check_plain_string(f"tolerations[{i}].{key}", tol[key])
+            if "tolerationSeconds" in tol:
+                _positive_int(f"tolerations[{i}].tolerationSeconds", tol["tolerationSeconds"], minimum=0)
         for key in self.affinity:
             _require(key in ("nodeAffinity", "podAffinity", "podAntiAffinity"), f"affinity.{key}", "is not an affinity kind", "use nodeAffinity, podAffinity or podAntiAffinity")
+        _check_json_like("affinity", self.affinity)
         for fname, value in (("priorityClassName", self.priority_class_name), ("serviceAccountName", self.service_account_name)):
             if value is not None:
                 check_dns_subdomain(fname, value)

@@ -133,6 +133,8 @@ def _matrix() -> Iterator[Any]:
                     data = {"name": f"m-{target}", "target": target, **layout, **device, **extras}
                     if extras and target != "trainjob":
                         data["priorityClassName"] = "high-priority"
+                    if extras and target == "trainjob":
+                        del data["envFromSecrets"]  # TrainJob has no envFrom: refused (see INVALID)
                     yield pytest.param(data, id=f"{target}-{layout_name}-{device_name}-{extras_name}")
 
 
@@ -394,6 +396,7 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"affinity": {"nodeAfinity": {}}}, "affinity"),
     ({"priorityClassName": "High Priority"}, "priorityClassName"),
     ({"priorityClassName": "high", "target": "trainjob"}, "priorityClassName"),
+    ({"envFromSecrets": ["hf-token"], "target": "trainjob"}, "envFromSecrets"),
     ({"labels": {"team": "a b"}}, "labels.team"),
     ({"labels": {"bad key!": "a"}}, "labels"),
     ({"annotations": {"": "a"}}, "annotations"),

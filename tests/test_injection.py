@@ -133,3 +133,17 @@ def _shape(obj, path=""):
     if isinstance(obj, list):
         return [_shape(v) for v in obj]
     return type(obj).__name__
+
+
+def test_template_bytecode_cache_needs_a_private_directory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cached template code is only loaded from a directory nobody else can write."""
+    import jinja2
+
+    from ddpctl.render import _bytecode_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert _bytecode_cache(jinja2) is not None
+    private = tmp_path / "ddpctl" / "jinja"
+    assert private.stat().st_mode & 0o077 == 0
+    private.chmod(0o777)
+    assert _bytecode_cache(jinja2) is None

@@ -56,8 +56,9 @@ def _cases() -> list[tuple[str, dict]]:
             if target == "trainjob" and ":" in str(layout["nodes"]):
                 continue
             cases.append((target, layout))
-        cases.append((target, FULL))
-        cases.append((target, {**FULL, "podSecurity": "baseline", "priorityClassName": None if target == "trainjob" else "high"}))
+        full = {**FULL, "envFromSecrets": []} if target == "trainjob" else FULL  # TrainJob has no envFrom
+        cases.append((target, full))
+        cases.append((target, {**full, "podSecurity": "baseline", "priorityClassName": None if target == "trainjob" else "high"}))
     return cases
 
 

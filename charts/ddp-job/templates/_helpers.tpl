@@ -258,6 +258,9 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- if and (eq $target "trainjob") $V.priorityClassName -}}
 {{- include "ddp-job.fail" (list "priorityClassName" "the trainjob target cannot set it (TrainJob has no such field)" "set it in the training runtime, or use target job, jobset or pytorchjob") -}}
 {{- end -}}
+{{- if and (eq $target "trainjob") $V.envFromSecrets -}}
+{{- include "ddp-job.fail" (list "envFromSecrets" "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)" "list the variables in secretEnv, or use target job, jobset or pytorchjob") -}}
+{{- end -}}
 {{- $pullSecrets := list -}}
 {{- range $secret := default list $V.imagePullSecrets -}}
 {{- $pullSecrets = append $pullSecrets (dict "name" $secret) -}}
