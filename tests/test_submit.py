@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import threading
 
+import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rather than skips
 import pytest
 import yaml
 
 from tests.kube_api_double.fixtures import isolated_kube, make_cluster  # noqa: F401 - fixtures
 from tests.kube_api_double.scripted import BOUND, Scenario
 
-pytest.importorskip("kubernetes")
 
 NS = "team"
 NAME = "ddp-train"
@@ -311,6 +311,31 @@ def test_build_without_a_dockerfile_is_a_usage_error_before_any_object(cli, make
 ])
 def test_flag_errors_are_usage_errors(cli, flags, needle):
     one_error(cli("submit", *flags), 2, needle)
+
+
+@pytest.mark.parametrize("text, seconds", [
+    (None, None), ("", None), ("0", None), ("90", 90.0), ("90s", 90.0), ("0.5s", 0.5), ("5m", 300.0), ("1h30m", 5400.0),
+    ("500ms", 0.5), ("1m30s", 90.0), ("2m500ms", 120.5), ("1h1m1s1ms", 3661.001),
+])
+def test_timeout_durations(text, seconds):
+    from ddpctl.kube.watch import parse_duration
+
+    got = parse_duration(text)
+    assert got is None if seconds is None else got == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["soon", "5x", "ms", "1.5.5s", "5 m", "m5", "1sm", "-1s"])
+def test_timeout_durations_that_are_not(text):
+    from ddpctl.errors import UsageError
+    from ddpctl.kube.watch import parse_duration
+
+    with pytest.raises(UsageError, match="is not a duration"):
+        parse_duration(text)
+
+
+def test_timeout_in_milliseconds_is_accepted_by_submit(cli):
+    r = cli("submit", "--dry-run=client", "--timeout", "500ms", "--target", "job")
+    assert r.code == 0, r.err
 
 
 # --------------------------------------------------------------------------- --wait

@@ -27,13 +27,13 @@ WAIT_PROBLEMS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashL
 
 
 def parse_duration(text: str | None, flag: str = "--timeout") -> float | None:
-    """`90`, `90s`, `5m`, `1h30m`, `0.5s` -> seconds; None/empty/0 -> no limit."""
+    """`90`, `90s`, `5m`, `1h30m`, `0.5s`, `500ms` -> seconds; None/empty/0 -> no limit."""
     if text is None or str(text).strip() in ("", "0"):
         return None
     t = str(text).strip()
     if re.fullmatch(r"[0-9]+(\.[0-9]+)?", t):
         return float(t)
-    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(h|m|s|ms)", t)
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)", t)  # `ms` before `m`: 500ms is not 500m + s
     if not parts or "".join(n + u for n, u in parts) != t:
         raise UsageError(f"{flag}: {text!r} is not a duration; write it like 90s, 30m or 1h30m")
     scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
