@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 
+import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rather than skips
 import pytest
 
 from ddpctl.kube import errors as E
@@ -12,7 +13,6 @@ from ddpctl.kube.kinds import JOB, PYTORCHJOB
 from tests.kube_api_double.fixtures import isolated_kube, make_cluster  # noqa: F401 - fixtures
 from tests.test_submit import NAME, NS, one_error
 
-pytest.importorskip("kubernetes")
 
 COMMANDS = {
     "submit": ["submit", "--target", "job"],

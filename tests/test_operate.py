@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
+import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rather than skips
 import pytest
 import yaml
 
@@ -12,7 +13,6 @@ from tests.kube_api_double.fixtures import isolated_kube, make_cluster  # noqa: 
 from tests.kube_api_double.scripted import BOUND, Scenario
 from tests.test_submit import NAME, NS, objects_left, one_error
 
-pytest.importorskip("kubernetes")
 
 
 def submit(cli, c, *flags):

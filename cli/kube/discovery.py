@@ -73,12 +73,12 @@ def pick(engines: Engines) -> tuple[str, str]:
 
 def candidates(engines: Engines) -> list[tuple[str, str]]:
     """Every usable target, best first, each with why (`--target auto` takes the first the spec fits)."""
+    order = ["trainjob", "pytorchjob", "jobset", "job"]
     first, why = pick(engines)
     out = [(first, why)]
-    for target in ("pytorchjob", "jobset", "job"):
-        if target != first and engines.usable(target) and [t for t, _ in out].count(target) == 0:
-            if ["trainjob", "pytorchjob", "jobset", "job"].index(target) > ["trainjob", "pytorchjob", "jobset", "job"].index(first):
-                out.append((target, f"the next engine this cluster serves ({target})"))
+    for target in order[order.index(first) + 1:]:  # each target once, only those after the first
+        if engines.usable(target):
+            out.append((target, f"the next engine this cluster serves ({target})"))
     return out
 
 
