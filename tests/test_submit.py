@@ -494,7 +494,15 @@ def test_follow_one_rank_without_prefix(cli, make_cluster):
     assert r.code == 0, r.err
     assert r.out.splitlines()[-1] == f"I am {NAME}-worker-1"  # worker i is node rank i + 1
     assert "I am ddp-train-master-0" not in r.out
-    one_error(cli("submit", *c.args, "-n", NS, "--follow", "--rank", "5", "--name", "other"), 2, "--rank: 5 is out of range", "0-1")
+
+
+@pytest.mark.parametrize("nodes, rank, shown", [("2", "5", "0-1"), ("3", "3", "0-2"), ("1:3", "3", "0-2")])
+def test_follow_rank_out_of_range_is_refused_before_anything_is_created(cli, make_cluster, nodes, rank, shown):
+    c = make_cluster(("pytorchjob",))
+    one_error(cli("submit", *c.args, "-n", NS, "--follow", "--rank", rank, "--nodes", nodes), 2,
+              f"--rank: node rank {rank} is out of range", shown)
+    assert objects_left(c.double) == []
+    assert c.double.requests_to("PATCH") == [] and c.double.requests_to("POST") == []
 
 
 # --------------------------------------------------------------------------- kubectl-style UX

@@ -59,6 +59,9 @@ def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, d
         return
 
     spec0 = base.spec(target="job") if auto else base.spec()  # a bad spec fails before any cluster contact
+    if rank is not None and rank >= spec0.replicas:  # the node count does not depend on the target
+        raise UsageError(f"--rank: node rank {rank} is out of range; job {spec0.name} has {spec0.replicas} node(s), "
+                         f"node ranks 0-{spec0.replicas - 1}")
     if build:
         image = build_image(spec0)
         say(f"ddpctl: built and pushed {image}")
@@ -118,12 +121,6 @@ def follow_job(cluster: Any, kind: Any, job: dict[str, Any], *, timeout: float |
 
     status = W.StatusLine(enabled=status_enabled)
     follower = Follower(cluster, kind, out=Output(), prefix=rank is None, rank=rank) if follow else None
-    if rank is not None:
-        from ddpctl.kube.kinds import expected_nodes
-
-        nodes = expected_nodes(kind, job)
-        if nodes is not None and rank >= nodes:
-            raise UsageError(f"--rank: {rank} is out of range; job {job['metadata']['name']} has ranks 0-{nodes - 1}")
     try:
         outcome = W.wait(cluster, kind, job, timeout=timeout, status=status, on_pods=follower.observe if follower else None)
         if follower:
