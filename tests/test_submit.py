@@ -431,6 +431,27 @@ def test_wait_timeout_exits_3_and_says_why_it_stalls_image_pull(cli, make_cluste
     assert f"ddpctl: rank 0 (pod {_pods(c.double)[0]}) is waiting: ImagePullBackOff: Back-off pulling image" in r.err
 
 
+def test_wait_timeout_before_the_pod_watch_synced_still_says_why(cli, make_cluster, monkeypatch):
+    """A loaded machine: the pod watch has not delivered its first list when --timeout passes."""
+    from ddpctl.kube import watch as W
+
+    real_run = W.Watcher.run
+
+    def slow_pod_watch(self):
+        if self.tag == "pod":
+            self.stopped.wait(BOUND)  # never syncs before the CLI gives up (bounded: a hang would fail)
+            return
+        real_run(self)
+
+    monkeypatch.setattr(W.Watcher, "run", slow_pod_watch)
+    c = make_cluster()
+    c.double.after_create("Job", lambda d, obj: d.set_container_waiting(_pods(d)[0], NS, reason="ImagePullBackOff"))
+    r = cli("submit", *c.args, "-n", NS, "--wait", "--timeout", "0.3s")
+    err = one_error(r, 3, "timed out after 0.3s", "rank 0 ImagePullBackOff")
+    assert "no pods yet" not in err
+    assert f"ddpctl: rank 0 (pod {_pods(c.double)[0]}) is waiting: ImagePullBackOff" in r.err
+
+
 def test_wait_unschedulable_shows_the_schedulers_event_message(cli, make_cluster):
     c = make_cluster()
     msg = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."

@@ -376,11 +376,7 @@ def wait(cluster: Cluster, kind: Kind, job: dict[str, Any], *, timeout: float | 
             pods = mon.ranked_pods()
             if synced:
                 status.show(status_line(kind, mon.job, pods, mon.result))
-                for rank, pod in pods:
-                    problem = pod_problem(kind, pod)
-                    if problem and not problem[1] and (pod["metadata"]["name"], problem[0].split(":")[0]) not in reported:
-                        reported.add((pod["metadata"]["name"], problem[0].split(":")[0]))
-                        status.say(f"ddpctl: rank {rank} (pod {pod['metadata']['name']}) is waiting: {_with_events(mon, pod, problem[0])}")
+                _say_waiting(mon, pods, reported, status)
                 if on_pods:
                     on_pods(mon)
                 if mon.result:
@@ -389,6 +385,14 @@ def wait(cluster: Cluster, kind: Kind, job: dict[str, Any], *, timeout: float | 
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 status.end()
+                # the watches may not have caught up (or even synced) on a busy machine: the summary
+                # is composed from one fresh list of the pods, not from what the watch delivered so far
+                try:
+                    mon.refresh_pods()
+                    pods = mon.ranked_pods()
+                except DdpctlError:
+                    pass
+                _say_waiting(mon, pods, reported, status)
                 why = stall_summary(mon, pods)
                 raise WaitTimeout(f'timed out after {_fmt_seconds(timeout)} waiting for {kind.ref(name)} in namespace "{ns}"'
                                   f" ({state_of(mon.result, pods)}{': ' + why if why else ''}); it keeps running: see "
@@ -396,6 +400,17 @@ def wait(cluster: Cluster, kind: Kind, job: dict[str, Any], *, timeout: float | 
             if not mon.next(left):
                 continue
             synced = synced or len(mon.synced) == 2
+
+
+def _say_waiting(mon: JobMonitor, pods: list[tuple[int | None, dict[str, Any]]], reported: set[tuple[str, str]],
+                 status: StatusLine) -> None:
+    """Each pod's waiting problem (image pull, unschedulable, crash loop), once per pod and reason."""
+    for rank, pod in pods:
+        problem = pod_problem(mon.kind, pod)
+        key = (pod["metadata"]["name"], problem[0].split(":")[0]) if problem else None
+        if problem and not problem[1] and key not in reported:
+            reported.add(key)  # type: ignore[arg-type]
+            status.say(f"ddpctl: rank {rank} (pod {pod['metadata']['name']}) is waiting: {_with_events(mon, pod, problem[0])}")
 
 
 def _with_events(mon: JobMonitor, pod: dict[str, Any], text: str) -> str:
