@@ -156,23 +156,15 @@ def _torchvision(what: str) -> Any:
     return torchvision
 
 
-def _cifar10(cfg: TrainConfig, ctx: DistContext) -> tuple[TensorImages, TensorImages]:
+def _fetch_cifar10(root: Path) -> None:
+    """Download and extract CIFAR-10 into ``root``; torchvision skips files that verify."""
     tv = _torchvision("--dataset cifar10")
-    root = Path(cfg.data_dir or ".")
-    present = (root / "cifar-10-batches-py").is_dir()
-    if not present and not cfg.download:
-        raise UsageError(
-            f"--data-dir {root} has no CIFAR-10 (cifar-10-batches-py): add --download, or copy the dataset there"
-        )
-    if cfg.download and not present:
-        root.mkdir(parents=True, exist_ok=True)
-        # Local rank 0 downloads for its node; the others wait (see caller's barrier).
-        if ctx.local_rank == 0:
-            try:
-                tv.datasets.CIFAR10(str(root), train=True, download=True)
-                tv.datasets.CIFAR10(str(root), train=False, download=True)
-            except Exception as exc:  # noqa: BLE001 - network errors come in many types
-                raise TrainerFailure(f"--download of CIFAR-10 into {root} failed (offline?): {exc}") from None
+    root.mkdir(parents=True, exist_ok=True)
+    tv.datasets.CIFAR10(str(root), train=True, download=True)  # one archive holds both splits
+
+
+def _read_cifar10(root: Path) -> tuple[TensorImages, TensorImages]:
+    tv = _torchvision("--dataset cifar10")
     out = []
     for train in (True, False):
         try:
@@ -182,6 +174,51 @@ def _cifar10(cfg: TrainConfig, ctx: DistContext) -> tuple[TensorImages, TensorIm
         images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()  # uint8 NCHW
         out.append(TensorImages(images, torch.as_tensor(ds.targets, dtype=torch.long)))
     return out[0], out[1]
+
+
+def _try_fetch(root: Path) -> str | None:
+    """The download's error as one message, or None: raising here would skip a collective."""
+    try:
+        _fetch_cifar10(root)
+    except Exception as exc:  # noqa: BLE001 - network errors come in many types
+        return f"--download of CIFAR-10 into {root} failed (offline?): {exc}"
+    return None
+
+
+def download_cifar10(root: Path, ctx: DistContext) -> None:
+    """Collective (every rank calls it): CIFAR-10 is in ``root`` on every node when it returns.
+
+    Global rank 0 downloads first while everyone waits; then local rank 0 of every other node
+    checks its own ``root`` and downloads only what does not verify. A node-local data dir thus
+    gets its own copy, and a shared (RWX) one is written by one process only: the other nodes
+    find it complete and just read it (no two writers in one directory). Two collectives on
+    every rank, whatever fails, so the ranks stay in step; the wait is bounded by --timeout-s.
+    """
+    from . import dist as d
+
+    error = _try_fetch(root) if ctx.rank == 0 else None
+    first = d.broadcast_object(error)  # also the barrier: nobody reads before rank 0 is done
+    if first is not None:
+        raise TrainerFailure(first if ctx.rank == 0 else f"rank 0 could not download CIFAR-10: {first}")
+    if ctx.local_rank == 0 and ctx.rank != 0:
+        error = _try_fetch(root)
+    errors = d.all_gather_object((ctx.node_rank, error))  # the barrier before any rank reads
+    if error is not None:
+        raise TrainerFailure(error)
+    if any(node == ctx.node_rank and err is not None for node, err in errors):  # type: ignore[misc]
+        raise TrainerFailure(f"local rank 0 of node {ctx.node_rank} could not download CIFAR-10 (see its error line)")
+
+
+def _cifar10(cfg: TrainConfig, ctx: DistContext) -> tuple[TensorImages, TensorImages]:
+    _torchvision("--dataset cifar10")  # a usage error on every rank alike, before any collective
+    root = Path(cfg.data_dir or ".")
+    if cfg.download:
+        download_cifar10(root, ctx)
+    elif not (root / "cifar-10-batches-py").is_dir():
+        raise UsageError(
+            f"--data-dir {root} has no CIFAR-10 (cifar-10-batches-py): add --download, or copy the dataset there"
+        )
+    return _read_cifar10(root)
 
 
 def _imagefolder(cfg: TrainConfig) -> tuple[Dataset, Dataset | None, int]:
@@ -206,8 +243,6 @@ def _imagefolder(cfg: TrainConfig) -> tuple[Dataset, Dataset | None, int]:
 
 def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool) -> DataBundle:
     """Datasets, the resumable training sampler and both loaders."""
-    from . import dist as d
-
     normalize = None
     in_channels = 3
     if cfg.dataset == "synthetic":
@@ -218,11 +253,7 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
         )
         classes = cfg.num_classes
     elif cfg.dataset == "cifar10":
-        try:
-            train_ds, eval_ds = _cifar10(cfg, ctx)
-        finally:
-            if cfg.download:
-                d.barrier()
+        train_ds, eval_ds = _cifar10(cfg, ctx)
         classes = 10
         normalize = (CIFAR_MEAN, CIFAR_STD)
     else:
