@@ -61,39 +61,65 @@ def free_port() -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def _ppid_map() -> dict[int, int]:
-    """pid -> parent pid of every process, from /proc (Linux). Empty elsewhere."""
-    out: dict[int, int] = {}
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of `pid` from /proc/<pid>/stat, or None when it is gone. The start
+    time (field 22, clock ticks since boot) tells a process from a later one given the same pid."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            stat = fh.read()
+    except OSError:
+        return None
+    # comm may contain spaces and parentheses: the fields after the last ')' are fixed.
+    rest = stat[stat.rfind(")") + 2 :].split()
+    if len(rest) < 20:
+        return None
+    return int(rest[1]), int(rest[19])  # fields 4 (ppid) and 22 (starttime)
+
+
+def start_time(pid: int) -> int | None:
+    """The start time of `pid` (see `_stat`), or None when there is no such process."""
+    found = _stat(pid)
+    return found[1] if found else None
+
+
+def _stat_map() -> dict[int, tuple[int, int]]:
+    """pid -> (parent pid, start time) of every process, from /proc (Linux). Empty elsewhere."""
+    out: dict[int, tuple[int, int]] = {}
     proc = Path("/proc")
     if not proc.is_dir():
         return out
     for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # comm may contain spaces and parentheses: the fields after the last ')' are fixed.
-        rest = stat[stat.rfind(")") + 2 :].split()
-        if len(rest) >= 2:
-            out[int(entry.name)] = int(rest[1])
+        if entry.name.isdigit():
+            found = _stat(int(entry.name))
+            if found is not None:
+                out[int(entry.name)] = found
     return out
+
+
+def _tree(pid: int, stats: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+    """pid -> start time of every descendant of `pid` in `stats` (children first)."""
+    children: dict[int, list[int]] = {}
+    for child, (parent, _) in stats.items():
+        children.setdefault(parent, []).append(child)
+    found: dict[int, int] = {}
+    todo = list(children.get(pid, []))
+    while todo:
+        current = todo.pop(0)
+        if current in found:
+            continue
+        found[current] = stats[current][1]
+        todo.extend(children.get(current, []))
+    return found
+
+
+def descendant_starts(pid: int) -> dict[int, int]:
+    """pid -> start time of every live descendant of `pid` (children first; see `kill_if_same`)."""
+    return _tree(pid, _stat_map())
 
 
 def descendants(pid: int) -> list[int]:
     """Every live descendant of `pid` (children first), or [] where /proc is missing."""
-    parents = _ppid_map()
-    children: dict[int, list[int]] = {}
-    for child, parent in parents.items():
-        children.setdefault(parent, []).append(child)
-    found: list[int] = []
-    todo = list(children.get(pid, []))
-    while todo:
-        current = todo.pop(0)
-        found.append(current)
-        todo.extend(children.get(current, []))
-    return found
+    return list(descendant_starts(pid))
 
 
 def alive(pid: int) -> bool:
@@ -117,6 +143,32 @@ def alive(pid: int) -> bool:
 def _signal_pid(pid: int, sig: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
+
+
+def kill_if_same(pid: int, started: int, sig: int = signal.SIGKILL) -> bool:
+    """Send `sig` to `pid` (and the process group it leads, if any) only while `pid` is still the
+    process that started at `started`: a pid that was reused by an unrelated process is left
+    alone. Where the kernel has pidfds the check and the signal cannot race. Returns whether it
+    signalled."""
+    pidfd = -1
+    if hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal"):
+        with contextlib.suppress(OSError):
+            pidfd = os.pidfd_open(pid)
+    try:
+        if start_time(pid) != started or not alive(pid):
+            return False
+        # A pid stays reserved while it names a live process group, so the group whose id is this
+        # verified pid can only be the one this process leads.
+        _signal_group(pid, sig)
+        if pidfd >= 0:
+            with contextlib.suppress(ProcessLookupError, PermissionError, OSError):
+                signal.pidfd_send_signal(pidfd, sig)
+        else:
+            _signal_pid(pid, sig)
+        return True
+    finally:
+        if pidfd >= 0:
+            os.close(pidfd)
 
 
 def _signal_group(pid: int, sig: int) -> None:
@@ -148,6 +200,11 @@ def reap_zombies(pids: Sequence[int]) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+# How often a running job's process trees are read from /proc: a scan reads every process's
+# stat file, which must not compete with training for CPU on every output line.
+SCAN_INTERVAL_S = 1.0
+
+
 @dataclass
 class Child:
     """One long-lived child: an agent (one node) or a `docker run` client (one container)."""
@@ -158,8 +215,11 @@ class Child:
     log: IO[str] | None = None
     stopping: bool = False
     returncode: int | None = None
-    exited_at: float | None = None
-    known_tree: set[int] = field(default_factory=set)
+    # pid -> start time of every process seen in the child's tree: only a pid whose start time
+    # still matches is the same process (pids are reused).
+    known_tree: dict[int, int] = field(default_factory=dict)
+    scanned_at: float = float("-inf")
+    started: int | None = None  # the child's own start time, read while it cannot be reaped yet
 
     @property
     def pid(self) -> int:
@@ -167,38 +227,56 @@ class Child:
 
     def poll(self) -> int | None:
         if self.returncode is None:
-            code = self.popen.poll()
-            if code is not None:
-                self.returncode = code
-                self.exited_at = time.monotonic()
+            self.returncode = self.popen.poll()
         return self.returncode
 
-    def remember_tree(self) -> None:
+    def remember_tree(self, stats: Mapping[int, tuple[int, int]] | None = None) -> None:
         """Note the child's current descendants: once it is gone they can no longer be found
         through it, and torchrun's workers live in sessions of their own."""
-        self.known_tree.update(descendants(self.pid))
+        self.known_tree.update(_tree(self.pid, _stat_map() if stats is None else stats))
+        self.scanned_at = time.monotonic()
+
+
+def remember_trees(children: Sequence[Child], *, force: bool = False, interval: float = SCAN_INTERVAL_S) -> bool:
+    """`remember_tree` of every running child, with one /proc scan for all of them and at most
+    one scan per `interval` unless `force`. Returns whether it scanned."""
+    now = time.monotonic()
+    due = [c for c in children if c.poll() is None and (force or now - c.scanned_at >= interval)]
+    if not due:
+        return False
+    stats = _stat_map()
+    for child in due:
+        child.remember_tree(stats)
+    return True
 
 
 def start_child(index: int, label: str, cmd: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str] | None = None, log_path: Path | None = None) -> Child:
-    """Start `cmd` in a new session with stdout+stderr merged into one line-buffered pipe."""
-    popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
-        list(cmd),
-        env=dict(env),
-        cwd=cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        encoding="utf-8",
-        errors="replace",
-        bufsize=1,
-        start_new_session=True,
-    )
+    """Start `cmd` in a new session with stdout+stderr merged into one line-buffered pipe. The log
+    file is opened first, so a failure leaves no process running; OSError (no such executable, no
+    permission) comes from Popen with nothing started."""
     log = None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed by LineMux
-    return Child(index, label, popen, log)
+    try:
+        popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
+            list(cmd),
+            env=dict(env),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            bufsize=1,
+            start_new_session=True,
+        )
+    except BaseException:
+        if log is not None:
+            log.close()
+        raise
+    return Child(index, label, popen, log, started=start_time(popen.pid))
 
 
 class LineMux:
@@ -250,43 +328,78 @@ class LineMux:
 def stop_children(children: Sequence[Child], grace_s: float = 10.0, sig: int = signal.SIGTERM) -> None:
     """Ask every running child to stop (`sig` to its process group), wait up to `grace_s` for them
     to exit, then SIGKILL what is left of every child's tree, workers included."""
+    remember_trees(children, force=True)
     for child in children:
-        child.remember_tree()
         if child.poll() is None:
             child.stopping = True
             _signal_group(child.pid, sig)
     deadline = time.monotonic() + grace_s
     for child in children:
         while child.poll() is None and time.monotonic() < deadline:
-            child.remember_tree()
+            remember_trees(children, interval=0.2)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.popen.wait(timeout=0.2)
     kill_leftovers(children)
 
 
 def kill_leftovers(children: Sequence[Child]) -> list[int]:
-    """SIGKILL every child still running and every process that ever was in a child's tree and is
-    still alive (an agent's workers outlive a SIGKILLed agent). Returns the pids it killed."""
+    """SIGKILL every child still running and every process that was in a child's tree and is
+    still that same process (an agent's workers outlive a SIGKILLed agent; a pid that now names
+    another process is left alone). With the subreaper on, workers orphaned before a scan saw
+    them were re-parented to us: they are killed too. Returns the pids it killed."""
     killed: list[int] = []
+    remember_trees(children, force=True)
     for child in children:
         if child.poll() is None:
-            child.remember_tree()
+            # Not yet reaped by us, so the pid (and the group it leads) is still the child's.
             _signal_group(child.pid, signal.SIGKILL)
             _signal_pid(child.pid, signal.SIGKILL)
             killed.append(child.pid)
+    tree: dict[int, int] = {}
     for child in children:
-        for pid in sorted(child.known_tree):
-            if alive(pid):
-                _signal_group(pid, signal.SIGKILL)
-                _signal_pid(pid, signal.SIGKILL)
-                killed.append(pid)
+        tree.update(child.known_tree)
+    tree.update(_adopted(children))
+    for pid, started in tree.items():
+        if kill_if_same(pid, started):
+            killed.append(pid)
     for child in children:
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.popen.wait(timeout=5)
         child.poll()
-    # Orphans re-parented to us (subreaper) are our children now: collect them.
-    reap_zombies(descendants(os.getpid()))
+    # Orphans re-parented to us (subreaper) are our children now: collect them (only them: a
+    # child some other code of this process started is that code's to wait for).
+    reap_zombies(sorted(_orphans(children, _stat_map())))
     return killed
+
+
+def _orphans(children: Sequence[Child], stats: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+    """Processes re-parented to this one (the subreaper) from a child's tree, zombies included:
+    our children now, in a session of their own (as the agents and their workers are), started no
+    earlier than the first child, and none of the children. A process this one started some other
+    way (subprocess in our session) is never taken for one. pid -> start time."""
+    starts = [c.started for c in children if c.started is not None]
+    if not starts:
+        return {}
+    first, me, my_session = min(starts), os.getpid(), os.getsid(0)
+    ours = {c.pid for c in children}
+    found: dict[int, int] = {}
+    for pid, (parent, started) in stats.items():
+        if parent != me or pid in ours or started < first:
+            continue
+        with contextlib.suppress(OSError):
+            if os.getsid(pid) != my_session:
+                found[pid] = started
+    return found
+
+
+def _adopted(children: Sequence[Child]) -> dict[int, int]:
+    """The orphans (see `_orphans`) and their trees: workers no scan saw before their agent died."""
+    stats = _stat_map()
+    found: dict[int, int] = {}
+    for pid, started in _orphans(children, stats).items():
+        found[pid] = started
+        found.update(_tree(pid, stats))
+    return found
 
 
 @contextlib.contextmanager
