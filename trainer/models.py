@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib
 import inspect
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -18,10 +20,10 @@ from .errors import UsageError
 class ConvNet(nn.Module):
     """Two conv blocks and two linear layers; works for any image size (adaptive pooling)."""
 
-    def __init__(self, num_classes: int = 10, in_channels: int = 3) -> None:
+    def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.features = nn.Sequential(
-            nn.Conv2d(in_channels, 16, 3, padding=1),
+            nn.Conv2d(3, 16, 3, padding=1),  # RGB: every dataset here yields 3-channel images
             nn.ReLU(inplace=True),
             nn.MaxPool2d(2),
             nn.Conv2d(16, 32, 3, padding=1),
@@ -47,7 +49,8 @@ def _torchvision_model(name: str, num_classes: int) -> nn.Module:
     return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
 
 
-def _user_model(spec: str, num_classes: int) -> nn.Module:
+def _import_factory(spec: str) -> Callable[..., Any]:
+    """``module:factory`` -> the callable; the one place that checks a custom model's spec."""
     module_name, _, attr = spec.partition(":")
     if not module_name or not attr:
         raise UsageError(f"--model {spec!r}: a custom model is written module:factory, e.g. mypkg.models:build")
@@ -58,6 +61,11 @@ def _user_model(spec: str, num_classes: int) -> nn.Module:
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise UsageError(f"--model {spec!r}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def _user_model(spec: str, num_classes: int) -> nn.Module:
+    factory = _import_factory(spec)
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):
@@ -71,15 +79,7 @@ def _user_model(spec: str, num_classes: int) -> nn.Module:
 def check_model_spec(spec: str) -> None:
     """Fail early (before the process group) on a custom model that cannot be imported."""
     if ":" in spec:
-        module_name, _, attr = spec.partition(":")
-        if not module_name or not attr:
-            raise UsageError(f"--model {spec!r}: a custom model is written module:factory, e.g. mypkg.models:build")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise UsageError(f"--model {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
-        if not callable(getattr(module, attr, None)):
-            raise UsageError(f"--model {spec!r}: {module_name} has no callable {attr!r}")
+        _import_factory(spec)
     elif spec in ("resnet18", "resnet50"):
         _torchvision_model_available(spec)
 
@@ -91,10 +91,10 @@ def _torchvision_model_available(name: str) -> None:
         raise UsageError(f"--model {name} needs torchvision, which this image lacks: pip install torchvision") from None
 
 
-def build_model(spec: str, num_classes: int, in_channels: int = 3) -> nn.Module:
+def build_model(spec: str, num_classes: int) -> nn.Module:
     """The model named by ``--model``, on the CPU in float32 (the trainer moves it)."""
     if spec == "convnet":
-        return ConvNet(num_classes, in_channels)
+        return ConvNet(num_classes)
     if spec in ("resnet18", "resnet50"):
         return _torchvision_model(spec, num_classes)
     if ":" in spec:

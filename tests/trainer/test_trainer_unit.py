@@ -220,6 +220,44 @@ def test_prune_skips_unloadable_files_when_counting(tmp_path: Path) -> None:
     assert [p.name for p in removed] == ["ckpt-00000003.pt", "ckpt-00000002.pt"]
 
 
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ("no_such_module_xyz:build", r"cannot import 'no_such_module_xyz'"),
+        ("umod_for_test:missing", r"umod_for_test has no callable 'missing'"),
+        ("umod_for_test:NOT_CALLABLE", r"umod_for_test has no callable 'NOT_CALLABLE'"),
+        (":build", r"written module:factory"),
+        ("umod_for_test:", r"written module:factory"),
+    ],
+)
+def test_custom_model_spec_errors_are_the_same_early_and_late(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spec: str, message: str
+) -> None:
+    """``check_model_spec`` (before the process group) and ``build_model`` share one check."""
+    from ddpctl_trainer.models import build_model, check_model_spec
+
+    (tmp_path / "umod_for_test.py").write_text("import torch.nn as nn\nNOT_CALLABLE = 3\n"
+                                               "def build():\n    return nn.Linear(2, 2)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(UsageError, match=message) as early:
+        check_model_spec(spec)
+    with pytest.raises(UsageError, match=message) as late:
+        build_model(spec, 4)
+    assert str(early.value) == str(late.value)
+
+
+def test_custom_model_factory_without_num_classes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpctl_trainer.models import build_model, check_model_spec
+
+    (tmp_path / "umod_for_test2.py").write_text("import torch.nn as nn\ndef build():\n    return nn.Linear(2, 2)\n"
+                                                "def bad(num_classes):\n    return 'not a module'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    check_model_spec("umod_for_test2:build")
+    assert isinstance(build_model("umod_for_test2:build", 4), torch.nn.Linear)
+    with pytest.raises(UsageError, match="the factory returned str, not a torch nn.Module"):
+        build_model("umod_for_test2:bad", 4)
+
+
 class _Evil:
     def __reduce__(self):  # noqa: ANN204 - would run code when unpickled without weights_only
         return (print, ("pwned",))
