@@ -123,11 +123,8 @@ class DataBundle:
     train_loader: DataLoader
     train_sampler: ResumableDistributedSampler
     eval_loader: DataLoader | None
-    eval_size: int
     num_classes: int
-    in_channels: int
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None  # applied on the device, per batch
-    train_size: int
 
 
 def synthetic(n: int, classes: int, size: int, seed: int, split: int = 0) -> TensorImages:
@@ -244,7 +241,6 @@ def _imagefolder(cfg: TrainConfig) -> tuple[Dataset, Dataset | None, int]:
 def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool) -> DataBundle:
     """Datasets, the resumable training sampler and both loaders."""
     normalize = None
-    in_channels = 3
     if cfg.dataset == "synthetic":
         train_ds: Dataset = synthetic(cfg.synthetic_samples, cfg.num_classes, cfg.image_size, cfg.seed)
         eval_ds: Dataset | None = (
@@ -270,13 +266,11 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
     train_loader = DataLoader(train_ds, batch_size=batch, sampler=sampler, drop_last=False, **common)
 
     eval_loader = None
-    eval_size = 0
     if eval_ds is not None and cfg.eval:
-        eval_size = len(eval_ds)  # type: ignore[arg-type]
-        total = math.ceil(eval_size / ctx.world_size) * ctx.world_size
+        total = math.ceil(len(eval_ds) / ctx.world_size) * ctx.world_size  # type: ignore[arg-type]
         padded = PaddedEvalDataset(eval_ds, total)
         eval_loader = DataLoader(
             padded, batch_size=batch, sampler=EvalShardSampler(total, ctx.rank, ctx.world_size),
             **{**common, "persistent_workers": False} if workers > 0 else common,
         )
-    return DataBundle(train_loader, sampler, eval_loader, eval_size, classes, in_channels, normalize, n)
+    return DataBundle(train_loader, sampler, eval_loader, classes, normalize)

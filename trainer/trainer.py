@@ -103,7 +103,7 @@ class Trainer:
         self.steps_per_epoch = math.ceil(self.batches_per_epoch / cfg.grad_accum)
 
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-        raw = build_model(cfg.model, self.data.num_classes, self.data.in_channels)
+        raw = build_model(cfg.model, self.data.num_classes)
         raw = raw.to(device=device, dtype=self.dtype)
         if cfg.channels_last:
             raw = raw.to(memory_format=torch.channels_last)
