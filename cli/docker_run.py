@@ -19,7 +19,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.local_run import (
@@ -32,6 +32,8 @@ from ddpctl.local_run import (
     finish_note,
     make_console,
     parse_mounts,
+    remove_checkpoints,
+    start_failure,
     supervise,
 )
 from ddpctl.spec import JobSpec
@@ -122,31 +124,74 @@ def _host_dirs(spec: JobSpec, run_dir: Path, mounts: Mapping[str, Path]) -> dict
     return volume_dirs(spec, run_dir, mounts)
 
 
-def _writable(path: Path) -> None:
-    """The image runs as uid 1000: a directory ddpctl made must let it write."""
-    path.mkdir(parents=True, exist_ok=True)
-    try:
-        path.chmod(0o777)
-    except PermissionError:
-        pass
+IMAGE_UID = 1000  # the Dockerfile's user (ARG UID/GID); the pod runs as it in the cluster too
+IMAGE_GID = 1000
+
+
+def writable_by(path: Path, uid: int = IMAGE_UID, gid: int = IMAGE_GID) -> bool:
+    """Can `uid:gid` create files in the existing directory `path` (mode bits; ACLs not read)?"""
+    st = path.stat()
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        need = 0o300
+    elif st.st_gid == gid:
+        need = 0o030
+    else:
+        need = 0o003
+    return st.st_mode & need == need
+
+
+def prepare_volume_dir(path: Path, *, read_only: bool, given_as: str | None, ours: bool) -> None:
+    """Make sure a host directory a container mounts exists and, when mounted read-write, that the
+    image's user (uid 1000) can write to it.
+
+    Only ddpctl's own directories are opened up (chmod 0777: the host user may be anyone, and
+    files the container writes must stay deletable by them): one it creates now, or, with `ours`,
+    one in its default layout (./ddp-runs/NAME/VOLUME, made by an earlier run). Any other existing
+    directory is the user's (--mount DIR, or under --run-dir): its mode is never changed (a --mount
+    of $HOME/data must not become world-writable); if uid 1000 cannot write to it, that is a
+    one-line error with the fix. Running the container as the directory's owner (--user) instead
+    would run it as root for a root-owned directory, unlike the pod in the cluster: not done.
+    `given_as` names the --mount that chose the directory, for the message."""
+    if path.is_dir():
+        if read_only or writable_by(path):
+            return
+        if not ours:
+            how = f"--mount {given_as}: {path}" if given_as else f"{path}"
+            fix = f"sudo chown -R {IMAGE_UID} {path}, or chmod o+rwx {path}"
+            alt = f"or drop --mount {given_as} to let ddpctl make one" if given_as else "or remove it so ddpctl makes it anew"
+            raise UsageError(f"{how} is not writable by uid {IMAGE_UID}, the user the image runs as; make it writable ({fix}) {alt}")
+    else:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RuntimeFailure(f"cannot create {path}: {exc.strerror or exc}") from None
+    if not read_only:
+        try:
+            path.chmod(0o777)
+        except PermissionError:
+            pass
 
 
 def plan_docker(spec: JobSpec, *, engine: str = "docker", run_dir: Path | None = None, mounts: Sequence[str] = (),
-                port_explicit: bool = False, fresh: bool = False, run_id: str | None = None) -> DockerPlan:
-    """Check the engine and image, compute every `docker run`; creates host directories only."""
-    del port_explicit  # containers have their own network namespaces: no host port is used
+                fresh: bool = False, run_id: str | None = None) -> DockerPlan:
+    """Check the engine and image, compute every `docker run`; creates host directories only.
+    (No host port is used: each container has a network namespace of its own.)"""
     if spec.gpus_per_node:
         raise UsageError(f"gpusPerNode: {spec.gpus_per_node} GPUs per node cannot be given to local containers by ddpctl; use --gpus 0 (CPU + gloo)")
     require_engine_cli(engine)
     ensure_image(engine, spec)
     cwd = Path.cwd().resolve()
+    default_run_dir = run_dir is None
     run_dir = (run_dir or cwd / "ddp-runs" / spec.name).resolve()
-    dirs = _host_dirs(spec, run_dir, parse_mounts(mounts))
+    given = parse_mounts(mounts)
+    dirs = _host_dirs(spec, run_dir, given)
     run_id = run_id or secrets.token_hex(3)
     network = f"ddpctl-{spec.name}-{run_id}"
     labels = {RUN_LABEL: run_id, JOB_LABEL: spec.name}
 
-    volumes: list[tuple[Path, str, bool]] = []
+    volumes: list[tuple[Path, str, bool]] = []  # (host dir, mount path, read-only)
     checkpoint_dir: Path | None = None
     extra_env: dict[str, str] = {}
     for vname, vol in spec.volumes.items():
@@ -158,14 +203,13 @@ def plan_docker(spec: JobSpec, *, engine: str = "docker", run_dir: Path | None =
         checkpoint_dir = dirs.get("checkpoints", run_dir / "checkpoints")
         volumes.append((checkpoint_dir, LOCAL_CHECKPOINTS, False))
         extra_env["DDP_TRAINER_CHECKPOINT_DIR"] = LOCAL_CHECKPOINTS
-    if fresh and checkpoint_dir is not None and checkpoint_dir.is_dir():
-        shutil.rmtree(checkpoint_dir)
+    if fresh:
+        remove_checkpoints(checkpoint_dir)
+    mounted_by = {path: name for name, path in given.items()}
     for host, _, read_only in volumes:
-        if read_only:
-            host.mkdir(parents=True, exist_ok=True)
-        else:
-            _writable(host)
-    _writable(run_dir)
+        mount_name = mounted_by.get(host)
+        prepare_volume_dir(host, read_only=read_only, given_as=mount_name, ours=mount_name is None and default_run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)  # logs: written by ddpctl on the host, not mounted
 
     shm = quantity_bytes(spec.shm_size)
     containers = []
@@ -228,15 +272,16 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
     labels = [f"--label={RUN_LABEL}={plan.run_id}", f"--label={JOB_LABEL}={spec.name}"]
     by_index = {c.index: c for c in plan.containers}
 
-    def start() -> list[procs.Child]:
+    def start() -> Iterator[procs.Child]:
         made = _docker(engine, "network", "create", *labels, plan.network)
         if made.returncode != 0:
             raise RuntimeFailure(f"{engine} network create {plan.network} failed: {' '.join(made.stderr.split())[:300]}")
-        children = []
         for c in plan.containers:  # rank 0's container first: its name must resolve when others look
-            children.append(procs.start_child(c.index, f"node {c.index} ({c.name})", c.argv, os.environ,
-                                              log_path=plan.run_dir / "logs" / f"{c.hostname}.log"))
-        return children
+            try:
+                yield procs.start_child(c.index, f"node {c.index} ({c.name})", c.argv, os.environ,
+                                        log_path=plan.run_dir / "logs" / f"{c.hostname}.log")
+            except OSError as exc:
+                raise start_failure(c.argv, exc, user_command=False, what=f"node {c.index} ({engine} run)") from None
 
     def stop(children: list[procs.Child]) -> None:
         names = [by_index[c.index].name for c in children if c.poll() is None]

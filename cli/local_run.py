@@ -15,6 +15,7 @@ Nothing here imports torch: the agents do.
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -22,7 +23,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence, TextIO
 
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.spec import JobSpec
@@ -200,12 +201,23 @@ def _arg_value(args: Sequence[str], flag: str) -> str | None:
     return None
 
 
-def choose_port(spec: JobSpec, explicit: bool) -> tuple[int, str | None]:
-    """The spec's port if free; a free one when the spec's is the default and busy; else an error."""
+def port_asked_for(flags: Mapping[str, object], config: Path | None, environ: Mapping[str, str] | None = None) -> bool:
+    """Did the user pick the rendezvous port: --port, DDPCTL_RENDEZVOUS_PORT or ddp.yaml's
+    rendezvous.port (any layer above the defaults)? Then a busy port is an error, not a fallback."""
+    from ddpctl.config import merged_layers
+
+    rdzv = merged_layers(flags, config, environ).get("rendezvous")
+    return isinstance(rdzv, Mapping) and "port" in rdzv
+
+
+def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str | None]:
+    """The spec's port if free; a free one when the user did not ask for the busy one; else an
+    error. `explicit` None (a spec built in code, no layers to ask): a non-default port was asked for."""
     from ddpctl.procs import free_port, port_is_free
 
     wanted = spec.master_port
-    explicit = explicit or spec.rendezvous.port != DEFAULT_PORT  # set in ddp.yaml: asked for, too
+    if explicit is None:
+        explicit = spec.rendezvous.port != DEFAULT_PORT
     if port_is_free(wanted):
         return wanted, None
     if explicit:
@@ -224,7 +236,7 @@ def torchrun_argv(spec: JobSpec, log_dir: Path) -> list[str] | None:
             "--log-line-prefix-template", RANK_TEMPLATE, *entry[1:]]
 
 
-def plan_local(spec: JobSpec, *, run_dir: Path | None = None, port_explicit: bool = False, mounts: Mapping[str, Path] | None = None,
+def plan_local(spec: JobSpec, *, run_dir: Path | None = None, port_explicit: bool | None = None, mounts: Mapping[str, Path] | None = None,
                cwd: Path | None = None, parent_env: Mapping[str, str] | None = None) -> LocalPlan:
     """Compute the agents' commands and env; checks the port. Starts nothing."""
     cwd = (cwd or Path.cwd()).resolve()
@@ -430,12 +442,27 @@ def make_console(out: TextIO | None, err: TextIO | None, color: bool | None) -> 
     return Console(out, err, color, live_status=err.isatty())
 
 
-def supervise(start: Callable[[], list[Child]], state: JobState, console: Console, *, show: Callable[[Child, str], None],
+def start_failure(argv: Sequence[str], exc: OSError, *, user_command: bool, what: str) -> RuntimeFailure | UsageError:
+    """One line for a process that could not be started: the user's --command naming a missing or
+    non-executable program is their input (exit 2); anything else is a runtime failure."""
+    from ddpctl.errors import printable
+
+    program = printable(str(argv[0])) if argv else "?"
+    reason = printable(exc.strerror or str(exc))
+    if user_command and (isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError)) or exc.errno == errno.ENOEXEC):
+        found = "was not found" if isinstance(exc, (FileNotFoundError, NotADirectoryError)) else "is not executable"
+        return UsageError(f"command: {program} {found} ({reason}); give an executable on PATH or its path in --command")
+    return RuntimeFailure(f"could not start {what} ({program}): {reason}")
+
+
+def supervise(start: Callable[[], Iterable[Child]], state: JobState, console: Console, *, show: Callable[[Child, str], None],
               stop: Callable[[list[Child]], None], timeout: float | None) -> tuple[Child | None, bool]:
     """Start the children, stream their lines, stop the rest when one fails (after a grace for
     their own reports) or on --timeout, and wait for all. Returns (first failed child, timed out).
-    On Ctrl-C/SIGTERM every child is stopped before KeyboardInterrupt goes on. Whatever happens,
-    no child process (nor a child's child) is left running."""
+    `start` yields each child as soon as it runs, so one that fails to start (or a Ctrl-C while
+    starting) leaves none of the earlier ones untracked. On Ctrl-C/SIGTERM every child is stopped
+    before KeyboardInterrupt goes on. Whatever happens, no child process (nor a child's child) is
+    left running."""
     from ddpctl import procs
 
     children: list[Child] = []
@@ -446,18 +473,18 @@ def supervise(start: Callable[[], list[Child]], state: JobState, console: Consol
     timed_out = False
     try:
         with procs.interrupt_on_signals():
-            children.extend(start())
+            for child in start():
+                children.append(child)
             mux = procs.LineMux(children)
             console.status(state)
             while mux.open or any(c.poll() is None for c in children):
                 item = mux.get(timeout=0.5)
                 if item is not None and item[1] is not None:
                     show(item[0], item[1])
+                procs.remember_trees(children)  # at most once a second: it reads all of /proc
                 for child in children:
                     code = child.poll()
-                    if code is None:
-                        child.remember_tree()
-                    elif code != 0 and failed is None and not child.stopping:
+                    if code is not None and code != 0 and failed is None and not child.stopping:
                         failed = child
                         state.phase = "failing"
                         stop_at = time.monotonic() + PEER_GRACE_S
@@ -518,9 +545,13 @@ def run_local(plan: LocalPlan, *, out: TextIO | None = None, err: TextIO | None 
     if plan.checkpoint_dir is not None:
         plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
 
-    def start() -> list[Child]:
-        return [procs.start_child(node.index, f"node {node.index}", node.argv, node.env, cwd=plan.cwd,
-                                  log_path=plan.run_dir / "logs" / f"node-{node.index}.log") for node in plan.nodes]
+    def start() -> Iterator[Child]:
+        for node in plan.nodes:
+            try:
+                yield procs.start_child(node.index, f"node {node.index}", node.argv, node.env, cwd=plan.cwd,
+                                        log_path=plan.run_dir / "logs" / f"node-{node.index}.log")
+            except OSError as exc:
+                raise start_failure(node.argv, exc, user_command=bool(spec.command), what=f"node {node.index}") from None
 
     def stop(children: list[Child]) -> None:
         procs.stop_children([c for c in children if c.poll() is None], grace_s=STOP_GRACE_S)
@@ -584,7 +615,31 @@ def _agent_traceback(state: JobState, node: int, text: str) -> bool:
     return True
 
 
+# The trainer's own checkpoint names (ddpctl_trainer.checkpoint, which imports torch, so they are
+# restated here): `ckpt-<step>.pt` files, `ckpt-<step>/` sharded directories, and the temp files or
+# directories they are written as (`.ckpt-<step>.pt.tmp.<pid>`, `.ckpt-<step>.tmp`).
+CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{8,})(\.pt)?$")
+CHECKPOINT_TEMP = re.compile(r"^\.ckpt-\d{8,}(\.pt)?\.tmp")
+
+
+def remove_checkpoints(directory: Path | None) -> list[Path]:
+    """--fresh: delete the trainer's checkpoints (and their temp files) in `directory`, which the
+    trainer would resume from otherwise. Nothing else is touched: not the directory itself, not
+    any other file in it (`--checkpoint-dir .` is a user's own directory). Returns what it removed."""
+    removed: list[Path] = []
+    if directory is None or not directory.is_dir():
+        return removed
+    for entry in sorted(directory.iterdir()):
+        if not (CHECKPOINT_NAME.match(entry.name) or CHECKPOINT_TEMP.match(entry.name)):
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink(missing_ok=True)
+        removed.append(entry)
+    return removed
+
+
 def clean_run_dir(plan: LocalPlan) -> None:
     """--fresh: forget earlier checkpoints of this job (the trainer would resume from them)."""
-    if plan.checkpoint_dir is not None and plan.checkpoint_dir.is_dir():
-        shutil.rmtree(plan.checkpoint_dir)
+    remove_checkpoints(plan.checkpoint_dir)

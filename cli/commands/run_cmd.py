@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from enum import Enum
 from pathlib import Path
 from typing import List, Optional
@@ -17,12 +16,6 @@ class Color(str, Enum):
     auto = "auto"
     always = "always"
     never = "never"
-
-
-def _port_explicit(spec_input: SpecInput) -> bool:
-    """Did the user pick the rendezvous port (then a busy port is an error, not a fallback)?"""
-    rdzv = spec_input.flags.get("rendezvous") or {}
-    return "port" in rdzv or "DDPCTL_RENDEZVOUS_PORT" in os.environ
 
 
 @spec_options
@@ -46,12 +39,13 @@ def run_command(
     if docker:
         from ddpctl.docker_run import plan_docker, run_docker
 
-        dplan = plan_docker(spec, engine=engine, run_dir=run_dir, mounts=mounts_given, port_explicit=_port_explicit(spec_input), fresh=fresh)
+        dplan = plan_docker(spec, engine=engine, run_dir=run_dir, mounts=mounts_given, fresh=fresh)
         return run_docker(dplan, color=use_color, timeout=timeout)
 
-    from ddpctl.local_run import clean_run_dir, parse_mounts, plan_local, run_local
+    from ddpctl.local_run import clean_run_dir, parse_mounts, plan_local, port_asked_for, run_local
 
-    plan = plan_local(spec, run_dir=run_dir, port_explicit=_port_explicit(spec_input), mounts=parse_mounts(mounts_given))
+    asked = port_asked_for(spec_input.flags, spec_input.config)
+    plan = plan_local(spec, run_dir=run_dir, port_explicit=asked, mounts=parse_mounts(mounts_given))
     if fresh:
         clean_run_dir(plan)
     return run_local(plan, color=use_color, timeout=timeout)
