@@ -105,9 +105,8 @@ def test_content_hash_changes_with_the_code_not_with_ignored_files(tmp_path: Pat
 def test_print_tag_is_the_repo_and_a_short_hash(tmp_path: Path) -> None:
     ctx = _copy_context(tmp_path)
     env = {"PATH": os.environ["PATH"]}
+    skip_unless(any(shutil.which(b) for b in ("docker", "podman", "buildah")), "a container builder on PATH (--print-tag still chooses one)")
     one = _ddpctl("build", "--print-tag", "--builder", "auto", cwd=ctx, env=env)
-    if one.returncode != 0 and "no container builder found" in one.stderr:
-        pytest.skip("no builder on this machine: --print-tag still needs one to be chosen")
     assert one.returncode == 0, one.stderr
     assert re.fullmatch(r"ddpctl-trainer:[0-9a-f]{12}\n", one.stdout)
     assert _ddpctl("build", "--print-tag", cwd=ctx, env=env).stdout == one.stdout

@@ -52,6 +52,50 @@ def _job_name() -> str:
     return f"dt{secrets.token_hex(3)}"
 
 
+def _remove_job(job: str) -> None:
+    """Remove every container and network labelled for `job` (test teardown, not the product's)."""
+    flt = f"label=ddpctl.io/job={job}"
+    ids = subprocess.run(["docker", "ps", "-aq", "--filter", flt], capture_output=True, text=True).stdout.split()
+    if ids:
+        subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
+    nets = subprocess.run(["docker", "network", "ls", "-q", "--filter", flt], capture_output=True, text=True).stdout.split()
+    if nets:
+        subprocess.run(["docker", "network", "rm", *nets], capture_output=True)
+
+
+@pytest.fixture
+def docker_job():
+    """Start `ddpctl run --docker --name JOB ...` in the background: returns (job, start). At the
+    end a ddpctl still running is stopped as a user would (SIGINT, waiting for its cleanup), only
+    then SIGKILLed; whatever is left labelled for the job is removed. Tests assert the product's
+    own cleanup (`_left_behind(job) == []`) before this runs."""
+    job = _job_name()
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "ddpctl", "run", "--docker", "--name", job, *args],
+                                cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        return proc
+
+    yield job, start
+    for proc in procs:
+        _interrupt(proc)
+    _remove_job(job)
+
+
+def _interrupt(proc: subprocess.Popen[str], timeout: float = 120) -> str:
+    """Ctrl-C a running ddpctl and wait for it; SIGKILL only if it does not end. Returns stderr."""
+    if proc.poll() is not None:
+        return ""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.communicate()[1]
+
+
 @pytest.fixture(scope="module")
 def trainer_image() -> str:
     """The real Dockerfile built on the CPU base (cached by the engine after the first build)."""
@@ -140,26 +184,21 @@ def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) ->
         seen.append(line)
         if re.search(pattern, line):
             return
-    proc.kill()
+    _interrupt(proc)  # ddpctl's own cleanup: a SIGKILL would leave its containers behind
     pytest.fail(f"no line matching {pattern!r} within {timeout}s: {''.join(seen)[-2000:]}")
 
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_killing_one_container_fails_the_job_and_names_its_ranks(trainer_image: str, tmp_path: Path) -> None:
-    job = _job_name()
-    proc = subprocess.Popen([sys.executable, "-m", "ddpctl", "run", "--docker", "--name", job, "--image", trainer_image, *SMALL, "--epochs", "500"],
-                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
-        victim = subprocess.run(["docker", "ps", "-q", "--filter", f"label=ddpctl.io/job={job}", "--filter", "label=ddpctl.io/node=1"],
-                                capture_output=True, text=True, check=True).stdout.split()
-        assert len(victim) == 1
-        subprocess.run(["docker", "kill", victim[0]], capture_output=True, check=True)
-        _, err = proc.communicate(timeout=JOB_TIMEOUT)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+def test_killing_one_container_fails_the_job_and_names_its_ranks(trainer_image: str, tmp_path: Path, docker_job) -> None:
+    job, start = docker_job
+    proc = start("--image", trainer_image, *SMALL, "--epochs", "500", cwd=tmp_path)
+    _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
+    victim = subprocess.run(["docker", "ps", "-q", "--filter", f"label=ddpctl.io/job={job}", "--filter", "label=ddpctl.io/node=1"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    assert len(victim) == 1
+    subprocess.run(["docker", "kill", victim[0]], capture_output=True, check=True)
+    _, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode == 137, err
     errors = [line for line in err.splitlines() if line.startswith("ddpctl: error:")]
     assert len(errors) == 1, err
@@ -169,18 +208,13 @@ def test_killing_one_container_fails_the_job_and_names_its_ranks(trainer_image: 
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_ctrl_c_removes_the_containers_and_the_network(trainer_image: str, tmp_path: Path) -> None:
-    job = _job_name()
-    proc = subprocess.Popen([sys.executable, "-m", "ddpctl", "run", "--docker", "--name", job, "--image", trainer_image, *SMALL, "--epochs", "500"],
-                            cwd=tmp_path, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
-        assert len(_left_behind(job)) == 3  # two containers and the network, while it runs
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+def test_ctrl_c_removes_the_containers_and_the_network(trainer_image: str, tmp_path: Path, docker_job) -> None:
+    job, start = docker_job
+    proc = start("--image", trainer_image, *SMALL, "--epochs", "500", cwd=tmp_path)
+    _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
+    assert len(_left_behind(job)) == 3  # two containers and the network, while it runs
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "interrupted" in err
     assert _left_behind(job) == []
 
@@ -203,3 +237,50 @@ def test_a_stopped_engine_is_a_one_line_error(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-m", "ddpctl", "run", "--docker"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert "the docker engine does not answer" in result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Host directories: --fresh and user directories are left as they are
+# --------------------------------------------------------------------------------------------
+
+
+def test_fresh_keeps_a_users_files_and_a_mounted_dirs_mode(trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    mine.chmod(0o703)  # uid 1000 may write (others: wx), and nothing more
+    (mine / "notes.txt").write_text("mine\n")
+    (mine / "ckpt-00000008.pt").write_bytes(b"x")
+    (mine / ".ckpt-00000016.pt.tmp.77").write_bytes(b"x")
+    plan = plan_docker(JobSpec(name="fr", image=trainer_image), mounts=[f"checkpoints={mine}"], fresh=True, run_id="abc123")
+    assert plan.checkpoint_dir == mine
+    assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
+    assert mine.stat().st_mode & 0o777 == 0o703  # a user's directory is never chmodded
+    ours = tmp_path / "ddp-runs" / "fr"
+    assert not (ours / "checkpoints").exists()  # the --mount replaced it
+
+
+def test_a_mounted_dir_uid_1000_cannot_write_is_a_one_line_error(trainer_image: str, tmp_path: Path) -> None:
+    mine = tmp_path / "data-of-mine"
+    mine.mkdir()
+    mine.chmod(0o755)
+    if os.getuid() == 1000:
+        mine.chmod(0o555)
+    result = _ddpctl("run", "--docker", "--image", trainer_image, "--mount", f"checkpoints={mine}", cwd=tmp_path, timeout=120)
+    assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
+    assert f"--mount checkpoints: {mine} is not writable by uid 1000" in result.stderr and "chown" in result.stderr
+    assert mine.stat().st_mode & 0o777 == (0o555 if os.getuid() == 1000 else 0o755)
+
+
+def test_directories_ddpctl_makes_are_writable_for_the_image_user(trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    plan = plan_docker(JobSpec(name="own", image=trainer_image), run_id="abc123")
+    assert plan.checkpoint_dir == tmp_path / "ddp-runs" / "own" / "checkpoints"
+    assert plan.checkpoint_dir.stat().st_mode & 0o777 == 0o777
+    assert (tmp_path / "ddp-runs" / "own").stat().st_mode & 0o777 != 0o777  # not mounted: not opened up
+
+
+def test_plan_docker_takes_no_port_flag() -> None:
+    import inspect
+
+    assert "port_explicit" not in inspect.signature(plan_docker).parameters

@@ -18,11 +18,14 @@ import sys
 import time
 from pathlib import Path
 
+import dataclasses
+
 import pytest
 
 from ddpctl.local_run import cluster_env, loopback_env, plan_local
 from ddpctl.procs import alive, descendants
 from ddpctl.spec import JobSpec
+from tests.conftest import skip_unless
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_TIMEOUT = 240  # seconds; a hang fails the test instead of the CI run
@@ -40,9 +43,42 @@ def _ddpctl(*args: str, cwd: Path, timeout: float = JOB_TIMEOUT) -> subprocess.C
     return subprocess.run([sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
 
 
-def _start(*args: str, cwd: Path) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+@pytest.fixture
+def started():
+    """Start `ddpctl ARGS` in the background; whatever the test's end, nothing it started is left.
+
+    A ddpctl still running at the end is stopped the way a user does (SIGINT, then waiting for its
+    own cleanup). Only if that does not end it is it SIGKILLed, and then every process that was in
+    its tree is killed too (torchrun agents and workers run in sessions of their own and would be
+    orphaned, stealing CPU from later tests). What the product must clean up is asserted by the
+    tests themselves, before this runs."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+        proc = subprocess.Popen([sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        procs.append(proc)
+        return proc
+
+    yield start
+    for proc in procs:
+        _stop(proc)
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    from ddpctl.procs import descendant_starts, kill_if_same
+
+    if proc.poll() is None:
+        tree = descendant_starts(proc.pid)
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            tree.update(descendant_starts(proc.pid))
+            proc.kill()
+            proc.communicate()
+        for pid, start in tree.items():
+            kill_if_same(pid, start)
 
 
 def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) -> list[str]:
@@ -61,7 +97,7 @@ def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) ->
         seen.append(line)
         if re.search(pattern, line):
             return seen
-    proc.kill()
+    _stop(proc)  # Ctrl-C: ddpctl's own cleanup, never a SIGKILL that would orphan its agents
     pytest.fail(f"no line matching {pattern!r} within {timeout}s; got:\n{''.join(seen)[-3000:]}")
 
 
@@ -77,7 +113,8 @@ def _cmdline(pid: int) -> str:
         return ""
 
 
-needs_proc = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="process-tree checks read /proc (Linux)")
+def needs_proc() -> None:
+    skip_unless(Path("/proc/self/stat").exists(), "process-tree checks read /proc (Linux)")
 
 
 # --------------------------------------------------------------------------------------------
@@ -109,9 +146,9 @@ def test_default_run_trains_2x2_on_cpu_and_writes_a_checkpoint(tmp_path: Path) -
 
 
 @pytest.mark.slow
-@needs_proc
-def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(tmp_path: Path) -> None:
-    proc = _start("run", "--local", "-e", "DDP_TRAINER_FAULT_AT_STEP=2", "-e", "DDP_TRAINER_FAULT_RANK=3",
+def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(started, tmp_path: Path) -> None:
+    needs_proc()
+    proc = started("run", "--local", "-e", "DDP_TRAINER_FAULT_AT_STEP=2", "-e", "DDP_TRAINER_FAULT_RANK=3",
                   "--", "--synthetic-samples", "512", "--eval-samples", "64", "--epochs", "3", cwd=tmp_path)
     lines = _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
     workers = _trainer_pids(proc.pid)
@@ -128,9 +165,9 @@ def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(tmp_pa
 
 
 @pytest.mark.slow
-@needs_proc
-def test_ctrl_c_stops_every_agent_and_worker(tmp_path: Path) -> None:
-    proc = _start("run", "--local", *SMALL, "--epochs", "500", cwd=tmp_path)
+def test_ctrl_c_stops_every_agent_and_worker(started, tmp_path: Path) -> None:
+    needs_proc()
+    proc = started("run", "--local", *SMALL, "--epochs", "500", cwd=tmp_path)
     _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
     tree = descendants(proc.pid)
     assert len(_trainer_pids(proc.pid)) == 4
@@ -241,3 +278,155 @@ def test_run_help_does_not_import_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True).stdout
     assert "--local" in out and "--docker" in out
     assert out.strip().endswith("False False")
+
+
+# --------------------------------------------------------------------------------------------
+# --fresh: only the trainer's checkpoints go
+# --------------------------------------------------------------------------------------------
+
+
+def _checkpoint_dir_with_a_users_file(directory: Path) -> None:
+    (directory / "notes.txt").write_text("mine\n")
+    (directory / "ckpt-notes").mkdir()  # looks a bit like ours, is not
+    (directory / "ckpt-00000008.pt").write_bytes(b"x")
+    (directory / "ckpt-00000016").mkdir()  # a sharded checkpoint
+    (directory / "ckpt-00000016" / "trainer_state.pt").write_bytes(b"x")
+    (directory / ".ckpt-00000024.pt.tmp.4242").write_bytes(b"x")  # a writer died before its rename
+    (directory / ".ckpt-00000032.tmp").mkdir()
+
+
+def test_fresh_removes_the_trainers_checkpoints_and_nothing_else(tmp_path: Path) -> None:
+    from ddpctl.local_run import clean_run_dir
+
+    _checkpoint_dir_with_a_users_file(tmp_path)
+    spec = JobSpec.from_dict({"args": ["--checkpoint-dir", "."]})
+    plan = plan_local(spec, cwd=tmp_path, parent_env={})
+    assert plan.checkpoint_dir == tmp_path
+    clean_run_dir(plan)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-notes", "notes.txt"]
+
+
+def test_fresh_knows_the_trainers_checkpoint_names() -> None:
+    """ddpctl restates the trainer's name patterns (its module imports torch): they must agree."""
+    from ddpctl.local_run import CHECKPOINT_NAME, CHECKPOINT_TEMP
+    from ddpctl_trainer import checkpoint
+
+    assert CHECKPOINT_NAME.pattern == checkpoint._NAME.pattern and CHECKPOINT_TEMP.pattern == checkpoint._TMP.pattern
+    for sharded in (False, True):
+        name = checkpoint.checkpoint_path(Path("/c"), 16, sharded).name
+        assert CHECKPOINT_NAME.match(name) and CHECKPOINT_TEMP.match(f".{name}.tmp.123") and CHECKPOINT_TEMP.match(f".{name}.tmp")
+
+
+@pytest.mark.slow
+def test_fresh_with_the_current_directory_as_checkpoint_dir_keeps_it(tmp_path: Path) -> None:
+    _checkpoint_dir_with_a_users_file(tmp_path)
+    result = _ddpctl("run", "--local", "--fresh", "--nodes", "1", "--procs", "1", "--", "--checkpoint-dir", ".", "--epochs", "0", cwd=tmp_path)
+    assert "--epochs must be at least 1" in result.stdout, result.stderr  # the trainer ran, in this directory
+    assert (tmp_path / "notes.txt").read_text() == "mine\n"
+    assert not (tmp_path / "ckpt-00000008.pt").exists() and not (tmp_path / "ckpt-00000016").exists()
+
+
+# --------------------------------------------------------------------------------------------
+# Starting and sweeping processes
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_missing_command_is_a_one_line_usage_error(cli) -> None:
+    result = cli("run", "--local", "--nodes", "1", "--command", "ddpctl-no-such-program --flag")
+    assert result.code == 2, result.err
+    errors = [line for line in result.err.splitlines() if line.startswith("ddpctl: error:")]
+    assert len(errors) == 1 and "ddpctl-no-such-program was not found" in errors[0] and "internal error" not in result.err
+
+
+def test_a_node_that_fails_to_start_leaves_the_started_ones_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpctl import procs
+    from ddpctl.errors import RuntimeFailure
+    from ddpctl.local_run import run_local
+
+    spec = JobSpec(nodes=3, procs_per_node=1)
+    plan = plan_local(spec, cwd=tmp_path, parent_env={})
+    sleeper = (sys.executable, "-c", "import time; time.sleep(120)")
+    nodes = (dataclasses.replace(plan.nodes[0], argv=sleeper), dataclasses.replace(plan.nodes[1], argv=sleeper),
+             dataclasses.replace(plan.nodes[2], argv=(str(tmp_path / "no-such-agent"),)))
+    plan = dataclasses.replace(plan, nodes=nodes)
+    seen: list[procs.Child] = []
+    real = procs.start_child
+
+    def spy(*args, **kwargs):
+        child = real(*args, **kwargs)
+        seen.append(child)
+        return child
+
+    monkeypatch.setattr(procs, "start_child", spy)
+    with pytest.raises(RuntimeFailure, match=r"could not start node 2 \(.*no-such-agent\): No such file or directory"):
+        run_local(plan, out=open(os.devnull, "w"), err=open(os.devnull, "w"))
+    assert len(seen) == 2 and all(c.popen.poll() is not None for c in seen)  # nodes 0 and 1 were stopped
+
+
+def test_the_sweep_never_kills_a_process_that_reused_a_recorded_pid(tmp_path: Path) -> None:
+    """A pid recorded in a child's tree may belong to another process by the end of the job."""
+    needs_proc()
+    from ddpctl import procs
+
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        started = procs.start_time(bystander.pid)
+        assert started is not None
+        done = procs.start_child(0, "node 0", ["true"], os.environ)
+        done.popen.wait(timeout=30)
+        done.known_tree[bystander.pid] = started - 1  # the same pid, an earlier process
+        assert procs.kill_leftovers([done]) == [] and bystander.poll() is None
+        done.known_tree[bystander.pid] = started  # the very process: it goes
+        assert procs.kill_leftovers([done]) == [bystander.pid]
+        assert bystander.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        if bystander.poll() is None:
+            bystander.kill()
+            bystander.wait()
+
+
+def test_process_trees_are_read_at_most_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
+    needs_proc()
+    from ddpctl import procs
+
+    scans = []
+    real = procs._stat_map
+    monkeypatch.setattr(procs, "_stat_map", lambda: scans.append(1) or real())
+    children = [procs.start_child(i, f"node {i}", [sys.executable, "-c", "import time; time.sleep(60)"], os.environ) for i in range(2)]
+    try:
+        for _ in range(100):  # as on 100 output lines
+            procs.remember_trees(children)
+        assert len(scans) == 1  # one scan for both children, none again within the second
+        procs.remember_trees(children, force=True)
+        assert len(scans) == 2
+    finally:
+        procs.stop_children(children, grace_s=5)
+    assert all(c.poll() is not None for c in children)
+
+
+# --------------------------------------------------------------------------------------------
+# Ports the user asked for, from any layer
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("where", ["ddp.yaml", "env"])
+def test_a_busy_port_asked_for_in_ddp_yaml_or_the_environment_is_an_error(where: str, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    with _listener() as sock:
+        port = sock.getsockname()[1]
+        if where == "env":
+            monkeypatch.setenv("DDPCTL_RENDEZVOUS_PORT", str(port))
+        else:
+            (tmp_path / "ddp.yaml").write_text(f"rendezvous:\n  port: {port}\n")
+        result = cli("run", "--local")
+    assert result.code == 2 and f"port {port} is in use" in result.err
+
+
+def test_port_asked_for_reads_every_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from ddpctl.local_run import port_asked_for
+
+    monkeypatch.chdir(tmp_path)
+    assert not port_asked_for({}, None, {})
+    assert port_asked_for({"rendezvous": {"port": 1234}}, None, {})
+    assert port_asked_for({}, None, {"DDPCTL_RENDEZVOUS_PORT": "29500"})  # the default, but asked for
+    (tmp_path / "ddp.yaml").write_text("rendezvous:\n  port: 29500\n")
+    assert port_asked_for({}, None, {})
