@@ -2,17 +2,29 @@
 
 Every multi-process test launches ``python -m torch.distributed.run`` (torchrun) as a
 subprocess with a timeout and ``OMP_NUM_THREADS=1``; nothing synchronises by sleeping.
+
+No test may leave a process behind. torchrun starts each worker in a session of its own, so
+killing torchrun's process group does not reach the workers; instead every process a test
+starts carries ``DDPCTL_TEST_TAG`` in its environment (inherited by torchrun's workers and
+their data-loader workers), and ``kill_tree`` SIGKILLs whatever still has the tag. ``launch``
+and ``wait_all`` do that in a ``finally``, an autouse fixture sweeps after every test, and
+each child gets SIGTERM from the kernel if the test process itself dies (torchrun then stops
+its workers).
 """
 
 from __future__ import annotations
 
+import ctypes
+import itertools
 import json
 import os
 import signal
 import socket
 import subprocess
 import sys
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -64,6 +76,97 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+TAG_ENV = "DDPCTL_TEST_TAG"
+_SESSION = f"{os.getpid()}-"
+_tags = itertools.count()
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGTERM this child when the test process dies, however it dies (Linux)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+def tagged_pids(tag: str) -> list[int]:
+    """Live processes whose environment holds ``DDPCTL_TEST_TAG=<tag>...`` (a prefix match)."""
+    needle = f"{TAG_ENV}={tag}".encode()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = f.read()
+        except OSError:  # gone, or not ours
+            continue
+        if any(var.startswith(needle) for var in env.split(b"\0")):
+            found.append(int(entry))
+    return found
+
+
+def kill_tree(tag: str) -> list[int]:
+    """SIGKILL every process started with ``tag`` (torchrun first, so it restarts no worker)."""
+    killed: list[int] = []
+    for _ in range(5):  # a worker may be starting while we look: look again until none is left
+        pids = sorted(tagged_pids(tag))
+        if not pids:
+            break
+        for pid in pids:  # parents have smaller pids here: torchrun goes before its workers
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
+    return killed
+
+
+def start(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Popen with pipes, a session of its own and a fresh ``DDPCTL_TEST_TAG`` (``proc.tag``)."""
+    tag = f"{_SESSION}{next(_tags)}."  # the dot: tag 1 must not prefix-match tag 10
+    proc = subprocess.Popen(list(cmd), cwd=cwd, env={**env, TAG_ENV: tag}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=_die_with_parent)
+    proc.tag = tag  # type: ignore[attr-defined]
+    return proc
+
+
+def wait_all(procs: Sequence[subprocess.Popen], timeout: float) -> list[tuple[str, str]]:
+    """``communicate`` with cooperating processes concurrently (one thread each: a process that
+    fills its pipe while another waits for it in a collective would hang a sequential loop);
+    whatever happens, every process and its workers are gone when this returns."""
+    results: list[tuple[str, str]] = [("", "")] * len(procs)
+
+    def drain(i: int, p: subprocess.Popen) -> None:
+        results[i] = p.communicate()
+
+    threads = [threading.Thread(target=drain, args=(i, p), daemon=True) for i, p in enumerate(procs)]
+    try:
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + timeout
+        for t in threads:
+            t.join(max(deadline - time.monotonic(), 0))
+        if any(t.is_alive() for t in threads):
+            raise AssertionError(f"timed out after {timeout}s: {[p.args for p in procs]}")
+    finally:
+        for p in procs:
+            kill_tree(p.tag)  # type: ignore[attr-defined]
+        for t in threads:
+            t.join(30)
+    return results
+
+
+@pytest.fixture(autouse=True)
+def _no_orphans() -> Iterator[None]:
+    """After every test: nothing this session started may still run (kill it, then fail)."""
+    yield
+    leaked = kill_tree(_SESSION)
+    assert not leaked, f"processes left running after the test (killed now): {leaked}"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,15 +183,17 @@ def launch(workdir: Path, args: Sequence[str], nproc: int | None = None, env: di
     cmd += ["-m", "ddpctl_trainer", "--checkpoint-dir", str(workdir / "ckpt"), *args]
     if metrics:
         cmd += ["--metrics-file", str(workdir / "metrics.jsonl")]
-    # A session of its own, so a timeout kills torchrun *and* its workers, leaving no orphans.
-    proc = subprocess.Popen(cmd, cwd=workdir, env=clean_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    proc = start(cmd, workdir, clean_env(env))
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
+        kill_tree(proc.tag)  # type: ignore[attr-defined]
         out, err = proc.communicate()
         raise AssertionError(f"timed out after {timeout}s: {' '.join(cmd)}\n{out[-3000:]}\n{err[-3000:]}") from None
+    finally:
+        # torchrun's workers sit in sessions of their own: killpg(torchrun) would orphan them, and
+        # an exception other than the timeout (pytest-timeout, Ctrl-C) lands here too
+        kill_tree(proc.tag)  # type: ignore[attr-defined]
     return Run(proc.returncode, out, err, workdir)
 
 

@@ -4,13 +4,12 @@ and the optional features (dp, custom models, image folders, workers, bf16, ...)
 from __future__ import annotations
 
 import re
-import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from .conftest import PROG_PREFIX, PY, clean_env, free_port, launch
+from .conftest import PROG_PREFIX, PY, clean_env, free_port, launch, start, wait_all
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -90,16 +89,8 @@ def test_two_nodes_of_two_processes(tmp_path: Path) -> None:
                "--master-addr", "127.0.0.1", "--master-port", port, "-m", "ddpctl_trainer",
                "--checkpoint-dir", str(work / "ckpt"), "--metrics-file", str(work / "metrics.jsonl"),
                "--progress", "lines"]
-        procs.append(subprocess.Popen(cmd, cwd=work, env=clean_env(), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, start_new_session=True))
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=240))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        procs.append(start(cmd, work, clean_env()))
+    outs = wait_all(procs, timeout=240)
     assert [p.returncode for p in procs] == [0, 0], outs
     text = outs[0][0] + outs[1][0]
     for rank in range(4):
@@ -121,16 +112,8 @@ def test_pytorchjob_style_plain_python_processes(tmp_path: Path) -> None:
                          "PET_NPROC_PER_NODE": "1", "PET_NNODES": "2"})
         cmd = [PY, "-m", "ddpctl_trainer", *SMALL, "--checkpoint-dir", str(tmp_path / "ckpt"),
                "--save-final", str(tmp_path / "final-{rank}.pt"), "--max-steps", "3"]
-        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                      text=True, start_new_session=True))
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=180))
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
+        procs.append(start(cmd, tmp_path, env))
+    outs = wait_all(procs, timeout=180)
     assert [p.returncode for p in procs] == [0, 0], outs
     assert "world size 2" in outs[0][0]
     a, b = (torch.load(tmp_path / f"final-{r}.pt", weights_only=True)["model"] for r in (0, 1))
@@ -193,3 +176,14 @@ def test_compile_under_ddp_trains_like_eager(tmp_path: Path) -> None:
     assert a.keys() == b.keys()
     for k in a:  # fused kernels round differently; 4 SGD steps stay within 1e-4
         torch.testing.assert_close(b[k], a[k], atol=1e-4, rtol=1e-4)
+
+
+def test_a_timed_out_torchrun_leaves_no_worker_behind(tmp_path: Path) -> None:
+    """torchrun starts each worker in a session of its own, so killing torchrun's process group
+    alone orphans the workers (they were found running long after such a test)."""
+    from .conftest import _SESSION, tagged_pids
+
+    with pytest.raises(AssertionError, match="timed out") as info:
+        launch(tmp_path, [*SMALL, "--epochs", "100000", "--log-every", "1"], nproc=2, timeout=25)
+    assert re.search(r"\[rank 0\] .*epoch \d+/100000", str(info.value)), "no worker ran: nothing was tested"
+    assert not tagged_pids(_SESSION)

@@ -4,6 +4,7 @@ node-local directory gets its own copy, and a failed download stops every rank (
 
 from __future__ import annotations
 
+import datetime
 import json
 import multiprocessing
 import os
@@ -63,7 +64,9 @@ def _worker(rank: int, world: int, root: str) -> None:
     data._fetch_cifar10 = fake_fetch
     data._read_cifar10 = fake_read
     data._torchvision = lambda what: None
-    dist.init_process_group("gloo", init_method=f"file://{base / 'store'}", rank=rank, world_size=world)
+    # a short collective timeout: a rank whose peer died must not wait half an hour
+    dist.init_process_group("gloo", init_method=f"file://{base / 'store'}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
     try:
         for case, shape in CASES.items():
             local_rank, node_rank, dirname = shape[rank]
@@ -87,7 +90,8 @@ def events(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
     mp = multiprocessing.get_context("spawn")
     env_before = os.environ.get("OMP_NUM_THREADS")
     os.environ["OMP_NUM_THREADS"] = "1"
-    procs = [mp.Process(target=_worker, args=(rank, 2, str(base))) for rank in range(2)]
+    # daemonic: killed at interpreter exit should the test process stop before the finally below
+    procs = [mp.Process(target=_worker, args=(rank, 2, str(base)), daemon=True) for rank in range(2)]
     try:
         for p in procs:
             p.start()

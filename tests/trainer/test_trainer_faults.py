@@ -4,17 +4,14 @@ checkpoint leaves the previous one loadable; corrupt files are skipped; SIGTERM 
 
 from __future__ import annotations
 
-import os
-import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from .conftest import PY, Run, assert_same_params, clean_env, launch
+from .conftest import PY, Run, assert_same_params, clean_env, kill_tree, launch, start
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -124,8 +121,7 @@ def test_sigterm_tears_down_cleanly(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.jsonl"
     cmd = [PY, "-m", "ddpctl_trainer", "--epochs", "100000", "--image-size", "8", "--progress", "none",
            "--checkpoint-dir", str(tmp_path / "ckpt"), "--metrics-file", str(metrics)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+    proc = start(cmd, tmp_path, clean_env())
     try:
         deadline = time.monotonic() + 120
         while '"first_step"' not in (metrics.read_text() if metrics.exists() else ""):  # wait for an event
@@ -135,8 +131,7 @@ def test_sigterm_tears_down_cleanly(tmp_path: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         out, err = proc.communicate(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        kill_tree(proc.tag)  # type: ignore[attr-defined]
     assert proc.returncode == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1] == "ddpctl-trainer: error: stopped by SIGTERM"
     assert "Traceback" not in err
