@@ -5,7 +5,7 @@ subprocess with a timeout and ``OMP_NUM_THREADS=1``; nothing synchronises by sle
 
 No test may leave a process behind. torchrun starts each worker in a session of its own, so
 killing torchrun's process group does not reach the workers; instead every process a test
-starts carries ``DDPCTL_TEST_TAG`` in its environment (inherited by torchrun's workers and
+starts carries ``DDP_TRAINER_TEST_TAG`` in its environment (inherited by torchrun's workers and
 their data-loader workers), and ``kill_tree`` SIGKILLs whatever still has the tag. ``launch``
 and ``wait_all`` do that in a ``finally``, an autouse fixture sweeps after every test, and
 each child gets SIGTERM from the kernel if the test process itself dies (torchrun then stops
@@ -76,7 +76,7 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-TAG_ENV = "DDPCTL_TEST_TAG"
+TAG_ENV = "DDP_TRAINER_TEST_TAG"
 _SESSION = f"{os.getpid()}-"
 _tags = itertools.count()
 
@@ -90,7 +90,7 @@ def _die_with_parent() -> None:
 
 
 def tagged_pids(tag: str) -> list[int]:
-    """Live processes whose environment holds ``DDPCTL_TEST_TAG=<tag>...`` (a prefix match)."""
+    """Live processes whose environment holds ``DDP_TRAINER_TEST_TAG=<tag>...`` (a prefix match)."""
     needle = f"{TAG_ENV}={tag}".encode()
     found = []
     for entry in os.listdir("/proc"):
@@ -124,7 +124,7 @@ def kill_tree(tag: str) -> list[int]:
 
 
 def start(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
-    """Popen with pipes, a session of its own and a fresh ``DDPCTL_TEST_TAG`` (``proc.tag``)."""
+    """Popen with pipes, a session of its own and a fresh ``DDP_TRAINER_TEST_TAG`` (``proc.tag``)."""
     tag = f"{_SESSION}{next(_tags)}."  # the dot: tag 1 must not prefix-match tag 10
     proc = subprocess.Popen(list(cmd), cwd=cwd, env={**env, TAG_ENV: tag}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
