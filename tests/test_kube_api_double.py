@@ -505,6 +505,46 @@ def test_logs_follow_streams_new_lines_and_ends_when_the_container_terminates(ku
     assert stamped.endswith("Z done\n") and stamped[:4].isdigit()
 
 
+def test_logs_since_time_in_whole_seconds_and_a_dropped_follow_stream(tmp_path):
+    import datetime as dt
+
+    from tests.kube_api_double.scripted import ScriptedDouble
+
+    with ScriptedDouble(namespaces=("default", "team"), seed=7) as kube:
+        path = kube.write_kubeconfig(tmp_path / "kubeconfig", context="double", namespace="team")
+        api = config.new_client_from_config(config_file=str(path), context="double")
+        core = client.CoreV1Api(api)
+        apply(api, job_manifest(nodes=1))
+        [pod] = kube.pod_names_for("Job", "train", "team")
+        kube.start_container(pod, "team")
+        t0 = dt.datetime(2030, 1, 1, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)
+        second = dt.timedelta(seconds=1)
+        with kube.store.cond:  # stamps of our choosing
+            kube.logbook.current("team", pod, "trainer").lines.extend([
+                (t0 - second, "a"), (t0, "b"), (t0 + second / 5, "c"), (t0 + second, "d")])
+
+        def since(stamp: str, *extra: str) -> str:  # sinceTime is a PodLogOptions field the OpenAPI spec leaves out
+            import urllib.request
+
+            url = f"{kube.url}/api/v1/namespaces/team/pods/{pod}/log?sinceTime={stamp}" + "".join("&" + e for e in extra)
+            req = urllib.request.Request(url, headers={"Authorization": f"Bearer {kube.token}"})
+            with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
+                return r.read().decode()
+
+        # the fraction is dropped on the way to the kubelet: the whole second 00:00:00 comes
+        assert since("2030-01-01T00:00:00.7Z") == "b\nc\nd\n"
+        assert since("2030-01-01T00:00:01Z", "timestamps=true") == "2030-01-01T00:00:01.500000000Z d\n"
+        resp = core.read_namespaced_pod_log(pod, "team", follow=True, _preload_content=False, _request_timeout=TIMEOUT)
+        chunks = resp.stream(amt=None)
+        assert _read_lines(chunks, 4) == ["a", "b", "c", "d"]
+        kube.drop_log_streams(pod, "team")
+        assert b"".join(chunks) == b""  # the stream ends ...
+        status = core.read_namespaced_pod(pod, "team").status.container_statuses[0]
+        assert status.state.running is not None and status.restart_count == 0  # ... the container runs on
+        kube.append_log(pod, "e", namespace="team")
+        assert core.read_namespaced_pod_log(pod, "team", tail_lines=1) == "e\n"
+
+
 def test_previous_logs_after_a_restart(kube, api):
     core = client.CoreV1Api(api)
     apply(api, pytorchjob_manifest(workers=1))

@@ -144,6 +144,46 @@ def test_logs_follow_all_ranks_across_a_pod_restart_until_the_job_ends(cli, make
     assert [x for x in lines if x.startswith("[rank 1]")] == ["[rank 1] rank 1 line 1", "[rank 1] rank 1 line 2"]
 
 
+def test_logs_follow_with_timestamps_picks_up_a_dropped_stream(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = _run_two_ranks(d)
+
+    def steps():
+        try:
+            d.wait_follows(p0)
+            for n in (1, 2):  # twice: the second resume starts from the newer line
+                d.drop_log_streams(p0, NS)
+                d.append_log(p0, f"rank 0 after drop {n}", namespace=NS)
+                d.wait_follows(p0, 1 + n)
+        finally:
+            for p in (p0, p1):
+                d.terminate_container(p, NS, exit_code=0)
+            d.finish("Job", NAME, NS)
+
+    with Scenario(steps):
+        r = cli("logs", NAME, *c.args, "-n", NS, "-f", "--rank", "0", "--timestamps")
+    assert r.code == 0, r.err
+    stamps, texts = zip(*(line.split(" ", 1) for line in r.out.splitlines()))
+    assert texts == ("rank 0 line 1", "rank 0 line 2", "rank 0 after drop 1", "rank 0 after drop 2")
+    assert all(s.endswith("Z") and s[:4].isdigit() for s in stamps) and list(stamps) == sorted(stamps)
+
+
+@pytest.mark.parametrize("stamp, ns", [
+    ("1970-01-01T00:00:01Z", 1_000_000_000),
+    ("1970-01-01T00:00:01.5Z", 1_500_000_000),
+    ("1970-01-01T00:00:01.000000007Z", 1_000_000_007),
+    ("1970-01-01T01:00:01.25+01:00", 1_250_000_000),
+    ("1970-01-01T00:00:01-00:30", 1_801_000_000_000),
+    ("step", None), ("", None), ("2030-13-01T00:00:00Z", None),
+])
+def test_log_timestamps(stamp, ns):
+    from ddpctl.kube.logs import stamp_ns
+
+    assert stamp_ns(stamp) == ns
+
+
 def test_logs_follow_one_rank_and_a_replaced_pod(cli, make_cluster):
     c = make_cluster()
     submit(cli, c)

@@ -500,6 +500,66 @@ def test_follow_streams_every_rank_prefixed_across_a_container_restart(cli, make
     assert [line for line in lines if line.startswith("[rank 0] ")] == ["[rank 0] hello from node 0", "[rank 0] rank 0 done"]
 
 
+def test_follow_picks_up_a_dropped_log_stream_without_losing_or_repeating_lines(cli, make_cluster):
+    c = make_cluster()
+    d = c.double
+    created = threading.Event()
+
+    def start(d, obj):
+        for i, p in enumerate(_pods(d)):
+            d.start_container(p, NS)
+            d.append_log(p, f"hello from node {i}", namespace=NS)
+        created.set()
+
+    d.after_create("Job", start)
+
+    def steps():
+        assert created.wait(BOUND)
+        p0, p1 = _pods(d)
+        d.wait_follows(p0)
+        d.wait_follows(p1)
+        try:
+            d.append_log(p1, "step 1", "step 2", namespace=NS)
+            d.drop_log_streams(p1, NS)  # the connection closes; the container keeps running
+            d.append_log(p1, "step 3 (while no stream was open)", namespace=NS)
+            d.wait_follows(p1, 2)  # ddpctl followed the same instance again
+            d.append_log(p1, "step 4", namespace=NS)
+        finally:  # the job ends either way, so a CLI that never follows again fails instead of hanging
+            for p in (p0, p1):
+                d.terminate_container(p, NS, exit_code=0)
+            d.finish("Job", NAME, NS, succeeded=True)
+
+    with Scenario(steps):
+        r = cli("submit", *c.args, "-n", NS, "--follow")
+    assert r.code == 0, r.err
+    assert [x for x in r.out.splitlines() if x.startswith("[rank 1] ")] == [
+        "[rank 1] hello from node 1", "[rank 1] step 1", "[rank 1] step 2", "[rank 1] step 3 (while no stream was open)",
+        "[rank 1] step 4"]
+    resumed = [q for q in d.requests_to("GET") if q.path.endswith(f"/pods/{_pods(d)[1]}/log") and q.param("sinceTime")]
+    assert len(resumed) == 1 and resumed[0].param("follow") == "true"
+
+
+@pytest.mark.parametrize("succeeded", [True, False])
+def test_follow_reports_logs_it_may_not_read(cli, make_cluster, succeeded):
+    c = make_cluster()
+    c.double.forbid("get", "pods/log", "", NS)
+
+    def run(d, obj):
+        for p in _pods(d):
+            d.start_container(p, NS)
+            d.terminate_container(p, NS, exit_code=0 if succeeded else 1)
+        d.finish("Job", NAME, NS, succeeded=succeeded)
+
+    c.double.after_create("Job", run)
+    r = cli("submit", *c.args, "-n", NS, "--follow")
+    if succeeded:
+        one_error(r, 1, "403 Forbidden", 'cannot get resource "pods/log"')
+        assert f'job.batch/{NAME} in namespace "{NS}" succeeded' in r.err
+    else:
+        one_error(r, 1, f'job "{NAME}" failed')
+        assert "ddpctl: could not follow the logs: " in r.err and 'cannot get resource "pods/log"' in r.err
+
+
 def test_follow_one_rank_without_prefix(cli, make_cluster):
     c = make_cluster(("pytorchjob",))
 

@@ -2,11 +2,16 @@
 
 Following is driven by the pod watch (`watch.JobMonitor`): one thread per pod follows the current
 container instance; when it ends and the kubelet restarts the container (restartCount + 1), the
-thread follows the new instance; a replacement pod for the same rank gets its own thread.
+thread follows the new instance; a replacement pod for the same rank gets its own thread. A stream
+that ends while its container instance still runs (the apiserver, the kubelet or a proxy closed it)
+is followed again from the timestamp of the last line printed, and the lines already printed are
+skipped, so nothing is lost or repeated.
 """
 
 from __future__ import annotations
 
+import calendar
+import re
 import sys
 import threading
 import time
@@ -73,6 +78,56 @@ def read_logs(cluster: Cluster, kind: Kind, job: dict[str, Any], pods: list[tupl
             out.line(_prefix(rank, prefix) + line)
 
 
+RESUME_SECONDS = 1.0  # a stream that ended while its container still runs is followed again after this
+
+_STAMP = re.compile(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d{1,9}))?(Z|[+-]\d\d:\d\d)$")
+
+
+def stamp_ns(stamp: str) -> int | None:
+    """An RFC3339(Nano) log timestamp as nanoseconds since the epoch; None when it is not one."""
+    m = _STAMP.match(stamp)
+    if not m:
+        return None
+    try:
+        seconds = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return None
+    zone = m.group(3)
+    if zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        seconds -= sign * (int(zone[1:3]) * 3600 + int(zone[4:6]) * 60)
+    return seconds * 1_000_000_000 + int((m.group(2) or "0").ljust(9, "0"))
+
+
+class _Printed:
+    """Which lines of one container instance were printed, by timestamp, so that a stream followed
+    again from `sinceTime` (whole seconds at the kubelet: lines already printed come again) skips them."""
+
+    def __init__(self) -> None:
+        self.stamp: str | None = None  # the last printed line's timestamp, as the server wrote it
+        self.ns = -1
+        self.same = 0  # lines printed with exactly that timestamp
+        self.replayed = 0  # of those, how many the current stream has sent again
+
+    def new_stream(self) -> None:
+        self.replayed = 0
+
+    def take(self, stamp: str, ns: int | None) -> bool:
+        """True when the line stamped `stamp` (`ns` nanoseconds; None: no stamp) is new and is to be printed."""
+        if ns is None:
+            return True
+        if ns < self.ns:
+            return False
+        if ns == self.ns:
+            self.replayed += 1
+            if self.replayed <= self.same:
+                return False
+            self.same += 1
+            return True
+        self.stamp, self.ns, self.same, self.replayed = stamp, ns, 1, 1
+        return True
+
+
 class Follower:
     """Concurrent follow of every rank's pod (or one rank), across restarts and replacements."""
 
@@ -120,28 +175,47 @@ class Follower:
             return "end", after
         return None
 
+    def _still_running(self, name: str, restarts: int) -> bool:
+        """The instance `restarts` of the pod's container runs, as far as the watch knows. Called with the
+        condition held."""
+        pod = self.pods.get(name)
+        if pod is None or self.stopped or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return False
+        cs = _cstatus(pod, _container(self.kind, pod))
+        return "running" in (cs.get("state") or {}) and int(cs.get("restartCount") or 0) == restarts
+
     def _follow_pod(self, name: str, rank: int | None) -> None:
         import urllib3
 
         followed = -1
         prefix = _prefix(rank, self.prefix)
+        printed = _Printed()
+        resume = False  # follow the same instance again: its stream ended while it kept running
         while True:
             with self.cond:
-                while (ready := self._ready(name, followed)) is None:
-                    self.cond.wait()
-                what, restarts = ready
-                if what == "end":
+                if resume:
+                    restarts = followed
+                else:
+                    while (ready := self._ready(name, followed)) is None:
+                        self.cond.wait()
+                    what, restarts = ready
+                    if what == "end":
+                        return
+                    printed = _Printed()  # a new instance
+                pod = self.pods.get(name)
+                if pod is None or self.stopped:
                     return
-                pod = self.pods[name]
             ns = pod["metadata"].get("namespace")
-            query: list[tuple[str, Any]] = [("container", _container(self.kind, pod)), ("follow", "true")]
-            if self.timestamps:
-                query.append(("timestamps", "true"))
+            # always with timestamps: they tell where to pick up after a dropped stream
+            query: list[tuple[str, Any]] = [("container", _container(self.kind, pod)), ("follow", "true"), ("timestamps", "true")]
+            if resume and printed.stamp:
+                query.append(("sinceTime", printed.stamp))
             try:
                 raw = self.cluster.stream(POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query, read_timeout=None)
             except E.ApiError as exc:
                 if exc.code in (400, 404):  # not started after all, or gone: wait for the next change
-                    followed = restarts - 1 if exc.code == 400 else restarts
+                    followed = restarts if resume or exc.code == 404 else restarts - 1
+                    resume = False
                     with self.cond:
                         if not self.stopped:
                             self.cond.wait()
@@ -155,16 +229,31 @@ class Follower:
                 return
             with self.cond:
                 self.raws[name] = raw
+            printed.new_stream()
             try:
                 for line in iter_lines(raw):
-                    self.out.line(prefix + line.decode("utf-8", "replace").rstrip("\r"))
+                    text = line.decode("utf-8", "replace").rstrip("\r")
+                    stamp, _, rest = text.partition(" ")
+                    ns = stamp_ns(stamp)
+                    if ns is None:  # not stamped after all: print it whole
+                        stamp, rest = "", text
+                    if not printed.take(stamp, ns):
+                        continue
+                    self.out.line(prefix + (text if self.timestamps else rest))
             except (urllib3.exceptions.HTTPError, OSError, ValueError):
-                pass  # stopped, or the connection dropped: the next change decides
+                pass  # stopped, or the connection dropped: decided below
             finally:
                 with self.cond:
                     self.raws.pop(name, None)
                 self.cluster.done_with(raw)
             followed = restarts
+            # The stream ended: the instance finished, or the connection was closed under it. Give the
+            # watch a moment to tell; an instance still running then is followed again.
+            with self.cond:
+                deadline = time.monotonic() + RESUME_SECONDS
+                while self._still_running(name, restarts) and (left := deadline - time.monotonic()) > 0:
+                    self.cond.wait(left)
+                resume = self._still_running(name, restarts)
 
     def drain(self, timeout: float) -> None:
         """After the job finished: let the streams end by themselves (bounded), then stop."""

@@ -128,7 +128,12 @@ def follow_job(cluster: Any, kind: Any, job: dict[str, Any], *, timeout: float |
     finally:
         if follower:
             follower.stop()
+    log_errors = follower.errors if follower else []
     if outcome.result == "Failed":
+        for err in log_errors[:1]:  # the job's failure is the error; that its logs could not be read is said too
+            status.say(f"ddpctl: could not follow the logs: {err}")
         raise W.explain_failure(cluster, kind, outcome, status.say)
     name, ns = job["metadata"]["name"], job["metadata"].get("namespace")
     status.say(f"ddpctl: {kind.ref(name)} in namespace \"{ns}\" succeeded")
+    for err in log_errors[:1]:  # as `ddpctl logs -f`: logs asked for and not shown are an error
+        raise err

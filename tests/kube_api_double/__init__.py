@@ -44,8 +44,10 @@ Implemented faithfully (shapes checked against the apiserver's and the client's 
   compacted resourceVersion gets an ERROR event with a 410 Expired Status; ``timeoutSeconds`` ends it.
 * pod logs: ``container`` (required when a pod has several), ``follow`` (streams until that container
   instance terminates, the pod goes away or the server stops), ``tailLines``, ``previous``,
-  ``timestamps``, ``limitBytes``; kube's 400 messages for a waiting container or a missing previous one
-  (``sinceSeconds``/``sinceTime`` are accepted and ignored).
+  ``timestamps``, ``limitBytes``, ``sinceTime`` (at whole seconds, as kube-apiserver passes it on to the
+  kubelet); kube's 400 messages for a waiting container or a missing previous one (``sinceSeconds`` is
+  accepted and ignored). ``ScriptedDouble.drop_log_streams`` ends the follow streams of a container that
+  keeps running (a connection the apiserver, the kubelet or a proxy closed).
 
 Simplified, on purpose:
 

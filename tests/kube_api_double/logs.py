@@ -11,6 +11,16 @@ from dataclasses import dataclass, field
 class Instance:
     lines: list[tuple[dt.datetime, str]] = field(default_factory=list)
     terminated: bool = False
+    drops: int = 0  # bumped to end the follow streams open on this instance while it keeps running
+
+
+def since_time(text: str | None) -> dt.datetime | None:
+    """``sinceTime`` as the kubelet sees it: kube-apiserver re-encodes the query's metav1.Time for the
+    kubelet with RFC3339 (whole seconds), so the fraction is dropped and lines from that second on come."""
+    if not text:
+        return None
+    t = dt.datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")
+    return t.replace(tzinfo=dt.timezone.utc)
 
 
 class LogBook:

@@ -6,7 +6,10 @@
   pods of a new workload, inside the create request, so the CLI's next read sees what ``fn`` did
   (e.g. pods started and failed, a pod unschedulable);
 * ``wait_follows(pod, n)``: returns once the ``n``-th ``follow=true`` log stream of ``pod`` has been
-  sent its first chunk (the stream is attached to the instance that was current then);
+  attached to the container instance that was current then (its backlog, possibly empty, sent): lines
+  appended from then on reach that stream;
+* ``drop_log_streams(pod)``: ends the open follow streams of ``pod``'s current container instance,
+  which keeps running (the CLI must follow it again without losing or repeating lines);
 * ``wait_watches(resource, n)``: returns once ``n`` watch requests for ``resource`` have arrived
   (a watch from a resourceVersion replays everything after it, so what happens next is seen).
 
@@ -46,7 +49,7 @@ class ScriptedDouble(KubeApiDouble):
     # -------------------------------------------------------------- streams the CLI opened
 
     def _chunk(self, h, data: bytes) -> None:  # type: ignore[override]
-        KubeApiDouble._chunk(h, data)
+        KubeApiDouble._chunk(h, data)  # a follow stream's first call, with its backlog, comes even when that is empty
         url = urlsplit(h.path)
         query = parse_qs(url.query)
         if url.path.endswith("/log") and query.get("follow", [""])[-1] in ("true", "1", "True"):
@@ -63,6 +66,12 @@ class ScriptedDouble(KubeApiDouble):
             self.watches[route.plural] += 1
             self._seen.notify_all()
         return super()._watch(h, rec, route)
+
+    def drop_log_streams(self, pod: str, namespace: str = "default", container: str | None = None) -> None:
+        with self.store.cond:
+            c = self._cname(self._pod(pod, namespace), container)
+            self.logbook.current(namespace, pod, c).drops += 1
+            self.store.cond.notify_all()
 
     def wait_follows(self, pod: str, n: int = 1, timeout: float = BOUND) -> None:
         with self._seen:

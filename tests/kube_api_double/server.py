@@ -20,7 +20,7 @@ import yaml
 
 from . import status as S
 from .controller import Scenario
-from .logs import LogBook, format_line
+from .logs import LogBook, format_line, since_time
 from .resources import ENGINES, Registry, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Store
@@ -748,6 +748,10 @@ class KubeApiDouble(Scenario):
         tail = rec.param("tailLines")
         tail_n = int(tail) if tail not in (None, "") else None
         limit_bytes = int(rec.param("limitBytes") or 0)
+        try:
+            since = since_time(rec.param("sinceTime"))
+        except ValueError:
+            raise S.bad_request(f'parsing time "{rec.param("sinceTime")}" as RFC3339: cannot parse') from None
         with self.store.lock:
             statuses = {s["name"]: s for s in (pod.get("status") or {}).get("containerStatuses", []) or []}
             st = statuses.get(container)
@@ -765,8 +769,11 @@ class KubeApiDouble(Scenario):
                     raise S.bad_request(f'container "{container}" in pod "{name}" is waiting to start: {text}')
                 inst = self.logbook.current(ns, name, container)
             lines = list(inst.lines)
-            start = 0 if tail_n is None else max(0, len(lines) - tail_n)
             cursor = len(lines)
+            drops = inst.drops
+            if since is not None:
+                lines = [(t, text) for t, text in lines if t >= since]
+            start = 0 if tail_n is None else max(0, len(lines) - tail_n)
             first = b"".join(format_line(t, s, timestamps) for t, s in lines[start:])
         if limit_bytes:
             first = first[:limit_bytes]
@@ -791,7 +798,7 @@ class KubeApiDouble(Scenario):
                             new = inst.lines[cursor:]
                             cursor = len(inst.lines)
                             break
-                        if inst.terminated:
+                        if inst.terminated or inst.drops != drops:
                             return
                         self.store.cond.wait()
                 self._chunk(h, b"".join(format_line(t, s, timestamps) for t, s in new))
