@@ -42,7 +42,7 @@ def test_status_shows_ranks_phases_restarts_and_reasons(cli, make_cluster):
     doc = json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)
     assert doc["target"] == "pytorchjob" and doc["nodes"] == 3 and doc["state"] == "Running"
     assert doc["replicas"]["worker"] == {"pending": 1, "running": 1, "succeeded": 0, "failed": 0}
-    assert [p["rank"] for p in doc["pods"]] == [0, 1, 2] and doc["pods"][1]["restarts"] == 1
+    assert [p["node"] for p in doc["pods"]] == [0, 1, 2] and doc["pods"][1]["restarts"] == 1
     assert yaml.safe_load(cli("status", NAME, *c.args, "-n", NS, "-o", "yaml").out) == doc
 
 
@@ -60,7 +60,7 @@ def test_status_of_a_failed_job_and_wait_on_it(cli, make_cluster):
     assert f"State:       Failed (BackoffLimitExceeded: Job {NAME} has failed.)" in r.out
     assert "Error (exit code 1)" in r.out
     r = cli("status", NAME, *c.args, "-n", NS, "--wait")
-    one_error(r, 1, f"rank 0 (pod {p0}): Error (exit code 1)")
+    one_error(r, 1, f"node 0 (pod {p0}): Error (exit code 1)")
     assert "    | ValueError: bad batch" in r.err
 
 
@@ -96,11 +96,42 @@ def test_logs_of_every_rank_prefixed_in_rank_order(cli, make_cluster):
     _run_two_ranks(c.double, "JobSet")
     r = cli("logs", NAME, *c.args, "-n", NS)
     assert r.code == 0, r.err
-    assert r.out.splitlines() == ["[rank 0] rank 0 line 1", "[rank 0] rank 0 line 2", "[rank 1] rank 1 line 1",
-                                  "[rank 1] rank 1 line 2"]
+    assert r.out.splitlines() == ["[node 0] rank 0 line 1", "[node 0] rank 0 line 2", "[node 1] rank 1 line 1",
+                                  "[node 1] rank 1 line 2"]
     assert cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--tail", "1").out == "rank 1 line 2\n"
-    assert cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--prefix").out.splitlines()[0] == "[rank 1] rank 1 line 1"
-    one_error(cli("logs", NAME, *c.args, "-n", NS, "--rank", "2"), 2, "--rank: 2 is out of range", "0-1")
+    assert cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--prefix").out.splitlines()[0] == "[node 1] rank 1 line 1"
+    one_error(cli("logs", NAME, *c.args, "-n", NS, "--rank", "2"), 2, "--rank: node rank 2 is out of range", "2 node(s)", "0-1")
+
+
+def test_node_prefix_is_the_pod_index_beside_the_trainers_global_ranks(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c, "--gpus", "4")
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for p in (p0, p1):
+        d.start_container(p, NS)
+    d.append_log(p1, "[rank 5] epoch 1 loss 0.3", namespace=NS)  # pod 1 runs global ranks 4-7
+    r = cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--prefix")
+    assert r.out == "[node 1] [rank 5] epoch 1 loss 0.3\n" and "c10d" not in r.err
+    status = cli("status", NAME, *c.args, "-n", NS)
+    assert [line.split()[:2] for line in status.out.splitlines() if line.startswith("NODE")] == [["NODE", "POD"]]
+    for command in ("logs", "submit"):
+        help_text = " ".join(cli(command, "--help").out.replace("│", " ").split())  # rich wraps it in a box
+        assert "node rank" in help_text and "pod index" in help_text, command
+
+
+def test_rank_of_an_elastic_c10d_job_is_said_to_be_the_pod_index(cli, make_cluster):
+    c = make_cluster(("pytorchjob",))
+    for target in ("job", "pytorchjob"):
+        name = f"el-{target}"
+        r = cli("submit", *c.args, "-n", NS, "--name", name, "--target", target, "--nodes", "1:3")
+        assert r.code == 0, r.err
+        kind = {"job": "Job", "pytorchjob": "PyTorchJob"}[target]
+        for p in c.double.pod_names_for(kind, name, NS):
+            c.double.start_container(p, NS)
+        r = cli("logs", name, *c.args, "-n", NS, "--rank", "0")
+        assert r.code == 0, r.err
+        assert f"ddpctl: {name} uses c10d rendezvous: --rank 0 picks pod index 0" in r.err, target
 
 
 def test_logs_previous_instance_and_waiting_containers(cli, make_cluster):
@@ -115,7 +146,7 @@ def test_logs_previous_instance_and_waiting_containers(cli, make_cluster):
     r = cli("logs", NAME, *c.args, "-n", NS, "--previous", "--rank", "0")
     assert r.out == "before the crash\n"
     r = cli("logs", NAME, *c.args, "-n", NS)
-    assert r.code == 0 and f"rank 1 (pod {p1}): no logs" in r.err and "ImagePullBackOff" not in r.out
+    assert r.code == 0 and f"node 1 (pod {p1}): no logs" in r.err and "ImagePullBackOff" not in r.out
 
 
 def test_logs_follow_all_ranks_across_a_pod_restart_until_the_job_ends(cli, make_cluster):
@@ -139,9 +170,9 @@ def test_logs_follow_all_ranks_across_a_pod_restart_until_the_job_ends(cli, make
         r = cli("logs", NAME, *c.args, "-n", NS, "-f")
     assert r.code == 0, r.err
     lines = r.out.splitlines()
-    assert [x for x in lines if x.startswith("[rank 0]")] == [
-        "[rank 0] rank 0 line 1", "[rank 0] rank 0 line 2", "[rank 0] rank 0 line 3", "[rank 0] rank 0 after restart"]
-    assert [x for x in lines if x.startswith("[rank 1]")] == ["[rank 1] rank 1 line 1", "[rank 1] rank 1 line 2"]
+    assert [x for x in lines if x.startswith("[node 0]")] == [
+        "[node 0] rank 0 line 1", "[node 0] rank 0 line 2", "[node 0] rank 0 line 3", "[node 0] rank 0 after restart"]
+    assert [x for x in lines if x.startswith("[node 1]")] == ["[node 1] rank 1 line 1", "[node 1] rank 1 line 2"]
 
 
 def test_logs_follow_with_timestamps_picks_up_a_dropped_stream(cli, make_cluster):

@@ -417,18 +417,18 @@ def test_wait_failure_prints_why_and_exits_1(cli, make_cluster, code, reason, sh
     c.double.after_create("Job", fail_rank_1)
     r = cli("submit", *c.args, "-n", NS, "--wait")
     p1 = _pods(c.double)[1]
-    one_error(r, 1, f'job "{NAME}" failed: rank 1 (pod {p1}): {shown}', f"ddpctl logs {NAME} -n {NS} --rank 1")
+    one_error(r, 1, f'job "{NAME}" failed: node 1 (pod {p1}): {shown}', f"ddpctl logs {NAME} -n {NS} --rank 1")
     assert f"job.batch/{NAME} failed: BackoffLimitExceeded" in r.err
-    assert "    | RuntimeError: CUDA out of memory" in r.err and "last 2 log lines of rank 1" in r.err
+    assert "    | RuntimeError: CUDA out of memory" in r.err and "last 2 log lines of node 1" in r.err
 
 
 def test_wait_timeout_exits_3_and_says_why_it_stalls_image_pull(cli, make_cluster):
     c = make_cluster()
     c.double.after_create("Job", lambda d, obj: d.set_container_waiting(_pods(d)[0], NS, reason="ImagePullBackOff"))
     r = cli("submit", *c.args, "-n", NS, "--wait", "--timeout", "0.3s", "--image", "registry.invalid/nope:1")
-    err = one_error(r, 3, "timed out after 0.3s", "rank 0 ImagePullBackOff", f"ddpctl delete {NAME} -n {NS}")
+    err = one_error(r, 3, "timed out after 0.3s", "node 0 ImagePullBackOff", f"ddpctl delete {NAME} -n {NS}")
     assert 'registry.invalid/nope:1' in err
-    assert f"ddpctl: rank 0 (pod {_pods(c.double)[0]}) is waiting: ImagePullBackOff: Back-off pulling image" in r.err
+    assert f"ddpctl: node 0 (pod {_pods(c.double)[0]}) is waiting: ImagePullBackOff: Back-off pulling image" in r.err
 
 
 def test_wait_timeout_before_the_pod_watch_synced_still_says_why(cli, make_cluster, monkeypatch):
@@ -447,9 +447,9 @@ def test_wait_timeout_before_the_pod_watch_synced_still_says_why(cli, make_clust
     c = make_cluster()
     c.double.after_create("Job", lambda d, obj: d.set_container_waiting(_pods(d)[0], NS, reason="ImagePullBackOff"))
     r = cli("submit", *c.args, "-n", NS, "--wait", "--timeout", "0.3s")
-    err = one_error(r, 3, "timed out after 0.3s", "rank 0 ImagePullBackOff")
+    err = one_error(r, 3, "timed out after 0.3s", "node 0 ImagePullBackOff")
     assert "no pods yet" not in err
-    assert f"ddpctl: rank 0 (pod {_pods(c.double)[0]}) is waiting: ImagePullBackOff" in r.err
+    assert f"ddpctl: node 0 (pod {_pods(c.double)[0]}) is waiting: ImagePullBackOff" in r.err
 
 
 def test_wait_unschedulable_shows_the_schedulers_event_message(cli, make_cluster):
@@ -457,7 +457,7 @@ def test_wait_unschedulable_shows_the_schedulers_event_message(cli, make_cluster
     msg = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
     c.double.after_create("Job", lambda d, obj: [d.mark_unschedulable(p, NS, message=msg) for p in _pods(d)])
     r = cli("submit", *c.args, "-n", NS, "--wait", "--timeout", "0.3s")
-    one_error(r, 3, f"rank 0 Unschedulable: {msg}")
+    one_error(r, 3, f"node 0 Unschedulable: {msg}")
     assert f"is waiting: Unschedulable: {msg}" in r.err
 
 
@@ -495,9 +495,9 @@ def test_follow_streams_every_rank_prefixed_across_a_container_restart(cli, make
         r = cli("submit", *c.args, "-n", NS, "--follow", "--restart-policy", "OnFailure")
     assert r.code == 0, r.err
     lines = r.out.splitlines()
-    rank1 = [line for line in lines if line.startswith("[rank 1] ")]
-    assert rank1 == ["[rank 1] hello from node 1", "[rank 1] step 1 loss 2.0", "[rank 1] resumed from checkpoint"]
-    assert [line for line in lines if line.startswith("[rank 0] ")] == ["[rank 0] hello from node 0", "[rank 0] rank 0 done"]
+    rank1 = [line for line in lines if line.startswith("[node 1] ")]
+    assert rank1 == ["[node 1] hello from node 1", "[node 1] step 1 loss 2.0", "[node 1] resumed from checkpoint"]
+    assert [line for line in lines if line.startswith("[node 0] ")] == ["[node 0] hello from node 0", "[node 0] rank 0 done"]
 
 
 def test_follow_picks_up_a_dropped_log_stream_without_losing_or_repeating_lines(cli, make_cluster):
@@ -532,9 +532,9 @@ def test_follow_picks_up_a_dropped_log_stream_without_losing_or_repeating_lines(
     with Scenario(steps):
         r = cli("submit", *c.args, "-n", NS, "--follow")
     assert r.code == 0, r.err
-    assert [x for x in r.out.splitlines() if x.startswith("[rank 1] ")] == [
-        "[rank 1] hello from node 1", "[rank 1] step 1", "[rank 1] step 2", "[rank 1] step 3 (while no stream was open)",
-        "[rank 1] step 4"]
+    assert [x for x in r.out.splitlines() if x.startswith("[node 1] ")] == [
+        "[node 1] hello from node 1", "[node 1] step 1", "[node 1] step 2", "[node 1] step 3 (while no stream was open)",
+        "[node 1] step 4"]
     resumed = [q for q in d.requests_to("GET") if q.path.endswith(f"/pods/{_pods(d)[1]}/log") and q.param("sinceTime")]
     assert len(resumed) == 1 and resumed[0].param("follow") == "true"
 

@@ -1,4 +1,4 @@
-"""`ddpctl logs NAME`: every rank's logs, prefixed [rank N]; -f follows across restarts."""
+"""`ddpctl logs NAME`: every node's (pod's) logs, prefixed [node N]; -f follows across restarts."""
 
 from __future__ import annotations
 
@@ -11,17 +11,17 @@ from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_optio
 
 def logs_command(
     name: Optional[str] = typer.Argument(None, help="Job name (default: the name in ./ddp.yaml).", show_default=False),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Stream new lines from every rank until the job finishes."),
-    rank: Optional[int] = typer.Option(None, "--rank", help="Only this node rank (0 = rank 0's pod).", show_default=False),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Stream new lines from every node until the job finishes."),
+    rank: Optional[int] = typer.Option(None, "--rank", help="Only node N's logs: N is the node rank, the pod's index in the job (with --gpus G node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: torchrun numbers the nodes at rendezvous.", show_default=False),
     previous: bool = typer.Option(False, "--previous", "-p", help="The previous (crashed) container instance's logs."),
-    tail: Optional[int] = typer.Option(None, "--tail", help="Only the last N lines of each rank.", show_default=False),
+    tail: Optional[int] = typer.Option(None, "--tail", help="Only the last N lines of each node.", show_default=False),
     timestamps: bool = typer.Option(False, "--timestamps", help="Prefix each line with its time."),
-    prefix: Optional[bool] = typer.Option(None, "--prefix/--no-prefix", help="Prefix lines with [rank N] (default: unless --rank).", show_default=False),
+    prefix: Optional[bool] = typer.Option(None, "--prefix/--no-prefix", help="Prefix lines with [node N] (default: unless --rank).", show_default=False),
     namespace: Optional[str] = namespace_option(),
     kubeconfig: Optional[str] = kubeconfig_option(),
     context: Optional[str] = context_option(),
 ) -> None:
-    """Print the logs of every rank of a job (or one, with --rank)."""
+    """Print the logs of every node (pod) of a job, or of one node with --rank."""
     from ddpctl.kube.operate import logs
 
     logs(name, kubeconfig=kubeconfig, context=context, namespace=namespace, follow=follow, rank=rank, previous=previous,

@@ -1,4 +1,4 @@
-"""`ddpctl status NAME`: the job's state, per-rank pods and why a rank fails or waits."""
+"""`ddpctl status NAME`: the job's state, its pods by node rank and why a node fails or waits."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ def status_command(
     wait: bool = typer.Option(False, "--wait", "-w", help="Wait until the job finishes; exit 0 on success, 1 on failure."),
     timeout: Optional[str] = timeout_option(),
 ) -> None:
-    """Show a job's state: pods per rank, restarts, and why ranks fail or wait."""
+    """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, and why nodes fail or wait."""
     from ddpctl.kube.operate import status
 
     status(name, kubeconfig=kubeconfig, context=context, namespace=namespace, output=output, wait=wait, timeout=timeout,

@@ -20,8 +20,8 @@ def submit_command(
     build: bool = typer.Option(False, "--build", help="Build and push the image first (as `ddpctl build`), then submit with it."),
     replace: bool = typer.Option(False, "--replace", help="Delete an existing job of this name (and wait until it is gone), then create it."),
     wait: bool = typer.Option(False, "--wait", "-w", help="Wait until the job finishes, with a live status line; exit 0 on success, 1 on failure."),
-    follow: bool = typer.Option(False, "--follow", help="Like --wait, and stream every rank's logs prefixed [rank N]."),
-    rank: Optional[int] = typer.Option(None, "--rank", help="With --follow: only this rank's logs."),
+    follow: bool = typer.Option(False, "--follow", help="Like --wait, and stream every node's logs prefixed [node N] (the node rank: the pod's index)."),
+    rank: Optional[int] = typer.Option(None, "--rank", help="With --follow: only node N's logs: N is the node rank, the pod's index in the job (with --gpus G node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: torchrun numbers the nodes at rendezvous."),
     timeout: Optional[str] = timeout_option(),
 ) -> None:
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""

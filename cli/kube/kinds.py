@@ -150,6 +150,21 @@ def expected_nodes(kind: Kind, job: dict[str, Any]) -> int | None:
     return None
 
 
+def c10d_rendezvous(job: dict[str, Any]) -> bool:
+    """Nodes meet through c10d rendezvous (elastic jobs, rendezvous.mode c10d): torchrun then numbers
+    the nodes itself, so a pod's index is not necessarily its node rank."""
+    def walk(o: Any) -> bool:
+        if isinstance(o, dict):
+            if "elasticPolicy" in o or (o.get("name") == "PET_RDZV_BACKEND" and o.get("value") == "c10d"):
+                return True
+            return any(walk(v) for v in o.values())
+        if isinstance(o, list):
+            return any(walk(v) for v in o)
+        return False
+
+    return walk(job.get("spec") or {})
+
+
 def finished(kind: Kind, job: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
     """("Succeeded" | "Failed" | None, the condition that says so)."""
     for cond in ((job.get("status") or {}).get("conditions") or []):

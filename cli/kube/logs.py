@@ -1,4 +1,6 @@
-"""Logs of every rank, prefixed `[rank N]`, read once or followed concurrently.
+"""Logs of every node (pod), prefixed `[node N]`, read once or followed concurrently.
+
+N is the node rank: the pod's index in the job (the trainer's own lines carry `[rank R]`, the global rank).
 
 Following is driven by the pod watch (`watch.JobMonitor`): one thread per pod follows the current
 container instance; when it ends and the kubelet restarts the container (restartCount + 1), the
@@ -50,13 +52,13 @@ def _cstatus(pod: dict[str, Any], container: str) -> dict[str, Any]:
 def _prefix(rank: int | None, enabled: bool) -> str:
     if not enabled:
         return ""
-    return f"[rank {rank}] " if rank is not None else "[rank ?] "
+    return f"[node {rank}] " if rank is not None else "[node ?] "
 
 
 def read_logs(cluster: Cluster, kind: Kind, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]], *,
               prefix: bool, out: Output, note: Callable[[str], None], tail: int | None = None, previous: bool = False,
               timestamps: bool = False) -> None:
-    """`ddpctl logs NAME`: each rank's log in rank order."""
+    """`ddpctl logs NAME`: each node's log in node order."""
     for rank, pod in pods:
         name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
         container = _container(kind, pod)
@@ -71,7 +73,7 @@ def read_logs(cluster: Cluster, kind: Kind, job: dict[str, Any], pods: list[tupl
             _, text = cluster.call("GET", POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query=query)
         except E.ApiError as exc:
             if exc.code == 400:  # waiting to start / no previous instance: say so, go on
-                note(f"ddpctl: rank {rank} (pod {name}): no logs: {exc.message.split(': ', 1)[-1]}")
+                note(f"ddpctl: node {rank} (pod {name}): no logs: {exc.message.split(': ', 1)[-1]}")
                 continue
             raise
         for line in (text or "").splitlines() if isinstance(text, str) else []:
@@ -129,7 +131,7 @@ class _Printed:
 
 
 class Follower:
-    """Concurrent follow of every rank's pod (or one rank), across restarts and replacements."""
+    """Concurrent follow of every node's pod (or one node), across restarts and replacements."""
 
     def __init__(self, cluster: Cluster, kind: Kind, *, out: Output, prefix: bool = True, rank: int | None = None,
                  timestamps: bool = False) -> None:

@@ -58,7 +58,7 @@ def status(name: str | None, *, kubeconfig: str | None, context: str | None, nam
                 text = f"Unschedulable: {msg}" if msg else text
             cs = W._main_status(kind, pod)
             last = ((cs.get("lastState") or {}).get("terminated")) or {}
-            rows.append({"rank": rank, "pod": pod["metadata"]["name"], "phase": W.pod_phase(pod),
+            rows.append({"node": rank, "pod": pod["metadata"]["name"], "phase": W.pod_phase(pod),
                          "restarts": int(cs.get("restartCount") or 0), "reason": text,
                          **({"lastTermination": f"{last.get('reason')} (exit code {last.get('exitCode')})"} if last else {})})
         groups = W.counts(kind, pods)
@@ -86,8 +86,8 @@ def status(name: str | None, *, kubeconfig: str | None, context: str | None, nam
         out(f"Age:         {age(job['metadata'].get('creationTimestamp'))}")
         if rows:
             out("")
-            out(table(["RANK", "POD", "PHASE", "RESTARTS", "REASON"],
-                      [[str(r["rank"]), r["pod"], r["phase"], str(r["restarts"]) + (f" (last: {r['lastTermination']})" if r.get("lastTermination") else ""),
+            out(table(["NODE", "POD", "PHASE", "RESTARTS", "REASON"],
+                      [[str(r["node"]), r["pod"], r["phase"], str(r["restarts"]) + (f" (last: {r['lastTermination']})" if r.get("lastTermination") else ""),
                         r["reason"]] for r in rows]))
         else:
             out("\nNo pods yet.")
@@ -107,11 +107,11 @@ def logs(name: str | None, *, kubeconfig: str | None, context: str | None, names
          out: Callable[[str], None], say: Callable[[str], None]) -> None:
     from ddpctl.kube import watch as W
     from ddpctl.kube.apply import find_job
-    from ddpctl.kube.kinds import POD, expected_nodes, pod_selector
+    from ddpctl.kube.kinds import POD, c10d_rendezvous, expected_nodes, pod_selector
     from ddpctl.kube.logs import Follower, Output, read_logs
 
     if rank is not None and rank < 0:
-        raise UsageError(f"--rank: {rank} is negative; ranks count from 0")
+        raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
     if follow and previous:
         raise UsageError("--previous cannot be combined with --follow; drop one of them")
     name, namespace = _defaults(name, namespace, "logs")
@@ -120,7 +120,10 @@ def logs(name: str | None, *, kubeconfig: str | None, context: str | None, names
         kind, job = find_job(cluster, name, ns)
         nodes = expected_nodes(kind, job)
         if rank is not None and nodes is not None and rank >= nodes:
-            raise UsageError(f"--rank: {rank} is out of range; job {name} has ranks 0-{nodes - 1}")
+            raise UsageError(f"--rank: node rank {rank} is out of range; job {name} has {nodes} node(s), node ranks 0-{nodes - 1}")
+        if rank is not None and c10d_rendezvous(job):
+            say(f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
+                f"rendezvous, so that pod's own [rank R] lines say which global ranks it runs")
         use_prefix = (rank is None) if prefix is None else prefix
         output = Output()
         if not follow:
@@ -128,7 +131,7 @@ def logs(name: str | None, *, kubeconfig: str | None, context: str | None, names
             if rank is not None:
                 pods = [(r, p) for r, p in pods if r == rank]
             if not pods:
-                raise ClusterError(f'job "{name}" in namespace "{ns}" has no pods' + (f" for rank {rank}" if rank is not None else "")
+                raise ClusterError(f'job "{name}" in namespace "{ns}" has no pods' + (f" for node rank {rank}" if rank is not None else "")
                                    + f" yet; see `ddpctl status {name} -n {ns}`")
             read_logs(cluster, kind, job, pods, prefix=use_prefix, out=output, note=say, tail=tail, previous=previous,
                       timestamps=timestamps)

@@ -28,7 +28,7 @@ def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, d
     if rank is not None and not follow:
         raise UsageError("--rank: only with --follow; for a running job use `ddpctl logs NAME --rank N`")
     if rank is not None and rank < 0:
-        raise UsageError(f"--rank: {rank} is negative; ranks count from 0")
+        raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
     if dry_run is not DryRun.none and (wait or follow or build or replace):
         used = next(f for f, on in (("--wait", wait), ("--follow", follow), ("--build", build), ("--replace", replace)) if on)
         raise UsageError(f"{used} cannot be combined with --dry-run={dry_run.value}; drop one of them")
@@ -110,6 +110,13 @@ def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, d
         if not (wait or follow):
             say(f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status {spec.name} -n {spec.namespace}`")
             return
+        if rank is not None:
+            from ddpctl.kube.kinds import c10d_rendezvous
+
+            if c10d_rendezvous(job):
+                name = spec.name
+                say(f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
+                f"rendezvous, so that pod's own [rank R] lines say which global ranks it runs")
         follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
 
 

@@ -410,7 +410,7 @@ def _say_waiting(mon: JobMonitor, pods: list[tuple[int | None, dict[str, Any]]],
         key = (pod["metadata"]["name"], problem[0].split(":")[0]) if problem else None
         if problem and not problem[1] and key not in reported:
             reported.add(key)  # type: ignore[arg-type]
-            status.say(f"ddpctl: rank {rank} (pod {pod['metadata']['name']}) is waiting: {_with_events(mon, pod, problem[0])}")
+            status.say(f"ddpctl: node {rank} (pod {pod['metadata']['name']}) is waiting: {_with_events(mon, pod, problem[0])}")
 
 
 def _with_events(mon: JobMonitor, pod: dict[str, Any], text: str) -> str:
@@ -426,7 +426,7 @@ def stall_summary(mon: JobMonitor, pods: list[tuple[int | None, dict[str, Any]]]
     for rank, pod in pods:
         problem = pod_problem(mon.kind, pod)
         if problem:
-            out.append(f"rank {rank} {_with_events(mon, pod, problem[0])}")
+            out.append(f"node {rank} {_with_events(mon, pod, problem[0])}")
     if not pods:
         out.append("no pods yet")
     return "; ".join(out[:3]) + (f"; and {len(out) - 3} more" if len(out) > 3 else "")
@@ -454,16 +454,16 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
         if text.startswith("Unschedulable"):
             msg = scheduler_event(cluster, ns, pod["metadata"]["name"])
             text = f"Unschedulable: {msg}" if msg else text
-        say(f"  rank {rank} (pod {pod['metadata']['name']}): {text}")
+        say(f"  node {rank} (pod {pod['metadata']['name']}): {text}")
         first = first or (rank, pod, text)
         lines = last_log_lines(cluster, kind, pod)
         if lines:
-            say(f"  last {len(lines)} log lines of rank {rank}:")
+            say(f"  last {len(lines)} log lines of node {rank}:")
             for line in lines:
                 say(f"    | {line}")
     if first:
         rank, pod, text = first
-        return RuntimeFailure(f'job "{name}" failed: rank {rank} (pod {pod["metadata"]["name"]}): {text}; see '
+        return RuntimeFailure(f'job "{name}" failed: node {rank} (pod {pod["metadata"]["name"]}): {text}; see '
                               f"`ddpctl logs {name} -n {ns} --rank {rank}`")
     reason = (cond or {}).get("reason") or "Failed"
     return RuntimeFailure(f'job "{name}" failed: {reason}' + (f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
