@@ -345,6 +345,20 @@ def _pods(d, kind="Job"):
     return d.pod_names_for(kind, NAME, NS)
 
 
+def _start_pods_saying_hello(d) -> threading.Event:
+    """When the Job is created, start its pods and log one line from each; the event says when."""
+    created = threading.Event()
+
+    def start(d, obj):
+        for i, p in enumerate(_pods(d)):
+            d.start_container(p, NS)
+            d.append_log(p, f"hello from node {i}", namespace=NS)
+        created.set()
+
+    d.after_create("Job", start)
+    return created
+
+
 def test_wait_success_exits_0_with_a_status_line(cli, make_cluster):
     c = make_cluster()
 
@@ -467,15 +481,7 @@ def test_wait_unschedulable_shows_the_schedulers_event_message(cli, make_cluster
 def test_follow_streams_every_rank_prefixed_across_a_container_restart(cli, make_cluster):
     c = make_cluster()
     d = c.double
-    created = threading.Event()
-
-    def start(d, obj):
-        for i, p in enumerate(_pods(d)):
-            d.start_container(p, NS)
-            d.append_log(p, f"hello from node {i}", namespace=NS)
-        created.set()
-
-    d.after_create("Job", start)
+    created = _start_pods_saying_hello(d)
 
     def steps():
         assert created.wait(BOUND)
@@ -503,15 +509,7 @@ def test_follow_streams_every_rank_prefixed_across_a_container_restart(cli, make
 def test_follow_picks_up_a_dropped_log_stream_without_losing_or_repeating_lines(cli, make_cluster):
     c = make_cluster()
     d = c.double
-    created = threading.Event()
-
-    def start(d, obj):
-        for i, p in enumerate(_pods(d)):
-            d.start_container(p, NS)
-            d.append_log(p, f"hello from node {i}", namespace=NS)
-        created.set()
-
-    d.after_create("Job", start)
+    created = _start_pods_saying_hello(d)
 
     def steps():
         assert created.wait(BOUND)
