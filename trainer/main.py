@@ -12,8 +12,16 @@ from types import FrameType
 from .errors import EXIT_FAILURE, EXIT_OK, EXIT_SIGTERM, Terminated, TrainerError, TrainerFailure, print_error
 
 
+_armed = False  # True while a SIGTERM should interrupt the run
+
+
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    raise Terminated()
+    """The first SIGTERM stops the run; later ones (or one during teardown) are ignored, so the
+    error report and teardown are never interrupted by a second exception."""
+    global _armed
+    if _armed:
+        _armed = False
+        raise Terminated()
 
 
 def _is_peer_failure(exc: BaseException) -> bool:
@@ -33,7 +41,25 @@ def _is_peer_failure(exc: BaseException) -> bool:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the trainer; returns the process exit code (0 ok, 1 failure, 2 usage, 143 SIGTERM)."""
+    global _armed
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    label = [""]  # "[rank R] " once the rank is known
+    _armed = True
+    try:
+        return _run(argv, label)
+    except Terminated:  # also when it lands while an error is being reported
+        print_error("stopped by SIGTERM", label[0])
+        return EXIT_SIGTERM
+    finally:
+        _armed = False
+        if "torch" in sys.modules:  # nothing to tear down before torch was even imported
+            from .dist import teardown
+
+            teardown()
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _run(argv: Sequence[str] | None, label: list[str]) -> int:
     rank_label = ""
     show = True
     try:
@@ -47,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = parse_args(argv)
         validate_for_world(cfg, ctx.world_size)
         if ctx.world_size > 1:
-            rank_label = f"[rank {ctx.rank}] "
+            rank_label = label[0] = f"[rank {ctx.rank}] "
 
         import torch
 
@@ -66,9 +92,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         if show:
             print_error(str(exc), rank_label if exc.exit_code != 2 else "")
         return exc.exit_code
-    except Terminated:
-        print_error("stopped by SIGTERM", rank_label)
-        return EXIT_SIGTERM
     except KeyboardInterrupt:
         print_error("interrupted", rank_label)
         return 130
@@ -80,12 +103,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         traceback.print_exc()
         print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", rank_label)
         return EXIT_FAILURE
-    finally:
-        if "torch" in sys.modules:  # nothing to tear down before torch was even imported
-            from .dist import teardown
-
-            teardown()
-        signal.signal(signal.SIGTERM, previous)
 
 
 __all__ = ["main", "TrainerFailure"]

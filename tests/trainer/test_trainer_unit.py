@@ -289,3 +289,28 @@ def test_package_import_is_cheap() -> None:
     code = "import sys, ddpctl_trainer, ddpctl_trainer.config; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_sigterm_while_an_error_is_reported_is_still_one_line_and_exit_143(monkeypatch, capsys) -> None:
+    """A SIGTERM that lands while an error is being printed (or a second one during the report of
+    the first) must not escape as a traceback: torchrun SIGTERMs the other ranks after a failure."""
+    import os
+    import signal
+
+    from ddpctl_trainer import main as trainer_main
+
+    real_print = trainer_main.print_error
+    printed: list[str] = []
+
+    def print_and_get_terminated(message: str, label: str = "") -> None:
+        printed.append(message)
+        real_print(message, label)
+        os.kill(os.getpid(), signal.SIGTERM)  # delivered at the next bytecode, inside the handler
+
+    monkeypatch.setattr(trainer_main, "print_error", print_and_get_terminated)
+    before = signal.getsignal(signal.SIGTERM)
+    code = trainer_main.main(["--model", "no-such-model"])
+    assert code == 143
+    assert printed[-1] == "stopped by SIGTERM" and len(printed) == 2, printed
+    assert "Traceback" not in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) is before
