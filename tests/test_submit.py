@@ -345,6 +345,15 @@ def _pods(d, kind="Job"):
     return d.pod_names_for(kind, NAME, NS)
 
 
+def _followed_pods(d, created: threading.Event) -> list[str]:
+    """Both pods, once they exist and ddpctl follows each one's log."""
+    assert created.wait(BOUND)
+    pods = _pods(d)
+    for pod in pods:
+        d.wait_follows(pod)
+    return pods
+
+
 def _start_pods_saying_hello(d) -> threading.Event:
     """When the Job is created, start its pods and log one line from each; the event says when."""
     created = threading.Event()
@@ -484,10 +493,7 @@ def test_follow_streams_every_rank_prefixed_across_a_container_restart(cli, make
     created = _start_pods_saying_hello(d)
 
     def steps():
-        assert created.wait(BOUND)
-        p0, p1 = _pods(d)
-        d.wait_follows(p0)
-        d.wait_follows(p1)
+        p0, p1 = _followed_pods(d, created)
         d.append_log(p1, "step 1 loss 2.0", namespace=NS)
         d.restart_container(p1, NS, exit_code=137, reason="OOMKilled")
         d.wait_follows(p1, 2)  # ddpctl re-attached to the new container instance
@@ -512,10 +518,7 @@ def test_follow_picks_up_a_dropped_log_stream_without_losing_or_repeating_lines(
     created = _start_pods_saying_hello(d)
 
     def steps():
-        assert created.wait(BOUND)
-        p0, p1 = _pods(d)
-        d.wait_follows(p0)
-        d.wait_follows(p1)
+        p0, p1 = _followed_pods(d, created)
         try:
             d.append_log(p1, "step 1", "step 2", namespace=NS)
             d.drop_log_streams(p1, NS)  # the connection closes; the container keeps running
