@@ -25,11 +25,22 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
-TRAINER_ARGS = ["--synthetic-samples", "512", "--eval-samples", "64", "--epochs", "1", "--max-steps", "2", "--progress", "none"]
+TRAINER_ARGS = [
+    "--synthetic-samples",
+    "512",
+    "--eval-samples",
+    "64",
+    "--epochs",
+    "1",
+    "--max-steps",
+    "2",
+    "--progress",
+    "none",
+]
 
 
 def _free_port() -> int:
@@ -77,15 +88,50 @@ def launch_bare(work: Path) -> list[subprocess.Popen[bytes]]:
     port = _free_port()
     env = {**_env(), "GLOO_SOCKET_IFNAME": "lo"}
     return [
-        subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node),
-                          "--master-addr", "127.0.0.1", "--master-port", str(port), "-m", "ddpctl_trainer", "--backend", "gloo", *_args(work)],
-                         cwd=work, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "torch.distributed.run",
+                "--nnodes",
+                "2",
+                "--nproc-per-node",
+                "2",
+                "--node-rank",
+                str(node),
+                "--master-addr",
+                "127.0.0.1",
+                "--master-port",
+                str(port),
+                "-m",
+                "ddpctl_trainer",
+                "--backend",
+                "gloo",
+                *_args(work),
+            ],
+            cwd=work,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for node in (0, 1)
     ]
 
 
 def launch_standalone(work: Path) -> list[subprocess.Popen[bytes]]:
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "4", "-m", "ddpctl_trainer", "--backend", "gloo", *_args(work)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "4",
+        "-m",
+        "ddpctl_trainer",
+        "--backend",
+        "gloo",
+        *_args(work),
+    ]
     return [subprocess.Popen(cmd, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
 
@@ -95,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-standalone", action="store_true", help="skip the standalone reference")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
-    variants: dict[str, Callable[[Path], list[subprocess.Popen[bytes]]]] = {"ddpctl": launch_ddpctl, "bare": launch_bare}
+    variants: dict[str, Callable[[Path], list[subprocess.Popen[bytes]]]] = {
+        "ddpctl": launch_ddpctl,
+        "bare": launch_bare,
+    }
     if not args.no_standalone:
         variants["standalone"] = launch_standalone
     times: dict[str, list[float]] = {name: [] for name in variants}
@@ -112,7 +161,9 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps({"times_s": times, "median_s": medians, "ratio_ddpctl_vs_bare": ratio}, indent=2))
     else:
         for name, value in medians.items():
-            print(f"median time to first optimizer step, {name:<10}: {value:.2f}s  (all: {', '.join(f'{t:.2f}' for t in times[name])})")
+            print(
+                f"median time to first optimizer step, {name:<10}: {value:.2f}s  (all: {', '.join(f'{t:.2f}' for t in times[name])})"
+            )
         print(f"ratio ddpctl / bare torchrun (same 2x2 layout): {ratio:.2f}x  (target <= 1.2x)")
     return 0
 

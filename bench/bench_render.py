@@ -52,7 +52,22 @@ def main() -> None:
         cwd = Path(tmp)
         (cwd / "train.py").write_text("print('train')\n")
         ddpctl_cmd = [str(ddpctl), "render", "-t", "pytorchjob", "--nodes", "2", "--gpus", "4", "--script", "train.py"]
-        torchx_cmd = [str(torchx), "run", "--dryrun", "-s", "kubernetes", "-cfg", "queue=default", "--workspace", "", "dist.ddp", "-j", "2x4", "--script", "train.py"]
+        torchx_cmd = [
+            str(torchx),
+            "run",
+            "--dryrun",
+            "-s",
+            "kubernetes",
+            "-cfg",
+            "queue=default",
+            "--workspace",
+            "",
+            "dist.ddp",
+            "-j",
+            "2x4",
+            "--script",
+            "train.py",
+        ]
         for cmd in (ddpctl_cmd, torchx_cmd):  # warm caches (page cache, Jinja bytecode) once each
             timed(cmd, cwd, env)
         ours, theirs = [], []

@@ -35,9 +35,12 @@ PY = sys.executable
 
 
 def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("PET_", "DDP_TRAINER_", "TORCHELASTIC_")) and k not in (
-               "RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("PET_", "DDP_TRAINER_", "TORCHELASTIC_"))
+        and k not in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    }
     env["OMP_NUM_THREADS"] = "1"
     if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"
@@ -61,34 +64,89 @@ def _json_line(out: str) -> dict[str, Any]:
     return json.loads([line for line in out.splitlines() if line.startswith("{")][-1])
 
 
-def trainer(nproc: int, model: str, steps: int, log_every: int, image: int = 32, batch: int = 32,
-            extra: tuple[str, ...] = ()) -> dict[str, float]:
+def trainer(
+    nproc: int, model: str, steps: int, log_every: int, image: int = 32, batch: int = 32, extra: tuple[str, ...] = ()
+) -> dict[str, float]:
     """Steady-state samples/s of the trainer: its metric intervals after the first (warm-up) one."""
     samples = batch * nproc * (steps + log_every + 8)  # no epoch end (eval, checkpoint) inside the window
     with tempfile.TemporaryDirectory() as tmp:
         metrics = Path(tmp) / "metrics.jsonl"
-        _run([*_launcher(nproc), "-m", "ddpctl_trainer", "--model", model, "--image-size", str(image),
-              "--batch-size", str(batch), "--synthetic-samples", str(samples), "--no-eval", "--epochs", "1",
-              "--max-steps", str(steps + log_every), "--log-every", str(log_every), "--progress", "none",
-              "--resume", "never", "--checkpoint-dir", str(Path(tmp) / "ckpt"), "--metrics-file", str(metrics),
-              *extra])
+        _run(
+            [
+                *_launcher(nproc),
+                "-m",
+                "ddpctl_trainer",
+                "--model",
+                model,
+                "--image-size",
+                str(image),
+                "--batch-size",
+                str(batch),
+                "--synthetic-samples",
+                str(samples),
+                "--no-eval",
+                "--epochs",
+                "1",
+                "--max-steps",
+                str(steps + log_every),
+                "--log-every",
+                str(log_every),
+                "--progress",
+                "none",
+                "--resume",
+                "never",
+                "--checkpoint-dir",
+                str(Path(tmp) / "ckpt"),
+                "--metrics-file",
+                str(metrics),
+                *extra,
+            ]
+        )
         events = [json.loads(line) for line in metrics.read_text().splitlines()]
     train = [e for e in events if e["event"] == "train"][1:]
     n = sum(e["samples"] for e in train)
-    return {"samples_per_s": n / sum(e["wall_s"] for e in train),
-            "samples_per_cpu_s": n / sum(e["cpu_s"] for e in train) / nproc}
+    return {
+        "samples_per_s": n / sum(e["wall_s"] for e in train),
+        "samples_per_cpu_s": n / sum(e["cpu_s"] for e in train) / nproc,
+    }
 
 
 def naive(steps: int, warmup: int) -> dict[str, float]:
-    out = _run([*_launcher(2), str(BASELINES / "naive_ddp.py"), "--model", "resnet18", "--batch-size", "32",
-                "--samples", str(32 * 2 * (steps + warmup + 8)), "--steps", str(steps), "--warmup", str(warmup)])
+    out = _run(
+        [
+            *_launcher(2),
+            str(BASELINES / "naive_ddp.py"),
+            "--model",
+            "resnet18",
+            "--batch-size",
+            "32",
+            "--samples",
+            str(32 * 2 * (steps + warmup + 8)),
+            "--steps",
+            str(steps),
+            "--warmup",
+            str(warmup),
+        ]
+    )
     return _json_line(out)
 
 
 def plain(steps: int, warmup: int) -> dict[str, float]:
     # the same sample count as the trainer's run: the same data, seen once (no epoch repeats)
-    return _json_line(_run([PY, str(BASELINES / "plain_loop.py"), "--steps", str(steps), "--warmup", str(warmup),
-                            "--samples", str(32 * (steps + warmup + 8))]))
+    return _json_line(
+        _run(
+            [
+                PY,
+                str(BASELINES / "plain_loop.py"),
+                "--steps",
+                str(steps),
+                "--warmup",
+                str(warmup),
+                "--samples",
+                str(32 * (steps + warmup + 8)),
+            ]
+        )
+    )
 
 
 def _alternate(repeats: int, a: Any, b: Any) -> tuple[list[dict[str, float]], list[dict[str, float]]]:
@@ -108,8 +166,13 @@ def bench_ddp_vs_naive(repeats: int) -> dict[str, Any]:
     steps, warm = 20, 5
     n, t = _alternate(repeats, lambda: naive(steps, warm), lambda: trainer(2, "resnet18", steps, warm))
     ns, ts = _summary(n), _summary(t)
-    return {"naive": ns, "trainer": ts, "ratio_median": ts["median"] / ns["median"],
-            "ratio_best": ts["best"] / ns["best"], "target": ">= 1.3"}
+    return {
+        "naive": ns,
+        "trainer": ts,
+        "ratio_median": ts["median"] / ns["median"],
+        "ratio_best": ts["best"] / ns["best"],
+        "target": ">= 1.3",
+    }
 
 
 def bench_overhead(repeats: int) -> dict[str, Any]:
@@ -125,14 +188,20 @@ def bench_overhead(repeats: int) -> dict[str, Any]:
 
 def bench_weak_scaling(repeats: int) -> dict[str, Any]:
     steps, warm = 20, 5
-    one, two = _alternate(repeats, lambda: trainer(1, "resnet18", steps, warm),
-                          lambda: trainer(2, "resnet18", steps, warm))
+    one, two = _alternate(
+        repeats, lambda: trainer(1, "resnet18", steps, warm), lambda: trainer(2, "resnet18", steps, warm)
+    )
     s1, s2 = _summary(one), _summary(two)
     c1, c2 = _summary(one, "samples_per_cpu_s"), _summary(two, "samples_per_cpu_s")
-    return {"one_process": s1, "two_processes": s2, "efficiency_median": s2["median"] / (2 * s1["median"]),
-            "efficiency_best": s2["best"] / (2 * s1["best"]),
-            # per-process work (compute + gloo threads) per sample; blind to waiting, robust to other load
-            "cpu_efficiency_median": c2["median"] / c1["median"], "target": ">= 0.8"}
+    return {
+        "one_process": s1,
+        "two_processes": s2,
+        "efficiency_median": s2["median"] / (2 * s1["median"]),
+        "efficiency_best": s2["best"] / (2 * s1["best"]),
+        # per-process work (compute + gloo threads) per sample; blind to waiting, robust to other load
+        "cpu_efficiency_median": c2["median"] / c1["median"],
+        "target": ">= 0.8",
+    }
 
 
 BENCHES = {"ddp-vs-naive": bench_ddp_vs_naive, "overhead": bench_overhead, "weak-scaling": bench_weak_scaling}
@@ -154,20 +223,28 @@ def main() -> int:
     print()
     if "ddp-vs-naive" in results:
         r = results["ddp-vs-naive"]
-        print(f"(1) trainer vs naive DDP (2 procs, gloo, resnet18): {r['ratio_median']:.2f}x "
-              f"({r['trainer']['median']:.1f} vs {r['naive']['median']:.1f} samples/s; best-of {r['ratio_best']:.2f}x) "
-              f"target >= 1.3x")
+        print(
+            f"(1) trainer vs naive DDP (2 procs, gloo, resnet18): {r['ratio_median']:.2f}x "
+            f"({r['trainer']['median']:.1f} vs {r['naive']['median']:.1f} samples/s; best-of {r['ratio_best']:.2f}x) "
+            f"target >= 1.3x"
+        )
     if "overhead" in results:
         r = results["overhead"]
-        print(f"(2) single-process overhead vs unwrapped loop (convnet): wall {100 * r['overhead_wall_median']:.1f}% "
-              f"(best-of {100 * r['overhead_wall_best']:.1f}%), CPU time {100 * r['overhead_cpu_median']:.1f}% "
-              f"(best-of {100 * r['overhead_cpu_best']:.1f}%) target <= 5%")
+        print(
+            f"(2) single-process overhead vs unwrapped loop (convnet): wall {100 * r['overhead_wall_median']:.1f}% "
+            f"(best-of {100 * r['overhead_wall_best']:.1f}%), CPU time {100 * r['overhead_cpu_median']:.1f}% "
+            f"(best-of {100 * r['overhead_cpu_best']:.1f}%) target <= 5%"
+        )
     if "weak-scaling" in results:
         r = results["weak-scaling"]
-        print(f"(3) weak scaling 1 -> 2 processes (resnet18, 1 thread each): efficiency {r['efficiency_median']:.2f} "
-              f"(best-of {r['efficiency_best']:.2f}; CPU-time efficiency {r['cpu_efficiency_median']:.2f}) target >= 0.8")
-    print(f"load average before/after: {results['load_before'][0]:.1f} / {results['load_after'][0]:.1f} "
-          f"on {results['cpus']} CPUs")
+        print(
+            f"(3) weak scaling 1 -> 2 processes (resnet18, 1 thread each): efficiency {r['efficiency_median']:.2f} "
+            f"(best-of {r['efficiency_best']:.2f}; CPU-time efficiency {r['cpu_efficiency_median']:.2f}) target >= 0.8"
+        )
+    print(
+        f"load average before/after: {results['load_before'][0]:.1f} / {results['load_after'][0]:.1f} "
+        f"on {results['cpus']} CPUs"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

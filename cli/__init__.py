@@ -1,2 +1,3 @@
 """ddpctl: package multi-node PyTorch DDP training for Kubernetes."""
+
 __version__ = "0.1.0"

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 import typer
-
 from ddpctl import __version__
 from ddpctl.commands import register
 from ddpctl.errors import DdpctlError, printable
@@ -33,7 +32,9 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version.")) -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
+) -> None:
     """Package multi-node PyTorch DDP training for Kubernetes."""
 
 

@@ -18,9 +18,10 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ddpctl.errors import RuntimeFailure, UsageError
 
@@ -46,7 +47,9 @@ class IgnoreRule:
 
     def may_reinclude_under(self, directory: str) -> bool:
         """Could this exception bring back something below `directory`?"""
-        return not self.exclude and (self.literal.startswith(directory + "/") or (directory + "/").startswith(self.literal))
+        return not self.exclude and (
+            self.literal.startswith(directory + "/") or (directory + "/").startswith(self.literal)
+        )
 
 
 def _glob_to_regex(pattern: str) -> str:
@@ -119,7 +122,11 @@ def context_files(context: Path, rules: Sequence[IgnoreRule]) -> list[str]:
         rel_root = Path(root).relative_to(context).as_posix()
         rel_root = "" if rel_root == "." else rel_root + "/"
         # Skip ignored directories (.git, .venv) unless an exception could re-include a file below.
-        dirs[:] = sorted(d for d in dirs if not (is_ignored(rel_root + d, rules) and not any(r.may_reinclude_under(rel_root + d) for r in rules)))
+        dirs[:] = sorted(
+            d
+            for d in dirs
+            if not (is_ignored(rel_root + d, rules) and not any(r.may_reinclude_under(rel_root + d) for r in rules))
+        )
         for name in sorted(names):
             rel = rel_root + name
             path = Path(root) / name
@@ -161,12 +168,16 @@ def detect_builder(choice: str | None, path: str | None = None) -> str:
         if choice not in BUILDERS:
             raise UsageError(f"--builder: {choice!r} is not one of {', '.join(BUILDERS)}; choose one of them or auto")
         if _which(choice, path) is None:
-            raise RuntimeFailure(f"--builder {choice}: {choice} is not installed (not on PATH); install it (Docker: bash scripts/install-docker.sh) or choose another builder")
+            raise RuntimeFailure(
+                f"--builder {choice}: {choice} is not installed (not on PATH); install it (Docker: bash scripts/install-docker.sh) or choose another builder"
+            )
         return choice
     for name in BUILDERS:
         if _which(name, path) is not None:
             return name
-    raise RuntimeFailure("no container builder found: install docker, podman or buildah (Docker: bash scripts/install-docker.sh), or pass --builder")
+    raise RuntimeFailure(
+        "no container builder found: install docker, podman or buildah (Docker: bash scripts/install-docker.sh), or pass --builder"
+    )
 
 
 def engine_answers(engine: str) -> str | None:
@@ -186,7 +197,11 @@ def engine_answers(engine: str) -> str | None:
 def require_engine(engine: str) -> None:
     problem = engine_answers(engine)
     if problem:
-        hint = "start it (sudo systemctl start docker, or bash scripts/install-docker.sh)" if engine == "docker" else f"check `{engine} info`"
+        hint = (
+            "start it (sudo systemctl start docker, or bash scripts/install-docker.sh)"
+            if engine == "docker"
+            else f"check `{engine} info`"
+        )
         raise RuntimeFailure(f"the {engine} engine does not answer: {problem}; {hint}")
 
 
@@ -244,8 +259,17 @@ def parse_build_args(items: Iterable[str]) -> dict[str, str]:
     return args
 
 
-def plan_build(*, builder: str | None, dockerfile: Path | None, context: Path | None, repo: str, build_args: Mapping[str, str],
-               base_image: str | None, latest: bool, path: str | None = None) -> BuildPlan:
+def plan_build(
+    *,
+    builder: str | None,
+    dockerfile: Path | None,
+    context: Path | None,
+    repo: str,
+    build_args: Mapping[str, str],
+    base_image: str | None,
+    latest: bool,
+    path: str | None = None,
+) -> BuildPlan:
     """Resolve the builder, files and tag. Reads files; starts nothing."""
     if builder not in (None, "auto", *BUILDERS):
         raise UsageError(f"--builder: {builder!r} is not one of {', '.join(BUILDERS)}; choose one of them or auto")
@@ -258,7 +282,9 @@ def plan_build(*, builder: str | None, dockerfile: Path | None, context: Path | 
     if not dockerfile.is_file():
         raise UsageError(f"no Dockerfile at {dockerfile}; run ddpctl build in the project's root or pass --file PATH")
     if not _REPO.match(repo):
-        raise UsageError(f"--repo: {repo!r} is not an image repository; use lowercase names like 'registry.example.com/team/trainer'")
+        raise UsageError(
+            f"--repo: {repo!r} is not an image repository; use lowercase names like 'registry.example.com/team/trainer'"
+        )
     args = dict(build_args)
     if base_image is not None:
         if not base_image or any(c.isspace() for c in base_image):
@@ -270,12 +296,21 @@ def plan_build(*, builder: str | None, dockerfile: Path | None, context: Path | 
     return BuildPlan(chosen, context, dockerfile, repo, digest, files, args, extra)
 
 
-def _stream(cmd: Sequence[str], echo: Callable[[str], None] | None, env: Mapping[str, str] | None = None) -> tuple[int, list[str]]:
+def _stream(
+    cmd: Sequence[str], echo: Callable[[str], None] | None, env: Mapping[str, str] | None = None
+) -> tuple[int, list[str]]:
     """Run `cmd`, echoing each line; returns (exit code, the last lines)."""
     tail: collections.deque[str] = collections.deque(maxlen=200)
     try:
-        proc = subprocess.Popen(list(cmd), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace",
-                                stdin=subprocess.DEVNULL, env=dict(env) if env is not None else None)
+        proc = subprocess.Popen(
+            list(cmd),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            env=dict(env) if env is not None else None,
+        )
     except OSError as exc:
         raise RuntimeFailure(f"cannot run {cmd[0]}: {exc.strerror or exc}") from None
     assert proc.stdout is not None
@@ -315,7 +350,9 @@ def run_build(plan: BuildPlan, *, quiet: bool = False, echo: Callable[[str], Non
     env = dict(os.environ)
     code, tail = _stream(plan.argv(), None if quiet else echo, env)
     if code != 0:
-        raise _fail(f"{plan.builder} build of {plan.dockerfile.name}{_failed_step(tail, plan.build_args)}", code, tail, quiet)
+        raise _fail(
+            f"{plan.builder} build of {plan.dockerfile.name}{_failed_step(tail, plan.build_args)}", code, tail, quiet
+        )
     return plan.tag
 
 
@@ -341,8 +378,14 @@ def push(builder: str, tags: Sequence[str], *, quiet: bool = False, echo: Callab
             raise _fail(f"{builder} push {tag}", code, tail, quiet)
 
 
-def build_and_publish(plan: BuildPlan, *, push_tags: bool = False, kind_cluster: str | None = None, quiet: bool = False,
-                      echo: Callable[[str], None] | None = None) -> str:
+def build_and_publish(
+    plan: BuildPlan,
+    *,
+    push_tags: bool = False,
+    kind_cluster: str | None = None,
+    quiet: bool = False,
+    echo: Callable[[str], None] | None = None,
+) -> str:
     """Build, then optionally push and load into kind: what `ddpctl build` and `submit --build` do."""
     if kind_cluster:
         require_kind()  # before a build that would be wasted
@@ -354,19 +397,30 @@ def build_and_publish(plan: BuildPlan, *, push_tags: bool = False, kind_cluster:
     return tag
 
 
-def build_image(spec: "JobSpec", *, push: bool = True, echo: Callable[[str], None] | None = None) -> str:
+def build_image(spec: JobSpec, *, push: bool = True, echo: Callable[[str], None] | None = None) -> str:
     """`submit --build`: build the image in the spec's repository from ./Dockerfile and push it."""
-    plan = plan_build(builder=None, dockerfile=None, context=None, repo=repo_of(spec.image) or DEFAULT_REPO,
-                      build_args={}, base_image=None, latest=False)
+    plan = plan_build(
+        builder=None,
+        dockerfile=None,
+        context=None,
+        repo=repo_of(spec.image) or DEFAULT_REPO,
+        build_args={},
+        base_image=None,
+        latest=False,
+    )
     return build_and_publish(plan, push_tags=push, quiet=echo is None, echo=echo)
 
 
 def require_kind() -> None:
     if _which("kind") is None:
-        raise RuntimeFailure("--load-kind: kind is not installed (not on PATH); install it (see docs/kind.md), or push the image with --push")
+        raise RuntimeFailure(
+            "--load-kind: kind is not installed (not on PATH); install it (see docs/kind.md), or push the image with --push"
+        )
 
 
-def load_kind(builder: str, tag: str, cluster: str, *, quiet: bool = False, echo: Callable[[str], None] | None = None) -> None:
+def load_kind(
+    builder: str, tag: str, cluster: str, *, quiet: bool = False, echo: Callable[[str], None] | None = None
+) -> None:
     """Copy the image onto the nodes of the kind cluster `cluster` (no registry needed)."""
     require_kind()
     if builder == "docker":
@@ -375,10 +429,18 @@ def load_kind(builder: str, tag: str, cluster: str, *, quiet: bool = False, echo
     else:
         with tempfile.TemporaryDirectory(prefix="ddpctl-kind-") as tmp:
             archive = Path(tmp) / "image.tar"
-            code, tail = _stream([builder, "push" if builder == "buildah" else "save", *(
-                [tag, f"docker-archive:{archive}:{tag}"] if builder == "buildah" else ["-o", str(archive), tag])], None if quiet else echo)
+            code, tail = _stream(
+                [
+                    builder,
+                    "push" if builder == "buildah" else "save",
+                    *([tag, f"docker-archive:{archive}:{tag}"] if builder == "buildah" else ["-o", str(archive), tag]),
+                ],
+                None if quiet else echo,
+            )
             if code == 0:
-                code, tail = _stream(["kind", "load", "image-archive", str(archive), "--name", cluster], None if quiet else echo)
+                code, tail = _stream(
+                    ["kind", "load", "image-archive", str(archive), "--name", cluster], None if quiet else echo
+                )
     if code != 0:
         raise _fail(f"kind load into cluster {cluster}", code, tail, quiet)
 

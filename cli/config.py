@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
-
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.spec import JobSpec, Rendezvous, Resources, _camel
 
@@ -23,8 +23,17 @@ DEFAULT_CONFIG = "ddp.yaml"
 ENV_PREFIX = "DDPCTL_"
 
 # Scalar settings readable from the environment: DDPCTL_<UPPER_SNAKE of the camelCase path>.
-_INT_FIELDS = {"gpusPerNode", "procsPerNode", "backoffLimit", "ttlSecondsAfterFinished", "activeDeadlineSeconds",
-               "rendezvous.port", "rendezvous.joinTimeout", "rendezvous.lastCallTimeout", "rendezvous.maxRestarts"}
+_INT_FIELDS = {
+    "gpusPerNode",
+    "procsPerNode",
+    "backoffLimit",
+    "ttlSecondsAfterFinished",
+    "activeDeadlineSeconds",
+    "rendezvous.port",
+    "rendezvous.joinTimeout",
+    "rendezvous.lastCallTimeout",
+    "rendezvous.maxRestarts",
+}
 
 
 def _env_paths() -> dict[str, str]:
@@ -86,7 +95,9 @@ def layer_from_file(path: Path | None) -> tuple[dict[str, Any], Path | None]:
         explicit = bool(env_path)
     if not path.exists():
         if explicit:
-            raise UsageError(f"--config: {path} does not exist; give the path of a ddp.yaml (make one with `ddpctl init`)")
+            raise UsageError(
+                f"--config: {path} does not exist; give the path of a ddp.yaml (make one with `ddpctl init`)"
+            )
         return {}, None
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -118,7 +129,9 @@ def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 ENTRYPOINT_KEYS = ("module", "script", "command")
 
 
-def merged_layers(flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+def merged_layers(
+    flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None
+) -> dict[str, Any]:
     """What the user set (file < DDPCTL_* env < flags), merged, without the defaults.
 
     module, script and command are one choice: the highest layer that sets any of them decides,
@@ -136,7 +149,9 @@ def merged_layers(flags: Mapping[str, Any], config: Path | None = None, environ:
     return merged
 
 
-def load_spec(flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None) -> JobSpec:
+def load_spec(
+    flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None
+) -> JobSpec:
     """The JobSpec for a command: defaults < file < DDPCTL_* env < flags."""
     return JobSpec.from_dict(merged_layers(flags, config, environ))
 

@@ -17,9 +17,9 @@ import re
 import secrets
 import shutil
 import subprocess
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Mapping, Sequence
 
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.local_run import (
@@ -42,8 +42,21 @@ RUN_LABEL = "ddpctl.io/run"
 JOB_LABEL = "ddpctl.io/job"
 LOCAL_CHECKPOINTS = "/checkpoints"
 _TRAINER_RANK = re.compile(r"^(?:ddpctl-trainer: error: )?\[rank (\d+)\] ")
-_UNITS = {"": 1, "k": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4, "P": 1000**5, "E": 1000**6,
-          "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6}
+_UNITS = {
+    "": 1,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "P": 1000**5,
+    "E": 1000**6,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "Pi": 1024**5,
+    "Ei": 1024**6,
+}
 
 
 def quantity_bytes(text: str) -> int:
@@ -94,7 +107,9 @@ def dns_names(spec: JobSpec) -> list[tuple[str, ...]]:
 def require_engine_cli(engine: str) -> str:
     path = shutil.which(engine)
     if path is None:
-        raise RuntimeFailure(f"--engine {engine}: {engine} is not installed (not on PATH); install it (Docker: bash scripts/install-docker.sh) or use ddpctl run --local")
+        raise RuntimeFailure(
+            f"--engine {engine}: {engine} is not installed (not on PATH); install it (Docker: bash scripts/install-docker.sh) or use ddpctl run --local"
+        )
     from ddpctl.build import require_engine
 
     require_engine(engine)
@@ -108,14 +123,20 @@ def ensure_image(engine: str, spec: JobSpec) -> None:
     if spec.image_pull_policy != "Always" and image_exists(engine, spec.image):
         return
     if spec.image_pull_policy == "Never":
-        raise UsageError(f"image: {spec.image} is not in the local {engine} images and imagePullPolicy is Never; build it (ddpctl build) or pass --image")
+        raise UsageError(
+            f"image: {spec.image} is not in the local {engine} images and imagePullPolicy is Never; build it (ddpctl build) or pass --image"
+        )
     try:
         proc = subprocess.run([engine, "pull", spec.image], capture_output=True, text=True, timeout=600)
     except subprocess.TimeoutExpired:
-        raise RuntimeFailure(f"image: pulling {spec.image} took more than 10 minutes; pull it yourself or pass --image") from None
+        raise RuntimeFailure(
+            f"image: pulling {spec.image} took more than 10 minutes; pull it yourself or pass --image"
+        ) from None
     if proc.returncode != 0:
         why = " ".join((proc.stderr or proc.stdout).split())[-240:] or f"exit code {proc.returncode}"
-        raise UsageError(f"image: {spec.image} does not exist locally and cannot be pulled ({why}); build it with ddpctl build (it tags ddpctl-trainer:latest) or pass --image")
+        raise UsageError(
+            f"image: {spec.image} does not exist locally and cannot be pulled ({why}); build it with ddpctl build (it tags ddpctl-trainer:latest) or pass --image"
+        )
 
 
 def _host_dirs(spec: JobSpec, run_dir: Path, mounts: Mapping[str, Path]) -> dict[str, Path]:
@@ -160,8 +181,14 @@ def prepare_volume_dir(path: Path, *, read_only: bool, given_as: str | None, our
         if not ours:
             how = f"--mount {given_as}: {path}" if given_as else f"{path}"
             fix = f"sudo chown -R {IMAGE_UID} {path}, or chmod o+rwx {path}"
-            alt = f"or drop --mount {given_as} to let ddpctl make one" if given_as else "or remove it so ddpctl makes it anew"
-            raise UsageError(f"{how} is not writable by uid {IMAGE_UID}, the user the image runs as; make it writable ({fix}) {alt}")
+            alt = (
+                f"or drop --mount {given_as} to let ddpctl make one"
+                if given_as
+                else "or remove it so ddpctl makes it anew"
+            )
+            raise UsageError(
+                f"{how} is not writable by uid {IMAGE_UID}, the user the image runs as; make it writable ({fix}) {alt}"
+            )
     else:
         try:
             path.mkdir(parents=True, exist_ok=True)
@@ -174,12 +201,21 @@ def prepare_volume_dir(path: Path, *, read_only: bool, given_as: str | None, our
             pass
 
 
-def plan_docker(spec: JobSpec, *, engine: str = "docker", run_dir: Path | None = None, mounts: Sequence[str] = (),
-                fresh: bool = False, run_id: str | None = None) -> DockerPlan:
+def plan_docker(
+    spec: JobSpec,
+    *,
+    engine: str = "docker",
+    run_dir: Path | None = None,
+    mounts: Sequence[str] = (),
+    fresh: bool = False,
+    run_id: str | None = None,
+) -> DockerPlan:
     """Check the engine and image, compute every `docker run`; creates host directories only.
     (No host port is used: each container has a network namespace of its own.)"""
     if spec.gpus_per_node:
-        raise UsageError(f"gpusPerNode: {spec.gpus_per_node} GPUs per node cannot be given to local containers by ddpctl; use --gpus 0 (CPU + gloo)")
+        raise UsageError(
+            f"gpusPerNode: {spec.gpus_per_node} GPUs per node cannot be given to local containers by ddpctl; use --gpus 0 (CPU + gloo)"
+        )
     require_engine_cli(engine)
     ensure_image(engine, spec)
     cwd = Path.cwd().resolve()
@@ -198,7 +234,12 @@ def plan_docker(spec: JobSpec, *, engine: str = "docker", run_dir: Path | None =
         volumes.append((dirs[vname], vol.mount_path, vol.read_only))
         if vname == "checkpoints":
             checkpoint_dir = dirs[vname]
-    if spec.uses_trainer and checkpoint_dir is None and "--checkpoint-dir" not in " ".join(spec.args) and "DDP_TRAINER_CHECKPOINT_DIR" not in spec.env:
+    if (
+        spec.uses_trainer
+        and checkpoint_dir is None
+        and "--checkpoint-dir" not in " ".join(spec.args)
+        and "DDP_TRAINER_CHECKPOINT_DIR" not in spec.env
+    ):
         # No checkpoint volume in the spec: keep them on the host all the same.
         checkpoint_dir = dirs.get("checkpoints", run_dir / "checkpoints")
         volumes.append((checkpoint_dir, LOCAL_CHECKPOINTS, False))
@@ -247,7 +288,10 @@ def cleanup(engine: str, run_id: str) -> list[str]:
     nets = _docker(engine, "network", "ls", "-q", "--filter", flt).stdout.split()
     if nets:
         _docker(engine, "network", "rm", *nets)
-    left = _docker(engine, "ps", "-aq", "--filter", flt).stdout.split() + _docker(engine, "network", "ls", "-q", "--filter", flt).stdout.split()
+    left = (
+        _docker(engine, "ps", "-aq", "--filter", flt).stdout.split()
+        + _docker(engine, "network", "ls", "-q", "--filter", flt).stdout.split()
+    )
     return left
 
 
@@ -267,19 +311,28 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
     spec, engine = plan.spec, plan.engine
     console = make_console(None, None, color)
     state = JobState(spec.name, len(plan.containers), spec.world_size)
-    console.note(f"running {spec.name} in {engine}: {spec.nnodes} containers x {spec.nproc_per_node} processes = world size {spec.world_size}, "
-                 f"{spec.resolved_backend}, rank 0 at {spec.rdzv_endpoint} on network {plan.network}")
+    console.note(
+        f"running {spec.name} in {engine}: {spec.nnodes} containers x {spec.nproc_per_node} processes = world size {spec.world_size}, "
+        f"{spec.resolved_backend}, rank 0 at {spec.rdzv_endpoint} on network {plan.network}"
+    )
     labels = [f"--label={RUN_LABEL}={plan.run_id}", f"--label={JOB_LABEL}={spec.name}"]
     by_index = {c.index: c for c in plan.containers}
 
     def start() -> Iterator[procs.Child]:
         made = _docker(engine, "network", "create", *labels, plan.network)
         if made.returncode != 0:
-            raise RuntimeFailure(f"{engine} network create {plan.network} failed: {' '.join(made.stderr.split())[:300]}")
+            raise RuntimeFailure(
+                f"{engine} network create {plan.network} failed: {' '.join(made.stderr.split())[:300]}"
+            )
         for c in plan.containers:  # rank 0's container first: its name must resolve when others look
             try:
-                yield procs.start_child(c.index, f"node {c.index} ({c.name})", c.argv, os.environ,
-                                        log_path=plan.run_dir / "logs" / f"{c.hostname}.log")
+                yield procs.start_child(
+                    c.index,
+                    f"node {c.index} ({c.name})",
+                    c.argv,
+                    os.environ,
+                    log_path=plan.run_dir / "logs" / f"{c.hostname}.log",
+                )
             except OSError as exc:
                 raise start_failure(c.argv, exc, user_command=False, what=f"node {c.index} ({engine} run)") from None
 
@@ -293,7 +346,7 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
         match = _TRAINER_RANK.match(text)
         if match:
             rank = int(match.group(1))
-            rest = text if text.startswith("ddpctl-trainer:") else text[match.end():]
+            rest = text if text.startswith("ddpctl-trainer:") else text[match.end() :]
             state.on_rank_line(rank, rest)
             console.rank_line(rank, rest)
             return
@@ -309,12 +362,16 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
             console.note(f"could not remove {len(left)} objects labelled {RUN_LABEL}={plan.run_id}: {' '.join(left)}")
     logs = _rel(plan.run_dir / "logs", Path.cwd())
     if timed_out:
-        raise WaitTimeout(f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its containers (logs in {logs})")
+        raise WaitTimeout(
+            f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its containers (logs in {logs})"
+        )
     if failed is not None:
         code, oom = exit_states.get(failed.index, (None, False))
         code = code if code is not None else (failed.returncode or 1)
         if code == 125 and not state.ranks_seen:
-            raise RuntimeFailure(f"{engine} run of node {failed.index} failed: see {logs}/{by_index[failed.index].hostname}.log")
+            raise RuntimeFailure(
+                f"{engine} run of node {failed.index} failed: see {logs}/{by_index[failed.index].hostname}.log"
+            )
         text = describe_failure(state, failed.index, code, spec.nproc_per_node)
         if oom:
             text += " (out of memory)"

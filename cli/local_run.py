@@ -21,9 +21,10 @@ import re
 import shutil
 import sys
 import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator, Mapping, Sequence, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.spec import JobSpec
@@ -41,8 +42,20 @@ _FAIL_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
 _PEER_FAILURE = "a collective failed"
 
 # Variables that wire torch.distributed: never inherited from the shell that runs ddpctl.
-_WIRING_VARS = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-                "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT", "JOB_COMPLETION_INDEX")
+_WIRING_VARS = (
+    "RANK",
+    "LOCAL_RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "GROUP_WORLD_SIZE",
+    "ROLE_RANK",
+    "ROLE_WORLD_SIZE",
+    "ROLE_NAME",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "JOB_COMPLETION_INDEX",
+)
 _WIRING_PREFIXES = ("PET_", "TORCHELASTIC_")
 
 # How long the other nodes may go on reporting their own errors after the first node failed,
@@ -81,11 +94,24 @@ def cluster_env(spec: JobSpec, index: int) -> dict[str, str]:
             env.update(PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=spec.rdzv_endpoint, PET_NNODES=spec.nnodes)
         else:
             port = str(spec.master_port)
-            env.update(MASTER_ADDR=spec.rank0_host, PET_MASTER_ADDR=spec.rank0_host, MASTER_PORT=port, PET_MASTER_PORT=port,
-                       WORLD_SIZE=str(spec.world_size), RANK=node, PET_NODE_RANK=node, PET_NNODES=str(spec.nodes))
+            env.update(
+                MASTER_ADDR=spec.rank0_host,
+                PET_MASTER_ADDR=spec.rank0_host,
+                MASTER_PORT=port,
+                PET_MASTER_PORT=port,
+                WORLD_SIZE=str(spec.world_size),
+                RANK=node,
+                PET_NODE_RANK=node,
+                PET_NNODES=str(spec.nodes),
+            )
     elif spec.target == "trainjob":
-        env.update(PET_NNODES=str(spec.nodes), PET_NPROC_PER_NODE=str(spec.nproc_per_node), PET_NODE_RANK=node,
-                   PET_MASTER_ADDR=spec.rank0_host, PET_MASTER_PORT=str(spec.master_port))
+        env.update(
+            PET_NNODES=str(spec.nodes),
+            PET_NPROC_PER_NODE=str(spec.nproc_per_node),
+            PET_NODE_RANK=node,
+            PET_MASTER_ADDR=spec.rank0_host,
+            PET_MASTER_PORT=str(spec.master_port),
+        )
     env.update(spec.env)  # the user's values win, as in the rendered container
     return dict(sorted(env.items()))
 
@@ -186,7 +212,7 @@ def remap_paths(args: Sequence[str], mapping: Mapping[str, Path]) -> list[str]:
         key, eq, value = arg.partition("=") if arg.startswith("--") and "=" in arg else ("", "", arg)
         for mount, host in sorted(mapping.items(), key=lambda kv: -len(kv[0])):
             if value == mount or value.startswith(mount.rstrip("/") + "/"):
-                value = str(host) + value[len(mount.rstrip("/")):]
+                value = str(host) + value[len(mount.rstrip("/")) :]
                 break
         out.append(f"{key}{eq}{value}" if eq else value)
     return out
@@ -221,7 +247,9 @@ def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str |
     if port_is_free(wanted):
         return wanted, None
     if explicit:
-        raise UsageError(f"rendezvous.port: port {wanted} is in use on this machine; stop what listens there or choose another with --port")
+        raise UsageError(
+            f"rendezvous.port: port {wanted} is in use on this machine; stop what listens there or choose another with --port"
+        )
     port = free_port()
     return port, f"port {wanted} is in use here, using {port} instead"
 
@@ -232,12 +260,29 @@ def torchrun_argv(spec: JobSpec, log_dir: Path) -> list[str] | None:
     entry = list(spec.entrypoint)
     if entry[0] != "torchrun":
         return None
-    return [sys.executable, "-m", "torch.distributed.run", "--tee", "3", "--log-dir", str(log_dir),
-            "--log-line-prefix-template", RANK_TEMPLATE, *entry[1:]]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--tee",
+        "3",
+        "--log-dir",
+        str(log_dir),
+        "--log-line-prefix-template",
+        RANK_TEMPLATE,
+        *entry[1:],
+    ]
 
 
-def plan_local(spec: JobSpec, *, run_dir: Path | None = None, port_explicit: bool | None = None, mounts: Mapping[str, Path] | None = None,
-               cwd: Path | None = None, parent_env: Mapping[str, str] | None = None) -> LocalPlan:
+def plan_local(
+    spec: JobSpec,
+    *,
+    run_dir: Path | None = None,
+    port_explicit: bool | None = None,
+    mounts: Mapping[str, Path] | None = None,
+    cwd: Path | None = None,
+    parent_env: Mapping[str, str] | None = None,
+) -> LocalPlan:
     """Compute the agents' commands and env; checks the port. Starts nothing."""
     cwd = (cwd or Path.cwd()).resolve()
     run_dir = (run_dir or cwd / "ddp-runs" / spec.name).resolve()
@@ -245,7 +290,9 @@ def plan_local(spec: JobSpec, *, run_dir: Path | None = None, port_explicit: boo
     port, note = choose_port(spec, port_explicit)
     notes: list[str] = []
     if spec.gpus_per_node:
-        notes.append(f"gpusPerNode is {spec.gpus_per_node}: every local node would need that many GPUs; use --gpus 0 for CPU + gloo")
+        notes.append(
+            f"gpusPerNode is {spec.gpus_per_node}: every local node would need that many GPUs; use --gpus 0 for CPU + gloo"
+        )
     missing = [k for k in spec.secret_env if k not in (parent_env or os.environ)]
     if missing:
         notes.append(f"secretEnv {', '.join(missing)} come from Secrets in the cluster; export them to set them here")
@@ -327,7 +374,12 @@ class JobState:
 
     def status(self) -> str:
         elapsed = time.monotonic() - self.started
-        parts = [f"{self.name}: {self.phase}", f"{elapsed:.0f}s", f"nodes {self.nodes}", f"ranks seen {len(self.ranks_seen)}/{self.world}"]
+        parts = [
+            f"{self.name}: {self.phase}",
+            f"{elapsed:.0f}s",
+            f"nodes {self.nodes}",
+            f"ranks seen {len(self.ranks_seen)}/{self.world}",
+        ]
         if self.progress:
             e, ne, s, ns = self.progress
             parts.append(f"epoch {e}/{ne} step {s}/{ns}")
@@ -348,6 +400,7 @@ def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> 
 
     torchrun's failure report names ranks; a node that died as a whole (a killed agent or
     container) reports nothing, so then the node and the ranks it ran are named."""
+
     def secondary(f: Failure) -> bool:
         return f.rank in state.peer_failed_ranks or f.code in (-15, 143)
 
@@ -449,14 +502,23 @@ def start_failure(argv: Sequence[str], exc: OSError, *, user_command: bool, what
 
     program = printable(str(argv[0])) if argv else "?"
     reason = printable(exc.strerror or str(exc))
-    if user_command and (isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError)) or exc.errno == errno.ENOEXEC):
+    if user_command and (
+        isinstance(exc, (FileNotFoundError, PermissionError, NotADirectoryError)) or exc.errno == errno.ENOEXEC
+    ):
         found = "was not found" if isinstance(exc, (FileNotFoundError, NotADirectoryError)) else "is not executable"
         return UsageError(f"command: {program} {found} ({reason}); give an executable on PATH or its path in --command")
     return RuntimeFailure(f"could not start {what} ({program}): {reason}")
 
 
-def supervise(start: Callable[[], Iterable[Child]], state: JobState, console: Console, *, show: Callable[[Child, str], None],
-              stop: Callable[[list[Child]], None], timeout: float | None) -> tuple[Child | None, bool]:
+def supervise(
+    start: Callable[[], Iterable[Child]],
+    state: JobState,
+    console: Console,
+    *,
+    show: Callable[[Child, str], None],
+    stop: Callable[[list[Child]], None],
+    timeout: float | None,
+) -> tuple[Child | None, bool]:
     """Start the children, stream their lines, stop the rest when one fails (after a grace for
     their own reports) or on --timeout, and wait for all. Returns (first failed child, timed out).
     `start` yields each child as soon as it runs, so one that fails to start (or a Ctrl-C while
@@ -527,8 +589,14 @@ def _announce_stop(children: Sequence[Child], console: Console) -> None:
         child.stopping = True
 
 
-def run_local(plan: LocalPlan, *, out: TextIO | None = None, err: TextIO | None = None, color: bool | None = None,
-              timeout: float | None = None) -> int:
+def run_local(
+    plan: LocalPlan,
+    *,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+    color: bool | None = None,
+    timeout: float | None = None,
+) -> int:
     """Run the plan to the end; returns 0 or raises JobFailed / WaitTimeout / KeyboardInterrupt."""
     from ddpctl import procs
 
@@ -539,8 +607,10 @@ def run_local(plan: LocalPlan, *, out: TextIO | None = None, err: TextIO | None 
         console.note(note)
     if plan.port_note:
         console.note(plan.port_note)
-    console.note(f"running {spec.name} locally: {spec.nnodes} nodes x {spec.nproc_per_node} processes = world size {spec.world_size}, "
-                 f"{spec.resolved_backend}, rank 0 at {LOOPBACK}:{plan.port} (in the cluster: {spec.rank0_host}:{spec.master_port})")
+    console.note(
+        f"running {spec.name} locally: {spec.nnodes} nodes x {spec.nproc_per_node} processes = world size {spec.world_size}, "
+        f"{spec.resolved_backend}, rank 0 at {LOOPBACK}:{plan.port} (in the cluster: {spec.rank0_host}:{spec.master_port})"
+    )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     if plan.checkpoint_dir is not None:
         plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
@@ -548,21 +618,36 @@ def run_local(plan: LocalPlan, *, out: TextIO | None = None, err: TextIO | None 
     def start() -> Iterator[Child]:
         for node in plan.nodes:
             try:
-                yield procs.start_child(node.index, f"node {node.index}", node.argv, node.env, cwd=plan.cwd,
-                                        log_path=plan.run_dir / "logs" / f"node-{node.index}.log")
+                yield procs.start_child(
+                    node.index,
+                    f"node {node.index}",
+                    node.argv,
+                    node.env,
+                    cwd=plan.cwd,
+                    log_path=plan.run_dir / "logs" / f"node-{node.index}.log",
+                )
             except OSError as exc:
-                raise start_failure(node.argv, exc, user_command=bool(spec.command), what=f"node {node.index}") from None
+                raise start_failure(
+                    node.argv, exc, user_command=bool(spec.command), what=f"node {node.index}"
+                ) from None
 
     def stop(children: list[Child]) -> None:
         procs.stop_children([c for c in children if c.poll() is None], grace_s=STOP_GRACE_S)
 
-    failed, timed_out = supervise(start, state, console, show=lambda c, t: _show(console, state, c, t), stop=stop, timeout=timeout)
+    failed, timed_out = supervise(
+        start, state, console, show=lambda c, t: _show(console, state, c, t), stop=stop, timeout=timeout
+    )
     logs = _rel(plan.run_dir / "logs", plan.cwd)
     if timed_out:
-        raise WaitTimeout(f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})")
+        raise WaitTimeout(
+            f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})"
+        )
     if failed is not None:
         code = failed.returncode or 1
-        raise JobFailed(describe_failure(state, failed.index, code, spec.nproc_per_node) + f" (exit code {code}; logs in {logs})", code)
+        raise JobFailed(
+            describe_failure(state, failed.index, code, spec.nproc_per_node) + f" (exit code {code}; logs in {logs})",
+            code,
+        )
     finish_note(console, state, plan.checkpoint_dir, plan.cwd)
     return 0
 
@@ -570,7 +655,11 @@ def run_local(plan: LocalPlan, *, out: TextIO | None = None, err: TextIO | None 
 def finish_note(console: Console, state: JobState, checkpoint_dir: Path | None, cwd: Path) -> None:
     elapsed = time.monotonic() - state.started
     latest = _latest_checkpoint(checkpoint_dir)
-    where = f"; checkpoint {_rel(latest, cwd)}" if latest else (f"; checkpoints in {_rel(checkpoint_dir, cwd)}" if checkpoint_dir else "")
+    where = (
+        f"; checkpoint {_rel(latest, cwd)}"
+        if latest
+        else (f"; checkpoints in {_rel(checkpoint_dir, cwd)}" if checkpoint_dir else "")
+    )
     console.note(f"{state.name} succeeded in {elapsed:.1f}s{where}")
 
 
@@ -588,7 +677,7 @@ def _show(console: Console, state: JobState, child: Child, text: str) -> None:
         rank, rest = int(match.group(1)), match.group(2)
         dup = _TRAINER_PREFIX.match(rest)
         if dup and int(dup.group(1)) == rank:
-            rest = rest[dup.end():]
+            rest = rest[dup.end() :]
         state.on_rank_line(rank, rest)
         console.rank_line(rank, rest)
         return

@@ -9,12 +9,12 @@ from __future__ import annotations
 import functools
 import inspect
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, List, Optional
 
 import typer
-
 from ddpctl.config import _set_path, load_spec
 from ddpctl.errors import UsageError
 from ddpctl.spec import JobSpec
@@ -76,7 +76,11 @@ class Flag:
 SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--name",), "name", "Job name (a DNS-1035 label)."),
     Flag(("--namespace", "-n"), "namespace", "Namespace of the job's objects."),
-    Flag(("--target", "-t"), "target", "Engine: job (Indexed Job + Service), pytorchjob, jobset, trainjob; submit also takes auto (its default)."),
+    Flag(
+        ("--target", "-t"),
+        "target",
+        "Engine: job (Indexed Job + Service), pytorchjob, jobset, trainjob; submit also takes auto (its default).",
+    ),
     Flag(("--image",), "image", "Trainer container image."),
     Flag(("--image-pull-policy",), "imagePullPolicy", "Always, IfNotPresent or Never."),
     Flag(("--image-pull-secret",), "imagePullSecrets", "Secret for pulling the image (repeatable).", "list"),
@@ -97,7 +101,12 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--env", "-e"), "env", "Environment variable KEY=VALUE (repeatable).", "map"),
     Flag(("--env-from-secret",), "envFromSecrets", "Load every key of a Secret as env (repeatable).", "list"),
     Flag(("--secret-env",), "secretEnv", "VAR=SECRET:KEY, an env var read from a Secret (repeatable).", "secretEnv"),
-    Flag(("--volume", "-v"), "volumes", "NAME=CLAIM:/path[:ro], a PVC mount; names data and checkpoints feed the trainer (repeatable).", "volumes"),
+    Flag(
+        ("--volume", "-v"),
+        "volumes",
+        "NAME=CLAIM:/path[:ro], a PVC mount; names data and checkpoints feed the trainer (repeatable).",
+        "volumes",
+    ),
     Flag(("--node-selector",), "nodeSelector", "Node label KEY=VALUE the pods need (repeatable).", "map"),
     Flag(("--toleration",), "tolerations", "KEY[=VALUE][:EFFECT] taint to tolerate (repeatable).", "tolerations"),
     Flag(("--priority-class",), "priorityClassName", "PriorityClass of the pods."),
@@ -157,7 +166,7 @@ class SpecInput:
 
 def _typer_param(flag: Flag) -> inspect.Parameter:
     multiple = flag.kind in ("list", "map", "volumes", "secretEnv", "tolerations")
-    annotation: Any = Optional[List[str]] if multiple else Optional[int] if flag.kind == "int" else Optional[str]
+    annotation: Any = Optional[list[str]] if multiple else Optional[int] if flag.kind == "int" else Optional[str]
     option = typer.Option(None, *flag.names, help=flag.help, rich_help_panel="Job spec", show_default=False)
     return inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
@@ -167,9 +176,29 @@ def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
     sig = inspect.signature(func, eval_str=True)  # the command module may use postponed annotations
     own = [p for p in sig.parameters.values() if p.name != "spec_input"]
     extra = [
-        inspect.Parameter("config", inspect.Parameter.KEYWORD_ONLY, default=typer.Option(None, "--config", "-f", help="Spec file (default ./ddp.yaml when present).", rich_help_panel="Job spec", exists=False, dir_okay=False), annotation=Optional[Path]),
+        inspect.Parameter(
+            "config",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(
+                None,
+                "--config",
+                "-f",
+                help="Spec file (default ./ddp.yaml when present).",
+                rich_help_panel="Job spec",
+                exists=False,
+                dir_okay=False,
+            ),
+            annotation=Optional[Path],
+        ),
         *(_typer_param(f) for f in SPEC_FLAGS),
-        inspect.Parameter("trainer_args", inspect.Parameter.KEYWORD_ONLY, default=typer.Argument(None, help="Arguments for the training module/script (put them after --).", show_default=False), annotation=Optional[List[str]]),
+        inspect.Parameter(
+            "trainer_args",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Argument(
+                None, help="Arguments for the training module/script (put them after --).", show_default=False
+            ),
+            annotation=Optional[list[str]],
+        ),
     ]
 
     @functools.wraps(func)

@@ -22,9 +22,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Iterator, Mapping, Sequence
+from typing import IO
 
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -250,7 +251,14 @@ def remember_trees(children: Sequence[Child], *, force: bool = False, interval: 
     return True
 
 
-def start_child(index: int, label: str, cmd: Sequence[str], env: Mapping[str, str], cwd: str | os.PathLike[str] | None = None, log_path: Path | None = None) -> Child:
+def start_child(
+    index: int,
+    label: str,
+    cmd: Sequence[str],
+    env: Mapping[str, str],
+    cwd: str | os.PathLike[str] | None = None,
+    log_path: Path | None = None,
+) -> Child:
     """Start `cmd` in a new session with stdout+stderr merged into one line-buffered pipe. The log
     file is opened first, so a failure leaves no process running; OSError (no such executable, no
     permission) comes from Popen with nothing started."""
@@ -286,7 +294,9 @@ class LineMux:
     def __init__(self, children: Sequence[Child]) -> None:
         self._queue: queue.Queue[tuple[Child, str | None]] = queue.Queue()
         self.open = len(children)
-        self._threads = [threading.Thread(target=self._pump, args=(c,), daemon=True, name=f"ddpctl-log-{c.index}") for c in children]
+        self._threads = [
+            threading.Thread(target=self._pump, args=(c,), daemon=True, name=f"ddpctl-log-{c.index}") for c in children
+        ]
         for thread in self._threads:
             thread.start()
 

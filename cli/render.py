@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from ddpctl.spec import SHM_MOUNT, JobSpec
 from ddpctl.yamlsafe import finalize, to_yaml
 
@@ -64,7 +63,12 @@ def _environment() -> Any:
 def _env_list(spec: JobSpec) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
     if spec.node_rank_from_index:
-        env.append({"name": "PET_NODE_RANK", "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}}})
+        env.append(
+            {
+                "name": "PET_NODE_RANK",
+                "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}},
+            }
+        )
     env += [{"name": k, "value": v} for k, v in spec.container_env().items()]
     env += [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
@@ -121,7 +125,9 @@ def view(spec: JobSpec) -> dict[str, Any]:
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_MOUNT}]
     for vname, vol in spec.volumes.items():
-        volumes.append({"name": vname, "persistentVolumeClaim": {"claimName": vol.claim_name, "readOnly": vol.read_only}})
+        volumes.append(
+            {"name": vname, "persistentVolumeClaim": {"claimName": vol.claim_name, "readOnly": vol.read_only}}
+        )
         mounts.append({"name": vname, "mountPath": vol.mount_path, "readOnly": vol.read_only})
     return {
         "name": spec.name,
@@ -204,7 +210,15 @@ _Dumper.add_representer(str, _str_representer)
 
 
 def to_yaml_documents(objects: list[dict[str, Any]]) -> str:
-    return yaml.dump_all(objects, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096, explicit_start=True)
+    return yaml.dump_all(
+        objects,
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=4096,
+        explicit_start=True,
+    )
 
 
 def to_json_list(objects: list[dict[str, Any]]) -> str:

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from ddpctl.errors import SpecError
 
@@ -54,7 +55,9 @@ def check_dns_label(field_name: str, value: str, *, rfc1035: bool = False) -> No
     if not isinstance(value, str) or not value:
         raise SpecError(field_name, "must not be empty", "give a lowercase name such as 'resnet-ddp'")
     if len(value) > MAX_DNS_LABEL:
-        raise SpecError(field_name, f"{value!r} is {len(value)} characters, the limit is {MAX_DNS_LABEL}", "use a shorter name")
+        raise SpecError(
+            field_name, f"{value!r} is {len(value)} characters, the limit is {MAX_DNS_LABEL}", "use a shorter name"
+        )
     if not pattern.fullmatch(value):
         start = "a lowercase letter" if rfc1035 else "a lowercase letter or digit"
         raise SpecError(
@@ -67,7 +70,11 @@ def check_dns_label(field_name: str, value: str, *, rfc1035: bool = False) -> No
 def check_dns_subdomain(field_name: str, value: str) -> None:
     """Names of PVCs, PriorityClasses and ServiceAccounts: DNS-1123 subdomains (253 characters)."""
     if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
-        raise SpecError(field_name, f"{value!r} is not a valid name", "use lowercase letters, digits, '-' and '.', at most 253 characters")
+        raise SpecError(
+            field_name,
+            f"{value!r} is not a valid name",
+            "use lowercase letters, digits, '-' and '.', at most 253 characters",
+        )
 
 
 def check_label_key(field_name: str, key: str) -> None:
@@ -76,7 +83,9 @@ def check_label_key(field_name: str, key: str) -> None:
         raise SpecError(field_name, "a key must not be empty", "use keys like 'team' or 'example.com/team'")
     prefix, _, name = key.rpartition("/")
     if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
-        raise SpecError(field_name, f"key {key!r} has an invalid prefix", "the prefix must be a lowercase DNS subdomain")
+        raise SpecError(
+            field_name, f"key {key!r} has an invalid prefix", "the prefix must be a lowercase DNS subdomain"
+        )
     if len(name) > MAX_DNS_LABEL or not _LABEL_NAME.fullmatch(name):
         raise SpecError(
             field_name,
@@ -120,7 +129,12 @@ def _check_json_like(field_name: str, value: Any) -> None:
         for i, item in enumerate(value):
             _check_json_like(f"{field_name}[{i}]", item)
     else:
-        _require(value is None or isinstance(value, (str, int, float, bool)), field_name, f"a {type(value).__name__} cannot go into a manifest", "quote the value")
+        _require(
+            value is None or isinstance(value, (str, int, float, bool)),
+            field_name,
+            f"a {type(value).__name__} cannot go into a manifest",
+            "quote the value",
+        )
 
 
 def _require(cond: bool, field_name: str, problem: str, fix: str = "") -> None:
@@ -140,13 +154,28 @@ def _positive_int(field_name: str, value: Any, *, minimum: int = 1, allow_none: 
 
 
 def _one_of(field_name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    _require(value in allowed, field_name, f"{value!r} is not one of {', '.join(allowed)}", f"choose one of {', '.join(allowed)}")
+    _require(
+        value in allowed,
+        field_name,
+        f"{value!r} is not one of {', '.join(allowed)}",
+        f"choose one of {', '.join(allowed)}",
+    )
 
 
 def _str_map(field_name: str, value: Any) -> None:
-    _require(isinstance(value, Mapping), field_name, f"expected a map of strings, got {type(value).__name__}", "write it as key: value pairs")
+    _require(
+        isinstance(value, Mapping),
+        field_name,
+        f"expected a map of strings, got {type(value).__name__}",
+        "write it as key: value pairs",
+    )
     for key, val in value.items():
-        _require(isinstance(key, str) and isinstance(val, str), f"{field_name}.{key}", "keys and values must be strings", "quote the value")
+        _require(
+            isinstance(key, str) and isinstance(val, str),
+            f"{field_name}.{key}",
+            "keys and values must be strings",
+            "quote the value",
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -246,7 +275,9 @@ class JobSpec:
         for name in ("env", "secret_env", "volumes", "node_selector", "affinity", "labels", "annotations"):
             value = getattr(self, name)
             if not isinstance(value, Mapping):
-                raise SpecError(_camel(name), f"expected a map, got {type(value).__name__}", "write it as key: value pairs")
+                raise SpecError(
+                    _camel(name), f"expected a map, got {type(value).__name__}", "write it as key: value pairs"
+                )
             freeze(self, name, _FrozenDict(sorted(value.items())) if name != "affinity" else _FrozenDict(value))
         self._validate()
 
@@ -264,13 +295,23 @@ class JobSpec:
             f"{self.name!r} makes the {self.target} name {longest!r} ({len(longest)} characters, the limit is {MAX_DNS_LABEL})",
             f"shorten name to at most {MAX_DNS_LABEL - (len(longest) - len(self.name))} characters",
         )
-        _require(isinstance(self.image, str) and bool(_IMAGE.fullmatch(self.image or "")), "image", f"{self.image!r} is not an image reference", "use a reference like 'registry.example.com/team/trainer:1.0'")
+        _require(
+            isinstance(self.image, str) and bool(_IMAGE.fullmatch(self.image or "")),
+            "image",
+            f"{self.image!r} is not an image reference",
+            "use a reference like 'registry.example.com/team/trainer:1.0'",
+        )
         _one_of("imagePullPolicy", self.image_pull_policy, PULL_POLICIES)
         for i, secret in enumerate(self.image_pull_secrets):
             check_dns_label(f"imagePullSecrets[{i}]", secret)
         self._validate_entrypoint()
         _one_of("backend", self.backend, BACKENDS)
-        _require(not (self.backend == "nccl" and self.gpus_per_node == 0), "backend", "nccl needs GPUs but gpusPerNode is 0", "use backend gloo (or auto), or set gpusPerNode")
+        _require(
+            not (self.backend == "nccl" and self.gpus_per_node == 0),
+            "backend",
+            "nccl needs GPUs but gpusPerNode is 0",
+            "use backend gloo (or auto), or set gpusPerNode",
+        )
         self._validate_rendezvous()
         self._validate_resources()
         self._validate_pod_fields()
@@ -286,17 +327,42 @@ class JobSpec:
         if self.target != "trainjob":
             return
         other = "or use target job, jobset or pytorchjob"
-        _require(not self.priority_class_name, "priorityClassName", "the trainjob target cannot set it (TrainJob has no such field)", f"set it in the training runtime, {other}")
-        _require(not self.env_from_secrets, "envFromSecrets", "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)", f"list the variables in secretEnv, {other}")
+        _require(
+            not self.priority_class_name,
+            "priorityClassName",
+            "the trainjob target cannot set it (TrainJob has no such field)",
+            f"set it in the training runtime, {other}",
+        )
+        _require(
+            not self.env_from_secrets,
+            "envFromSecrets",
+            "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)",
+            f"list the variables in secretEnv, {other}",
+        )
 
     def _validate_entrypoint(self) -> None:
         chosen = [n for n, v in (("module", self.module), ("script", self.script), ("command", self.command)) if v]
-        _require(len(chosen) == 1, "module", f"exactly one of module, script or command must be set, got {', '.join(chosen) or 'none'}", "set just one of them")
+        _require(
+            len(chosen) == 1,
+            "module",
+            f"exactly one of module, script or command must be set, got {', '.join(chosen) or 'none'}",
+            "set just one of them",
+        )
         if self.module:
-            _require(bool(_MODULE.fullmatch(self.module)), "module", f"{self.module!r} is not a Python module path", "use a dotted name like 'mypkg.train'")
+            _require(
+                bool(_MODULE.fullmatch(self.module)),
+                "module",
+                f"{self.module!r} is not a Python module path",
+                "use a dotted name like 'mypkg.train'",
+            )
         if self.script:
             check_plain_string("script", self.script, allow_empty=False)
-            _require(not _CONTROL_CHARS.search(self.script), "script", "contains control characters", "give a plain file path")
+            _require(
+                not _CONTROL_CHARS.search(self.script),
+                "script",
+                "contains control characters",
+                "give a plain file path",
+            )
         for i, part in enumerate(self.command):
             check_plain_string(f"command[{i}]", part, allow_empty=i > 0)
         for i, arg in enumerate(self.args):
@@ -307,9 +373,21 @@ class JobSpec:
         if elastic:
             _positive_int("minNodes", self.min_nodes)
             _positive_int("maxNodes", self.max_nodes)
-            _require(self.min_nodes <= self.max_nodes, "nodes", f"min {self.min_nodes} is more than max {self.max_nodes}", "write nodes as MIN:MAX with MIN <= MAX")  # type: ignore[operator]
-            _require(self.target != "trainjob", "nodes", "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)", "give a fixed count, or use target job, jobset or pytorchjob")
-            _require(self.max_nodes <= 1024, "nodes", f"max {self.max_nodes} is more than 1024", "use at most 1024 nodes")  # type: ignore[operator]
+            _require(
+                self.min_nodes <= self.max_nodes,
+                "nodes",
+                f"min {self.min_nodes} is more than max {self.max_nodes}",
+                "write nodes as MIN:MAX with MIN <= MAX",
+            )  # type: ignore[operator]
+            _require(
+                self.target != "trainjob",
+                "nodes",
+                "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)",
+                "give a fixed count, or use target job, jobset or pytorchjob",
+            )
+            _require(
+                self.max_nodes <= 1024, "nodes", f"max {self.max_nodes} is more than 1024", "use at most 1024 nodes"
+            )  # type: ignore[operator]
         else:
             _positive_int("nodes", self.nodes)
             _require(self.nodes <= 1024, "nodes", f"{self.nodes} is more than 1024", "use at most 1024 nodes")
@@ -327,9 +405,16 @@ class JobSpec:
         rdzv = self.rendezvous
         _require(isinstance(rdzv, Rendezvous), "rendezvous", "must be a map", "see `ddpctl init` for its keys")
         _one_of("rendezvous.mode", rdzv.mode, RDZV_MODES)
-        _require(not (self.elastic and rdzv.mode == "static"), "rendezvous.mode", "an elastic job (nodes MIN:MAX) cannot use static rendezvous", "use mode c10d or auto")
+        _require(
+            not (self.elastic and rdzv.mode == "static"),
+            "rendezvous.mode",
+            "an elastic job (nodes MIN:MAX) cannot use static rendezvous",
+            "use mode c10d or auto",
+        )
         _positive_int("rendezvous.port", rdzv.port)
-        _require(rdzv.port <= 65535, "rendezvous.port", f"{rdzv.port} is not a TCP port", "use a port between 1 and 65535")
+        _require(
+            rdzv.port <= 65535, "rendezvous.port", f"{rdzv.port} is not a TCP port", "use a port between 1 and 65535"
+        )
         _positive_int("rendezvous.joinTimeout", rdzv.join_timeout)
         _positive_int("rendezvous.lastCallTimeout", rdzv.last_call_timeout)
         _positive_int("rendezvous.maxRestarts", rdzv.max_restarts, minimum=0)
@@ -341,51 +426,131 @@ class JobSpec:
             check_quantity("resources.cpu", res.cpu)
         if res.memory is not None:
             check_quantity("resources.memory", res.memory)
-        _require(isinstance(res.gpu_resource, str) and bool(_RESOURCE_NAME.fullmatch(res.gpu_resource)), "resources.gpuResource", f"{res.gpu_resource!r} is not a resource name", "use a name like 'nvidia.com/gpu'")
+        _require(
+            isinstance(res.gpu_resource, str) and bool(_RESOURCE_NAME.fullmatch(res.gpu_resource)),
+            "resources.gpuResource",
+            f"{res.gpu_resource!r} is not a resource name",
+            "use a name like 'nvidia.com/gpu'",
+        )
         check_quantity("shmSize", self.shm_size)
 
     def _validate_pod_fields(self) -> None:
         for key, value in self.env.items():
-            _require(isinstance(key, str) and bool(_ENV_NAME.fullmatch(key)), f"env.{key}", "is not a valid environment variable name", "use letters, digits, '_', '-' or '.', not starting with a digit")
+            _require(
+                isinstance(key, str) and bool(_ENV_NAME.fullmatch(key)),
+                f"env.{key}",
+                "is not a valid environment variable name",
+                "use letters, digits, '_', '-' or '.', not starting with a digit",
+            )
             check_plain_string(f"env.{key}", value)
         for i, secret in enumerate(self.env_from_secrets):
             check_dns_label(f"envFromSecrets[{i}]", secret)
         for key, ref in self.secret_env.items():
-            _require(bool(_ENV_NAME.fullmatch(key)), f"secretEnv.{key}", "is not a valid environment variable name", "use letters, digits and '_'")
-            _require(isinstance(ref, SecretKeyRef), f"secretEnv.{key}", "must name a secret and a key", "write it as {secret: NAME, key: KEY}")
+            _require(
+                bool(_ENV_NAME.fullmatch(key)),
+                f"secretEnv.{key}",
+                "is not a valid environment variable name",
+                "use letters, digits and '_'",
+            )
+            _require(
+                isinstance(ref, SecretKeyRef),
+                f"secretEnv.{key}",
+                "must name a secret and a key",
+                "write it as {secret: NAME, key: KEY}",
+            )
             check_dns_label(f"secretEnv.{key}.secret", ref.secret)
-            _require(isinstance(ref.key, str) and bool(re.fullmatch(r"[-._a-zA-Z0-9]+", ref.key)), f"secretEnv.{key}.key", f"{ref.key!r} is not a Secret key", "use letters, digits, '-', '_' or '.'")
+            _require(
+                isinstance(ref.key, str) and bool(re.fullmatch(r"[-._a-zA-Z0-9]+", ref.key)),
+                f"secretEnv.{key}.key",
+                f"{ref.key!r} is not a Secret key",
+                "use letters, digits, '-', '_' or '.'",
+            )
         clash = set(self.env) & set(self.secret_env)
-        _require(not clash, "secretEnv", f"{', '.join(sorted(clash))} is also set in env", "set each variable in one place")
+        _require(
+            not clash, "secretEnv", f"{', '.join(sorted(clash))} is also set in env", "set each variable in one place"
+        )
         mounts: dict[str, str] = {}
         for vname, vol in self.volumes.items():
             check_dns_label(f"volumes.{vname}", vname)
-            _require(vname != "dshm", f"volumes.{vname}", "the name 'dshm' is reserved for /dev/shm", "choose another volume name")
-            _require(isinstance(vol, Volume), f"volumes.{vname}", "must give claimName and mountPath", "write it as {claimName: PVC, mountPath: /path}")
+            _require(
+                vname != "dshm",
+                f"volumes.{vname}",
+                "the name 'dshm' is reserved for /dev/shm",
+                "choose another volume name",
+            )
+            _require(
+                isinstance(vol, Volume),
+                f"volumes.{vname}",
+                "must give claimName and mountPath",
+                "write it as {claimName: PVC, mountPath: /path}",
+            )
             check_dns_subdomain(f"volumes.{vname}.claimName", vol.claim_name)
-            _require(isinstance(vol.mount_path, str) and vol.mount_path.startswith("/") and not _CONTROL_CHARS.search(vol.mount_path) and ":" not in vol.mount_path, f"volumes.{vname}.mountPath", f"{vol.mount_path!r} is not an absolute path", "use a path like /data")
-            _require(vol.mount_path.rstrip("/") != SHM_MOUNT, f"volumes.{vname}.mountPath", "/dev/shm is managed by shmSize", "mount the volume elsewhere")
-            _require(vol.mount_path not in mounts, f"volumes.{vname}.mountPath", f"{vol.mount_path} is also used by volume {mounts.get(vol.mount_path)}", "give each volume its own path")
+            _require(
+                isinstance(vol.mount_path, str)
+                and vol.mount_path.startswith("/")
+                and not _CONTROL_CHARS.search(vol.mount_path)
+                and ":" not in vol.mount_path,
+                f"volumes.{vname}.mountPath",
+                f"{vol.mount_path!r} is not an absolute path",
+                "use a path like /data",
+            )
+            _require(
+                vol.mount_path.rstrip("/") != SHM_MOUNT,
+                f"volumes.{vname}.mountPath",
+                "/dev/shm is managed by shmSize",
+                "mount the volume elsewhere",
+            )
+            _require(
+                vol.mount_path not in mounts,
+                f"volumes.{vname}.mountPath",
+                f"{vol.mount_path} is also used by volume {mounts.get(vol.mount_path)}",
+                "give each volume its own path",
+            )
             mounts[vol.mount_path] = vname
         _str_map("nodeSelector", self.node_selector)
         for key, value in self.node_selector.items():
             check_label_key(f"nodeSelector.{key}", key)
             check_label_value(f"nodeSelector.{key}", value)
         for i, tol in enumerate(self.tolerations):
-            _require(isinstance(tol, Mapping), f"tolerations[{i}]", "must be a map", "use keys key, operator, value, effect")
+            _require(
+                isinstance(tol, Mapping), f"tolerations[{i}]", "must be a map", "use keys key, operator, value, effect"
+            )
             unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
-            _require(not unknown, f"tolerations[{i}]", f"unknown key {', '.join(sorted(unknown))}", "use keys key, operator, value, effect, tolerationSeconds")
-            _require(tol.get("operator", "Equal") in ("Equal", "Exists"), f"tolerations[{i}].operator", f"{tol.get('operator')!r} is not Equal or Exists", "use Equal or Exists")
-            _require(tol.get("effect", "NoSchedule") in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"), f"tolerations[{i}].effect", f"{tol.get('effect')!r} is not a taint effect", "use NoSchedule, PreferNoSchedule or NoExecute")
+            _require(
+                not unknown,
+                f"tolerations[{i}]",
+                f"unknown key {', '.join(sorted(unknown))}",
+                "use keys key, operator, value, effect, tolerationSeconds",
+            )
+            _require(
+                tol.get("operator", "Equal") in ("Equal", "Exists"),
+                f"tolerations[{i}].operator",
+                f"{tol.get('operator')!r} is not Equal or Exists",
+                "use Equal or Exists",
+            )
+            _require(
+                tol.get("effect", "NoSchedule") in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"),
+                f"tolerations[{i}].effect",
+                f"{tol.get('effect')!r} is not a taint effect",
+                "use NoSchedule, PreferNoSchedule or NoExecute",
+            )
             for key in ("key", "value", "operator", "effect"):
                 if key in tol:
                     check_plain_string(f"tolerations[{i}].{key}", tol[key])
             if "tolerationSeconds" in tol:
                 _positive_int(f"tolerations[{i}].tolerationSeconds", tol["tolerationSeconds"], minimum=0)
         for key in self.affinity:
-            _require(key in ("nodeAffinity", "podAffinity", "podAntiAffinity"), f"affinity.{key}", "is not an affinity kind", "use nodeAffinity, podAffinity or podAntiAffinity")
+            _require(
+                key in ("nodeAffinity", "podAffinity", "podAntiAffinity"),
+                f"affinity.{key}",
+                "is not an affinity kind",
+                "use nodeAffinity, podAffinity or podAntiAffinity",
+            )
         _check_json_like("affinity", self.affinity)
-        for fname, value in (("priorityClassName", self.priority_class_name), ("serviceAccountName", self.service_account_name)):
+        for fname, value in (
+            ("priorityClassName", self.priority_class_name),
+            ("serviceAccountName", self.service_account_name),
+        ):
             if value is not None:
                 check_dns_subdomain(fname, value)
         for key, value in self.labels.items():
@@ -556,7 +721,9 @@ class JobSpec:
                 env["PET_RDZV_ENDPOINT"] = self.rdzv_endpoint
                 env["PET_RDZV_ID"] = self.name
         if self.rdzv_mode == "c10d" and self.target != "pytorchjob":
-            env["PET_RDZV_CONF"] = f"join_timeout={self.rendezvous.join_timeout},last_call_timeout={self.rendezvous.last_call_timeout}"
+            env["PET_RDZV_CONF"] = (
+                f"join_timeout={self.rendezvous.join_timeout},last_call_timeout={self.rendezvous.last_call_timeout}"
+            )
         if self.target != "pytorchjob" or not self.elastic:
             # The training operator sets PET_MAX_RESTARTS itself for elastic jobs.
             env["PET_MAX_RESTARTS"] = str(self.rendezvous.max_restarts)
@@ -581,11 +748,11 @@ class JobSpec:
 
     # ---------------------------------------------------------------- (de)serialisation
 
-    def replace(self, **changes: Any) -> "JobSpec":
+    def replace(self, **changes: Any) -> JobSpec:
         return dataclasses.replace(self, **changes)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+    def from_dict(cls, data: Mapping[str, Any]) -> JobSpec:
         """Build from the camelCase form of ddp.yaml / Helm values; unknown keys are errors."""
         return cls(**_kwargs_from_dict(data))
 
@@ -670,7 +837,9 @@ def _sub_dataclass(cls: type, field_name: str, data: Any) -> Any:
     kwargs = {}
     for key, value in data.items():
         if _snake(key) not in known or key != _camel(_snake(key)):
-            raise SpecError(f"{field_name}.{key}", "is not a known key", f"use one of {', '.join(sorted(_camel(k) for k in known))}")
+            raise SpecError(
+                f"{field_name}.{key}", "is not a known key", f"use one of {', '.join(sorted(_camel(k) for k in known))}"
+            )
         kwargs[_snake(key)] = value
     try:
         return cls(**kwargs)
@@ -690,7 +859,9 @@ def _env_value(field_name: str, value: Any) -> Any:
 
 def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(data, Mapping):
-        raise SpecError("spec", f"expected a map at the top level, got {type(data).__name__}", "see `ddpctl init` for an example")
+        raise SpecError(
+            "spec", f"expected a map at the top level, got {type(data).__name__}", "see `ddpctl init` for an example"
+        )
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         name = _snake(str(key))
@@ -712,7 +883,15 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
             kwargs[name] = {k: _sub_dataclass(SecretKeyRef, f"secretEnv.{k}", v) for k, v in value.items()}
         elif name == "env" and isinstance(value, Mapping):
             kwargs[name] = {k: _env_value(f"env.{k}", v) for k, v in value.items()}
-        elif value is None and name in ("env", "secret_env", "volumes", "node_selector", "affinity", "labels", "annotations"):
+        elif value is None and name in (
+            "env",
+            "secret_env",
+            "volumes",
+            "node_selector",
+            "affinity",
+            "labels",
+            "annotations",
+        ):
             kwargs[name] = {}
         elif value is None and name in ("image_pull_secrets", "command", "args", "env_from_secrets", "tolerations"):
             kwargs[name] = ()

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from markupsafe import Markup
 
@@ -115,4 +116,6 @@ def dump_portable(data: Any) -> str:
     """YAML that PyYAML and Helm's Go parser both read back as `data`."""
     import yaml
 
-    return yaml.dump(data, Dumper=_portable_dumper(), sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096)
+    return yaml.dump(
+        data, Dumper=_portable_dumper(), sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096
+    )

@@ -13,7 +13,9 @@ IN_CI = os.environ.get("CI") == "true"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--update-golden", action="store_true", default=False, help="Rewrite tests/golden/* from the current renderer.")
+    parser.addoption(
+        "--update-golden", action="store_true", default=False, help="Rewrite tests/golden/* from the current renderer."
+    )
 
 
 @dataclass

@@ -61,7 +61,9 @@ def _ports(container: dict[str, Any]) -> dict[str, int]:
     return {p.get("name", ""): p["containerPort"] for p in container.get("ports", [])}
 
 
-def _indexed_pods(job_name: str, job_spec: dict[str, Any], subdomain: str, extra_env: dict[str, str] | None = None) -> list[Pod]:
+def _indexed_pods(
+    job_name: str, job_spec: dict[str, Any], subdomain: str, extra_env: dict[str, str] | None = None
+) -> list[Pod]:
     assert job_spec["completionMode"] == "Indexed"
     assert job_spec["completions"] == job_spec["parallelism"], "every node must run at once"
     pod_spec = job_spec["template"]["spec"]
@@ -71,7 +73,16 @@ def _indexed_pods(job_name: str, job_spec: dict[str, Any], subdomain: str, extra
         annotations = {COMPLETION_INDEX: str(index)}
         env = {"JOB_COMPLETION_INDEX": str(index), **_resolve_env(container, annotations), **(extra_env or {})}
         hostname = f"{job_name}-{index}"
-        pods.append(Pod(hostname, f"{hostname}.{subdomain}", env, container["command"], container.get("args", []), _ports(container)))
+        pods.append(
+            Pod(
+                hostname,
+                f"{hostname}.{subdomain}",
+                env,
+                container["command"],
+                container.get("args", []),
+                _ports(container),
+            )
+        )
     return pods
 
 
@@ -130,16 +141,29 @@ def _pytorchjob_pods(objects: list[dict[str, Any]]) -> list[Pod]:
                 master = f"{name}-master-0"
                 world = total * (int(nproc) if str(nproc).isdigit() else 1)
                 injected |= {
-                    "MASTER_ADDR": master, "PET_MASTER_ADDR": master,
-                    "MASTER_PORT": str(port), "PET_MASTER_PORT": str(port),
-                    "WORLD_SIZE": str(world), "RANK": str(node_rank), "PET_NODE_RANK": str(node_rank),
+                    "MASTER_ADDR": master,
+                    "PET_MASTER_ADDR": master,
+                    "MASTER_PORT": str(port),
+                    "PET_MASTER_PORT": str(port),
+                    "WORLD_SIZE": str(world),
+                    "RANK": str(node_rank),
+                    "PET_NODE_RANK": str(node_rank),
                     "PET_NNODES": str(total),
                 }
             own = _resolve_env(container, {})
             clash = {k for k in own if k in injected and own[k] != injected[k]}
             assert not clash, f"manifest sets {clash}, which the operator owns"
             # Each replica gets a Service of its own name: its hostname is its DNS name.
-            pods.append(Pod(hostname, hostname, {**own, **injected}, container["command"], container.get("args", []), _ports(container)))
+            pods.append(
+                Pod(
+                    hostname,
+                    hostname,
+                    {**own, **injected},
+                    container["command"],
+                    container.get("args", []),
+                    _ports(container),
+                )
+            )
             node_rank += 1
     return pods
 
@@ -173,7 +197,18 @@ def launch(objects: list[dict[str, Any]]) -> list[Pod]:
     return ENGINES[workload](objects)
 
 
-_TORCHRUN_FLAGS = {"nnodes", "nproc-per-node", "node-rank", "master-addr", "master-port", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf", "max-restarts"}
+_TORCHRUN_FLAGS = {
+    "nnodes",
+    "nproc-per-node",
+    "node-rank",
+    "master-addr",
+    "master-port",
+    "rdzv-backend",
+    "rdzv-endpoint",
+    "rdzv-id",
+    "rdzv-conf",
+    "max-restarts",
+}
 
 
 def torchrun_settings(pod: Pod) -> Torchrun:

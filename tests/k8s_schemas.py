@@ -36,7 +36,7 @@ def require_crds() -> Path:
     return CRD_DIR
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validate_core_cached(doc: str, version: str) -> tuple[str, ...]:
     import json
 

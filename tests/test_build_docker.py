@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from ddpctl.build import content_hash, context_files, parse_dockerignore, repo_of
+
 from tests.conftest import skip_unless
 
 REPO = Path(__file__).resolve().parents[1]
@@ -42,9 +42,13 @@ def require_docker_and_base() -> None:
     skip_unless(image_present(BASE_IMAGE), f"the CPU base image {BASE_IMAGE} (bash scripts/make-base-image.sh)")
 
 
-def _ddpctl(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _ddpctl(
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     full = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=full, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _copy_context(dest: Path) -> Path:
@@ -72,16 +76,19 @@ def test_dockerignore_keeps_only_the_dockerfile_and_the_trainer() -> None:
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in files)
 
 
-@pytest.mark.parametrize(("patterns", "path", "ignored"), [
-    ("*\n!trainer/\n", "trainer/a/b.py", False),
-    ("*\n!trainer/\n", "cli/app.py", True),
-    ("trainer/**/__pycache__\n", "trainer/__pycache__/x.pyc", True),
-    ("trainer/**/__pycache__\n", "trainer/a/__pycache__/x.pyc", True),
-    ("*.md\n!README.md\n", "README.md", False),
-    ("*.md\n!README.md\n", "CHANGES.md", True),
-    ("docs\n", "docs/kind.md", True),
-    ("# a comment\n\n", "docs/kind.md", False),
-])
+@pytest.mark.parametrize(
+    ("patterns", "path", "ignored"),
+    [
+        ("*\n!trainer/\n", "trainer/a/b.py", False),
+        ("*\n!trainer/\n", "cli/app.py", True),
+        ("trainer/**/__pycache__\n", "trainer/__pycache__/x.pyc", True),
+        ("trainer/**/__pycache__\n", "trainer/a/__pycache__/x.pyc", True),
+        ("*.md\n!README.md\n", "README.md", False),
+        ("*.md\n!README.md\n", "CHANGES.md", True),
+        ("docs\n", "docs/kind.md", True),
+        ("# a comment\n\n", "docs/kind.md", False),
+    ],
+)
 def test_dockerignore_semantics_follow_docker(patterns: str, path: str, ignored: bool) -> None:
     from ddpctl.build import is_ignored
 
@@ -105,7 +112,10 @@ def test_content_hash_changes_with_the_code_not_with_ignored_files(tmp_path: Pat
 def test_print_tag_is_the_repo_and_a_short_hash(tmp_path: Path) -> None:
     ctx = _copy_context(tmp_path)
     env = {"PATH": os.environ["PATH"]}
-    skip_unless(any(shutil.which(b) for b in ("docker", "podman", "buildah")), "a container builder on PATH (--print-tag still chooses one)")
+    skip_unless(
+        any(shutil.which(b) for b in ("docker", "podman", "buildah")),
+        "a container builder on PATH (--print-tag still chooses one)",
+    )
     one = _ddpctl("build", "--print-tag", "--builder", "auto", cwd=ctx, env=env)
     assert one.returncode == 0, one.stderr
     assert re.fullmatch(r"ddpctl-trainer:[0-9a-f]{12}\n", one.stdout)
@@ -167,15 +177,32 @@ def test_build_of_the_real_dockerfile_on_the_cpu_base() -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     tag = result.stdout.strip()
     assert re.fullmatch(r"ddpctl-trainer-test:[0-9a-f]{12}", tag)
-    assert tag == _ddpctl("build", "--print-tag", "--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test").stdout.strip()
-    info = json.loads(subprocess.run(["docker", "image", "inspect", tag], capture_output=True, text=True, check=True).stdout)[0]
+    assert (
+        tag
+        == _ddpctl("build", "--print-tag", "--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test").stdout.strip()
+    )
+    info = json.loads(
+        subprocess.run(["docker", "image", "inspect", tag], capture_output=True, text=True, check=True).stdout
+    )[0]
     config = info["Config"]
     assert config["User"] == "1000:1000"  # numeric non-root: runAsNonRoot can verify it
     assert config["Cmd"] == ["torchrun", "-m", "ddpctl_trainer"] and not config.get("Entrypoint")
     assert config["WorkingDir"] == "/workspace"
     assert image_present("ddpctl-trainer-test:latest")
-    probe = subprocess.run(["docker", "run", "--rm", tag, "sh", "-c", "id -u && touch /workspace/w && python3 -m ddpctl_trainer --help | head -1"],
-                           capture_output=True, text=True, timeout=120)
+    probe = subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            tag,
+            "sh",
+            "-c",
+            "id -u && touch /workspace/w && python3 -m ddpctl_trainer --help | head -1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.splitlines()[0] == "1000" and "usage: ddpctl-trainer" in probe.stdout
 
@@ -184,7 +211,9 @@ def test_build_of_the_real_dockerfile_on_the_cpu_base() -> None:
 @pytest.mark.slow
 def test_a_failed_build_is_one_line_with_the_log_tail_and_leaves_no_container(tmp_path: Path) -> None:
     require_docker_and_base()
-    (tmp_path / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nRUN echo 'step output before the failure' && echo 'boom: compiler exploded' >&2 && exit 3\n")
+    (tmp_path / "Dockerfile").write_text(
+        f"FROM {BASE_IMAGE}\nRUN echo 'step output before the failure' && echo 'boom: compiler exploded' >&2 && exit 3\n"
+    )
     before = _containers()
     result = _ddpctl("build", "--quiet", cwd=tmp_path)
     assert result.returncode == 1

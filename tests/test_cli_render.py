@@ -33,8 +33,35 @@ def test_render_json_is_a_list(cli) -> None:
 
 
 def test_render_is_byte_identical_across_processes(tmp_path: Path) -> None:
-    cmd = [sys.executable, "-m", "ddpctl", "render", "--nodes", "4", "--gpus", "8", "-l", "b=2", "-l", "a=1", "-e", "Z=1", "-e", "A=2"]
-    outputs = {subprocess.run(cmd, capture_output=True, text=True, check=True, cwd=tmp_path, env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in (1, 2)}
+    cmd = [
+        sys.executable,
+        "-m",
+        "ddpctl",
+        "render",
+        "--nodes",
+        "4",
+        "--gpus",
+        "8",
+        "-l",
+        "b=2",
+        "-l",
+        "a=1",
+        "-e",
+        "Z=1",
+        "-e",
+        "A=2",
+    ]
+    outputs = {
+        subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=tmp_path,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout
+        for seed in (1, 2)
+    }
     assert len(outputs) == 1
 
 
@@ -72,9 +99,18 @@ def test_init_writes_a_spec_that_round_trips(cli, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "file_nodes,env_nodes,flag_nodes,expected",
-    [(None, None, None, 2), (5, None, None, 5), (5, "6", None, 6), (5, "6", "7", 7), (None, None, "7", 7), (None, "6", None, 6)],
+    [
+        (None, None, None, 2),
+        (5, None, None, 5),
+        (5, "6", None, 6),
+        (5, "6", "7", 7),
+        (None, None, "7", 7),
+        (None, "6", None, 6),
+    ],
 )
-def test_precedence_file_env_flags(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_nodes, env_nodes, flag_nodes, expected) -> None:
+def test_precedence_file_env_flags(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_nodes, env_nodes, flag_nodes, expected
+) -> None:
     if file_nodes is not None:
         (tmp_path / "ddp.yaml").write_text(f"nodes: {file_nodes}\nenv:\n  FROM_FILE: '1'\n")
     if env_nodes is not None:
@@ -108,7 +144,9 @@ def test_precedence_file_env_flags(cli, tmp_path: Path, monkeypatch: pytest.Monk
         (["render"], {}, {"ddp.yaml": "rendezvous: 3\n"}, "rendezvous: expected a map"),
     ],
 )
-def test_bad_input_is_one_line_exit_2(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args, env, files, needle) -> None:
+def test_bad_input_is_one_line_exit_2(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args, env, files, needle
+) -> None:
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     for name, text in files.items():
@@ -122,7 +160,9 @@ def test_bad_input_is_one_line_exit_2(cli, tmp_path: Path, monkeypatch: pytest.M
     assert "Traceback" not in result.err
 
 
-@pytest.mark.parametrize("argv", [["--help"], ["render"], ["render", "--explain"], ["init", "--path", "x.yaml"], ["render", "--help"]])
+@pytest.mark.parametrize(
+    "argv", [["--help"], ["render"], ["render", "--explain"], ["init", "--path", "x.yaml"], ["render", "--help"]]
+)
 def test_cli_never_imports_torch_or_kubernetes(tmp_path: Path, argv: list[str]) -> None:
     probe = (
         "import sys\n"
@@ -152,7 +192,9 @@ def test_console_script_runs(tmp_path: Path) -> None:
         ("script: a.py\n", {"DDPCTL_MODULE": "envpkg.train"}, ["--command", "python run.py"], "python run.py"),
     ],
 )
-def test_the_highest_layer_picks_the_entrypoint(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_text, env, flags, expected) -> None:
+def test_the_highest_layer_picks_the_entrypoint(
+    cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, file_text, env, flags, expected
+) -> None:
     """module, script and command are one choice: a higher layer replaces a lower layer's."""
     (tmp_path / "ddp.yaml").write_text(file_text)
     for key, value in env.items():

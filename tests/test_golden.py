@@ -9,7 +9,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from ddpctl.render import render, to_yaml_documents
 from ddpctl.spec import TARGETS, JobSpec
 
@@ -27,7 +26,10 @@ SPECS = {
         "shmSize": "32Gi",
         "env": {"NCCL_DEBUG": "WARN"},
         "secretEnv": {"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}},
-        "volumes": {"data": {"claimName": "imagenet", "mountPath": "/data", "readOnly": True}, "checkpoints": {"claimName": "resnet-ckpt", "mountPath": "/checkpoints"}},
+        "volumes": {
+            "data": {"claimName": "imagenet", "mountPath": "/data", "readOnly": True},
+            "checkpoints": {"claimName": "resnet-ckpt", "mountPath": "/checkpoints"},
+        },
         "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
         "queue": "vision-team",
         "labels": {"team": "vision"},
@@ -51,4 +53,6 @@ def test_golden(spec_name: str, target: str, data: dict, request: pytest.Fixture
     if request.config.getoption("--update-golden"):
         path.write_text(text, encoding="utf-8")
     assert path.exists(), f"missing {path}: run pytest {__file__} --update-golden"
-    assert text == path.read_text(encoding="utf-8"), f"{path.name} changed: review, then regenerate with --update-golden"
+    assert text == path.read_text(encoding="utf-8"), (
+        f"{path.name} changed: review, then regenerate with --update-golden"
+    )

@@ -12,15 +12,16 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
-
 from ddpctl.errors import SpecError
 from ddpctl.render import render
 from ddpctl.spec import TARGETS, JobSpec
+
 from tests.conftest import skip_unless
 from tests.k8s_schemas import validate_object
 from tests.test_injection import HOSTILE
@@ -95,7 +96,10 @@ RICH: dict[str, Any] = {
     "shmSize": "16Gi",
     "env": {"NCCL_DEBUG": "INFO", "OMP_NUM_THREADS": "4", "QUOTED": '"a": {{ b }}'},
     "envFromSecrets": ["hf-token"],
-    "secretEnv": {"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}, "AWS_SECRET": {"secret": "aws", "key": "secret.key"}},
+    "secretEnv": {
+        "WANDB_API_KEY": {"secret": "wandb", "key": "api-key"},
+        "AWS_SECRET": {"secret": "aws", "key": "secret.key"},
+    },
     "volumes": {
         "data": {"claimName": "imagenet", "mountPath": "/data", "readOnly": True},
         "checkpoints": {"claimName": "ckpt", "mountPath": "/ckpt"},
@@ -107,8 +111,22 @@ RICH: dict[str, Any] = {
         {"key": "spot", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
     ],
     "affinity": {
-        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]}},
-        "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}}]},
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a", "b"]}]}]
+            }
+        },
+        "podAntiAffinity": {
+            "preferredDuringSchedulingIgnoredDuringExecution": [
+                {
+                    "weight": 100,
+                    "podAffinityTerm": {
+                        "topologyKey": "kubernetes.io/hostname",
+                        "labelSelector": {"matchLabels": {"app": "x"}},
+                    },
+                }
+            ]
+        },
     },
     "serviceAccountName": "trainer",
     "labels": {"team": "vision", "example.com/cost-center": "ml-42"},
@@ -148,20 +166,42 @@ SPECIAL: dict[str, dict[str, Any]] = {
     "script-no-module-key": {"script": "train.py", "target": "jobset"},
     "command": {"command": ["python", "-u", "train.py", ""], "module": None, "target": "trainjob"},
     "own-module": {"module": "mypkg.train", "volumes": {"data": {"claimName": "d", "mountPath": "/data"}}},
-    "trainer-dirs-given": {"args": ["--data-dir", "/elsewhere"], "volumes": {"data": {"claimName": "d", "mountPath": "/data"}, "checkpoints": {"claimName": "c", "mountPath": "/c"}}},
-    "static-c10d": {"rendezvous": {"mode": "c10d", "port": 23456, "joinTimeout": 900, "lastCallTimeout": 5, "maxRestarts": 3}},
+    "trainer-dirs-given": {
+        "args": ["--data-dir", "/elsewhere"],
+        "volumes": {
+            "data": {"claimName": "d", "mountPath": "/data"},
+            "checkpoints": {"claimName": "c", "mountPath": "/c"},
+        },
+    },
+    "static-c10d": {
+        "rendezvous": {"mode": "c10d", "port": 23456, "joinTimeout": 900, "lastCallTimeout": 5, "maxRestarts": 3}
+    },
     "static-c10d-jobset": {"target": "jobset", "rendezvous": {"mode": "c10d"}},
     "static-c10d-trainjob": {"target": "trainjob", "rendezvous": {"mode": "c10d", "port": 1234}},
-    "elastic-c10d-pytorchjob": {"target": "pytorchjob", "nodes": "1:8", "rendezvous": {"mode": "c10d", "port": 30000, "maxRestarts": 2}},
+    "elastic-c10d-pytorchjob": {
+        "target": "pytorchjob",
+        "nodes": "1:8",
+        "rendezvous": {"mode": "c10d", "port": 30000, "maxRestarts": 2},
+    },
     "procs-per-node-cpu": {"nodes": 2, "procsPerNode": 6},
     "procs-per-node-gpu": {"target": "pytorchjob", "gpusPerNode": 8, "procsPerNode": 4},
     "gloo-on-gpus": {"gpusPerNode": 2, "backend": "gloo"},
-    "amd-gpus-tolerated": {"gpusPerNode": 1, "resources": {"gpuResource": "amd.com/gpu", "memory": "1.5Gi"}, "tolerations": [{"key": "amd.com/gpu", "operator": "Exists"}]},
-    "user-env-overrides-wiring": {"env": {"PET_MAX_RESTARTS": "9", "PYTHONUNBUFFERED": "0", "A_FIRST": "x", "z.lower": "y"}},
+    "amd-gpus-tolerated": {
+        "gpusPerNode": 1,
+        "resources": {"gpuResource": "amd.com/gpu", "memory": "1.5Gi"},
+        "tolerations": [{"key": "amd.com/gpu", "operator": "Exists"}],
+    },
+    "user-env-overrides-wiring": {
+        "env": {"PET_MAX_RESTARTS": "9", "PYTHONUNBUFFERED": "0", "A_FIRST": "x", "z.lower": "y"}
+    },
     "user-label-loses": {"labels": {"app.kubernetes.io/name": "mine", "app.kubernetes.io/part-of": "vision"}},
     "baseline": {"podSecurity": "baseline", "target": "jobset"},
     "deadline-zero-ttl": {"ttlSecondsAfterFinished": 0, "activeDeadlineSeconds": 1, "target": "pytorchjob"},
-    "big-numbers": {"ttlSecondsAfterFinished": 10_000_000, "activeDeadlineSeconds": 123_456_789, "backoffLimit": 1_000_000},
+    "big-numbers": {
+        "ttlSecondsAfterFinished": 10_000_000,
+        "activeDeadlineSeconds": 123_456_789,
+        "backoffLimit": 1_000_000,
+    },
     "max-nodes": {"nodes": 1024, "name": "n" * 50},
     "longest-name-job": {"name": "j" * 61, "nodes": 10},
     "longest-name-pytorchjob": {"name": "p" * 54, "target": "pytorchjob", "nodes": 11},
@@ -233,9 +273,30 @@ def test_release_name_and_namespace_do_not_change_the_objects(chart: Any) -> Non
 
 def test_cli_helm_values_round_trip(cli, chart: Any, helm: Any) -> None:
     """`ddpctl render --helm-values` writes the values that make the chart render `ddpctl render`'s objects."""
-    flags = ["--name", "bert", "-t", "pytorchjob", "--nodes", "2:6", "--gpus", "4", "-e", "NCCL_DEBUG=INFO",
-             "-v", "data=corpus:/data:ro", "--secret-env", "HF_TOKEN=hf:token", "--toleration", "pool=gpu:NoSchedule",
-             "-l", "team=nlp", "--queue", "nlp", "--ttl", "3600"]
+    flags = [
+        "--name",
+        "bert",
+        "-t",
+        "pytorchjob",
+        "--nodes",
+        "2:6",
+        "--gpus",
+        "4",
+        "-e",
+        "NCCL_DEBUG=INFO",
+        "-v",
+        "data=corpus:/data:ro",
+        "--secret-env",
+        "HF_TOKEN=hf:token",
+        "--toleration",
+        "pool=gpu:NoSchedule",
+        "-l",
+        "team=nlp",
+        "--queue",
+        "nlp",
+        "--ttl",
+        "3600",
+    ]
     values_result = cli("render", "--helm-values", *flags)
     assert values_result.code == 0, values_result.err
     rendered = cli("render", *flags)
@@ -245,14 +306,36 @@ def test_cli_helm_values_round_trip(cli, chart: Any, helm: Any) -> None:
     assert chart_objects(chart, values) == [d for d in yaml.safe_load_all(rendered.out) if d]
 
 
-AMBIGUOUS = ["1e3", "0o17", "0b101", "0x1F", "1_000", "12:30", "y", "n", "Yes", "off", "~", "null", "2024-01-01", "+1", ".5", ".inf", "NaN", "=", "<<"]
+AMBIGUOUS = [
+    "1e3",
+    "0o17",
+    "0b101",
+    "0x1F",
+    "1_000",
+    "12:30",
+    "y",
+    "n",
+    "Yes",
+    "off",
+    "~",
+    "null",
+    "2024-01-01",
+    "+1",
+    ".5",
+    ".inf",
+    "NaN",
+    "=",
+    "<<",
+]
 
 
 @pytest.mark.parametrize("text", HOSTILE + AMBIGUOUS)
 def test_helm_values_file_reads_back_literally_in_helm(chart: Any, helm: Any, text: str) -> None:
     """Helm's Go YAML parser reads `--helm-values` output as the same values PyYAML does
     (`1e3`, `0o17`, `y` stay strings; U+0085 is no line break), so the chart renders the CLI's objects."""
-    spec = JobSpec.from_dict({"target": "jobset", "args": [text], "env": {"TEXT": text}, "annotations": {"example.com/t": text}})
+    spec = JobSpec.from_dict(
+        {"target": "jobset", "args": [text], "env": {"TEXT": text}, "annotations": {"example.com/t": text}}
+    )
     from ddpctl.helm_values import helm_values_yaml
 
     text_file = helm_values_yaml(spec)
@@ -287,7 +370,9 @@ def test_values_yaml_is_the_jobspec_defaults(chart: Any) -> None:
     assert yaml.safe_load(text) == JobSpec().to_dict()
     assert list(yaml.safe_load(text)) == list(JobSpec().to_dict()), "keep values.yaml in JobSpec's key order"
     defaults = chart.values
-    assert {k: v for k, v in defaults.items() if v is not None} == {k: v for k, v in JobSpec().to_dict().items() if v is not None}
+    assert {k: v for k, v in defaults.items() if v is not None} == {
+        k: v for k, v in JobSpec().to_dict().items() if v is not None
+    }
 
 
 def test_every_values_key_is_commented() -> None:
@@ -296,7 +381,9 @@ def test_every_values_key_is_commented() -> None:
     for i, line in enumerate(lines):
         if re.match(r"^\s*[A-Za-z][A-Za-z0-9]*:", line):
             keys += 1
-            assert lines[i - 1].lstrip().startswith("#"), f"values.yaml line {i + 1} ({line.strip()}) has no comment above it"
+            assert lines[i - 1].lstrip().startswith("#"), (
+                f"values.yaml line {i + 1} ({line.strip()}) has no comment above it"
+            )
     assert keys >= len(JobSpec().to_dict())
 
 
@@ -388,7 +475,10 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"volumes": {"data": {"claimName": "pvc", "mountPath": "/dev/shm"}}}, "volumes.data.mountPath"),
     ({"volumes": {"Data": {"claimName": "pvc", "mountPath": "/data"}}}, "volumes"),
     ({"volumes": {"dshm": {"claimName": "pvc", "mountPath": "/x"}}}, "volumes"),
-    ({"volumes": {"a": {"claimName": "p", "mountPath": "/x"}, "b": {"claimName": "q", "mountPath": "/x"}}}, "volumes.b.mountPath"),
+    (
+        {"volumes": {"a": {"claimName": "p", "mountPath": "/x"}, "b": {"claimName": "q", "mountPath": "/x"}}},
+        "volumes.b.mountPath",
+    ),
     ({"volumes": {"data": {"claimName": "pvc"}}}, "volumes.data"),
     ({"nodeSelector": {"pool": "a b"}}, "nodeSelector.pool"),
     ({"tolerations": [{"key": "k", "operator": "Maybe"}]}, "tolerations.0.operator"),
@@ -420,13 +510,20 @@ def test_invalid_values_are_refused_by_jobspec_and_chart(chart: Any, helm: Any, 
 
 
 # Cases JSON Schema itself must refuse (not only the chart's render-time checks): the issue's three.
-SCHEMA_INVALID = [({"nodes": 0}, "nodes"), ({"name": "Bad_Name"}, "name"), ({"gpusPerNode": -1}, "gpusPerNode"),
-                  ({"nodes": "1:4", "target": "trainjob"}, "nodes"), ({"backend": "nccl"}, "backend"),
-                  ({"volumes": {"data": {"claimName": "p", "mountPath": "/d", "readonly": True}}}, "volumes.data")]
+SCHEMA_INVALID = [
+    ({"nodes": 0}, "nodes"),
+    ({"name": "Bad_Name"}, "name"),
+    ({"gpusPerNode": -1}, "gpusPerNode"),
+    ({"nodes": "1:4", "target": "trainjob"}, "nodes"),
+    ({"backend": "nccl"}, "backend"),
+    ({"volumes": {"data": {"claimName": "p", "mountPath": "/d", "readonly": True}}}, "volumes.data"),
+]
 
 
 @pytest.mark.parametrize("data,key", SCHEMA_INVALID, ids=[k for _, k in SCHEMA_INVALID])
-def test_schema_and_lint_refuse_invalid_values_naming_the_key(chart: Any, helm: Any, data: dict[str, Any], key: str) -> None:
+def test_schema_and_lint_refuse_invalid_values_naming_the_key(
+    chart: Any, helm: Any, data: dict[str, Any], key: str
+) -> None:
     with pytest.raises(helm.HelmValuesError) as refused:
         chart.validate_schema(chart.merge_values(data))
     assert _names_key(str(refused.value), key), str(refused.value)
@@ -480,7 +577,9 @@ def test_helm_lint_reports_no_errors(helm: Any, name: str, tmp_path: Path) -> No
     assert [m for m in report["messages"] if m["severity"] >= 2] == [], report
     # The same values as a file, as Argo CD / Flux would pass them.
     (tmp_path / "values.yaml").write_text(yaml.safe_dump(values), encoding="utf-8")
-    assert helm.values_from_yaml((tmp_path / "values.yaml").read_text(encoding="utf-8")) == json.loads(json.dumps(values))
+    assert helm.values_from_yaml((tmp_path / "values.yaml").read_text(encoding="utf-8")) == json.loads(
+        json.dumps(values)
+    )
 
 
 # ------------------------------------------------------------------------------ chart structure
@@ -496,7 +595,13 @@ def test_helpers_are_prefixed_and_one_template_per_kind() -> None:
     templates = CHART_DIR / "templates"
     defines = re.findall(r'define\s+"([^"]+)"', "".join(p.read_text(encoding="utf-8") for p in templates.iterdir()))
     assert defines and all(d.startswith("ddp-job.") for d in defines), defines
-    assert {p.name for p in templates.glob("*.yaml")} == {"service.yaml", "job.yaml", "pytorchjob.yaml", "jobset.yaml", "trainjob.yaml"}
+    assert {p.name for p in templates.glob("*.yaml")} == {
+        "service.yaml",
+        "job.yaml",
+        "pytorchjob.yaml",
+        "jobset.yaml",
+        "trainjob.yaml",
+    }
     # Every value reaches YAML through ddp-job.json (toJson), never printed raw.
     for path in templates.glob("*.yaml"):
         for line in path.read_text(encoding="utf-8").splitlines():
@@ -512,7 +617,12 @@ def test_notes_tell_how_to_follow_logs(chart: Any, target: str) -> None:
     replicas = 3 if target == "trainjob" else 6
     assert f"kubectl logs -f -n nlp -l app.kubernetes.io/instance=bert --prefix --max-log-requests {replicas}" in notes
     assert "ddpctl logs bert -n nlp -f" in notes
-    kinds = {"job": ["Service/bert", "Job/bert"], "pytorchjob": ["PyTorchJob/bert"], "jobset": ["JobSet/bert"], "trainjob": ["TrainJob/bert"]}[target]
+    kinds = {
+        "job": ["Service/bert", "Job/bert"],
+        "pytorchjob": ["PyTorchJob/bert"],
+        "jobset": ["JobSet/bert"],
+        "trainjob": ["TrainJob/bert"],
+    }[target]
     assert all(k in notes for k in kinds)
     assert "release namespace" not in notes
     assert "release namespace" in chart.render(data, namespace="other")["ddp-job/templates/NOTES.txt"]

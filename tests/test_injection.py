@@ -4,13 +4,11 @@ is refused with a one-line error naming the field."""
 from __future__ import annotations
 
 import pytest
-
+import yaml
 from ddpctl.errors import SpecError
 from ddpctl.render import render, render_text, to_yaml_documents
 from ddpctl.spec import TARGETS, JobSpec
 from ddpctl.yamlsafe import quote
-
-import yaml
 
 HOSTILE = [
     "a\nkind: Pod",
@@ -49,14 +47,25 @@ def test_quote_round_trips(text: str) -> None:
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("text", HOSTILE)
 def test_free_text_fields_stay_literal(target: str, text: str) -> None:
-    spec = JobSpec.from_dict({
-        "target": target,
-        "args": [text, "--after"],
-        "env": {"HOSTILE": text},
-        "annotations": {"example.com/note": text},
-    })
+    spec = JobSpec.from_dict(
+        {
+            "target": target,
+            "args": [text, "--after"],
+            "env": {"HOSTILE": text},
+            "annotations": {"example.com/note": text},
+        }
+    )
     objects = render(spec)
-    baseline = render(JobSpec.from_dict({"target": target, "args": ["x", "--after"], "env": {"HOSTILE": "x"}, "annotations": {"example.com/note": "x"}}))
+    baseline = render(
+        JobSpec.from_dict(
+            {
+                "target": target,
+                "args": ["x", "--after"],
+                "env": {"HOSTILE": "x"},
+                "annotations": {"example.com/note": "x"},
+            }
+        )
+    )
     assert [o["kind"] for o in objects] == [o["kind"] for o in baseline], "no object may be added or removed"
     workload = objects[-1]
     assert workload["metadata"]["annotations"] == {"example.com/note": text}
@@ -138,7 +147,6 @@ def _shape(obj, path=""):
 def test_template_bytecode_cache_needs_a_private_directory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cached template code is only loaded from a directory nobody else can write."""
     import jinja2
-
     from ddpctl.render import _bytecode_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -45,19 +44,38 @@ def body_of(exc: ApiException) -> dict:
 
 def job_manifest(name: str = "train", nodes: int = 2, image: str = "busybox:1.36", **spec_extra) -> dict:
     return {
-        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "labels": {"app": "ddpctl"}},
-        "spec": {"completionMode": "Indexed", "completions": nodes, "parallelism": nodes, **spec_extra,
-                 "template": {"spec": {"restartPolicy": "Never", "subdomain": name,
-                                       "containers": [{"name": "trainer", "image": image}]}}},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": name, "labels": {"app": "ddpctl"}},
+        "spec": {
+            "completionMode": "Indexed",
+            "completions": nodes,
+            "parallelism": nodes,
+            **spec_extra,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "subdomain": name,
+                    "containers": [{"name": "trainer", "image": image}],
+                }
+            },
+        },
     }
 
 
 def pytorchjob_manifest(name: str = "pj", workers: int = 2) -> dict:
     tmpl = {"spec": {"containers": [{"name": "pytorch", "image": "img:1"}]}}
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
-            "spec": {"pytorchReplicaSpecs": {
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "PyTorchJob",
+        "metadata": {"name": name},
+        "spec": {
+            "pytorchReplicaSpecs": {
                 "Master": {"replicas": 1, "restartPolicy": "OnFailure", "template": tmpl},
-                "Worker": {"replicas": workers, "restartPolicy": "OnFailure", "template": tmpl}}}}
+                "Worker": {"replicas": workers, "restartPolicy": "OnFailure", "template": tmpl},
+            }
+        },
+    }
 
 
 def apply(api, obj: dict, manager: str = "ddpctl", force: bool = False, namespace: str = "team", **kw):
@@ -65,8 +83,9 @@ def apply(api, obj: dict, manager: str = "ddpctl", force: bool = False, namespac
     dyn = DynamicClient(api, cache_file=None)
     res = dyn.resources.get(api_version=obj["apiVersion"], kind=obj["kind"])
     ns = namespace if res.namespaced else None
-    return res.server_side_apply(body=obj, name=obj["metadata"]["name"], namespace=ns, field_manager=manager,
-                                 force_conflicts=force or None, **kw)
+    return res.server_side_apply(
+        body=obj, name=obj["metadata"]["name"], namespace=ns, field_manager=manager, force_conflicts=force or None, **kw
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -96,12 +115,20 @@ def test_kubeconfig_loads_with_load_kube_config_and_reaches_the_double(kube, tmp
 def test_wrong_or_missing_token_is_401(kube, tmp_path):
     for token in ("not-the-token", None):
         bad = config.new_client_from_config(
-            config_file=str(kube.write_kubeconfig(tmp_path / f"kc-{token}", token=token)))
+            config_file=str(kube.write_kubeconfig(tmp_path / f"kc-{token}", token=token))
+        )
         with pytest.raises(ApiException) as e:
             client.CoreV1Api(bad).list_namespaced_pod("default")
         assert e.value.status == 401
-        assert body_of(e.value) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                    "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
+        assert body_of(e.value) == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "Unauthorized",
+            "reason": "Unauthorized",
+            "code": 401,
+        }
 
 
 def test_forbidden_is_403_with_kube_message(kube, api):
@@ -112,8 +139,10 @@ def test_forbidden_is_403_with_kube_message(kube, api):
     assert e.value.status == 403
     b = body_of(e.value)
     assert b["reason"] == "Forbidden"
-    assert b["message"] == ('jobs.batch is forbidden: User "ddpctl-test" cannot create resource "jobs" in API group '
-                            '"batch" in the namespace "team"')
+    assert b["message"] == (
+        'jobs.batch is forbidden: User "ddpctl-test" cannot create resource "jobs" in API group '
+        '"batch" in the namespace "team"'
+    )
     assert b["details"] == {"group": "batch", "kind": "jobs"}
     # other verbs and namespaces are still allowed
     client.BatchV1Api(api).create_namespaced_job("default", job_manifest())
@@ -122,7 +151,8 @@ def test_forbidden_is_403_with_kube_message(kube, api):
         client.CoreV1Api(api).read_namespaced_pod_log(pod, "default")
     assert body_of(e.value)["message"] == (
         f'pods "{pod}" is forbidden: User "ddpctl-test" cannot get resource "pods/log" in API group "" in the '
-        'namespace "default"')
+        'namespace "default"'
+    )
 
 
 def test_authorize_hook_sees_request_attributes(tmp_path):
@@ -152,8 +182,9 @@ def test_discovery_lists_installed_groups_only(tmp_path):
         assert set(groups) == {"batch", "jobset.x-k8s.io"}
         assert groups["jobset.x-k8s.io"].preferred_version.group_version == "jobset.x-k8s.io/v1alpha2"
         assert client.CoreApi(api).get_api_versions().versions == ["v1"]
-        res = {r.name: r for r in client.CustomObjectsApi(api).get_api_resources("jobset.x-k8s.io",
-                                                                                 "v1alpha2").resources}
+        res = {
+            r.name: r for r in client.CustomObjectsApi(api).get_api_resources("jobset.x-k8s.io", "v1alpha2").resources
+        }
         assert res["jobsets"].kind == "JobSet" and res["jobsets"].namespaced is True
         assert res["jobsets"].singular_name == "jobset" and "watch" in res["jobsets"].verbs
         assert "jobsets/status" in res
@@ -163,9 +194,16 @@ def test_discovery_lists_installed_groups_only(tmp_path):
         with pytest.raises(ApiException) as e:
             client.CustomObjectsApi(api).list_namespaced_custom_object("kubeflow.org", "v1", "default", "pytorchjobs")
         assert e.value.status == 404
-        assert body_of(e.value) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                    "message": "the server could not find the requested resource",
-                                    "reason": "NotFound", "details": {}, "code": 404}
+        assert body_of(e.value) == {
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": {},
+            "status": "Failure",
+            "message": "the server could not find the requested resource",
+            "reason": "NotFound",
+            "details": {},
+            "code": 404,
+        }
         dyn = DynamicClient(api, cache_file=str(tmp_path / "discovery.json"))
         assert dyn.resources.get(api_version="jobset.x-k8s.io/v1alpha2", kind="JobSet").namespaced
         with pytest.raises(ResourceNotFoundError):
@@ -191,8 +229,9 @@ def test_resource_table_matches_the_shared_crds():
 def test_server_side_apply_creates_then_updates_and_tracks_managed_fields(kube, api):
     batch = client.BatchV1Api(api)
     job = job_manifest()
-    created, code, _ = batch.patch_namespaced_job_with_http_info("train", "team", job, field_manager="ddpctl",
-                                                                 _content_type="application/apply-patch+yaml")
+    created, code, _ = batch.patch_namespaced_job_with_http_info(
+        "train", "team", job, field_manager="ddpctl", _content_type="application/apply-patch+yaml"
+    )
     assert code == 201
     md = created.metadata
     assert md.uid and md.generation == 1 and md.creation_timestamp is not None
@@ -205,41 +244,55 @@ def test_server_side_apply_creates_then_updates_and_tracks_managed_fields(kube, 
     # the apiserver generated the selector and stamped the template
     assert created.spec.selector.match_labels == {"batch.kubernetes.io/controller-uid": md.uid}
 
-    same, code, _ = batch.patch_namespaced_job_with_http_info("train", "team", job, field_manager="ddpctl",
-                                                              _content_type="application/apply-patch+yaml")
+    same, code, _ = batch.patch_namespaced_job_with_http_info(
+        "train", "team", job, field_manager="ddpctl", _content_type="application/apply-patch+yaml"
+    )
     assert code == 200 and int(same.metadata.resource_version) == rv1  # idempotent
 
     job["spec"]["parallelism"] = 1
     job["metadata"]["labels"] = {"app": "ddpctl", "run": "2"}
-    updated = batch.patch_namespaced_job("train", "team", job, field_manager="ddpctl",
-                                         _content_type="application/apply-patch+yaml")
+    updated = batch.patch_namespaced_job(
+        "train", "team", job, field_manager="ddpctl", _content_type="application/apply-patch+yaml"
+    )
     assert int(updated.metadata.resource_version) > rv1
     assert updated.metadata.generation == 2 and updated.spec.parallelism == 1
     assert updated.metadata.labels["run"] == "2"
     assert [(m.manager, m.operation, m.subresource) for m in updated.metadata.managed_fields] == [
-        ("ddpctl", "Apply", None), ("kube-controller-manager", "Update", "status")]
+        ("ddpctl", "Apply", None),
+        ("kube-controller-manager", "Update", "status"),
+    ]
     # the client sent what ddpctl must send
     req = kube.requests_to("PATCH", "/apis/batch/v1/namespaces/team/jobs/train$")[-1]
     assert req.param("fieldManager") == "ddpctl"
     assert req.content_type == "application/apply-patch+yaml"
     # dropping a field from the applied config removes it (nobody else owns it)
     del job["metadata"]["labels"]["run"]
-    again = batch.patch_namespaced_job("train", "team", job, field_manager="ddpctl",
-                                       _content_type="application/apply-patch+yaml")
+    again = batch.patch_namespaced_job(
+        "train", "team", job, field_manager="ddpctl", _content_type="application/apply-patch+yaml"
+    )
     assert "run" not in again.metadata.labels
 
 
 def test_apply_without_field_manager_is_422(api):
     with pytest.raises(ApiException) as e:
         client.CoreV1Api(api).patch_namespaced_config_map(
-            "cm", "team", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}},
-            _content_type="application/apply-patch+yaml")
+            "cm",
+            "team",
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "cm"}},
+            _content_type="application/apply-patch+yaml",
+        )
     assert e.value.status == 422
     b = body_of(e.value)
-    assert b["message"] == ('PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required '
-                            'for apply patch')
-    assert b["details"]["causes"] == [{"reason": "FieldValueRequired", "field": "fieldManager",
-                                       "message": "Required value: is required for apply patch"}]
+    assert b["message"] == (
+        'PatchOptions.meta.k8s.io "" is invalid: fieldManager: Required value: is required for apply patch'
+    )
+    assert b["details"]["causes"] == [
+        {
+            "reason": "FieldValueRequired",
+            "field": "fieldManager",
+            "message": "Required value: is required for apply patch",
+        }
+    ]
 
 
 def test_apply_conflict_without_force_is_409_and_force_takes_ownership(api):
@@ -253,8 +306,9 @@ def test_apply_conflict_without_force_is_409_and_force_takes_ownership(api):
     b = body_of(e.value)
     assert b["reason"] == "Conflict"
     assert b["message"] == 'Apply failed with 1 conflict: conflict with "ops" using v1: .data.x'
-    assert b["details"]["causes"] == [{"reason": "FieldManagerConflict", "message": 'conflict with "ops" using v1',
-                                       "field": ".data.x"}]
+    assert b["details"]["causes"] == [
+        {"reason": "FieldManagerConflict", "message": 'conflict with "ops" using v1', "field": ".data.x"}
+    ]
     forced = apply(api, {**cm, "data": {"x": "2", "y": "1"}}, manager="ddpctl", force=True)
     forced = forced.to_dict()
     assert forced["data"] == {"x": "2", "y": "1"}
@@ -265,19 +319,29 @@ def test_apply_conflict_without_force_is_409_and_force_takes_ownership(api):
 
 def test_create_twice_is_409_already_exists(api):
     core = client.CoreV1Api(api)
-    core.create_namespaced_service("team", {"metadata": {"name": "train"},
-                                            "spec": {"clusterIP": "None", "ports": [{"port": 29500}]}})
+    core.create_namespaced_service(
+        "team", {"metadata": {"name": "train"}, "spec": {"clusterIP": "None", "ports": [{"port": 29500}]}}
+    )
     with pytest.raises(ApiException) as e:
         core.create_namespaced_service("team", {"metadata": {"name": "train"}, "spec": {"ports": [{"port": 1}]}})
     assert e.value.status == 409
-    assert body_of(e.value) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                "message": 'services "train" already exists', "reason": "AlreadyExists",
-                                "details": {"name": "train", "kind": "services"}, "code": 409}
+    assert body_of(e.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'services "train" already exists',
+        "reason": "AlreadyExists",
+        "details": {"name": "train", "kind": "services"},
+        "code": 409,
+    }
     with pytest.raises(ApiException) as e:
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            "kubeflow.org", "v1", "team", "pytorchjobs", pytorchjob_manifest())
+            "kubeflow.org", "v1", "team", "pytorchjobs", pytorchjob_manifest()
+        )
         client.CustomObjectsApi(api).create_namespaced_custom_object(
-            "kubeflow.org", "v1", "team", "pytorchjobs", pytorchjob_manifest())
+            "kubeflow.org", "v1", "team", "pytorchjobs", pytorchjob_manifest()
+        )
     assert body_of(e.value)["details"] == {"name": "pj", "group": "kubeflow.org", "kind": "pytorchjobs"}
     assert body_of(e.value)["message"] == 'pytorchjobs.kubeflow.org "pj" already exists'
 
@@ -297,8 +361,9 @@ def test_invalid_core_object_is_422_with_field_paths(kube, api):
     assert kube.objects("Job") == []
     # a Service name must be a DNS-1035 label
     with pytest.raises(ApiException) as e:
-        client.CoreV1Api(api).create_namespaced_service("team", {"metadata": {"name": "0svc"},
-                                                                 "spec": {"ports": [{"port": 1}]}})
+        client.CoreV1Api(api).create_namespaced_service(
+            "team", {"metadata": {"name": "0svc"}, "spec": {"ports": [{"port": 1}]}}
+        )
     b = body_of(e.value)
     assert b["message"].startswith('Service "0svc" is invalid: metadata.name: Invalid value: "0svc": a DNS-1035 label')
     assert "group" not in b["details"]
@@ -316,9 +381,20 @@ def test_unknown_field_or_wrong_type_in_custom_resource_is_422(api):
     assert causes["spec.bogus"]["message"] == "field not declared in schema"
     assert causes["spec.pytorchReplicaSpecs.Worker.replicas"]["reason"] == "FieldValueTypeInvalid"
     assert b["message"].startswith('PyTorchJob.kubeflow.org "pj" is invalid: ')
-    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"},
-          "spec": {"replicatedJobs": [{"name": "node", "replicaz": 2, "template": {"spec": {"template": {
-              "spec": {"containers": [{"name": "c", "image": "i"}]}}}}}]}}
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "replicaz": 2,
+                    "template": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "i"}]}}}},
+                }
+            ]
+        },
+    }
     with pytest.raises(ApiException) as e:
         apply(api, js)
     assert [c["field"] for c in body_of(e.value)["details"]["causes"]] == ["spec.replicatedJobs[0].replicaz"]
@@ -328,9 +404,16 @@ def test_missing_namespace_is_404(api):
     with pytest.raises(ApiException) as e:
         apply(api, job_manifest(), namespace="nope")
     assert e.value.status == 404
-    assert body_of(e.value) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                                "message": 'namespaces "nope" not found', "reason": "NotFound",
-                                "details": {"name": "nope", "kind": "namespaces"}, "code": 404}
+    assert body_of(e.value) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": 'namespaces "nope" not found',
+        "reason": "NotFound",
+        "details": {"name": "nope", "kind": "namespaces"},
+        "code": 404,
+    }
     with pytest.raises(ApiException) as e:
         client.BatchV1Api(api).read_namespaced_job("absent", "team")
     assert body_of(e.value)["message"] == 'jobs.batch "absent" not found'
@@ -347,8 +430,10 @@ def test_replace_with_stale_resource_version_is_409_conflict(api):
     with pytest.raises(ApiException) as e:
         core.replace_namespaced_config_map("cm", "team", cm)
     assert e.value.status == 409
-    assert body_of(e.value)["message"] == ('Operation cannot be fulfilled on configmaps "cm": the object has been '
-                                           'modified; please apply your changes to the latest version and try again')
+    assert body_of(e.value)["message"] == (
+        'Operation cannot be fulfilled on configmaps "cm": the object has been '
+        'modified; please apply your changes to the latest version and try again'
+    )
 
 
 def test_dry_run_validates_but_stores_nothing(kube, api):
@@ -370,8 +455,9 @@ def test_status_subresource_is_separate_from_the_main_resource(kube, api):
     batch = client.BatchV1Api(api)
     apply(api, job_manifest())
     cond = {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "message": "boom"}
-    patched = batch.patch_namespaced_job_status("train", "team", {"status": {"conditions": [cond]}},
-                                                _content_type="application/merge-patch+json")
+    patched = batch.patch_namespaced_job_status(
+        "train", "team", {"status": {"conditions": [cond]}}, _content_type="application/merge-patch+json"
+    )
     assert patched.status.conditions[0].reason == "BackoffLimitExceeded"
     # a status in a main-resource write is ignored
     job = job_manifest()
@@ -382,8 +468,9 @@ def test_status_subresource_is_separate_from_the_main_resource(kube, api):
     apply(api, pytorchjob_manifest())
     pj = kube.finish("PyTorchJob", "pj", "team", succeeded=False, message="OOM")
     assert [c["type"] for c in pj["status"]["conditions"]] == ["Created", "Failed"]
-    got = client.CustomObjectsApi(api).get_namespaced_custom_object_status("kubeflow.org", "v1", "team",
-                                                                           "pytorchjobs", "pj")
+    got = client.CustomObjectsApi(api).get_namespaced_custom_object_status(
+        "kubeflow.org", "v1", "team", "pytorchjobs", "pj"
+    )
     assert got["status"]["conditions"][-1]["message"] == "OOM"
 
 
@@ -399,13 +486,16 @@ def test_list_with_label_and_field_selectors(kube, api):
     assert len(a_pods) == 2
     assert names(label_selector="job-name=a") == sorted(a_pods)
     assert names(label_selector="batch.kubernetes.io/job-completion-index in (1)") == [
-        p for p in a_pods if p.startswith("a-1-")]
-    assert names(label_selector="training.kubeflow.org/job-name=pj,training.kubeflow.org/replica-type!=master"
-                 ) == ["pj-worker-0"]
+        p for p in a_pods if p.startswith("a-1-")
+    ]
+    assert names(label_selector="training.kubeflow.org/job-name=pj,training.kubeflow.org/replica-type!=master") == [
+        "pj-worker-0"
+    ]
     assert names(label_selector="training.kubeflow.org/job-role") == ["pj-master-0"]
     assert names(label_selector="!job-name") == ["pj-master-0", "pj-worker-0"]
-    assert names(label_selector="training.kubeflow.org/replica-type notin (worker),training.kubeflow.org/job-name"
-                 ) == ["pj-master-0"]
+    assert names(label_selector="training.kubeflow.org/replica-type notin (worker),training.kubeflow.org/job-name") == [
+        "pj-master-0"
+    ]
     assert names(field_selector="metadata.name=pj-worker-0") == ["pj-worker-0"]
     listed = core.list_namespaced_pod("team")
     assert int(listed.metadata.resource_version) == kube.store.rv
@@ -444,8 +534,9 @@ def test_watch_from_resource_version_replays_changes_and_selector_transitions(ku
     core.patch_namespaced_pod(pod, "team", {"metadata": {"labels": {"job-name": "renamed"}}})
     events = []
     w = watch.Watch()
-    for ev in w.stream(core.list_namespaced_pod, "team", label_selector="job-name=t", resource_version=start,
-                       timeout_seconds=TIMEOUT):
+    for ev in w.stream(
+        core.list_namespaced_pod, "team", label_selector="job-name=t", resource_version=start, timeout_seconds=TIMEOUT
+    ):
         events.append(ev)
         if ev["type"] == "DELETED":
             w.stop()
@@ -462,12 +553,24 @@ def test_watch_times_out_and_too_old_resource_version_is_410(kube, api):
     old = core.list_namespaced_pod("team").metadata.resource_version
     core.create_namespaced_config_map("team", {"metadata": {"name": "x"}})
     kube.compact()
-    resp = core.list_namespaced_config_map("team", watch=True, resource_version=old, timeout_seconds=TIMEOUT,
-                                           _preload_content=False)
+    resp = core.list_namespaced_config_map(
+        "team", watch=True, resource_version=old, timeout_seconds=TIMEOUT, _preload_content=False
+    )
     lines = [json.loads(x) for x in resp.data.decode().splitlines()]
-    assert lines == [{"type": "ERROR", "object": {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": f"too old resource version: {old} ({kube.store.rv})", "reason": "Expired", "code": 410}}]
+    assert lines == [
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"too old resource version: {old} ({kube.store.rv})",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+    ]
     # timeoutSeconds ends a quiet watch (1 s here), after the initial state
     events = list(watch.Watch().stream(core.list_namespaced_config_map, "team", timeout_seconds=1))
     assert [(e["type"], e["object"].metadata.name) for e in events] == [("ADDED", "x")]
@@ -490,8 +593,7 @@ def test_logs_follow_streams_new_lines_and_ends_when_the_container_terminates(ku
     [pod] = kube.pod_names_for("Job", "train", "team")
     kube.start_container(pod, "team")
     kube.append_log(pod, "step 1", "step 2", namespace="team")
-    resp = core.read_namespaced_pod_log(pod, "team", follow=True, _preload_content=False,
-                                        _request_timeout=TIMEOUT)
+    resp = core.read_namespaced_pod_log(pod, "team", follow=True, _preload_content=False, _request_timeout=TIMEOUT)
     chunks = resp.stream(amt=None)
     assert _read_lines(chunks, 2) == ["step 1", "step 2"]
     kube.append_log(pod, "step 3", namespace="team")  # after the call: streamed
@@ -517,16 +619,19 @@ def test_logs_since_time_in_whole_seconds_and_a_dropped_follow_stream(tmp_path):
         apply(api, job_manifest(nodes=1))
         [pod] = kube.pod_names_for("Job", "train", "team")
         kube.start_container(pod, "team")
-        t0 = dt.datetime(2030, 1, 1, 0, 0, 0, 500000, tzinfo=dt.timezone.utc)
+        t0 = dt.datetime(2030, 1, 1, 0, 0, 0, 500000, tzinfo=dt.UTC)
         second = dt.timedelta(seconds=1)
         with kube.store.cond:  # stamps of our choosing
-            kube.logbook.current("team", pod, "trainer").lines.extend([
-                (t0 - second, "a"), (t0, "b"), (t0 + second / 5, "c"), (t0 + second, "d")])
+            kube.logbook.current("team", pod, "trainer").lines.extend(
+                [(t0 - second, "a"), (t0, "b"), (t0 + second / 5, "c"), (t0 + second, "d")]
+            )
 
         def since(stamp: str, *extra: str) -> str:  # sinceTime is a PodLogOptions field the OpenAPI spec leaves out
             import urllib.request
 
-            url = f"{kube.url}/api/v1/namespaces/team/pods/{pod}/log?sinceTime={stamp}" + "".join("&" + e for e in extra)
+            url = f"{kube.url}/api/v1/namespaces/team/pods/{pod}/log?sinceTime={stamp}" + "".join(
+                "&" + e for e in extra
+            )
             req = urllib.request.Request(url, headers={"Authorization": f"Bearer {kube.token}"})
             with urllib.request.urlopen(req, timeout=TIMEOUT) as r:
                 return r.read().decode()
@@ -553,8 +658,9 @@ def test_previous_logs_after_a_restart(kube, api):
         core.read_namespaced_pod_log("pj-worker-0", "team", previous=True)
     assert body_of(e.value)["message"] == 'previous terminated container "pytorch" in pod "pj-worker-0" not found'
     kube.append_log("pj-worker-0", "attempt 1", "CUDA out of memory", namespace="team")
-    follower = core.read_namespaced_pod_log("pj-worker-0", "team", follow=True, _preload_content=False,
-                                            _request_timeout=TIMEOUT)
+    follower = core.read_namespaced_pod_log(
+        "pj-worker-0", "team", follow=True, _preload_content=False, _request_timeout=TIMEOUT
+    )
     chunks = follower.stream(amt=None)
     assert _read_lines(chunks, 2) == ["attempt 1", "CUDA out of memory"]
     kube.restart_container("pj-worker-0", "team", exit_code=137, reason="OOMKilled")
@@ -574,14 +680,16 @@ def test_log_errors_for_waiting_and_multi_container_pods(kube, api):
     [pod] = kube.pod_names_for("Job", "train", "team")
     with pytest.raises(ApiException) as e:
         core.read_namespaced_pod_log(pod, "team")
-    assert body_of(e.value)["message"] == (f"a container name must be specified for pod {pod}, choose one of: "
-                                           "[trainer sidecar]")
+    assert body_of(e.value)["message"] == (
+        f"a container name must be specified for pod {pod}, choose one of: [trainer sidecar]"
+    )
     kube.set_container_waiting(pod, "team", container="trainer", reason="ImagePullBackOff")
     with pytest.raises(ApiException) as e:
         core.read_namespaced_pod_log(pod, "team", container="trainer")
     assert e.value.status == 400
-    assert body_of(e.value)["message"] == (f'container "trainer" in pod "{pod}" is waiting to start: trying and '
-                                           "failing to pull image")
+    assert body_of(e.value)["message"] == (
+        f'container "trainer" in pod "{pod}" is waiting to start: trying and failing to pull image'
+    )
     waiting = core.read_namespaced_pod(pod, "team").status.container_statuses[0].state.waiting
     assert waiting.reason == "ImagePullBackOff" and "registry.invalid/nope:1" in waiting.message
 
@@ -600,8 +708,9 @@ def test_foreground_delete_removes_owned_pods(kube, api):
     with pytest.raises(ApiException) as e:
         batch.read_namespaced_job("train", "team")
     assert e.value.status == 404
-    deleted = [ev for ev in watch.Watch().stream(core.list_namespaced_pod, "team", resource_version=start,
-                                                 timeout_seconds=1)]
+    deleted = [
+        ev for ev in watch.Watch().stream(core.list_namespaced_pod, "team", resource_version=start, timeout_seconds=1)
+    ]
     assert [ev["type"] for ev in deleted] == ["DELETED", "DELETED"]
 
 
@@ -613,20 +722,33 @@ def test_job_delete_without_policy_orphans_pods_like_the_real_api(kube, api):
 
 
 def test_background_delete_cascades_through_jobset_and_trainjob_children(kube, api):
-    kube.store.put(kube.rt("ClusterTrainingRuntime"),
-                   yaml.safe_load((default_crd_dir().parent / "torch_distributed_runtime.yaml").read_text())
-                   if (default_crd_dir().parent / "torch_distributed_runtime.yaml").exists() else
-                   {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-                    "metadata": {"name": "torch-distributed"}, "spec": {}})
-    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tj"},
-          "spec": {"runtimeRef": {"name": "torch-distributed"},
-                   "trainer": {"image": "me/train:1", "numNodes": 3, "numProcPerNode": 2}}}
+    kube.store.put(
+        kube.rt("ClusterTrainingRuntime"),
+        yaml.safe_load((default_crd_dir().parent / "torch_distributed_runtime.yaml").read_text())
+        if (default_crd_dir().parent / "torch_distributed_runtime.yaml").exists()
+        else {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "torch-distributed"},
+            "spec": {},
+        },
+    )
+    tj = {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "tj"},
+        "spec": {
+            "runtimeRef": {"name": "torch-distributed"},
+            "trainer": {"image": "me/train:1", "numNodes": 3, "numProcPerNode": 2},
+        },
+    }
     apply(api, tj)
     pods = kube.pods_for("TrainJob", "tj", "team")
     assert len(pods) == 3 and len(kube.objects("JobSet", "team")) == 1 and len(kube.objects("Job", "team")) == 1
     co = client.CustomObjectsApi(api)
-    co.delete_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", "team", "trainjobs", "tj",
-                                       propagation_policy="Background")
+    co.delete_namespaced_custom_object(
+        "trainer.kubeflow.org", "v1alpha1", "team", "trainjobs", "tj", propagation_policy="Background"
+    )
     assert kube.objects("Pod", "team") == [] and kube.objects("JobSet", "team") == []
     assert kube.objects("Job", "team") == [] and kube.objects("Service", "team") == []
 
@@ -640,8 +762,11 @@ def test_engine_controllers_name_and_label_pods_like_upstream(kube, api):
     assert p0["metadata"]["name"][:-5] == "idx-0-" and len(p1["metadata"]["name"]) == len("idx-1-") + 5
     lab = p1["metadata"]["labels"]
     assert lab["job-name"] == "idx" and lab["batch.kubernetes.io/job-completion-index"] == "1"
-    assert lab["controller-uid"] == lab["batch.kubernetes.io/controller-uid"] == kube.get("Job", "idx", "team")[
-        "metadata"]["uid"]
+    assert (
+        lab["controller-uid"]
+        == lab["batch.kubernetes.io/controller-uid"]
+        == kube.get("Job", "idx", "team")["metadata"]["uid"]
+    )
     assert p1["spec"]["hostname"] == "idx-1" and p1["spec"]["subdomain"] == "idx"
     assert p0["metadata"]["ownerReferences"][0]["kind"] == "Job"
 
@@ -652,10 +777,28 @@ def test_engine_controllers_name_and_label_pods_like_upstream(kube, api):
     env = {e["name"]: e.get("value") for e in w1["spec"]["containers"][0]["env"]}
     assert env["MASTER_ADDR"] == "pj-master-0" and env["RANK"] == "2" and env["WORLD_SIZE"] == "3"
 
-    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"},
-          "spec": {"replicatedJobs": [{"name": "node", "replicas": 2, "template": {"spec": {
-              "parallelism": 2, "completions": 2,
-              "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}}}}}]}}
+    js = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "js"},
+        "spec": {
+            "replicatedJobs": [
+                {
+                    "name": "node",
+                    "replicas": 2,
+                    "template": {
+                        "spec": {
+                            "parallelism": 2,
+                            "completions": 2,
+                            "template": {
+                                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "i"}]}
+                            },
+                        }
+                    },
+                }
+            ]
+        },
+    }
     apply(api, js)
     names = kube.pod_names_for("JobSet", "js", "team")
     assert [n[:-6] for n in names] == ["js-node-0-0", "js-node-0-1", "js-node-1-0", "js-node-1-1"]
@@ -664,15 +807,26 @@ def test_engine_controllers_name_and_label_pods_like_upstream(kube, api):
     assert pod["metadata"]["labels"]["jobset.sigs.k8s.io/replicatedjob-name"] == "node"
     assert pod["spec"]["hostname"] == "js-node-1-1" and pod["spec"]["subdomain"] == "js"
 
-    apply(api, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tj"},
-                "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"image": "me:1", "numNodes": 2}}})
+    apply(
+        api,
+        {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "TrainJob",
+            "metadata": {"name": "tj"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"image": "me:1", "numNodes": 2}},
+        },
+    )
     tj_pods = kube.pods_for("TrainJob", "tj", "team")
     assert [p["metadata"]["name"][:-6] for p in tj_pods] == ["tj-node-0-0", "tj-node-0-1"]
     assert all(p["metadata"]["labels"]["trainer.kubeflow.org/trainjob-name"] == "tj" for p in tj_pods)
     assert tj_pods[0]["spec"]["containers"][0]["image"] == "me:1"
-    assert client.CoreV1Api(api).list_namespaced_pod(
-        "team", label_selector="trainer.kubeflow.org/trainjob-name=tj").items[1].metadata.name == \
-        tj_pods[1]["metadata"]["name"]
+    assert (
+        client.CoreV1Api(api)
+        .list_namespaced_pod("team", label_selector="trainer.kubeflow.org/trainjob-name=tj")
+        .items[1]
+        .metadata.name
+        == tj_pods[1]["metadata"]["name"]
+    )
 
 
 def test_auto_pods_off_and_manual_controller_run(tmp_path):
@@ -694,7 +848,11 @@ def test_unschedulable_pod_has_condition_and_scheduler_event(kube, api):
     assert (st.phase, cond.status, cond.reason, cond.message) == ("Pending", "False", "Unschedulable", msg)
     [ev] = core.list_namespaced_event("team", field_selector=f"involvedObject.name={pod},reason=FailedScheduling").items
     assert (ev.type, ev.message, ev.involved_object.kind, ev.source.component) == (
-        "Warning", msg, "Pod", "default-scheduler")
+        "Warning",
+        msg,
+        "Pod",
+        "default-scheduler",
+    )
 
 
 # --------------------------------------------------------------------------- faults, request log, validator
@@ -703,8 +861,12 @@ def test_unschedulable_pod_has_condition_and_scheduler_event(kube, api):
 def test_fault_injection_fails_only_the_matching_request(kube, api):
     kube.fail_next("PATCH", r"/services/", status=500, message="etcdserver: request timed out")
     apply(api, job_manifest())
-    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "train"},
-           "spec": {"clusterIP": "None", "ports": [{"port": 29500}]}}
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "train"},
+        "spec": {"clusterIP": "None", "ports": [{"port": 29500}]},
+    }
     with pytest.raises(ApiException) as e:
         apply(api, svc)
     assert e.value.status == 500 and body_of(e.value)["message"] == "etcdserver: request timed out"
@@ -723,8 +885,13 @@ def test_validator_seam_prefers_the_shared_validator_and_accepts_its_strings(tmp
     fn, name = resolve_default_validator()
     if Path(__file__).with_name("k8s_schemas.py").exists():
         assert name == "tests.k8s_schemas.validate_object" and d.validator_name == name
-    assert parse_error_string("[k8s 1.33.0] spec.template.spec.containers.0: Additional properties are not "
-                              "allowed ('imagee' was unexpected)").field == "spec.template.spec.containers[0].imagee"
+    assert (
+        parse_error_string(
+            "[k8s 1.33.0] spec.template.spec.containers.0: Additional properties are not "
+            "allowed ('imagee' was unexpected)"
+        ).field
+        == "spec.template.spec.containers[0].imagee"
+    )
     assert parse_error_string("spec.x: Required value").reason == "FieldValueRequired"
     # the built-in validator agrees on a valid manifest and finds the same bad field
     assert validate_object(job_manifest()) == []
@@ -738,15 +905,17 @@ def test_validator_seam_prefers_the_shared_validator_and_accepts_its_strings(tmp
         with pytest.raises(ApiException) as e:
             client.CoreV1Api(api).create_namespaced_config_map("default", {"metadata": {"name": "c"}})
     assert calls == ["ConfigMap"]
-    assert body_of(e.value)["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.foo",
-                                                      "message": "Invalid value: 1: nope"}]
+    assert body_of(e.value)["details"]["causes"] == [
+        {"reason": "FieldValueInvalid", "field": "spec.foo", "message": "Invalid value: 1: nope"}
+    ]
 
 
 def test_stop_ends_open_streams(tmp_path):
     d = KubeApiDouble().start()
     api = config.new_client_from_config(config_file=str(d.write_kubeconfig(tmp_path / "kc")))
-    resp = client.CoreV1Api(api).list_namespaced_pod("default", watch=True, _preload_content=False,
-                                                     _request_timeout=TIMEOUT)
+    resp = client.CoreV1Api(api).list_namespaced_pod(
+        "default", watch=True, _preload_content=False, _request_timeout=TIMEOUT
+    )
     done = threading.Event()
     threading.Thread(target=lambda: (resp.data, done.set()), daemon=True).start()
     d.stop()

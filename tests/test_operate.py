@@ -14,7 +14,6 @@ from tests.kube_api_double.scripted import BOUND, Scenario
 from tests.test_submit import NAME, NS, objects_left, one_error
 
 
-
 def submit(cli, c, *flags):
     r = cli("submit", *c.args, "-n", NS, *flags)
     assert r.code == 0, r.err
@@ -96,11 +95,23 @@ def test_logs_of_every_rank_prefixed_in_rank_order(cli, make_cluster):
     _run_two_ranks(c.double, "JobSet")
     r = cli("logs", NAME, *c.args, "-n", NS)
     assert r.code == 0, r.err
-    assert r.out.splitlines() == ["[node 0] rank 0 line 1", "[node 0] rank 0 line 2", "[node 1] rank 1 line 1",
-                                  "[node 1] rank 1 line 2"]
+    assert r.out.splitlines() == [
+        "[node 0] rank 0 line 1",
+        "[node 0] rank 0 line 2",
+        "[node 1] rank 1 line 1",
+        "[node 1] rank 1 line 2",
+    ]
     assert cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--tail", "1").out == "rank 1 line 2\n"
-    assert cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--prefix").out.splitlines()[0] == "[node 1] rank 1 line 1"
-    one_error(cli("logs", NAME, *c.args, "-n", NS, "--rank", "2"), 2, "--rank: node rank 2 is out of range", "2 node(s)", "0-1")
+    assert (
+        cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--prefix").out.splitlines()[0] == "[node 1] rank 1 line 1"
+    )
+    one_error(
+        cli("logs", NAME, *c.args, "-n", NS, "--rank", "2"),
+        2,
+        "--rank: node rank 2 is out of range",
+        "2 node(s)",
+        "0-1",
+    )
 
 
 def test_node_prefix_is_the_pod_index_beside_the_trainers_global_ranks(cli, make_cluster):
@@ -171,7 +182,11 @@ def test_logs_follow_all_ranks_across_a_pod_restart_until_the_job_ends(cli, make
     assert r.code == 0, r.err
     lines = r.out.splitlines()
     assert [x for x in lines if x.startswith("[node 0]")] == [
-        "[node 0] rank 0 line 1", "[node 0] rank 0 line 2", "[node 0] rank 0 line 3", "[node 0] rank 0 after restart"]
+        "[node 0] rank 0 line 1",
+        "[node 0] rank 0 line 2",
+        "[node 0] rank 0 line 3",
+        "[node 0] rank 0 after restart",
+    ]
     assert [x for x in lines if x.startswith("[node 1]")] == ["[node 1] rank 1 line 1", "[node 1] rank 1 line 2"]
 
 
@@ -201,14 +216,19 @@ def test_logs_follow_with_timestamps_picks_up_a_dropped_stream(cli, make_cluster
     assert all(s.endswith("Z") and s[:4].isdigit() for s in stamps) and list(stamps) == sorted(stamps)
 
 
-@pytest.mark.parametrize("stamp, ns", [
-    ("1970-01-01T00:00:01Z", 1_000_000_000),
-    ("1970-01-01T00:00:01.5Z", 1_500_000_000),
-    ("1970-01-01T00:00:01.000000007Z", 1_000_000_007),
-    ("1970-01-01T01:00:01.25+01:00", 1_250_000_000),
-    ("1970-01-01T00:00:01-00:30", 1_801_000_000_000),
-    ("step", None), ("", None), ("2030-13-01T00:00:00Z", None),
-])
+@pytest.mark.parametrize(
+    "stamp, ns",
+    [
+        ("1970-01-01T00:00:01Z", 1_000_000_000),
+        ("1970-01-01T00:00:01.5Z", 1_500_000_000),
+        ("1970-01-01T00:00:01.000000007Z", 1_000_000_007),
+        ("1970-01-01T01:00:01.25+01:00", 1_250_000_000),
+        ("1970-01-01T00:00:01-00:30", 1_801_000_000_000),
+        ("step", None),
+        ("", None),
+        ("2030-13-01T00:00:00Z", None),
+    ],
+)
 def test_log_timestamps(stamp, ns):
     from ddpctl.kube.logs import stamp_ns
 
@@ -227,11 +247,30 @@ def test_logs_follow_one_rank_and_a_replaced_pod(cli, make_cluster):
         d.terminate_container(p1, NS, exit_code=1)
         d.delete_pod(p1, NS)  # the Job controller replaces a failed pod (same index, new name)
         job = d.get("Job", NAME, NS)
-        d.store.put(d.rt("Pod"), {**d.get("Pod", p0, NS), "metadata": {
-            "name": f"{NAME}-1-again", "namespace": NS, "labels": {**d.get("Pod", p0, NS)["metadata"]["labels"],
-                                                                   "batch.kubernetes.io/job-completion-index": "1"},
-            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": NAME, "uid": job["metadata"]["uid"],
-                                 "controller": True}]}, "status": {"phase": "Pending"}})
+        d.store.put(
+            d.rt("Pod"),
+            {
+                **d.get("Pod", p0, NS),
+                "metadata": {
+                    "name": f"{NAME}-1-again",
+                    "namespace": NS,
+                    "labels": {
+                        **d.get("Pod", p0, NS)["metadata"]["labels"],
+                        "batch.kubernetes.io/job-completion-index": "1",
+                    },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": NAME,
+                            "uid": job["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "status": {"phase": "Pending"},
+            },
+        )
         d.start_container(f"{NAME}-1-again", NS)
         d.append_log(f"{NAME}-1-again", "second pod of rank 1", namespace=NS)
         replaced.set()
@@ -252,25 +291,47 @@ def test_logs_follow_one_rank_and_a_replaced_pod(cli, make_cluster):
 
 def test_list_finds_all_four_kinds_by_label(cli, make_cluster):
     c = make_cluster(("pytorchjob", "jobset", "trainjob"), runtime=True)
-    for name, target, ns in (("a-job", "job", NS), ("b-pt", "pytorchjob", NS), ("c-js", "jobset", "default"),
-                             ("d-tj", "trainjob", NS)):
+    for name, target, ns in (
+        ("a-job", "job", NS),
+        ("b-pt", "pytorchjob", NS),
+        ("c-js", "jobset", "default"),
+        ("d-tj", "trainjob", NS),
+    ):
         assert cli("submit", *c.args, "-n", ns, "--name", name, "--target", target).code == 0
     # something ddpctl did not make is not listed
-    c.double.store.put(c.double.rt("Job"), {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "other", "namespace": NS},
-                                            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}}}})
+    c.double.store.put(
+        c.double.rt("Job"),
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "other", "namespace": NS},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}}},
+        },
+    )
     r = cli("list", *c.args, "-n", NS)
     assert r.code == 0, r.err
     rows = [line.split() for line in r.out.splitlines()]
     assert rows[0] == ["NAME", "TARGET", "NODES", "STATE", "AGE"]
-    assert [(row[0], row[1], row[2]) for row in rows[1:]] == [("a-job", "job", "2"), ("b-pt", "pytorchjob", "2"), ("d-tj", "trainjob", "2")]
+    assert [(row[0], row[1], row[2]) for row in rows[1:]] == [
+        ("a-job", "job", "2"),
+        ("b-pt", "pytorchjob", "2"),
+        ("d-tj", "trainjob", "2"),
+    ]
     r = cli("list", *c.args, "-A")
     assert [line.split()[:3] for line in r.out.splitlines()][1:] == [
-        ["default", "c-js", "jobset"], ["team", "a-job", "job"], ["team", "b-pt", "pytorchjob"], ["team", "d-tj", "trainjob"]]
+        ["default", "c-js", "jobset"],
+        ["team", "a-job", "job"],
+        ["team", "b-pt", "pytorchjob"],
+        ["team", "d-tj", "trainjob"],
+    ]
     doc = json.loads(cli("list", *c.args, "-A", "-o", "json").out)
     assert doc["kind"] == "List" and [i["kind"] for i in doc["items"]] == ["JobSet", "Job", "PyTorchJob", "TrainJob"]
     assert yaml.safe_load(cli("list", *c.args, "-A", "-o", "yaml").out)["items"] == doc["items"]
     assert cli("list", *c.args, "-n", NS, "-o", "name").out.splitlines() == [
-        "job.batch/a-job", "pytorchjob.kubeflow.org/b-pt", "trainjob.trainer.kubeflow.org/d-tj"]
+        "job.batch/a-job",
+        "pytorchjob.kubeflow.org/b-pt",
+        "trainjob.trainer.kubeflow.org/d-tj",
+    ]
 
 
 def test_list_on_a_cluster_without_crds_and_an_empty_namespace(cli, make_cluster):
@@ -284,8 +345,15 @@ def test_list_on_a_cluster_without_crds_and_an_empty_namespace(cli, make_cluster
 # --------------------------------------------------------------------------- delete
 
 
-@pytest.mark.parametrize("engines, runtime, target", [((), False, "job"), (("pytorchjob",), False, "pytorchjob"),
-                                                      (("jobset",), False, "jobset"), (("trainjob",), True, "trainjob")])
+@pytest.mark.parametrize(
+    "engines, runtime, target",
+    [
+        ((), False, "job"),
+        (("pytorchjob",), False, "pytorchjob"),
+        (("jobset",), False, "jobset"),
+        (("trainjob",), True, "trainjob"),
+    ],
+)
 def test_delete_removes_every_object_with_foreground_propagation(cli, make_cluster, engines, runtime, target):
     c = make_cluster(engines, runtime=runtime)
     submit(cli, c, "--target", target)
@@ -295,8 +363,12 @@ def test_delete_removes_every_object_with_foreground_propagation(cli, make_clust
     assert objects_left(c.double) == [] and c.double.objects("Pod", NS) == []
     deletes = c.double.requests_to("DELETE")
     assert deletes and all(req.json["propagationPolicy"] == "Foreground" for req in deletes)
-    kind_ref = {"job": "job.batch", "pytorchjob": "pytorchjob.kubeflow.org", "jobset": "jobset.jobset.x-k8s.io",
-                "trainjob": "trainjob.trainer.kubeflow.org"}[target]
+    kind_ref = {
+        "job": "job.batch",
+        "pytorchjob": "pytorchjob.kubeflow.org",
+        "jobset": "jobset.jobset.x-k8s.io",
+        "trainjob": "trainjob.trainer.kubeflow.org",
+    }[target]
     assert f"{kind_ref}/{NAME} deleted" in r.out.splitlines()
 
 

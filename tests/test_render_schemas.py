@@ -6,9 +6,9 @@ from __future__ import annotations
 import copy
 
 import pytest
-
 from ddpctl.render import render
 from ddpctl.spec import TARGETS, JobSpec
+
 from tests.k8s_schemas import require_crds, validate_object
 
 LAYOUTS = [
@@ -34,10 +34,19 @@ FULL = {
     "env": {"NCCL_DEBUG": "INFO"},
     "envFromSecrets": ["hf-token"],
     "secretEnv": {"WANDB_API_KEY": {"secret": "wandb", "key": "api-key"}},
-    "volumes": {"data": {"claimName": "imagenet", "mountPath": "/data", "readOnly": True}, "checkpoints": {"claimName": "ckpt", "mountPath": "/ckpt"}},
+    "volumes": {
+        "data": {"claimName": "imagenet", "mountPath": "/data", "readOnly": True},
+        "checkpoints": {"claimName": "ckpt", "mountPath": "/ckpt"},
+    },
     "nodeSelector": {"nvidia.com/gpu.product": "H100"},
     "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}],
-    "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]}}},
+    "affinity": {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}]
+            }
+        }
+    },
     "serviceAccountName": "trainer",
     "labels": {"team": "vision"},
     "annotations": {"example.com/owner": "alice"},
@@ -58,7 +67,9 @@ def _cases() -> list[tuple[str, dict]]:
             cases.append((target, layout))
         full = {**FULL, "envFromSecrets": []} if target == "trainjob" else FULL  # TrainJob has no envFrom
         cases.append((target, full))
-        cases.append((target, {**full, "podSecurity": "baseline", "priorityClassName": None if target == "trainjob" else "high"}))
+        cases.append(
+            (target, {**full, "podSecurity": "baseline", "priorityClassName": None if target == "trainjob" else "high"})
+        )
     return cases
 
 
@@ -96,7 +107,14 @@ def test_pods_meet_restricted_pod_security(target: str) -> None:
             assert sc["capabilities"]["drop"] == ["ALL"]
             assert "add" not in sc["capabilities"]
         for volume in pod["volumes"]:
-            assert set(volume) - {"name"} <= {"emptyDir", "persistentVolumeClaim", "configMap", "secret", "projected", "downwardAPI"}
+            assert set(volume) - {"name"} <= {
+                "emptyDir",
+                "persistentVolumeClaim",
+                "configMap",
+                "secret",
+                "projected",
+                "downwardAPI",
+            }
         assert not pod.get("hostNetwork") and not pod.get("hostPID") and not pod.get("hostIPC")
         assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "2Gi"}} in pod["volumes"]
         assert any(t.get("key") == "nvidia.com/gpu" for t in pod["tolerations"])

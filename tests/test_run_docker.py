@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-
 from ddpctl.docker_run import dns_names, plan_docker, quantity_bytes
 from ddpctl.spec import JobSpec
+
 from tests.conftest import skip_unless
 from tests.test_build_docker import BASE_IMAGE, docker_works, image_present
 
@@ -37,14 +37,18 @@ def _env() -> dict[str, str]:
 
 
 def _ddpctl(*args: str, cwd: Path, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 def _left_behind(job: str) -> list[str]:
     """Containers and networks of job `job` that still exist (by the label ddpctl puts on them)."""
     flt = f"label=ddpctl.io/job={job}"
     containers = subprocess.run(["docker", "ps", "-aq", "--filter", flt], capture_output=True, text=True).stdout.split()
-    networks = subprocess.run(["docker", "network", "ls", "-q", "--filter", flt], capture_output=True, text=True).stdout.split()
+    networks = subprocess.run(
+        ["docker", "network", "ls", "-q", "--filter", flt], capture_output=True, text=True
+    ).stdout.split()
     return containers + networks
 
 
@@ -58,7 +62,9 @@ def _remove_job(job: str) -> None:
     ids = subprocess.run(["docker", "ps", "-aq", "--filter", flt], capture_output=True, text=True).stdout.split()
     if ids:
         subprocess.run(["docker", "rm", "-f", *ids], capture_output=True)
-    nets = subprocess.run(["docker", "network", "ls", "-q", "--filter", flt], capture_output=True, text=True).stdout.split()
+    nets = subprocess.run(
+        ["docker", "network", "ls", "-q", "--filter", flt], capture_output=True, text=True
+    ).stdout.split()
     if nets:
         subprocess.run(["docker", "network", "rm", *nets], capture_output=True)
 
@@ -73,8 +79,14 @@ def docker_job():
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-m", "ddpctl", "run", "--docker", "--name", job, *args],
-                                cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ddpctl", "run", "--docker", "--name", job, *args],
+            cwd=cwd,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         return proc
 
@@ -101,8 +113,25 @@ def trainer_image() -> str:
     """The real Dockerfile built on the CPU base (cached by the engine after the first build)."""
     skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
     skip_unless(image_present(BASE_IMAGE), f"the CPU base image {BASE_IMAGE} (bash scripts/make-base-image.sh)")
-    result = subprocess.run([sys.executable, "-m", "ddpctl", "build", "--quiet", "--no-latest", "--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test"],
-                            cwd=REPO, env=_env(), capture_output=True, text=True, timeout=900)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpctl",
+            "build",
+            "--quiet",
+            "--no-latest",
+            "--base-image",
+            BASE_IMAGE,
+            "--repo",
+            "ddpctl-trainer-test",
+        ],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip()
 
@@ -112,8 +141,15 @@ def trainer_image() -> str:
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("target", "rank0"), [("job", ("w-0", "w-0.w")), ("jobset", ("w-node-0-0", "w-node-0-0.w")),
-                                               ("pytorchjob", ("w-master-0",)), ("trainjob", ("w-node-0-0", "w-node-0-0.w"))])
+@pytest.mark.parametrize(
+    ("target", "rank0"),
+    [
+        ("job", ("w-0", "w-0.w")),
+        ("jobset", ("w-node-0-0", "w-node-0-0.w")),
+        ("pytorchjob", ("w-master-0",)),
+        ("trainjob", ("w-node-0-0", "w-node-0-0.w")),
+    ],
+)
 def test_rank0_alias_is_the_address_the_cluster_gives(target: str, rank0: tuple[str, ...]) -> None:
     spec = JobSpec(name="w", target=target)
     names = dns_names(spec)
@@ -133,7 +169,9 @@ def test_missing_engine_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1 and "no-such-engine-cli is not installed" in result.stderr
 
 
-def test_docker_run_plan_wires_each_container_like_its_pod(trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_docker_run_plan_wires_each_container_like_its_pod(
+    trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     spec = JobSpec(name="wired", image=trainer_image, shm_size="1Gi")
     plan = plan_docker(spec, run_id="abc123")
@@ -190,12 +228,18 @@ def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) ->
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_killing_one_container_fails_the_job_and_names_its_ranks(trainer_image: str, tmp_path: Path, docker_job) -> None:
+def test_killing_one_container_fails_the_job_and_names_its_ranks(
+    trainer_image: str, tmp_path: Path, docker_job
+) -> None:
     job, start = docker_job
     proc = start("--image", trainer_image, *SMALL, "--epochs", "500", cwd=tmp_path)
     _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
-    victim = subprocess.run(["docker", "ps", "-q", "--filter", f"label=ddpctl.io/job={job}", "--filter", "label=ddpctl.io/node=1"],
-                            capture_output=True, text=True, check=True).stdout.split()
+    victim = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=ddpctl.io/job={job}", "--filter", "label=ddpctl.io/node=1"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     assert len(victim) == 1
     subprocess.run(["docker", "kill", victim[0]], capture_output=True, check=True)
     _, err = proc.communicate(timeout=JOB_TIMEOUT)
@@ -234,7 +278,14 @@ def test_an_image_that_does_not_exist_is_one_line_and_creates_nothing(tmp_path: 
 def test_a_stopped_engine_is_a_one_line_error(tmp_path: Path) -> None:
     skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
     env = {**_env(), "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
-    result = subprocess.run([sys.executable, "-m", "ddpctl", "run", "--docker"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "ddpctl", "run", "--docker"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 1 and result.stderr.count("\n") == 1
     assert "the docker engine does not answer" in result.stderr
 
@@ -244,7 +295,9 @@ def test_a_stopped_engine_is_a_one_line_error(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def test_fresh_keeps_a_users_files_and_a_mounted_dirs_mode(trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_fresh_keeps_a_users_files_and_a_mounted_dirs_mode(
+    trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     mine = tmp_path / "mine"
     mine.mkdir()
@@ -252,7 +305,9 @@ def test_fresh_keeps_a_users_files_and_a_mounted_dirs_mode(trainer_image: str, t
     (mine / "notes.txt").write_text("mine\n")
     (mine / "ckpt-00000008.pt").write_bytes(b"x")
     (mine / ".ckpt-00000016.pt.tmp.77").write_bytes(b"x")
-    plan = plan_docker(JobSpec(name="fr", image=trainer_image), mounts=[f"checkpoints={mine}"], fresh=True, run_id="abc123")
+    plan = plan_docker(
+        JobSpec(name="fr", image=trainer_image), mounts=[f"checkpoints={mine}"], fresh=True, run_id="abc123"
+    )
     assert plan.checkpoint_dir == mine
     assert sorted(p.name for p in mine.iterdir()) == ["notes.txt"]
     assert mine.stat().st_mode & 0o777 == 0o703  # a user's directory is never chmodded
@@ -266,13 +321,17 @@ def test_a_mounted_dir_uid_1000_cannot_write_is_a_one_line_error(trainer_image: 
     mine.chmod(0o755)
     if os.getuid() == 1000:
         mine.chmod(0o555)
-    result = _ddpctl("run", "--docker", "--image", trainer_image, "--mount", f"checkpoints={mine}", cwd=tmp_path, timeout=120)
+    result = _ddpctl(
+        "run", "--docker", "--image", trainer_image, "--mount", f"checkpoints={mine}", cwd=tmp_path, timeout=120
+    )
     assert result.returncode == 2 and result.stderr.count("\n") == 1, result.stderr
     assert f"--mount checkpoints: {mine} is not writable by uid 1000" in result.stderr and "chown" in result.stderr
     assert mine.stat().st_mode & 0o777 == (0o555 if os.getuid() == 1000 else 0o755)
 
 
-def test_directories_ddpctl_makes_are_writable_for_the_image_user(trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_directories_ddpctl_makes_are_writable_for_the_image_user(
+    trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.chdir(tmp_path)
     plan = plan_docker(JobSpec(name="own", image=trainer_image), run_id="abc123")
     assert plan.checkpoint_dir == tmp_path / "ddp-runs" / "own" / "checkpoints"

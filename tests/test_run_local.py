@@ -8,6 +8,7 @@ and process exits (bounded), never on sleeps.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import selectors
@@ -18,13 +19,11 @@ import sys
 import time
 from pathlib import Path
 
-import dataclasses
-
 import pytest
-
 from ddpctl.local_run import cluster_env, loopback_env, plan_local
 from ddpctl.procs import alive, descendants
 from ddpctl.spec import JobSpec
+
 from tests.conftest import skip_unless
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,7 +39,9 @@ def _env() -> dict[str, str]:
 
 
 def _ddpctl(*args: str, cwd: Path, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+    )
 
 
 @pytest.fixture
@@ -55,8 +56,14 @@ def started():
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
-        proc = subprocess.Popen([sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ddpctl", *args],
+            cwd=cwd,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         procs.append(proc)
         return proc
 
@@ -103,7 +110,11 @@ def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) ->
 
 def _trainer_pids(root: int) -> list[int]:
     """The training processes (not the torchrun agents, whose argv names the module too)."""
-    return [pid for pid in descendants(root) if "-m ddpctl_trainer" in (cmd := _cmdline(pid)) and "torch.distributed.run" not in cmd]
+    return [
+        pid
+        for pid in descendants(root)
+        if "-m ddpctl_trainer" in (cmd := _cmdline(pid)) and "torch.distributed.run" not in cmd
+    ]
 
 
 def _cmdline(pid: int) -> str:
@@ -148,8 +159,22 @@ def test_default_run_trains_2x2_on_cpu_and_writes_a_checkpoint(tmp_path: Path) -
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(started, tmp_path: Path) -> None:
     needs_proc()
-    proc = started("run", "--local", "-e", "DDP_TRAINER_FAULT_AT_STEP=2", "-e", "DDP_TRAINER_FAULT_RANK=3",
-                  "--", "--synthetic-samples", "512", "--eval-samples", "64", "--epochs", "3", cwd=tmp_path)
+    proc = started(
+        "run",
+        "--local",
+        "-e",
+        "DDP_TRAINER_FAULT_AT_STEP=2",
+        "-e",
+        "DDP_TRAINER_FAULT_RANK=3",
+        "--",
+        "--synthetic-samples",
+        "512",
+        "--eval-samples",
+        "64",
+        "--epochs",
+        "3",
+        cwd=tmp_path,
+    )
     lines = _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
     workers = _trainer_pids(proc.pid)
     tree = descendants(proc.pid)
@@ -189,8 +214,26 @@ def test_bad_trainer_flag_fails_with_the_trainers_message(tmp_path: Path) -> Non
 @pytest.mark.slow
 def test_pytorchjob_target_runs_with_the_operators_env(tmp_path: Path) -> None:
     """The training operator, not our manifest, sets PET_NNODES/NODE_RANK/MASTER_*: emulated here."""
-    result = _ddpctl("run", "--local", "-t", "pytorchjob", "--nodes", "2", "--procs", "1", "--name", "pj",
-                     "--", "--synthetic-samples", "128", "--eval-samples", "32", "--epochs", "1", cwd=tmp_path)
+    result = _ddpctl(
+        "run",
+        "--local",
+        "-t",
+        "pytorchjob",
+        "--nodes",
+        "2",
+        "--procs",
+        "1",
+        "--name",
+        "pj",
+        "--",
+        "--synthetic-samples",
+        "128",
+        "--eval-samples",
+        "32",
+        "--epochs",
+        "1",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
     assert "[rank 0] world size 2" in result.stdout and "[rank 1] epoch 1/1" in result.stdout
     assert "in the cluster: pj-master-0:29500" in result.stderr
@@ -251,7 +294,10 @@ def test_each_node_gets_its_pods_env_with_rank0_on_loopback(target: str, tmp_pat
         assert env["DDP_TRAINER_BACKEND"] == "gloo"
         assert env["KEEP"] == "1" and env.get("RANK") != "7"  # the shell's wiring never leaks in
         assert env["DDP_TRAINER_CHECKPOINT_DIR"] == str(tmp_path / "ddp-runs" / "w" / "checkpoints")
-        assert node.argv[:3] == (sys.executable, "-m", "torch.distributed.run") and node.argv[-2:] == ("-m", "ddpctl_trainer")
+        assert node.argv[:3] == (sys.executable, "-m", "torch.distributed.run") and node.argv[-2:] == (
+            "-m",
+            "ddpctl_trainer",
+        )
         # without the loopback rewrite it is exactly what the cluster gives this pod
         assert cluster_env(spec, index)["PET_MASTER_ADDR"] == spec.rank0_host
 
@@ -265,7 +311,12 @@ def test_elastic_nodes_use_c10d_with_node_0_hosting_the_store() -> None:
 
 
 def test_checkpoint_volume_maps_to_a_host_directory(tmp_path: Path) -> None:
-    spec = JobSpec.from_dict({"volumes": {"checkpoints": {"claimName": "ck", "mountPath": "/ckpt"}}, "args": ["--save-final", "/ckpt/final.pt"]})
+    spec = JobSpec.from_dict(
+        {
+            "volumes": {"checkpoints": {"claimName": "ck", "mountPath": "/ckpt"}},
+            "args": ["--save-final", "/ckpt/final.pt"],
+        }
+    )
     plan = plan_local(spec, cwd=tmp_path, parent_env={}, mounts={"checkpoints": tmp_path / "mine"})
     argv = plan.nodes[0].argv
     assert argv[argv.index("--checkpoint-dir") + 1] == str(tmp_path / "mine")
@@ -314,13 +365,31 @@ def test_fresh_knows_the_trainers_checkpoint_names() -> None:
     assert CHECKPOINT_NAME.pattern == checkpoint._NAME.pattern and CHECKPOINT_TEMP.pattern == checkpoint._TMP.pattern
     for sharded in (False, True):
         name = checkpoint.checkpoint_path(Path("/c"), 16, sharded).name
-        assert CHECKPOINT_NAME.match(name) and CHECKPOINT_TEMP.match(f".{name}.tmp.123") and CHECKPOINT_TEMP.match(f".{name}.tmp")
+        assert (
+            CHECKPOINT_NAME.match(name)
+            and CHECKPOINT_TEMP.match(f".{name}.tmp.123")
+            and CHECKPOINT_TEMP.match(f".{name}.tmp")
+        )
 
 
 @pytest.mark.slow
 def test_fresh_with_the_current_directory_as_checkpoint_dir_keeps_it(tmp_path: Path) -> None:
     _checkpoint_dir_with_a_users_file(tmp_path)
-    result = _ddpctl("run", "--local", "--fresh", "--nodes", "1", "--procs", "1", "--", "--checkpoint-dir", ".", "--epochs", "0", cwd=tmp_path)
+    result = _ddpctl(
+        "run",
+        "--local",
+        "--fresh",
+        "--nodes",
+        "1",
+        "--procs",
+        "1",
+        "--",
+        "--checkpoint-dir",
+        ".",
+        "--epochs",
+        "0",
+        cwd=tmp_path,
+    )
     assert "--epochs must be at least 1" in result.stdout, result.stderr  # the trainer ran, in this directory
     assert (tmp_path / "notes.txt").read_text() == "mine\n"
     assert not (tmp_path / "ckpt-00000008.pt").exists() and not (tmp_path / "ckpt-00000016").exists()
@@ -335,10 +404,14 @@ def test_a_missing_command_is_a_one_line_usage_error(cli) -> None:
     result = cli("run", "--local", "--nodes", "1", "--command", "ddpctl-no-such-program --flag")
     assert result.code == 2, result.err
     errors = [line for line in result.err.splitlines() if line.startswith("ddpctl: error:")]
-    assert len(errors) == 1 and "ddpctl-no-such-program was not found" in errors[0] and "internal error" not in result.err
+    assert (
+        len(errors) == 1 and "ddpctl-no-such-program was not found" in errors[0] and "internal error" not in result.err
+    )
 
 
-def test_a_node_that_fails_to_start_leaves_the_started_ones_stopped(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_node_that_fails_to_start_leaves_the_started_ones_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from ddpctl import procs
     from ddpctl.errors import RuntimeFailure
     from ddpctl.local_run import run_local
@@ -346,8 +419,11 @@ def test_a_node_that_fails_to_start_leaves_the_started_ones_stopped(tmp_path: Pa
     spec = JobSpec(nodes=3, procs_per_node=1)
     plan = plan_local(spec, cwd=tmp_path, parent_env={})
     sleeper = (sys.executable, "-c", "import time; time.sleep(120)")
-    nodes = (dataclasses.replace(plan.nodes[0], argv=sleeper), dataclasses.replace(plan.nodes[1], argv=sleeper),
-             dataclasses.replace(plan.nodes[2], argv=(str(tmp_path / "no-such-agent"),)))
+    nodes = (
+        dataclasses.replace(plan.nodes[0], argv=sleeper),
+        dataclasses.replace(plan.nodes[1], argv=sleeper),
+        dataclasses.replace(plan.nodes[2], argv=(str(tmp_path / "no-such-agent"),)),
+    )
     plan = dataclasses.replace(plan, nodes=nodes)
     seen: list[procs.Child] = []
     real = procs.start_child
@@ -392,7 +468,10 @@ def test_process_trees_are_read_at_most_once_a_second(monkeypatch: pytest.Monkey
     scans = []
     real = procs._stat_map
     monkeypatch.setattr(procs, "_stat_map", lambda: scans.append(1) or real())
-    children = [procs.start_child(i, f"node {i}", [sys.executable, "-c", "import time; time.sleep(60)"], os.environ) for i in range(2)]
+    children = [
+        procs.start_child(i, f"node {i}", [sys.executable, "-c", "import time; time.sleep(60)"], os.environ)
+        for i in range(2)
+    ]
     try:
         for _ in range(100):  # as on 100 output lines
             procs.remember_trees(children)
@@ -410,7 +489,9 @@ def test_process_trees_are_read_at_most_once_a_second(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.parametrize("where", ["ddp.yaml", "env"])
-def test_a_busy_port_asked_for_in_ddp_yaml_or_the_environment_is_an_error(where: str, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_busy_port_asked_for_in_ddp_yaml_or_the_environment_is_an_error(
+    where: str, cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with _listener() as sock:
         port = sock.getsockname()[1]
         if where == "env":

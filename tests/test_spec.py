@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ddpctl.errors import SpecError
 from ddpctl.spec import JobSpec
 
@@ -68,7 +67,10 @@ def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) ->
         ({"tolerations": [{"key": "gpu", "color": "red"}]}, "tolerations[0]"),
         ({"affinity": {"friendship": {}}}, "affinity.friendship"),
         ({"affinity": {"nodeAffinity": {"x": __import__("datetime").date(2024, 1, 1)}}}, "affinity.nodeAffinity.x"),
-        ({"tolerations": [{"key": "gpu", "operator": "Exists", "tolerationSeconds": "soon"}]}, "tolerations[0].tolerationSeconds"),
+        (
+            {"tolerations": [{"key": "gpu", "operator": "Exists", "tolerationSeconds": "soon"}]},
+            "tolerations[0].tolerationSeconds",
+        ),
         ({"queue": "has space"}, "queue"),
         ({"restartPolicy": "Always"}, "restartPolicy"),
         ({"backoffLimit": -1}, "backoffLimit"),
@@ -125,7 +127,12 @@ def test_to_dict_round_trips(data: dict) -> None:
 
 @pytest.mark.parametrize(
     "data,backend,mode",
-    [({}, "gloo", "static"), ({"gpusPerNode": 1}, "nccl", "static"), ({"nodes": "1:2"}, "gloo", "c10d"), ({"gpusPerNode": 1, "backend": "gloo"}, "gloo", "static")],
+    [
+        ({}, "gloo", "static"),
+        ({"gpusPerNode": 1}, "nccl", "static"),
+        ({"nodes": "1:2"}, "gloo", "c10d"),
+        ({"gpusPerNode": 1, "backend": "gloo"}, "gloo", "static"),
+    ],
 )
 def test_backend_and_rendezvous_auto(data: dict, backend: str, mode: str) -> None:
     spec = JobSpec.from_dict(data)

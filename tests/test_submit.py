@@ -17,7 +17,6 @@ import yaml
 from tests.kube_api_double.fixtures import isolated_kube, make_cluster  # noqa: F401 - fixtures
 from tests.kube_api_double.scripted import BOUND, Scenario
 
-
 NS = "team"
 NAME = "ddp-train"
 
@@ -34,25 +33,31 @@ def one_error(r, code: int, *needles: str) -> str:
 
 
 def objects_left(d, ns: str = NS) -> list[str]:
-    kinds = ["Job", "Service", "Pod"] + [k for k, e in (("PyTorchJob", "pytorchjob"), ("JobSet", "jobset"),
-                                                         ("TrainJob", "trainjob")) if e in d.registry.installed]
+    kinds = ["Job", "Service", "Pod"] + [
+        k
+        for k, e in (("PyTorchJob", "pytorchjob"), ("JobSet", "jobset"), ("TrainJob", "trainjob"))
+        if e in d.registry.installed
+    ]
     return [f"{k}/{o['metadata']['name']}" for k in kinds for o in d.objects(k, ns)]
 
 
 # --------------------------------------------------------------------------- --target auto
 
 
-@pytest.mark.parametrize("engines, runtime, expected", [
-    ((), False, "job"),
-    (("jobset",), False, "jobset"),
-    (("pytorchjob",), False, "pytorchjob"),
-    (("pytorchjob", "jobset"), False, "pytorchjob"),
-    (("trainjob",), False, "job"),  # the CRD without the torch-distributed runtime is not enough
-    (("trainjob", "jobset"), False, "jobset"),
-    (("trainjob",), True, "trainjob"),
-    (("trainjob", "pytorchjob", "jobset"), True, "trainjob"),
-    (("trainjob", "pytorchjob", "jobset"), False, "pytorchjob"),
-])
+@pytest.mark.parametrize(
+    "engines, runtime, expected",
+    [
+        ((), False, "job"),
+        (("jobset",), False, "jobset"),
+        (("pytorchjob",), False, "pytorchjob"),
+        (("pytorchjob", "jobset"), False, "pytorchjob"),
+        (("trainjob",), False, "job"),  # the CRD without the torch-distributed runtime is not enough
+        (("trainjob", "jobset"), False, "jobset"),
+        (("trainjob",), True, "trainjob"),
+        (("trainjob", "pytorchjob", "jobset"), True, "trainjob"),
+        (("trainjob", "pytorchjob", "jobset"), False, "pytorchjob"),
+    ],
+)
 def test_target_auto_picks_the_best_engine_the_cluster_serves(cli, make_cluster, engines, runtime, expected):
     c = make_cluster(engines, runtime=runtime)
     r = cli("submit", *c.args, "-n", NS, "--nodes", "2")
@@ -61,8 +66,12 @@ def test_target_auto_picks_the_best_engine_the_cluster_serves(cli, make_cluster,
     kind = {"job": "Job", "jobset": "JobSet", "pytorchjob": "PyTorchJob", "trainjob": "TrainJob"}[expected]
     assert c.double.get(kind, NAME, NS)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "ddpctl"
     assert len(c.double.pods_for(kind, NAME, NS)) == 2
-    ref = {"job": "job.batch", "jobset": "jobset.jobset.x-k8s.io", "pytorchjob": "pytorchjob.kubeflow.org",
-           "trainjob": "trainjob.trainer.kubeflow.org"}[expected]
+    ref = {
+        "job": "job.batch",
+        "jobset": "jobset.jobset.x-k8s.io",
+        "pytorchjob": "pytorchjob.kubeflow.org",
+        "trainjob": "trainjob.trainer.kubeflow.org",
+    }[expected]
     assert f"{ref}/{NAME} created" in r.out.splitlines()
 
 
@@ -74,15 +83,21 @@ def test_auto_skips_an_engine_that_cannot_run_the_spec(cli, make_cluster):
     assert c.double.get("JobSet", NAME, NS) is not None
 
 
-@pytest.mark.parametrize("engines, runtime, target, works", [
-    (("jobset",), False, "pytorchjob", "jobset"),
-    ((), False, "jobset", "job"),
-    (("trainjob", "pytorchjob"), False, "trainjob", "pytorchjob"),
-])
-def test_explicit_target_that_is_not_installed_names_the_target_that_would_work(cli, make_cluster, engines, runtime,
-                                                                                target, works):
+@pytest.mark.parametrize(
+    "engines, runtime, target, works",
+    [
+        (("jobset",), False, "pytorchjob", "jobset"),
+        ((), False, "jobset", "job"),
+        (("trainjob", "pytorchjob"), False, "trainjob", "pytorchjob"),
+    ],
+)
+def test_explicit_target_that_is_not_installed_names_the_target_that_would_work(
+    cli, make_cluster, engines, runtime, target, works
+):
     c = make_cluster(engines, runtime=runtime)
-    err = one_error(cli("submit", *c.args, "-n", NS, "--target", target), 1, f"--target {target}:", f"use --target {works}")
+    err = one_error(
+        cli("submit", *c.args, "-n", NS, "--target", target), 1, f"--target {target}:", f"use --target {works}"
+    )
     if target == "trainjob":
         assert "torch-distributed ClusterTrainingRuntime does not exist" in err
     else:
@@ -109,7 +124,10 @@ def test_submit_uses_server_side_apply_with_field_manager_ddpctl(cli, make_clust
     assert r.code == 0, r.err
     assert r.out.splitlines() == [f"service/{NAME} created", f"job.batch/{NAME} created"]
     patches = c.double.requests_to("PATCH")
-    assert [p.path for p in patches] == [f"/api/v1/namespaces/{NS}/services/{NAME}", f"/apis/batch/v1/namespaces/{NS}/jobs/{NAME}"]
+    assert [p.path for p in patches] == [
+        f"/api/v1/namespaces/{NS}/services/{NAME}",
+        f"/apis/batch/v1/namespaces/{NS}/jobs/{NAME}",
+    ]
     for p in patches:
         assert p.content_type == "application/apply-patch+yaml"
         assert p.param("fieldManager") == "ddpctl" and p.param("force") is None and p.status == 201
@@ -118,12 +136,15 @@ def test_submit_uses_server_side_apply_with_field_manager_ddpctl(cli, make_clust
     assert job["spec"]["completions"] == 3 and len(c.double.pods_for("Job", NAME, NS)) == 3
 
 
-@pytest.mark.parametrize("flags", [
-    [],
-    ["--target", "pytorchjob", "--nodes", "3", "--gpus", "4"],
-    ["--target", "jobset", "--nodes", "1:4", "-e", "A=1"],
-    ["--target", "trainjob", "-o", "json"],
-])
+@pytest.mark.parametrize(
+    "flags",
+    [
+        [],
+        ["--target", "pytorchjob", "--nodes", "3", "--gpus", "4"],
+        ["--target", "jobset", "--nodes", "1:4", "-e", "A=1"],
+        ["--target", "trainjob", "-o", "json"],
+    ],
+)
 def test_dry_run_client_equals_render_and_needs_no_cluster(cli, flags):
     out_flag = [] if "-o" in flags else ["-o", "yaml"]
     rendered = cli("render", *flags)
@@ -135,7 +156,10 @@ def test_dry_run_client_equals_render_and_needs_no_cluster(cli, flags):
 
 def test_dry_run_client_without_output_lists_the_objects(cli):
     r = cli("submit", "--dry-run", "client", "--target", "job")
-    assert r.code == 0 and r.out.splitlines() == [f"service/{NAME} created (dry run)", f"job.batch/{NAME} created (dry run)"]
+    assert r.code == 0 and r.out.splitlines() == [
+        f"service/{NAME} created (dry run)",
+        f"job.batch/{NAME} created (dry run)",
+    ]
 
 
 def test_dry_run_server_validates_on_the_server_and_stores_nothing(cli, make_cluster):
@@ -155,16 +179,25 @@ def test_dry_run_server_validates_on_the_server_and_stores_nothing(cli, make_clu
 def test_dry_run_server_reports_invalid_objects_with_field_paths(cli, make_cluster):
     bad = lambda o: ["spec.template.spec.containers[0].image: Required value"] if o["kind"] == "Job" else []  # noqa: E731
     c = make_cluster(validator=bad)
-    one_error(cli("submit", *c.args, "-n", NS, "--dry-run=server"), 1,
-              'job.batch "ddp-train" in namespace "team" as invalid', "spec.template.spec.containers[0].image: Required value")
+    one_error(
+        cli("submit", *c.args, "-n", NS, "--dry-run=server"),
+        1,
+        'job.batch "ddp-train" in namespace "team" as invalid',
+        "spec.template.spec.containers[0].image: Required value",
+    )
 
 
 def test_existing_job_is_an_error_that_says_what_to_do_and_replace_recreates_it(cli, make_cluster):
     c = make_cluster()
     assert cli("submit", *c.args, "-n", NS).code == 0
     uid = c.double.get("Job", NAME, NS)["metadata"]["uid"]
-    one_error(cli("submit", *c.args, "-n", NS), 1, f'job "{NAME}" already exists in namespace "{NS}"',
-              f"ddpctl delete {NAME} -n {NS}", "--replace")
+    one_error(
+        cli("submit", *c.args, "-n", NS),
+        1,
+        f'job "{NAME}" already exists in namespace "{NS}"',
+        f"ddpctl delete {NAME} -n {NS}",
+        "--replace",
+    )
     r = cli("submit", *c.args, "-n", NS, "--replace", "--nodes", "3")
     assert r.code == 0, r.err
     assert f"job.batch/{NAME} deleted (--replace)" in r.err
@@ -186,24 +219,42 @@ def test_replace_across_targets_removes_the_old_engines_objects(cli, make_cluste
 
 def test_an_object_of_the_same_name_not_made_by_ddpctl_is_never_taken_over(cli, make_cluster):
     c = make_cluster()
-    c.double.store.put(c.double.rt("Service"), {"apiVersion": "v1", "kind": "Service", "metadata": {
-        "name": NAME, "namespace": NS}, "spec": {"ports": [{"port": 80}]}})
+    c.double.store.put(
+        c.double.rt("Service"),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": NAME, "namespace": NS},
+            "spec": {"ports": [{"port": 80}]},
+        },
+    )
     for extra in ([], ["--replace"]):
-        one_error(cli("submit", *c.args, "-n", NS, *extra), 1, f"service/{NAME} already exists", "not created by ddpctl", "--name")
+        one_error(
+            cli("submit", *c.args, "-n", NS, *extra),
+            1,
+            f"service/{NAME} already exists",
+            "not created by ddpctl",
+            "--name",
+        )
     assert c.double.get("Job", NAME, NS) is None
 
 
 # --------------------------------------------------------------------------- rollback
 
 
-@pytest.mark.parametrize("status, needle", [
-    (500, "the API server failed to apply job.batch"),
-    (403, "cannot apply job.batch"),
-])
+@pytest.mark.parametrize(
+    "status, needle",
+    [
+        (500, "the API server failed to apply job.batch"),
+        (403, "cannot apply job.batch"),
+    ],
+)
 def test_failure_on_the_second_object_removes_the_first(cli, make_cluster, status, needle):
     c = make_cluster()
     c.double.fail_next("PATCH", "/jobs/", status=status)
-    err = one_error(cli("submit", *c.args, "-n", NS, "--target", "job"), 1, needle, f"rolled back: deleted service/{NAME}")
+    err = one_error(
+        cli("submit", *c.args, "-n", NS, "--target", "job"), 1, needle, f"rolled back: deleted service/{NAME}"
+    )
     assert f'"{NAME}" in namespace "{NS}"' in err
     assert objects_left(c.double) == []
     [delete] = c.double.requests_to("DELETE")
@@ -211,18 +262,29 @@ def test_failure_on_the_second_object_removes_the_first(cli, make_cluster, statu
 
 
 def test_invalid_second_object_is_422_with_field_paths_and_nothing_is_left(cli, make_cluster):
-    bad = lambda o: ["spec.template.spec.containers[0].imagee: field not declared in schema"] if o["kind"] == "Job" else []  # noqa: E731
+    bad = lambda o: (
+        ["spec.template.spec.containers[0].imagee: field not declared in schema"] if o["kind"] == "Job" else []
+    )  # noqa: E731
     c = make_cluster(validator=bad)
-    one_error(cli("submit", *c.args, "-n", NS, "--target", "job"), 1, "as invalid",
-              "spec.template.spec.containers[0].imagee: field not declared in schema", "rolled back")
+    one_error(
+        cli("submit", *c.args, "-n", NS, "--target", "job"),
+        1,
+        "as invalid",
+        "spec.template.spec.containers[0].imagee: field not declared in schema",
+        "rolled back",
+    )
     assert objects_left(c.double) == []
 
 
 def test_forbidden_names_the_verb_and_resource(cli, make_cluster):
     c = make_cluster()
     c.double.forbid("patch", "jobs", "batch", NS)
-    one_error(cli("submit", *c.args, "-n", NS, "--target", "job"), 1,
-              'cannot patch resource "jobs" in API group "batch" in the namespace "team"', 'permission to patch "jobs.batch"')
+    one_error(
+        cli("submit", *c.args, "-n", NS, "--target", "job"),
+        1,
+        'cannot patch resource "jobs" in API group "batch" in the namespace "team"',
+        'permission to patch "jobs.batch"',
+    )
     assert objects_left(c.double) == []
 
 
@@ -274,7 +336,13 @@ def test_context_flag_and_kubeconfig_env_with_several_files(cli, make_cluster, m
 
 def test_missing_namespace(cli, make_cluster):
     c = make_cluster()
-    one_error(cli("submit", *c.args, "-n", "nope"), 1, 'namespace "nope" does not exist', "kubectl create namespace nope", "-n")
+    one_error(
+        cli("submit", *c.args, "-n", "nope"),
+        1,
+        'namespace "nope" does not exist',
+        "kubectl create namespace nope",
+        "-n",
+    )
 
 
 # --------------------------------------------------------------------------- --build
@@ -302,21 +370,37 @@ def test_build_without_a_dockerfile_is_a_usage_error_before_any_object(cli, make
     assert objects_left(c.double, "default") == []
 
 
-@pytest.mark.parametrize("flags, needle", [
-    (["--dry-run=client", "--wait"], "--wait cannot be combined with --dry-run=client"),
-    (["--dry-run=server", "--replace"], "--replace cannot be combined"),
-    (["--rank", "1"], "--rank: only with --follow"),
-    (["--wait", "--timeout", "soon"], "--timeout: 'soon' is not a duration"),
-    (["--dry-run=maybe"], "--dry-run"),
-])
+@pytest.mark.parametrize(
+    "flags, needle",
+    [
+        (["--dry-run=client", "--wait"], "--wait cannot be combined with --dry-run=client"),
+        (["--dry-run=server", "--replace"], "--replace cannot be combined"),
+        (["--rank", "1"], "--rank: only with --follow"),
+        (["--wait", "--timeout", "soon"], "--timeout: 'soon' is not a duration"),
+        (["--dry-run=maybe"], "--dry-run"),
+    ],
+)
 def test_flag_errors_are_usage_errors(cli, flags, needle):
     one_error(cli("submit", *flags), 2, needle)
 
 
-@pytest.mark.parametrize("text, seconds", [
-    (None, None), ("", None), ("0", None), ("90", 90.0), ("90s", 90.0), ("0.5s", 0.5), ("5m", 300.0), ("1h30m", 5400.0),
-    ("500ms", 0.5), ("1m30s", 90.0), ("2m500ms", 120.5), ("1h1m1s1ms", 3661.001),
-])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [
+        (None, None),
+        ("", None),
+        ("0", None),
+        ("90", 90.0),
+        ("90s", 90.0),
+        ("0.5s", 0.5),
+        ("5m", 300.0),
+        ("1h30m", 5400.0),
+        ("500ms", 0.5),
+        ("1m30s", 90.0),
+        ("2m500ms", 120.5),
+        ("1h1m1s1ms", 3661.001),
+    ],
+)
 def test_timeout_durations(text, seconds):
     from ddpctl.kube.watch import parse_duration
 
@@ -419,13 +503,19 @@ def test_wait_shows_live_transitions(cli, make_cluster, monkeypatch):
     assert r.code == 0, r.err
     assert "master: 1 pending, 0 running, 0 succeeded, 0 failed; worker: 2 pending" in r.err
     assert "master: 0 pending, 1 running, 0 succeeded, 0 failed; worker: 0 pending, 2 running" in r.err
-    assert "Succeeded (3 nodes) - master: 0 pending, 0 running, 1 succeeded, 0 failed; worker: 0 pending, 0 running, 2 succeeded" in r.err
+    assert (
+        "Succeeded (3 nodes) - master: 0 pending, 0 running, 1 succeeded, 0 failed; worker: 0 pending, 0 running, 2 succeeded"
+        in r.err
+    )
 
 
-@pytest.mark.parametrize("code, reason, shown", [
-    (137, "OOMKilled", "OOMKilled (exit code 137)"),
-    (3, None, "Error (exit code 3)"),
-])
+@pytest.mark.parametrize(
+    "code, reason, shown",
+    [
+        (137, "OOMKilled", "OOMKilled (exit code 137)"),
+        (3, None, "Error (exit code 3)"),
+    ],
+)
 def test_wait_failure_prints_why_and_exits_1(cli, make_cluster, code, reason, shown):
     c = make_cluster()
 
@@ -509,7 +599,10 @@ def test_follow_streams_every_rank_prefixed_across_a_container_restart(cli, make
     lines = r.out.splitlines()
     rank1 = [line for line in lines if line.startswith("[node 1] ")]
     assert rank1 == ["[node 1] hello from node 1", "[node 1] step 1 loss 2.0", "[node 1] resumed from checkpoint"]
-    assert [line for line in lines if line.startswith("[node 0] ")] == ["[node 0] hello from node 0", "[node 0] rank 0 done"]
+    assert [line for line in lines if line.startswith("[node 0] ")] == [
+        "[node 0] hello from node 0",
+        "[node 0] rank 0 done",
+    ]
 
 
 def test_follow_picks_up_a_dropped_log_stream_without_losing_or_repeating_lines(cli, make_cluster):
@@ -534,8 +627,12 @@ def test_follow_picks_up_a_dropped_log_stream_without_losing_or_repeating_lines(
         r = cli("submit", *c.args, "-n", NS, "--follow")
     assert r.code == 0, r.err
     assert [x for x in r.out.splitlines() if x.startswith("[node 1] ")] == [
-        "[node 1] hello from node 1", "[node 1] step 1", "[node 1] step 2", "[node 1] step 3 (while no stream was open)",
-        "[node 1] step 4"]
+        "[node 1] hello from node 1",
+        "[node 1] step 1",
+        "[node 1] step 2",
+        "[node 1] step 3 (while no stream was open)",
+        "[node 1] step 4",
+    ]
     resumed = [q for q in d.requests_to("GET") if q.path.endswith(f"/pods/{_pods(d)[1]}/log") and q.param("sinceTime")]
     assert len(resumed) == 1 and resumed[0].param("follow") == "true"
 
@@ -581,8 +678,12 @@ def test_follow_one_rank_without_prefix(cli, make_cluster):
 @pytest.mark.parametrize("nodes, rank, shown", [("2", "5", "0-1"), ("3", "3", "0-2"), ("1:3", "3", "0-2")])
 def test_follow_rank_out_of_range_is_refused_before_anything_is_created(cli, make_cluster, nodes, rank, shown):
     c = make_cluster(("pytorchjob",))
-    one_error(cli("submit", *c.args, "-n", NS, "--follow", "--rank", rank, "--nodes", nodes), 2,
-              f"--rank: node rank {rank} is out of range", shown)
+    one_error(
+        cli("submit", *c.args, "-n", NS, "--follow", "--rank", rank, "--nodes", nodes),
+        2,
+        f"--rank: node rank {rank} is out of range",
+        shown,
+    )
     assert objects_left(c.double) == []
     assert c.double.requests_to("PATCH") == [] and c.double.requests_to("POST") == []
 
@@ -597,8 +698,20 @@ def test_shell_completion_is_available(cli):
 
 def test_submit_help_shows_cluster_flags(cli):
     r = cli("submit", "--help")
-    for flag in ("--kubeconfig", "--context", "--namespace", "--dry-run", "--output", "--replace", "--wait", "--follow",
-                 "--rank", "--timeout", "--build", "--target"):
+    for flag in (
+        "--kubeconfig",
+        "--context",
+        "--namespace",
+        "--dry-run",
+        "--output",
+        "--replace",
+        "--wait",
+        "--follow",
+        "--rank",
+        "--timeout",
+        "--build",
+        "--target",
+    ):
         assert flag in r.out
 
 

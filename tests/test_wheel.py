@@ -20,7 +20,9 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
-        check=True, capture_output=True, text=True,
+        check=True,
+        capture_output=True,
+        text=True,
     )
     (path,) = out.glob("ddpctl-*.whl")
     return path
@@ -43,12 +45,26 @@ def test_wheel_renders_from_a_clean_venv(wheel: Path, tmp_path: Path) -> None:
     workdir = tmp_path / "elsewhere"
     workdir.mkdir()
     clean_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    proc = subprocess.run([str(env_dir / "bin" / "ddpctl"), "render", "-t", "jobset", "--nodes", "3"], capture_output=True, text=True, cwd=workdir, env=clean_env)
+    proc = subprocess.run(
+        [str(env_dir / "bin" / "ddpctl"), "render", "-t", "jobset", "--nodes", "3"],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=clean_env,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "kind: JobSet" in proc.stdout and "completions: 3" in proc.stdout
-    where = subprocess.run([str(python), "-c", "import ddpctl, sys; print(ddpctl.__file__); print('torch' in sys.modules)"], capture_output=True, text=True, cwd=workdir, env=clean_env)
+    where = subprocess.run(
+        [str(python), "-c", "import ddpctl, sys; print(ddpctl.__file__); print('torch' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+        env=clean_env,
+    )
     location, torch_loaded = where.stdout.split()
     assert str(env_dir) in location and str(REPO) not in location
     assert torch_loaded == "False"
-    missing = subprocess.run([str(python), "-c", "import torch"], capture_output=True, text=True, cwd=workdir, env=clean_env)
+    missing = subprocess.run(
+        [str(python), "-c", "import torch"], capture_output=True, text=True, cwd=workdir, env=clean_env
+    )
     assert missing.returncode != 0, "the CLI's install must not pull torch"

@@ -4,9 +4,9 @@ and the master address is the DNS name the engine really gives rank 0's pod (see
 from __future__ import annotations
 
 import pytest
-
 from ddpctl.render import render
 from ddpctl.spec import TARGETS, JobSpec
+
 from tests.engines import launch, torchrun_settings
 
 STATIC_LAYOUTS = [(1, 0, None), (2, 0, 2), (2, 4, None), (3, 8, None), (8, 1, None), (64, 8, None), (5, 0, 3)]
@@ -69,6 +69,13 @@ def test_user_script_and_args_reach_torchrun() -> None:
 
 
 def test_trainer_gets_volume_paths() -> None:
-    spec = JobSpec.from_dict({"volumes": {"checkpoints": {"claimName": "ck", "mountPath": "/ckpt"}, "data": {"claimName": "d", "mountPath": "/data", "readOnly": True}}})
+    spec = JobSpec.from_dict(
+        {
+            "volumes": {
+                "checkpoints": {"claimName": "ck", "mountPath": "/ckpt"},
+                "data": {"claimName": "d", "mountPath": "/data", "readOnly": True},
+            }
+        }
+    )
     (pod, *_) = launch(render(spec))
     assert pod.args[:4] == ["--checkpoint-dir", "/ckpt", "--data-dir", "/data"]

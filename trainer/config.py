@@ -132,8 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bo = argparse.BooleanOptionalAction
     g = p.add_argument_group("model and data")
-    g.add_argument("--model", default="convnet",
-                   help=f"one of {', '.join(BUILTIN_MODELS)}, or module:factory for your own nn.Module")
+    g.add_argument(
+        "--model",
+        default="convnet",
+        help=f"one of {', '.join(BUILTIN_MODELS)}, or module:factory for your own nn.Module",
+    )
     g.add_argument("--dataset", default="synthetic", choices=DATASETS)
     g.add_argument("--data-dir", default=None, help="dataset root (cifar10, imagefolder)")
     g.add_argument("--download", action=bo, default=False, help="download cifar10 into --data-dir if missing")
@@ -147,8 +150,12 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--backend", default="auto", choices=BACKENDS, help="auto: nccl with CUDA, gloo otherwise")
     g.add_argument("--epochs", type=int, default=2)
     g.add_argument("--batch-size", type=int, default=None, help="batch per process (default 32)")
-    g.add_argument("--global-batch-size", type=int, default=None,
-                   help="batch over all processes and accumulation steps (instead of --batch-size)")
+    g.add_argument(
+        "--global-batch-size",
+        type=int,
+        default=None,
+        help="batch over all processes and accumulation steps (instead of --batch-size)",
+    )
     g.add_argument("--max-steps", type=int, default=0, help="stop after this many optimizer steps (0: no limit)")
     g.add_argument("--lr", type=float, default=0.05)
     g.add_argument("--momentum", type=float, default=0.9)
@@ -180,18 +187,32 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--checkpoint-dir", default="./checkpoints")
     g.add_argument("--keep-last", type=int, default=3, help="checkpoints to keep")
     g.add_argument("--save-every", default="epoch", help="'epoch' or a number of optimizer steps")
-    g.add_argument("--resume", default="auto",
-                   help="'auto' (newest valid checkpoint in --checkpoint-dir), 'never', or a checkpoint path")
-    g.add_argument("--fsdp-state-dict", default="full", choices=FSDP_STATE_DICTS,
-                   help="fsdp checkpoints: one full file from rank 0, or sharded (needs a shared --checkpoint-dir)")
-    g.add_argument("--save-final", default=None,
-                   help="also write the final model weights here ({rank} in the path: every rank writes)")
+    g.add_argument(
+        "--resume",
+        default="auto",
+        help="'auto' (newest valid checkpoint in --checkpoint-dir), 'never', or a checkpoint path",
+    )
+    g.add_argument(
+        "--fsdp-state-dict",
+        default="full",
+        choices=FSDP_STATE_DICTS,
+        help="fsdp checkpoints: one full file from rank 0, or sharded (needs a shared --checkpoint-dir)",
+    )
+    g.add_argument(
+        "--save-final",
+        default=None,
+        help="also write the final model weights here ({rank} in the path: every rank writes)",
+    )
 
     g = p.add_argument_group("output")
     g.add_argument("--metrics-file", default=None, help="JSON lines of metrics, written by rank 0")
     g.add_argument("--log-every", type=int, default=10, help="optimizer steps between progress lines")
-    g.add_argument("--progress", default="auto", choices=PROGRESS,
-                   help="auto: a bar on rank 0 when stderr is a terminal, plain lines otherwise")
+    g.add_argument(
+        "--progress",
+        default="auto",
+        choices=PROGRESS,
+        help="auto: a bar on rank 0 when stderr is a terminal, plain lines otherwise",
+    )
     g.add_argument("--timeout-s", type=int, default=1800, help="process-group timeout")
     return p
 
@@ -255,8 +276,11 @@ def validate_static(cfg: TrainConfig) -> None:
     for flag, value in positive.items():
         if value < 1:
             raise UsageError(f"{flag} must be at least 1, got {value}")
-    for flag, value in {"--num-workers": cfg.num_workers, "--max-steps": cfg.max_steps,
-                        "--eval-samples": cfg.eval_samples}.items():
+    for flag, value in {
+        "--num-workers": cfg.num_workers,
+        "--max-steps": cfg.max_steps,
+        "--eval-samples": cfg.eval_samples,
+    }.items():
         if value < 0:
             raise UsageError(f"{flag} must be 0 or more, got {value}")
     if cfg.num_classes < 2:
@@ -270,9 +294,7 @@ def validate_static(cfg: TrainConfig) -> None:
     if not (cfg.save_every == "epoch" or cfg.save_every.isdigit()):
         raise UsageError(f"--save-every must be 'epoch' or a number of steps, got {cfg.save_every!r}")
     if cfg.model not in BUILTIN_MODELS and ":" not in cfg.model:
-        raise UsageError(
-            f"unknown --model {cfg.model!r}: use one of {', '.join(BUILTIN_MODELS)} or module:factory"
-        )
+        raise UsageError(f"unknown --model {cfg.model!r}: use one of {', '.join(BUILTIN_MODELS)} or module:factory")
     if cfg.bf16 and cfg.dtype == "float64":
         raise UsageError("--bf16 and --dtype float64 conflict: drop one")
     if cfg.dataset in ("cifar10", "imagefolder"):

@@ -97,7 +97,7 @@ class ResumableDistributedSampler(DistributedSampler):
 
     def __iter__(self) -> Iterator[int]:
         indices = list(super().__iter__())
-        return iter(indices[self.start:])
+        return iter(indices[self.start :])
 
     def __len__(self) -> int:
         return self.num_samples - self.start
@@ -224,12 +224,14 @@ def _imagefolder(cfg: TrainConfig) -> tuple[Dataset, Dataset | None, int]:
     train_root = root / "train" if (root / "train").is_dir() else root
     val_root = root / "val" if (root / "val").is_dir() else None
     t = tv.transforms
-    transform = t.Compose([
-        t.Resize(cfg.image_size),
-        t.CenterCrop(cfg.image_size),
-        t.ToTensor(),
-        t.Normalize(CIFAR_MEAN, CIFAR_STD),
-    ])
+    transform = t.Compose(
+        [
+            t.Resize(cfg.image_size),
+            t.CenterCrop(cfg.image_size),
+            t.ToTensor(),
+            t.Normalize(CIFAR_MEAN, CIFAR_STD),
+        ]
+    )
     try:
         train = tv.datasets.ImageFolder(str(train_root), transform=transform)
         val = tv.datasets.ImageFolder(str(val_root), transform=transform) if val_root else None
@@ -245,7 +247,8 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
         train_ds: Dataset = synthetic(cfg.synthetic_samples, cfg.num_classes, cfg.image_size, cfg.seed)
         eval_ds: Dataset | None = (
             synthetic(cfg.eval_samples, cfg.num_classes, cfg.image_size, cfg.seed, split=1)
-            if cfg.eval_samples else None
+            if cfg.eval_samples
+            else None
         )
         classes = cfg.num_classes
     elif cfg.dataset == "cifar10":
@@ -270,7 +273,9 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
         total = math.ceil(len(eval_ds) / ctx.world_size) * ctx.world_size  # type: ignore[arg-type]
         padded = PaddedEvalDataset(eval_ds, total)
         eval_loader = DataLoader(
-            padded, batch_size=batch, sampler=EvalShardSampler(total, ctx.rank, ctx.world_size),
+            padded,
+            batch_size=batch,
+            sampler=EvalShardSampler(total, ctx.rank, ctx.world_size),
             **{**common, "persistent_workers": False} if workers > 0 else common,
         )
     return DataBundle(train_loader, sampler, eval_loader, classes, normalize)

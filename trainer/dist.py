@@ -110,7 +110,9 @@ def detect(env: Mapping[str, str] | None = None) -> DistContext:
     if local_rank < 0:
         raise UsageError(f"LOCAL_RANK must be 0 or more, got {local_rank}")
     if world > 1 and not env.get("MASTER_ADDR"):
-        raise UsageError("WORLD_SIZE > 1 but MASTER_ADDR is not set: launch with torchrun or set MASTER_ADDR/MASTER_PORT")
+        raise UsageError(
+            "WORLD_SIZE > 1 but MASTER_ADDR is not set: launch with torchrun or set MASTER_ADDR/MASTER_PORT"
+        )
     return DistContext(rank, local_rank, world, local_world, node_rank, restarts, launcher)
 
 

@@ -11,7 +11,6 @@ from types import FrameType
 
 from .errors import EXIT_FAILURE, EXIT_OK, EXIT_SIGTERM, Terminated, TrainerError, TrainerFailure, print_error
 
-
 _armed = False  # True while a SIGTERM should interrupt the run
 
 

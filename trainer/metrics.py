@@ -68,8 +68,9 @@ class Progress:
         if self._bar is not None:
             self._bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{rate:.1f}", refresh=False)
         elif not self._quiet:
-            self.line(f"epoch {epoch + 1}/{self.epochs} step {step_in_epoch}/{steps} loss {loss:.4f} "
-                      f"{rate:.1f} samples/s")
+            self.line(
+                f"epoch {epoch + 1}/{self.epochs} step {step_in_epoch}/{steps} loss {loss:.4f} {rate:.1f} samples/s"
+            )
 
     def end_epoch(self) -> None:
         if self._bar is not None:

@@ -181,8 +181,9 @@ class Trainer:
         x = x.to(self.device, non_blocking=self.non_blocking)
         y = y.to(self.device, non_blocking=self.non_blocking)
         if self.data.normalize is not None:  # uint8 images: normalise the whole batch at once
-            mean, std = (torch.tensor(v, device=self.device, dtype=self.dtype).view(1, -1, 1, 1)
-                         for v in self.data.normalize)
+            mean, std = (
+                torch.tensor(v, device=self.device, dtype=self.dtype).view(1, -1, 1, 1) for v in self.data.normalize
+            )
             x = (x.to(self.dtype) / 255.0 - mean) / std
         elif x.dtype != self.dtype:
             x = x.to(self.dtype)
@@ -223,10 +224,19 @@ class Trainer:
         """Train from the current position to the end (or ``--max-steps``), checkpointing."""
         cfg = self.cfg
         self.metrics.emit(
-            "start", world_size=self.ctx.world_size, strategy=cfg.strategy, backend=self.backend,
-            model=cfg.model, dataset=cfg.dataset, batch_per_process=self.batch, global_batch=self.global_batch,
-            steps_per_epoch=self.steps_per_epoch, epochs=cfg.epochs, restart=self.ctx.restart_count,
-            launcher=self.ctx.launcher, resumed_step=self.step,
+            "start",
+            world_size=self.ctx.world_size,
+            strategy=cfg.strategy,
+            backend=self.backend,
+            model=cfg.model,
+            dataset=cfg.dataset,
+            batch_per_process=self.batch,
+            global_batch=self.global_batch,
+            steps_per_epoch=self.steps_per_epoch,
+            epochs=cfg.epochs,
+            restart=self.ctx.restart_count,
+            launcher=self.ctx.launcher,
+            resumed_step=self.step,
         )
         if self.ctx.is_main:
             self.progress.line(
@@ -251,8 +261,9 @@ class Trainer:
             self.save_final(cfg.save_final)
         steps_run = self.step - steps0
         rate = steps_run * self.global_batch / elapsed if elapsed > 0 else 0.0
-        self.metrics.emit("done", step=self.step, epoch=self.epoch, elapsed_s=elapsed, samples_per_s=rate,
-                          steps=steps_run)
+        self.metrics.emit(
+            "done", step=self.step, epoch=self.epoch, elapsed_s=elapsed, samples_per_s=rate, steps=steps_run
+        )
         if self.ctx.is_main:
             self.progress.line(f"done: {self.step} steps, {rate:.1f} samples/s (global), {elapsed:.1f}s")
         self.metrics.close()
@@ -286,11 +297,13 @@ class Trainer:
                     (loss / group_len if group_len > 1 else loss).backward()
                 with torch.no_grad():
                     n = y.shape[0]
-                    stats += torch.stack([
-                        loss.detach().double() * n,
-                        (out.detach().argmax(1) == y).sum().double(),
-                        torch.tensor(float(n), dtype=torch.float64, device=self.device),
-                    ])
+                    stats += torch.stack(
+                        [
+                            loss.detach().double() * n,
+                            (out.detach().argmax(1) == y).sum().double(),
+                            torch.tensor(float(n), dtype=torch.float64, device=self.device),
+                        ]
+                    )
                 i += 1
                 self.batches_done = i
                 if not last:
@@ -328,16 +341,29 @@ class Trainer:
         loss = loss_sum / max(count, 1.0)
         self.progress.report(self.epoch, step_in_epoch, self.steps_per_epoch, loss, rate_local)
         cpu_now = time.process_time()
-        self.metrics.emit("train", epoch=self.epoch, step=self.step, loss=loss, accuracy=correct / max(count, 1.0),
-                          samples=int(count), samples_per_s=rate_global, lr=self.optimizer.param_groups[0]["lr"],
-                          wall_s=dt, cpu_s=cpu_now - self._cpu_last)  # cpu_s: this process, for benchmarks
+        self.metrics.emit(
+            "train",
+            epoch=self.epoch,
+            step=self.step,
+            loss=loss,
+            accuracy=correct / max(count, 1.0),
+            samples=int(count),
+            samples_per_s=rate_global,
+            lr=self.optimizer.param_groups[0]["lr"],
+            wall_s=dt,
+            cpu_s=cpu_now - self._cpu_last,
+        )  # cpu_s: this process, for benchmarks
         self._cpu_last = cpu_now
         return torch.zeros_like(stats), time.perf_counter()
 
     def _maybe_fault(self) -> None:
         """Test hook: SIGKILL this rank after step K on the first attempt (see tests/trainer)."""
-        if (self._fault_step and self.step == self._fault_step and self.ctx.rank == self._fault_rank
-                and self.ctx.restart_count == 0):
+        if (
+            self._fault_step
+            and self.step == self._fault_step
+            and self.ctx.rank == self._fault_rank
+            and self.ctx.restart_count == 0
+        ):
             print(f"[fault] killing rank {self.ctx.rank} at step {self.step}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -407,8 +433,9 @@ class Trainer:
             if not self._checked_newer:  # once per process: later saves only add older-than-them files
                 self._checked_newer = True
                 self._warn_newer_checkpoints()
-            self.metrics.emit("checkpoint", step=self.step, epoch=self.epoch, path=str(path),
-                              removed=[str(p) for p in removed])
+            self.metrics.emit(
+                "checkpoint", step=self.step, epoch=self.epoch, path=str(path), removed=[str(p) for p in removed]
+            )
         self._last_saved_step = self.step
         d.barrier()
 
@@ -417,8 +444,10 @@ class Trainer:
         are kept, not pruned, but a later ``--resume auto`` would pick them: say so once."""
         newer = [p for p in ckpt.newer_than(self.ckpt_dir, self.step) if ckpt.is_loadable(p)]
         if newer:
-            warn(f"{self.ckpt_dir} holds {len(newer)} checkpoint(s) past step {self.step} from another run "
-                 f"(newest {newer[0].name}); they are kept, and --resume auto would pick them over this run's")
+            warn(
+                f"{self.ckpt_dir} holds {len(newer)} checkpoint(s) past step {self.step} from another run "
+                f"(newest {newer[0].name}); they are kept, and --resume auto would pick them over this run's"
+            )
 
     def _save_sharded(self, payload: dict[str, Any], final: Path) -> None:
         import shutil
@@ -430,8 +459,10 @@ class Trainer:
             shutil.rmtree(tmp, ignore_errors=True)
             tmp.mkdir(parents=True)
         d.barrier()
-        state = {"model": get_model_state_dict(self.raw_model),
-                 "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer)}
+        state = {
+            "model": get_model_state_dict(self.raw_model),
+            "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer),
+        }
         dcp.save(state, checkpoint_id=str(tmp))
         d.barrier()
         if self.ctx.is_main:
@@ -488,8 +519,10 @@ class Trainer:
 
             if self.cfg.strategy != "fsdp":
                 raise CheckpointError("a sharded checkpoint resumes only with --strategy fsdp")
-            state = {"model": get_model_state_dict(self.raw_model),
-                     "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer)}
+            state = {
+                "model": get_model_state_dict(self.raw_model),
+                "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer),
+            }
             dcp.load(state, checkpoint_id=payload["sharded_dir"])
             set_model_state_dict(self.raw_model, state["model"])
             set_optimizer_state_dict(self.raw_model, self.optimizer, state["optimizer"])
@@ -505,8 +538,10 @@ class Trainer:
         per_step = self.batch * self.ctx.world_size
         samples = int(payload.get("samples_done", payload["batches_done"] * per_step))
         if samples % (per_step * self.cfg.grad_accum):
-            warn(f"the checkpoint stopped {samples} samples into epoch {self.epoch + 1}, which is not a whole "
-                 "number of this run's global batches; resuming at the nearest batch before it")
+            warn(
+                f"the checkpoint stopped {samples} samples into epoch {self.epoch + 1}, which is not a whole "
+                "number of this run's global batches; resuming at the nearest batch before it"
+            )
         self.batches_done = (samples // (per_step * self.cfg.grad_accum)) * self.cfg.grad_accum
         rngs = payload.get("rng") or []
         if rngs:

@@ -12,7 +12,6 @@ import time
 
 import torch
 import torch.nn.functional as F
-
 from ddpctl_trainer.data import synthetic
 from ddpctl_trainer.models import build_model
 
@@ -39,7 +38,7 @@ def main() -> None:
         perm = torch.randperm(args.samples, generator=torch.Generator().manual_seed(epoch))
         epoch += 1
         for start in range(0, args.samples - args.batch_size + 1, args.batch_size):
-            idx = perm[start:start + args.batch_size]
+            idx = perm[start : start + args.batch_size]
             x, y = data.images.index_select(0, idx), data.labels.index_select(0, idx)
             loss = F.cross_entropy(model(x), y)
             loss.backward()
@@ -52,8 +51,10 @@ def main() -> None:
                 break
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     samples = args.steps * args.batch_size
-    print(json.dumps({"samples_per_s": samples / wall, "samples_per_cpu_s": samples / cpu, "steps": args.steps}),
-          flush=True)
+    print(
+        json.dumps({"samples_per_s": samples / wall, "samples_per_cpu_s": samples / cpu, "steps": args.steps}),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -6,21 +6,38 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-
 from ddpctl.errors import UsageError
 
 
 def build_command(
     builder: str = typer.Option("auto", "--builder", help="docker, podman, buildah, or auto (the first one found)."),
-    repo: Optional[str] = typer.Option(None, "--repo", help="Image repository; the tag is the content hash (default: the repository of DDPCTL_IMAGE / ddp.yaml's image, else ddpctl-trainer)."),
-    base_image: Optional[str] = typer.Option(None, "--base-image", help="BASE_IMAGE build arg: the image with Python and torch to build on (default: the Dockerfile's GPU image; ddpctl-base:cpu from scripts/make-base-image.sh for CPU)."),
-    build_arg: Optional[List[str]] = typer.Option(None, "--build-arg", help="KEY=VALUE build arg (repeatable).", show_default=False),
-    file: Optional[Path] = typer.Option(None, "--file", "-f", help="Dockerfile (default CONTEXT/Dockerfile).", dir_okay=False),
-    context: Optional[Path] = typer.Option(None, "--context", help="Build context (default: the current directory).", file_okay=False),
+    repo: str | None = typer.Option(
+        None,
+        "--repo",
+        help="Image repository; the tag is the content hash (default: the repository of DDPCTL_IMAGE / ddp.yaml's image, else ddpctl-trainer).",
+    ),
+    base_image: str | None = typer.Option(
+        None,
+        "--base-image",
+        help="BASE_IMAGE build arg: the image with Python and torch to build on (default: the Dockerfile's GPU image; ddpctl-base:cpu from scripts/make-base-image.sh for CPU).",
+    ),
+    build_arg: list[str] | None = typer.Option(
+        None, "--build-arg", help="KEY=VALUE build arg (repeatable).", show_default=False
+    ),
+    file: Path | None = typer.Option(
+        None, "--file", "-f", help="Dockerfile (default CONTEXT/Dockerfile).", dir_okay=False
+    ),
+    context: Path | None = typer.Option(
+        None, "--context", help="Build context (default: the current directory).", file_okay=False
+    ),
     latest: bool = typer.Option(True, "--latest/--no-latest", help="Also tag REPO:latest (the spec's default image)."),
     push: bool = typer.Option(False, "--push", help="Push the tags to their registry after building."),
-    load_kind: Optional[str] = typer.Option(None, "--load-kind", metavar="CLUSTER", help="Load the image into the nodes of this kind cluster."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="Hide the builder's output (its tail is still shown on failure)."),
+    load_kind: str | None = typer.Option(
+        None, "--load-kind", metavar="CLUSTER", help="Load the image into the nodes of this kind cluster."
+    ),
+    quiet: bool = typer.Option(
+        False, "--quiet", "-q", help="Hide the builder's output (its tail is still shown on failure)."
+    ),
     print_tag: bool = typer.Option(False, "--print-tag", help="Only compute and print the tag (nothing is built)."),
 ) -> None:
     """Build the trainer image from the Dockerfile; the tag is a hash of what goes into it."""
@@ -28,8 +45,15 @@ def build_command(
 
     if print_tag and (push or load_kind):
         raise UsageError("--print-tag builds nothing: drop --push/--load-kind, or --print-tag")
-    plan = build.plan_build(builder=builder, dockerfile=file, context=context, repo=repo or _default_repo(),
-                            build_args=build.parse_build_args(build_arg or []), base_image=base_image, latest=latest)
+    plan = build.plan_build(
+        builder=builder,
+        dockerfile=file,
+        context=context,
+        repo=repo or _default_repo(),
+        build_args=build.parse_build_args(build_arg or []),
+        base_image=base_image,
+        latest=latest,
+    )
     if print_tag:
         typer.echo(plan.tag)
         return

@@ -5,24 +5,33 @@ from __future__ import annotations
 from typing import List, Optional
 
 import typer
-
 from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_option, timeout_option
 
 
 def delete_command(
-    names: Optional[List[str]] = typer.Argument(None, help="Job name(s) (default: the name in ./ddp.yaml).", show_default=False),
-    namespace: Optional[str] = namespace_option(),
+    names: list[str] | None = typer.Argument(
+        None, help="Job name(s) (default: the name in ./ddp.yaml).", show_default=False
+    ),
+    namespace: str | None = namespace_option(),
     ignore_not_found: bool = typer.Option(False, "--ignore-not-found", help="No error when the job does not exist."),
     wait: bool = typer.Option(True, "--wait/--no-wait", help="Wait until the objects and their pods are gone."),
-    timeout: Optional[str] = timeout_option(),
-    kubeconfig: Optional[str] = kubeconfig_option(),
-    context: Optional[str] = context_option(),
+    timeout: str | None = timeout_option(),
+    kubeconfig: str | None = kubeconfig_option(),
+    context: str | None = context_option(),
 ) -> None:
     """Delete a job: its workload, Service and (by foreground propagation) its pods."""
     from ddpctl.kube.operate import delete
 
-    delete(list(names or []), kubeconfig=kubeconfig, context=context, namespace=namespace, ignore_not_found=ignore_not_found,
-           wait=wait, timeout=timeout, out=typer.echo)
+    delete(
+        list(names or []),
+        kubeconfig=kubeconfig,
+        context=context,
+        namespace=namespace,
+        ignore_not_found=ignore_not_found,
+        wait=wait,
+        timeout=timeout,
+        out=typer.echo,
+    )
 
 
 def register(app: typer.Typer) -> None:

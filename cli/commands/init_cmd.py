@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-
 from ddpctl.errors import UsageError
 from ddpctl.options import SpecInput, spec_options
 
@@ -17,8 +16,8 @@ def init_command(
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
     """Write a commented ddp.yaml holding every setting (flags given here fill it in)."""
-    from ddpctl.specfile import commented_spec_yaml
     from ddpctl.atomic import write_text_atomic
+    from ddpctl.specfile import commented_spec_yaml
 
     if path.exists() and not force:
         raise UsageError(f"--path: {path} already exists; pass --force to overwrite it")

@@ -5,22 +5,29 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-
 from ddpctl.kube.flags import ListFormat, context_option, kubeconfig_option, namespace_option
 
 
 def list_command(
-    namespace: Optional[str] = namespace_option(),
+    namespace: str | None = namespace_option(),
     all_namespaces: bool = typer.Option(False, "--all-namespaces", "-A", help="List jobs in every namespace."),
-    output: ListFormat = typer.Option(ListFormat.table, "--output", "-o", help="table, wide, yaml, json (a v1 List) or name."),
-    kubeconfig: Optional[str] = kubeconfig_option(),
-    context: Optional[str] = context_option(),
+    output: ListFormat = typer.Option(
+        ListFormat.table, "--output", "-o", help="table, wide, yaml, json (a v1 List) or name."
+    ),
+    kubeconfig: str | None = kubeconfig_option(),
+    context: str | None = context_option(),
 ) -> None:
     """List the jobs submitted with ddpctl (Job, PyTorchJob, JobSet, TrainJob)."""
     from ddpctl.kube.operate import list_jobs
 
-    list_jobs(kubeconfig=kubeconfig, context=context, namespace=namespace, all_namespaces=all_namespaces, output=output,
-              out=typer.echo)
+    list_jobs(
+        kubeconfig=kubeconfig,
+        context=context,
+        namespace=namespace,
+        all_namespaces=all_namespaces,
+        output=output,
+        out=typer.echo,
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -5,27 +5,47 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-
 from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_option
 
 
 def logs_command(
-    name: Optional[str] = typer.Argument(None, help="Job name (default: the name in ./ddp.yaml).", show_default=False),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Stream new lines from every node until the job finishes."),
-    rank: Optional[int] = typer.Option(None, "--rank", help="Only node N's logs: N is the node rank, the pod's index in the job (with --gpus G node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: torchrun numbers the nodes at rendezvous.", show_default=False),
+    name: str | None = typer.Argument(None, help="Job name (default: the name in ./ddp.yaml).", show_default=False),
+    follow: bool = typer.Option(
+        False, "--follow", "-f", help="Stream new lines from every node until the job finishes."
+    ),
+    rank: int | None = typer.Option(
+        None,
+        "--rank",
+        help="Only node N's logs: N is the node rank, the pod's index in the job (with --gpus G node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: torchrun numbers the nodes at rendezvous.",
+        show_default=False,
+    ),
     previous: bool = typer.Option(False, "--previous", "-p", help="The previous (crashed) container instance's logs."),
-    tail: Optional[int] = typer.Option(None, "--tail", help="Only the last N lines of each node.", show_default=False),
+    tail: int | None = typer.Option(None, "--tail", help="Only the last N lines of each node.", show_default=False),
     timestamps: bool = typer.Option(False, "--timestamps", help="Prefix each line with its time."),
-    prefix: Optional[bool] = typer.Option(None, "--prefix/--no-prefix", help="Prefix lines with [node N] (default: unless --rank).", show_default=False),
-    namespace: Optional[str] = namespace_option(),
-    kubeconfig: Optional[str] = kubeconfig_option(),
-    context: Optional[str] = context_option(),
+    prefix: bool | None = typer.Option(
+        None, "--prefix/--no-prefix", help="Prefix lines with [node N] (default: unless --rank).", show_default=False
+    ),
+    namespace: str | None = namespace_option(),
+    kubeconfig: str | None = kubeconfig_option(),
+    context: str | None = context_option(),
 ) -> None:
     """Print the logs of every node (pod) of a job, or of one node with --rank."""
     from ddpctl.kube.operate import logs
 
-    logs(name, kubeconfig=kubeconfig, context=context, namespace=namespace, follow=follow, rank=rank, previous=previous,
-         tail=tail, timestamps=timestamps, prefix=prefix, out=typer.echo, say=lambda s: typer.echo(s, err=True))
+    logs(
+        name,
+        kubeconfig=kubeconfig,
+        context=context,
+        namespace=namespace,
+        follow=follow,
+        rank=rank,
+        previous=previous,
+        tail=tail,
+        timestamps=timestamps,
+        prefix=prefix,
+        out=typer.echo,
+        say=lambda s: typer.echo(s, err=True),
+    )
 
 
 def register(app: typer.Typer) -> None:

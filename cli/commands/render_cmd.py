@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-
 from ddpctl.options import SpecInput, spec_options
 
 
@@ -19,10 +18,18 @@ class OutputFormat(str, Enum):
 @spec_options
 def render_command(
     spec_input: SpecInput,
-    output: OutputFormat = typer.Option(OutputFormat.yaml, "--output", "-o", help="yaml (multi-document) or json (a v1 List)."),
-    output_dir: Optional[Path] = typer.Option(None, "--output-dir", help="Write one file per object and a kustomization.yaml here.", file_okay=False),
-    explain: bool = typer.Option(False, "--explain", help="Print the layout (nodes, processes, world size, how ranks find rank 0) instead."),
-    helm_values: bool = typer.Option(False, "--helm-values", help="Print the spec as values for charts/ddp-job instead."),
+    output: OutputFormat = typer.Option(
+        OutputFormat.yaml, "--output", "-o", help="yaml (multi-document) or json (a v1 List)."
+    ),
+    output_dir: Path | None = typer.Option(
+        None, "--output-dir", help="Write one file per object and a kustomization.yaml here.", file_okay=False
+    ),
+    explain: bool = typer.Option(
+        False, "--explain", help="Print the layout (nodes, processes, world size, how ranks find rank 0) instead."
+    ),
+    helm_values: bool = typer.Option(
+        False, "--helm-values", help="Print the spec as values for charts/ddp-job instead."
+    ),
 ) -> None:
     """Render the job's Kubernetes manifests (no cluster needed)."""
     from ddpctl import render

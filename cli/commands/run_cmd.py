@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-
 from ddpctl.errors import UsageError
 from ddpctl.options import SpecInput, spec_options
 
@@ -21,14 +20,31 @@ class Color(str, Enum):
 @spec_options
 def run_command(
     spec_input: SpecInput,
-    local: bool = typer.Option(False, "--local", help="Run every node as a torchrun agent on this machine (the default)."),
+    local: bool = typer.Option(
+        False, "--local", help="Run every node as a torchrun agent on this machine (the default)."
+    ),
     docker: bool = typer.Option(False, "--docker", help="Run every node as a container on a private Docker network."),
-    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="Where logs and checkpoints go (default ./ddp-runs/NAME).", file_okay=False),
-    mount: Optional[List[str]] = typer.Option(None, "--mount", help="NAME=DIR: host directory for the spec's volume NAME (default RUN_DIR/NAME; 'checkpoints' always exists).", show_default=False),
-    fresh: bool = typer.Option(False, "--fresh", help="Delete this job's earlier checkpoints first (the trainer resumes from them otherwise)."),
-    timeout: Optional[float] = typer.Option(None, "--timeout", help="Stop the job after this many seconds (exit code 3).", min=1),
-    color: Color = typer.Option(Color.auto, "--color", help="Colour the rank prefixes: auto (on a terminal), always, never."),
-    engine: str = typer.Option("docker", "--engine", help="With --docker: the container engine CLI (docker or podman)."),
+    run_dir: Path | None = typer.Option(
+        None, "--run-dir", help="Where logs and checkpoints go (default ./ddp-runs/NAME).", file_okay=False
+    ),
+    mount: list[str] | None = typer.Option(
+        None,
+        "--mount",
+        help="NAME=DIR: host directory for the spec's volume NAME (default RUN_DIR/NAME; 'checkpoints' always exists).",
+        show_default=False,
+    ),
+    fresh: bool = typer.Option(
+        False, "--fresh", help="Delete this job's earlier checkpoints first (the trainer resumes from them otherwise)."
+    ),
+    timeout: float | None = typer.Option(
+        None, "--timeout", help="Stop the job after this many seconds (exit code 3).", min=1
+    ),
+    color: Color = typer.Option(
+        Color.auto, "--color", help="Colour the rank prefixes: auto (on a terminal), always, never."
+    ),
+    engine: str = typer.Option(
+        "docker", "--engine", help="With --docker: the container engine CLI (docker or podman)."
+    ),
 ) -> int:
     """Run the job on this machine: CPU + gloo, every node and rank wired as in the cluster."""
     if local and docker:

@@ -5,24 +5,34 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-
 from ddpctl.kube.flags import Format, context_option, kubeconfig_option, namespace_option, timeout_option
 
 
 def status_command(
-    name: Optional[str] = typer.Argument(None, help="Job name (default: the name in ./ddp.yaml).", show_default=False),
-    namespace: Optional[str] = namespace_option(),
-    kubeconfig: Optional[str] = kubeconfig_option(),
-    context: Optional[str] = context_option(),
-    output: Optional[Format] = typer.Option(None, "--output", "-o", help="yaml or json instead of the summary."),
-    wait: bool = typer.Option(False, "--wait", "-w", help="Wait until the job finishes; exit 0 on success, 1 on failure."),
-    timeout: Optional[str] = timeout_option(),
+    name: str | None = typer.Argument(None, help="Job name (default: the name in ./ddp.yaml).", show_default=False),
+    namespace: str | None = namespace_option(),
+    kubeconfig: str | None = kubeconfig_option(),
+    context: str | None = context_option(),
+    output: Format | None = typer.Option(None, "--output", "-o", help="yaml or json instead of the summary."),
+    wait: bool = typer.Option(
+        False, "--wait", "-w", help="Wait until the job finishes; exit 0 on success, 1 on failure."
+    ),
+    timeout: str | None = timeout_option(),
 ) -> None:
     """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, and why nodes fail or wait."""
     from ddpctl.kube.operate import status
 
-    status(name, kubeconfig=kubeconfig, context=context, namespace=namespace, output=output, wait=wait, timeout=timeout,
-           out=typer.echo, say=lambda s: typer.echo(s, err=True))
+    status(
+        name,
+        kubeconfig=kubeconfig,
+        context=context,
+        namespace=namespace,
+        output=output,
+        wait=wait,
+        timeout=timeout,
+        out=typer.echo,
+        say=lambda s: typer.echo(s, err=True),
+    )
 
 
 def register(app: typer.Typer) -> None:

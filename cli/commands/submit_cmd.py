@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Optional
 
 import typer
-
 from ddpctl.kube.flags import DryRun, Format, context_option, kubeconfig_option, timeout_option
 from ddpctl.options import SpecInput, spec_options
 
@@ -13,22 +12,61 @@ from ddpctl.options import SpecInput, spec_options
 @spec_options
 def submit_command(
     spec_input: SpecInput,
-    kubeconfig: Optional[str] = kubeconfig_option(),
-    context: Optional[str] = context_option(),
-    dry_run: DryRun = typer.Option(DryRun.none, "--dry-run", help="client: print the objects, no cluster; server: the API server validates them, nothing is stored."),
-    output: Optional[Format] = typer.Option(None, "--output", "-o", help="Print the objects (as the server answered) as yaml or json instead of one line each."),
-    build: bool = typer.Option(False, "--build", help="Build and push the image first (as `ddpctl build`), then submit with it."),
-    replace: bool = typer.Option(False, "--replace", help="Delete an existing job of this name (and wait until it is gone), then create it."),
-    wait: bool = typer.Option(False, "--wait", "-w", help="Wait until the job finishes, with a live status line; exit 0 on success, 1 on failure."),
-    follow: bool = typer.Option(False, "--follow", help="Like --wait, and stream every node's logs prefixed [node N] (the node rank: the pod's index)."),
-    rank: Optional[int] = typer.Option(None, "--rank", help="With --follow: only node N's logs: N is the node rank, the pod's index in the job (with --gpus G node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: torchrun numbers the nodes at rendezvous."),
-    timeout: Optional[str] = timeout_option(),
+    kubeconfig: str | None = kubeconfig_option(),
+    context: str | None = context_option(),
+    dry_run: DryRun = typer.Option(
+        DryRun.none,
+        "--dry-run",
+        help="client: print the objects, no cluster; server: the API server validates them, nothing is stored.",
+    ),
+    output: Format | None = typer.Option(
+        None,
+        "--output",
+        "-o",
+        help="Print the objects (as the server answered) as yaml or json instead of one line each.",
+    ),
+    build: bool = typer.Option(
+        False, "--build", help="Build and push the image first (as `ddpctl build`), then submit with it."
+    ),
+    replace: bool = typer.Option(
+        False, "--replace", help="Delete an existing job of this name (and wait until it is gone), then create it."
+    ),
+    wait: bool = typer.Option(
+        False,
+        "--wait",
+        "-w",
+        help="Wait until the job finishes, with a live status line; exit 0 on success, 1 on failure.",
+    ),
+    follow: bool = typer.Option(
+        False,
+        "--follow",
+        help="Like --wait, and stream every node's logs prefixed [node N] (the node rank: the pod's index).",
+    ),
+    rank: int | None = typer.Option(
+        None,
+        "--rank",
+        help="With --follow: only node N's logs: N is the node rank, the pod's index in the job (with --gpus G node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: torchrun numbers the nodes at rendezvous.",
+    ),
+    timeout: str | None = timeout_option(),
 ) -> None:
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""
     from ddpctl.kube.submit import run
 
-    run(spec_input, kubeconfig=kubeconfig, context=context, dry_run=dry_run, output=output, build=build, replace=replace,
-        wait=wait, follow=follow, rank=rank, timeout=timeout, out=typer.echo, say=lambda s: typer.echo(s, err=True))
+    run(
+        spec_input,
+        kubeconfig=kubeconfig,
+        context=context,
+        dry_run=dry_run,
+        output=output,
+        build=build,
+        replace=replace,
+        wait=wait,
+        follow=follow,
+        rank=rank,
+        timeout=timeout,
+        out=typer.echo,
+        say=lambda s: typer.echo(s, err=True),
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import copy
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ddpctl.errors import ClusterError, DdpctlError
 from ddpctl.kube import errors as E
@@ -40,12 +41,20 @@ def apply_one(cluster: Cluster, obj: dict[str, Any], *, dry_run: bool = False) -
     query: list[tuple[str, Any]] = [("fieldManager", FIELD_MANAGER)]
     if dry_run:
         query.append(("dryRun", "All"))
-    code, answer = cluster.call("PATCH", kind.path(ns, name), E.Op("apply", kind, name, ns, dry_run), query=query,
-                                body=obj, content_type=APPLY_CONTENT_TYPE)
+    code, answer = cluster.call(
+        "PATCH",
+        kind.path(ns, name),
+        E.Op("apply", kind, name, ns, dry_run),
+        query=query,
+        body=obj,
+        content_type=APPLY_CONTENT_TYPE,
+    )
     return Applied(kind, answer, code == 201)
 
 
-def find_objects(cluster: Cluster, name: str, namespace: str, kinds: tuple[Kind, ...] = JOB_OBJECT_KINDS) -> list[tuple[Kind, dict[str, Any]]]:
+def find_objects(
+    cluster: Cluster, name: str, namespace: str, kinds: tuple[Kind, ...] = JOB_OBJECT_KINDS
+) -> list[tuple[Kind, dict[str, Any]]]:
     """The top-level objects ddpctl made for job NAME (labels), across the kinds the cluster serves.
     Objects owned by another object (a TrainJob's JobSet, a JobSet's Jobs) are left to the GC."""
     found = []
@@ -82,10 +91,14 @@ def _raise_not_found(cluster: Cluster, name: str, namespace: str) -> None:
     except E.ApiError as exc:
         missing_ns = exc.code == 404  # a 403 (may not read namespaces): cannot tell
     if missing_ns:
-        raise ClusterError(f'namespace "{namespace}" does not exist ({cluster.where}); check -n, or create it with '
-                           f"`kubectl create namespace {namespace}`")
-    raise ClusterError(f'no job "{name}" in namespace "{namespace}" (no Job, PyTorchJob, JobSet or TrainJob labelled '
-                       f"{job_selector(name)}); see `ddpctl list -n {namespace}`")
+        raise ClusterError(
+            f'namespace "{namespace}" does not exist ({cluster.where}); check -n, or create it with '
+            f"`kubectl create namespace {namespace}`"
+        )
+    raise ClusterError(
+        f'no job "{name}" in namespace "{namespace}" (no Job, PyTorchJob, JobSet or TrainJob labelled '
+        f"{job_selector(name)}); see `ddpctl list -n {namespace}`"
+    )
 
 
 def delete_object(cluster: Cluster, kind: Kind, obj: dict[str, Any], *, propagation: str = "Foreground") -> None:
@@ -101,7 +114,9 @@ def delete_object(cluster: Cluster, kind: Kind, obj: dict[str, Any], *, propagat
             raise
 
 
-def wait_deleted(cluster: Cluster, items: list[tuple[Kind, dict[str, Any]]], timeout: float = DELETE_WAIT_SECONDS) -> None:
+def wait_deleted(
+    cluster: Cluster, items: list[tuple[Kind, dict[str, Any]]], timeout: float = DELETE_WAIT_SECONDS
+) -> None:
     """Until each object is gone (foreground deletion ends when its dependents are gone)."""
     deadline = time.monotonic() + timeout
     for kind, obj in items:
@@ -112,18 +127,28 @@ def wait_deleted(cluster: Cluster, items: list[tuple[Kind, dict[str, Any]]], tim
                 break
             left = deadline - time.monotonic()
             if left <= 0:
-                raise ClusterError(f'{kind.ref(md["name"])} in namespace "{md.get("namespace")}" is still being deleted '
-                                   f"after {int(timeout)}s (finalizers: {', '.join(current['metadata'].get('finalizers') or []) or 'none'}); "
-                                   "check it with kubectl, then retry")
+                raise ClusterError(
+                    f'{kind.ref(md["name"])} in namespace "{md.get("namespace")}" is still being deleted '
+                    f"after {int(timeout)}s (finalizers: {', '.join(current['metadata'].get('finalizers') or []) or 'none'}); "
+                    "check it with kubectl, then retry"
+                )
             _wait_for_change(cluster, kind, current, min(left, 30.0))
 
 
 def _wait_for_change(cluster: Cluster, kind: Kind, obj: dict[str, Any], seconds: float) -> None:
     md = obj["metadata"]
-    query = [("watch", "true"), ("fieldSelector", f"metadata.name={md['name']}"),
-             ("resourceVersion", md.get("resourceVersion", "0")), ("timeoutSeconds", str(max(1, int(seconds))))]
-    raw = cluster.stream(kind.path(md.get("namespace")), E.Op("watch", kind, md["name"], md.get("namespace")), query,
-                         read_timeout=seconds + 10)
+    query = [
+        ("watch", "true"),
+        ("fieldSelector", f"metadata.name={md['name']}"),
+        ("resourceVersion", md.get("resourceVersion", "0")),
+        ("timeoutSeconds", str(max(1, int(seconds)))),
+    ]
+    raw = cluster.stream(
+        kind.path(md.get("namespace")),
+        E.Op("watch", kind, md["name"], md.get("namespace")),
+        query,
+        read_timeout=seconds + 10,
+    )
     try:
         for _ in iter_lines(raw):
             return  # any change: look again
@@ -133,8 +158,15 @@ def _wait_for_change(cluster: Cluster, kind: Kind, obj: dict[str, Any], seconds:
         cluster.done_with(raw)
 
 
-def delete_job(cluster: Cluster, name: str, namespace: str, *, wait: bool = True, timeout: float = DELETE_WAIT_SECONDS,
-               on_deleted: Callable[[Kind, dict[str, Any]], None] | None = None) -> list[tuple[Kind, dict[str, Any]]]:
+def delete_job(
+    cluster: Cluster,
+    name: str,
+    namespace: str,
+    *,
+    wait: bool = True,
+    timeout: float = DELETE_WAIT_SECONDS,
+    on_deleted: Callable[[Kind, dict[str, Any]], None] | None = None,
+) -> list[tuple[Kind, dict[str, Any]]]:
     """Delete every top-level object of job NAME with foreground propagation; [] when none exist."""
     items = find_objects(cluster, name, namespace)
     # the workload first (its pods go with it), the Service after
@@ -148,24 +180,38 @@ def delete_job(cluster: Cluster, name: str, namespace: str, *, wait: bool = True
     return items
 
 
-def submit(cluster: Cluster, objects: list[dict[str, Any]], *, name: str, namespace: str, dry_run: bool = False,
-           replace: bool = False, say: Callable[[str], None] = lambda s: None) -> list[Applied]:
+def submit(
+    cluster: Cluster,
+    objects: list[dict[str, Any]],
+    *,
+    name: str,
+    namespace: str,
+    dry_run: bool = False,
+    replace: bool = False,
+    say: Callable[[str], None] = lambda s: None,
+) -> list[Applied]:
     """Apply the job's objects in order; roll back what this call created when one fails."""
     existing = find_objects(cluster, name, namespace)
     theirs = []
     for obj in objects:
         kind = kind_of(obj)
         cur = cluster.get_or_none(kind, obj["metadata"]["name"], _ns(obj, cluster))
-        if cur is not None and not any(k is kind and o["metadata"].get("uid") == cur["metadata"].get("uid") for k, o in existing):
+        if cur is not None and not any(
+            k is kind and o["metadata"].get("uid") == cur["metadata"].get("uid") for k, o in existing
+        ):
             theirs.append((kind, cur))
     if theirs:
         kind, cur = theirs[0]
-        raise ClusterError(f'{kind.ref(cur["metadata"]["name"])} already exists in namespace "{namespace}" and was not '
-                           "created by ddpctl for this job; choose another name with --name, or delete it yourself")
+        raise ClusterError(
+            f'{kind.ref(cur["metadata"]["name"])} already exists in namespace "{namespace}" and was not '
+            "created by ddpctl for this job; choose another name with --name, or delete it yourself"
+        )
     if existing and not replace:
         kinds = ", ".join(k.ref(o["metadata"]["name"]) for k, o in existing)
-        raise ClusterError(f'job "{name}" already exists in namespace "{namespace}" ({kinds}); delete it with '
-                           f"`ddpctl delete {name} -n {namespace}`, or resubmit with --replace")
+        raise ClusterError(
+            f'job "{name}" already exists in namespace "{namespace}" ({kinds}); delete it with '
+            f"`ddpctl delete {name} -n {namespace}`, or resubmit with --replace"
+        )
     if existing and replace and not dry_run:
         for kind, obj in existing:
             delete_object(cluster, kind, obj)
@@ -188,7 +234,9 @@ def submit(cluster: Cluster, objects: list[dict[str, Any]], *, name: str, namesp
                 failed.append(f"{applied.kind.ref(applied.obj['metadata']['name'])} ({rollback_exc.message})")
         note = f"rolled back: deleted {', '.join(removed)}" if removed else ""
         if failed:
-            note += ("; " if note else "") + f"could not delete {', '.join(failed)}: run `ddpctl delete {name} -n {namespace}`"
+            note += (
+                "; " if note else ""
+            ) + f"could not delete {', '.join(failed)}: run `ddpctl delete {name} -n {namespace}`"
         if isinstance(exc, DdpctlError):
             raise _with_note(exc, note) from None
         say(f"interrupted; {note}")

@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from ddpctl.errors import ClusterError, DdpctlError, UsageError
 from ddpctl.kube import errors as E
@@ -56,7 +57,7 @@ class Cluster:
         except Exception:  # noqa: BLE001 - closing is best effort
             pass
 
-    def __enter__(self) -> "Cluster":
+    def __enter__(self) -> Cluster:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -64,17 +65,26 @@ class Cluster:
 
     # ------------------------------------------------------------------ requests
 
-    def _send(self, method: str, path: str, op: E.Op, query: list[tuple[str, Any]] | None, body: Any,
-              content_type: str | None, timeout: Any, accept: str = "application/json") -> Any:
+    def _send(
+        self,
+        method: str,
+        path: str,
+        op: E.Op,
+        query: list[tuple[str, Any]] | None,
+        body: Any,
+        content_type: str | None,
+        timeout: Any,
+        accept: str = "application/json",
+    ) -> Any:
         import urllib3
-
         from kubernetes.client.exceptions import ApiException
 
         headers = {"Accept": accept}
         if content_type:
             headers["Content-Type"] = content_type
-        m, url, hdrs, data, post = self.api.param_serialize(method, path, query_params=query or None, header_params=headers,
-                                                            body=body, auth_settings=["BearerToken"])
+        m, url, hdrs, data, post = self.api.param_serialize(
+            method, path, query_params=query or None, header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
         try:
             return self.api.call_api(m, url, hdrs, data, post, _request_timeout=timeout)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -82,8 +92,17 @@ class Cluster:
         except ApiException as exc:  # status 0: the client could not send it (TLS, ...)
             raise E.from_transport(Exception(exc.reason), op, self.where) from None
 
-    def call(self, method: str, path: str, op: E.Op, *, query: list[tuple[str, Any]] | None = None, body: Any = None,
-             content_type: str | None = None, timeout: Any = None) -> tuple[int, Any]:
+    def call(
+        self,
+        method: str,
+        path: str,
+        op: E.Op,
+        *,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+        timeout: Any = None,
+    ) -> tuple[int, Any]:
         """One request; returns (HTTP status, parsed JSON). Errors become one-line ddpctl errors."""
         import urllib3
 
@@ -113,8 +132,9 @@ class Cluster:
                 return None
             raise
 
-    def list(self, kind: Kind, namespace: str | None, selector: str | None = None,
-             field_selector: str | None = None) -> dict[str, Any]:
+    def list(
+        self, kind: Kind, namespace: str | None, selector: str | None = None, field_selector: str | None = None
+    ) -> dict[str, Any]:
         """A list (all namespaces when `namespace` is None)."""
         query = [(k, v) for k, v in (("labelSelector", selector), ("fieldSelector", field_selector)) if v]
         return self.call("GET", kind.path(namespace), E.Op("list", kind, None, namespace), query=query)[1]
@@ -191,8 +211,11 @@ def _first_current_context(paths: str) -> str | None:
 
 
 def in_cluster_available() -> bool:
-    return bool(os.environ.get("KUBERNETES_SERVICE_HOST") and os.environ.get("KUBERNETES_SERVICE_PORT")
-                and (SERVICE_ACCOUNT_DIR / "token").exists())
+    return bool(
+        os.environ.get("KUBERNETES_SERVICE_HOST")
+        and os.environ.get("KUBERNETES_SERVICE_PORT")
+        and (SERVICE_ACCOUNT_DIR / "token").exists()
+    )
 
 
 def load(options: ClusterOptions) -> Cluster:
@@ -206,8 +229,10 @@ def load(options: ClusterOptions) -> Cluster:
         if options.kubeconfig is None and options.context is None and in_cluster_available():
             return _load_in_cluster(configuration, options)
         hint = "" if not in_cluster_available() else " (in-cluster config ignores --context)"
-        raise ClusterError(f"no kubeconfig: {label} does not exist and ddpctl is not running in a cluster{hint}; "
-                           "set KUBECONFIG or pass --kubeconfig FILE (or `kubectl config view` to check yours)")
+        raise ClusterError(
+            f"no kubeconfig: {label} does not exist and ddpctl is not running in a cluster{hint}; "
+            "set KUBECONFIG or pass --kubeconfig FILE (or `kubectl config view` to check yours)"
+        )
     try:
         contexts, current = config.list_kube_config_contexts(config_file=path)
     except ConfigException as exc:
@@ -218,8 +243,10 @@ def load(options: ClusterOptions) -> Cluster:
     if options.context is not None:
         chosen = next((c for c in contexts or [] if c.get("name") == options.context), None)
         if chosen is None:
-            raise UsageError(f"--context {options.context}: no such context in {label} (it has: {', '.join(names) or 'none'}); "
-                             "see `kubectl config get-contexts`")
+            raise UsageError(
+                f"--context {options.context}: no such context in {label} (it has: {', '.join(names) or 'none'}); "
+                "see `kubectl config get-contexts`"
+            )
     else:
         first = _first_current_context(path)  # kubectl: the first file that sets it wins
         chosen = next((c for c in contexts or [] if c.get("name") == first), None) or current
@@ -239,8 +266,9 @@ def _load_in_cluster(configuration: Any, options: ClusterOptions) -> Cluster:
     from kubernetes.config.incluster_config import InClusterConfigLoader
 
     try:
-        InClusterConfigLoader(token_filename=str(SERVICE_ACCOUNT_DIR / "token"),
-                              cert_filename=str(SERVICE_ACCOUNT_DIR / "ca.crt")).load_and_set(configuration)
+        InClusterConfigLoader(
+            token_filename=str(SERVICE_ACCOUNT_DIR / "token"), cert_filename=str(SERVICE_ACCOUNT_DIR / "ca.crt")
+        ).load_and_set(configuration)
     except ConfigException as exc:
         raise E.config_error("in-cluster config", exc) from None
     ns_file = SERVICE_ACCOUNT_DIR / "namespace"

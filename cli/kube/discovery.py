@@ -30,7 +30,9 @@ class Engines:
 def discover(cluster: Cluster) -> Engines:
     op = E.Op("discover", None)
     _, groups = cluster.call("GET", "/apis", op)
-    versions = {g.get("name"): {v.get("version") for v in g.get("versions") or []} for g in (groups or {}).get("groups") or []}
+    versions = {
+        g.get("name"): {v.get("version") for v in g.get("versions") or []} for g in (groups or {}).get("groups") or []
+    }
     served = {"job"}
     for kind in (TRAINJOB, PYTORCHJOB, JOBSET):
         if kind.version not in versions.get(kind.group, set()):
@@ -57,18 +59,24 @@ def discover(cluster: Cluster) -> Engines:
 def pick(engines: Engines) -> tuple[str, str]:
     """(target, why) for `--target auto`."""
     if engines.usable("trainjob"):
-        return "trainjob", (f"{TRAINJOB.resource}/{TRAINJOB.version} is served and the {TORCH_RUNTIME} "
-                            "ClusterTrainingRuntime exists (Kubeflow Trainer v2)")
+        return "trainjob", (
+            f"{TRAINJOB.resource}/{TRAINJOB.version} is served and the {TORCH_RUNTIME} "
+            "ClusterTrainingRuntime exists (Kubeflow Trainer v2)"
+        )
     skipped = []
     if "trainjob" in engines.served:
-        skipped.append(f"{TRAINJOB.resource} is served but the {TORCH_RUNTIME} ClusterTrainingRuntime "
-                       + ("was not found" if engines.runtime is False else "cannot be read"))
+        skipped.append(
+            f"{TRAINJOB.resource} is served but the {TORCH_RUNTIME} ClusterTrainingRuntime "
+            + ("was not found" if engines.runtime is False else "cannot be read")
+        )
     for kind in (PYTORCHJOB, JOBSET):
         if kind.target in engines.served:
             why = f"{kind.resource}/{kind.version} is served ({kind.engine})"
             return kind.target, why + (f"; {skipped[0]}" if skipped else "")  # type: ignore[return-value]
-    return "job", ("no training CRD (TrainJob, PyTorchJob, JobSet) is served, so a plain Indexed Job and "
-                   "headless Service" + (f"; {skipped[0]}" if skipped else ""))
+    return "job", (
+        "no training CRD (TrainJob, PyTorchJob, JobSet) is served, so a plain Indexed Job and "
+        "headless Service" + (f"; {skipped[0]}" if skipped else "")
+    )
 
 
 def candidates(engines: Engines) -> list[tuple[str, str]]:
@@ -76,7 +84,7 @@ def candidates(engines: Engines) -> list[tuple[str, str]]:
     order = ["trainjob", "pytorchjob", "jobset", "job"]
     first, why = pick(engines)
     out = [(first, why)]
-    for target in order[order.index(first) + 1:]:  # each target once, only those after the first
+    for target in order[order.index(first) + 1 :]:  # each target once, only those after the first
         if engines.usable(target):
             out.append((target, f"the next engine this cluster serves ({target})"))
     return out
@@ -91,14 +99,16 @@ def require(engines: Engines, target: str) -> None:
     kind: Kind = next(k for k in WORKLOADS if k.target == target)
     alternative, _ = pick(engines)
     if target == "trainjob" and "trainjob" in engines.served:
-        problem = (f"the {TORCH_RUNTIME} ClusterTrainingRuntime " + ("does not exist" if engines.runtime is False else "cannot be read")
-                   + " (Kubeflow Trainer v2 installs it with its runtimes)")
+        problem = (
+            f"the {TORCH_RUNTIME} ClusterTrainingRuntime "
+            + ("does not exist" if engines.runtime is False else "cannot be read")
+            + " (Kubeflow Trainer v2 installs it with its runtimes)"
+        )
     else:
         problem = f"the cluster does not serve {kind.resource}/{kind.version} ({kind.engine} is not installed)"
-    raise ClusterError(f"--target {target}: {problem}; use --target {alternative}, which this cluster supports, "
-                       "or --target auto")
+    raise ClusterError(
+        f"--target {target}: {problem}; use --target {alternative}, which this cluster supports, or --target auto"
+    )
 
 
 __all__ = ["Engines", "candidates", "discover", "pick", "require"]
-
-

@@ -53,8 +53,9 @@ class Op:
 class ApiError(ClusterError):
     """An error answer of the API server (exit 1), with what callers branch on."""
 
-    def __init__(self, message: str, code: int, reason: str = "", *, not_served: bool = False,
-                 namespace_missing: bool = False) -> None:
+    def __init__(
+        self, message: str, code: int, reason: str = "", *, not_served: bool = False, namespace_missing: bool = False
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.reason = reason
@@ -69,7 +70,7 @@ class ApiError(ClusterError):
         return self.code == 404 and not self.not_served and not self.namespace_missing
 
 
-def _rebuild_api_error(message: str, code: int, reason: str, not_served: bool, namespace_missing: bool) -> "ApiError":
+def _rebuild_api_error(message: str, code: int, reason: str, not_served: bool, namespace_missing: bool) -> ApiError:
     return ApiError(message, code, reason, not_served=not_served, namespace_missing=namespace_missing)
 
 
@@ -96,49 +97,93 @@ def from_status(code: int, body: Any, op: Op, where: str) -> ApiError:
     details = status.get("details") or {}
     ns = op.namespace
     if code == 401:
-        return _err(code, reason, f"the API server ({where}) rejected the credentials (401 Unauthorized) when asked to {op.verb} "
-                            f"{op.subject}; log in again or refresh the token in your kubeconfig, or pick another --context")
+        return _err(
+            code,
+            reason,
+            f"the API server ({where}) rejected the credentials (401 Unauthorized) when asked to {op.verb} "
+            f"{op.subject}; log in again or refresh the token in your kubeconfig, or pick another --context",
+        )
     if code == 403:
         scope = f' in namespace "{ns}"' if ns and (op.kind is None or op.kind.namespaced) else ""
-        return _err(code, reason, f"cannot {op.verb} {op.subject}: 403 Forbidden: {message or 'no permission'}; ask a cluster admin "
-                    f'for RBAC permission to {op.rbac_verb} "{op.rbac_resource}"{scope}, or use a namespace you may write to with -n')
+        return _err(
+            code,
+            reason,
+            f"cannot {op.verb} {op.subject}: 403 Forbidden: {message or 'no permission'}; ask a cluster admin "
+            f'for RBAC permission to {op.rbac_verb} "{op.rbac_resource}"{scope}, or use a namespace you may write to with -n',
+        )
     if code == 404:
         if details.get("kind") == "namespaces" and details.get("name") == ns and ns:
-            err = _err(code, reason, f'namespace "{ns}" does not exist ({where}); create it with '
-                       f"`kubectl create namespace {ns}` or choose another with -n")
+            err = _err(
+                code,
+                reason,
+                f'namespace "{ns}" does not exist ({where}); create it with '
+                f"`kubectl create namespace {ns}` or choose another with -n",
+            )
             err.namespace_missing = True
             return err
-        if message == "the server could not find the requested resource" or (not details and op.kind is not None and op.kind.group):
+        if message == "the server could not find the requested resource" or (
+            not details and op.kind is not None and op.kind.group
+        ):
             if op.kind is not None and op.kind.target:
-                err = _err(code, reason, f"the cluster does not serve {op.kind.resource}/{op.kind.version} ({op.kind.engine} is "
-                           "not installed); install it, or choose a target this cluster serves (--target auto picks one)")
+                err = _err(
+                    code,
+                    reason,
+                    f"the cluster does not serve {op.kind.resource}/{op.kind.version} ({op.kind.engine} is "
+                    "not installed); install it, or choose a target this cluster serves (--target auto picks one)",
+                )
             else:
                 kind = op.kind.resource if op.kind else "this resource"
-                err = _err(code, reason, f"the cluster does not serve {kind} ({where}); check the cluster version and installed CRDs")
+                err = _err(
+                    code,
+                    reason,
+                    f"the cluster does not serve {kind} ({where}); check the cluster version and installed CRDs",
+                )
             err.not_served = True
             return err
-        return _err(code, reason, f"{op.subject} not found; see `ddpctl list{' -n ' + ns if ns else ''}` for the jobs there")
+        return _err(
+            code, reason, f"{op.subject} not found; see `ddpctl list{' -n ' + ns if ns else ''}` for the jobs there"
+        )
     if code == 409:
         if reason == "AlreadyExists":
-            return _err(code, reason, f"{op.subject} already exists; delete it (`ddpctl delete {op.name}"
-                                f"{' -n ' + ns if ns else ''}`) or resubmit with --replace")
-        return _err(code, reason, f"conflict on {op.subject}: {message}; resubmit with --replace to recreate the job's objects")
+            return _err(
+                code,
+                reason,
+                f"{op.subject} already exists; delete it (`ddpctl delete {op.name}"
+                f"{' -n ' + ns if ns else ''}`) or resubmit with --replace",
+            )
+        return _err(
+            code, reason, f"conflict on {op.subject}: {message}; resubmit with --replace to recreate the job's objects"
+        )
     if code == 422:
         causes = details.get("causes") or []
-        parts = [f"{c.get('field')}: {one_line(c.get('message', ''))}" if c.get("field") else one_line(c.get("message", ""))
-                 for c in causes[:MAX_CAUSES]]
+        parts = [
+            f"{c.get('field')}: {one_line(c.get('message', ''))}" if c.get("field") else one_line(c.get("message", ""))
+            for c in causes[:MAX_CAUSES]
+        ]
         if len(causes) > MAX_CAUSES:
             parts.append(f"and {len(causes) - MAX_CAUSES} more")
         fields = "; ".join(parts) or message
-        return _err(code, reason, f"the API server rejected {op.subject} as invalid: {fields}; fix the spec "
-                            "(`ddpctl render` shows what is sent)")
+        return _err(
+            code,
+            reason,
+            f"the API server rejected {op.subject} as invalid: {fields}; fix the spec "
+            "(`ddpctl render` shows what is sent)",
+        )
     if code == 400:
-        return _err(code, reason, f"the API server refused to {op.verb} {op.subject}: {message or reason or 'Bad Request'}")
+        return _err(
+            code, reason, f"the API server refused to {op.verb} {op.subject}: {message or reason or 'Bad Request'}"
+        )
     if code == 410:
-        return _err(code, reason, f"{op.verb} {op.subject}: {message or 'resource version expired'}; run the command again")
+        return _err(
+            code, reason, f"{op.verb} {op.subject}: {message or 'resource version expired'}; run the command again"
+        )
     if code >= 500 or code == 429:
-        return _err(code, reason, f"the API server failed to {op.verb} {op.subject}: {code} {reason or 'error'}"
-                            f"{': ' + message if message else ''}; retry, or check the cluster's health")
+        return _err(
+            code,
+            reason,
+            f"the API server failed to {op.verb} {op.subject}: {code} {reason or 'error'}"
+            f"{': ' + message if message else ''}; retry, or check the cluster's health",
+        )
     return _err(code, reason, f"{op.verb} {op.subject} failed: {code} {reason}{': ' + message if message else ''}")
 
 
@@ -161,8 +206,12 @@ def short_transport_reason(exc: BaseException) -> str:
         return "connection refused"
     if "timed out" in low or "timeout" in low:
         return "timed out"
-    if "name or service not known" in low or "nodename nor servname" in low or "failed to resolve" in low \
-            or "temporary failure in name resolution" in low:
+    if (
+        "name or service not known" in low
+        or "nodename nor servname" in low
+        or "failed to resolve" in low
+        or "temporary failure in name resolution" in low
+    ):
         return "the host name does not resolve"
     if "ssl" in low or "certificate" in low:
         return "TLS error: " + one_line(text)[:200]
@@ -171,9 +220,11 @@ def short_transport_reason(exc: BaseException) -> str:
 
 def from_transport(exc: BaseException, op: Op, where: str, attempts: int = 1) -> DdpctlError:
     tried = f" after {attempts} attempts" if attempts > 1 else ""
-    return ClusterError(f"cannot reach the Kubernetes API server ({where}){tried}: {short_transport_reason(exc)} "
-                        f"(while trying to {op.verb} {op.subject}); check that the cluster is running and that "
-                        "--context / --kubeconfig / KUBECONFIG point to it")
+    return ClusterError(
+        f"cannot reach the Kubernetes API server ({where}){tried}: {short_transport_reason(exc)} "
+        f"(while trying to {op.verb} {op.subject}); check that the cluster is running and that "
+        "--context / --kubeconfig / KUBECONFIG point to it"
+    )
 
 
 def config_error(source: str, exc: BaseException | str) -> UsageError:

@@ -10,20 +10,44 @@ import typer
 PANEL = "Cluster"
 
 
-def kubeconfig_option() -> Optional[str]:
-    return typer.Option(None, "--kubeconfig", help="Path of the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config; in a pod: in-cluster config).", rich_help_panel=PANEL, show_default=False)
+def kubeconfig_option() -> str | None:
+    return typer.Option(
+        None,
+        "--kubeconfig",
+        help="Path of the kubeconfig file (default: $KUBECONFIG, then ~/.kube/config; in a pod: in-cluster config).",
+        rich_help_panel=PANEL,
+        show_default=False,
+    )
 
 
-def context_option() -> Optional[str]:
-    return typer.Option(None, "--context", help="kubeconfig context to use (default: its current-context).", rich_help_panel=PANEL, show_default=False)
+def context_option() -> str | None:
+    return typer.Option(
+        None,
+        "--context",
+        help="kubeconfig context to use (default: its current-context).",
+        rich_help_panel=PANEL,
+        show_default=False,
+    )
 
 
-def namespace_option() -> Optional[str]:
-    return typer.Option(None, "--namespace", "-n", help="Namespace (default: DDPCTL_NAMESPACE or ddp.yaml's namespace, else the context's).", rich_help_panel=PANEL, show_default=False)
+def namespace_option() -> str | None:
+    return typer.Option(
+        None,
+        "--namespace",
+        "-n",
+        help="Namespace (default: DDPCTL_NAMESPACE or ddp.yaml's namespace, else the context's).",
+        rich_help_panel=PANEL,
+        show_default=False,
+    )
 
 
-def timeout_option() -> Optional[str]:
-    return typer.Option(None, "--timeout", help="Give up waiting after this long (90s, 30m, 1h30m) and exit 3; the job keeps running.", show_default=False)
+def timeout_option() -> str | None:
+    return typer.Option(
+        None,
+        "--timeout",
+        help="Give up waiting after this long (90s, 30m, 1h30m) and exit 3; the job keeps running.",
+        show_default=False,
+    )
 
 
 class Format(str, Enum):

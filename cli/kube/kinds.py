@@ -55,16 +55,54 @@ class Kind:
         return base
 
 
-JOB = Kind("Job", "batch", "v1", "jobs", target="job", engine="Kubernetes (batch/v1)",
-           success=("Complete",), failure=("Failed",))
-PYTORCHJOB = Kind("PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", target="pytorchjob",
-                  engine="the Kubeflow Training Operator v1", success=("Succeeded",), failure=("Failed",))
-JOBSET = Kind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", target="jobset", engine="JobSet",
-              success=("Completed",), failure=("Failed",))
-TRAINJOB = Kind("TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", target="trainjob",
-                engine="Kubeflow Trainer v2", success=("Complete",), failure=("Failed",))
-RUNTIME = Kind("ClusterTrainingRuntime", "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes",
-               namespaced=False, engine="Kubeflow Trainer v2")
+JOB = Kind(
+    "Job",
+    "batch",
+    "v1",
+    "jobs",
+    target="job",
+    engine="Kubernetes (batch/v1)",
+    success=("Complete",),
+    failure=("Failed",),
+)
+PYTORCHJOB = Kind(
+    "PyTorchJob",
+    "kubeflow.org",
+    "v1",
+    "pytorchjobs",
+    target="pytorchjob",
+    engine="the Kubeflow Training Operator v1",
+    success=("Succeeded",),
+    failure=("Failed",),
+)
+JOBSET = Kind(
+    "JobSet",
+    "jobset.x-k8s.io",
+    "v1alpha2",
+    "jobsets",
+    target="jobset",
+    engine="JobSet",
+    success=("Completed",),
+    failure=("Failed",),
+)
+TRAINJOB = Kind(
+    "TrainJob",
+    "trainer.kubeflow.org",
+    "v1alpha1",
+    "trainjobs",
+    target="trainjob",
+    engine="Kubeflow Trainer v2",
+    success=("Complete",),
+    failure=("Failed",),
+)
+RUNTIME = Kind(
+    "ClusterTrainingRuntime",
+    "trainer.kubeflow.org",
+    "v1alpha1",
+    "clustertrainingruntimes",
+    namespaced=False,
+    engine="Kubeflow Trainer v2",
+)
 SERVICE = Kind("Service", "", "v1", "services")
 POD = Kind("Pod", "", "v1", "pods")
 EVENT = Kind("Event", "", "v1", "events")
@@ -143,7 +181,9 @@ def expected_nodes(kind: Kind, job: dict[str, Any]) -> int | None:
         total = 0
         for rj in spec.get("replicatedJobs") or []:
             jspec = (rj.get("template") or {}).get("spec") or {}
-            total += (_int(rj.get("replicas", 1)) or 0) * (_int(jspec.get("completions", jspec.get("parallelism", 1))) or 0)
+            total += (_int(rj.get("replicas", 1)) or 0) * (
+                _int(jspec.get("completions", jspec.get("parallelism", 1))) or 0
+            )
         return total
     if kind is TRAINJOB:
         return _int((spec.get("trainer") or {}).get("numNodes"))
@@ -153,6 +193,7 @@ def expected_nodes(kind: Kind, job: dict[str, Any]) -> int | None:
 def c10d_rendezvous(job: dict[str, Any]) -> bool:
     """Nodes meet through c10d rendezvous (elastic jobs, rendezvous.mode c10d): torchrun then numbers
     the nodes itself, so a pod's index is not necessarily its node rank."""
+
     def walk(o: Any) -> bool:
         if isinstance(o, dict):
             if "elasticPolicy" in o or (o.get("name") == "PET_RDZV_BACKEND" and o.get("value") == "c10d"):
@@ -167,7 +208,7 @@ def c10d_rendezvous(job: dict[str, Any]) -> bool:
 
 def finished(kind: Kind, job: dict[str, Any]) -> tuple[str | None, dict[str, Any] | None]:
     """("Succeeded" | "Failed" | None, the condition that says so)."""
-    for cond in ((job.get("status") or {}).get("conditions") or []):
+    for cond in (job.get("status") or {}).get("conditions") or []:
         if cond.get("status") != "True":
             continue
         if cond.get("type") in kind.failure:
@@ -185,7 +226,7 @@ def age(timestamp: str | None, now: float | None = None) -> str:
     if not timestamp:
         return "<unknown>"
     try:
-        t = dt.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.timezone.utc).timestamp()
+        t = dt.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
     except ValueError:
         return "<unknown>"
     secs = max(0, int((now if now is not None else time.time()) - t))

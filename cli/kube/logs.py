@@ -17,7 +17,8 @@ import re
 import sys
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ddpctl.errors import DdpctlError
 from ddpctl.kube import errors as E
@@ -55,9 +56,19 @@ def _prefix(rank: int | None, enabled: bool) -> str:
     return f"[node {rank}] " if rank is not None else "[node ?] "
 
 
-def read_logs(cluster: Cluster, kind: Kind, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]], *,
-              prefix: bool, out: Output, note: Callable[[str], None], tail: int | None = None, previous: bool = False,
-              timestamps: bool = False) -> None:
+def read_logs(
+    cluster: Cluster,
+    kind: Kind,
+    job: dict[str, Any],
+    pods: list[tuple[int | None, dict[str, Any]]],
+    *,
+    prefix: bool,
+    out: Output,
+    note: Callable[[str], None],
+    tail: int | None = None,
+    previous: bool = False,
+    timestamps: bool = False,
+) -> None:
     """`ddpctl logs NAME`: each node's log in node order."""
     for rank, pod in pods:
         name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
@@ -133,8 +144,16 @@ class _Printed:
 class Follower:
     """Concurrent follow of every node's pod (or one node), across restarts and replacements."""
 
-    def __init__(self, cluster: Cluster, kind: Kind, *, out: Output, prefix: bool = True, rank: int | None = None,
-                 timestamps: bool = False) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        kind: Kind,
+        *,
+        out: Output,
+        prefix: bool = True,
+        rank: int | None = None,
+        timestamps: bool = False,
+    ) -> None:
         self.cluster, self.kind, self.out = cluster, kind, out
         self.prefix, self.rank, self.timestamps = prefix, rank, timestamps
         self.cond = threading.Condition()
@@ -156,7 +175,9 @@ class Follower:
                 rank = rank_of(self.kind, self.job, pod)
                 if self.rank is not None and rank != self.rank:
                     continue
-                t = threading.Thread(target=self._follow_pod, args=(name, rank), name=f"ddpctl-logs-{name}", daemon=True)
+                t = threading.Thread(
+                    target=self._follow_pod, args=(name, rank), name=f"ddpctl-logs-{name}", daemon=True
+                )
                 self.threads[name] = t
                 t.start()
             self.cond.notify_all()
@@ -209,11 +230,17 @@ class Follower:
                     return
             ns = pod["metadata"].get("namespace")
             # always with timestamps: they tell where to pick up after a dropped stream
-            query: list[tuple[str, Any]] = [("container", _container(self.kind, pod)), ("follow", "true"), ("timestamps", "true")]
+            query: list[tuple[str, Any]] = [
+                ("container", _container(self.kind, pod)),
+                ("follow", "true"),
+                ("timestamps", "true"),
+            ]
             if resume and printed.stamp:
                 query.append(("sinceTime", printed.stamp))
             try:
-                raw = self.cluster.stream(POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query, read_timeout=None)
+                raw = self.cluster.stream(
+                    POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query, read_timeout=None
+                )
             except E.ApiError as exc:
                 if exc.code in (400, 404):  # not started after all, or gone: wait for the next change
                     followed = restarts if resume or exc.code == 404 else restarts - 1

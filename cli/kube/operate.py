@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import yaml
-
 from ddpctl.errors import ClusterError, UsageError
 from ddpctl.kube.flags import Format, ListFormat
 
@@ -18,7 +18,9 @@ def _defaults(name: str | None, namespace: str | None, command: str) -> tuple[st
     chosen = chosen_layer(None, {}) if (name is None or namespace is None) else {}
     name = name or chosen.get("name")
     if not name:
-        raise UsageError(f"missing NAME: give the job's name, e.g. `ddpctl {command} ddp-train` (or run it next to the job's ddp.yaml)")
+        raise UsageError(
+            f"missing NAME: give the job's name, e.g. `ddpctl {command} ddp-train` (or run it next to the job's ddp.yaml)"
+        )
     return str(name), namespace or (str(chosen["namespace"]) if chosen.get("namespace") else None)
 
 
@@ -31,8 +33,18 @@ def _connect(kubeconfig: str | None, context: str | None, namespace: str | None)
 # ------------------------------------------------------------------------------ status
 
 
-def status(name: str | None, *, kubeconfig: str | None, context: str | None, namespace: str | None, output: Format | None,
-           wait: bool, timeout: str | None, out: Callable[[str], None], say: Callable[[str], None]) -> None:
+def status(
+    name: str | None,
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    output: Format | None,
+    wait: bool,
+    timeout: str | None,
+    out: Callable[[str], None],
+    say: Callable[[str], None],
+) -> None:
     from ddpctl.kube import watch as W
     from ddpctl.kube.apply import find_job
     from ddpctl.kube.kinds import POD, expected_nodes, finished, pod_selector
@@ -58,16 +70,32 @@ def status(name: str | None, *, kubeconfig: str | None, context: str | None, nam
                 text = f"Unschedulable: {msg}" if msg else text
             cs = W._main_status(kind, pod)
             last = ((cs.get("lastState") or {}).get("terminated")) or {}
-            rows.append({"node": rank, "pod": pod["metadata"]["name"], "phase": W.pod_phase(pod),
-                         "restarts": int(cs.get("restartCount") or 0), "reason": text,
-                         **({"lastTermination": f"{last.get('reason')} (exit code {last.get('exitCode')})"} if last else {})})
+            rows.append(
+                {
+                    "node": rank,
+                    "pod": pod["metadata"]["name"],
+                    "phase": W.pod_phase(pod),
+                    "restarts": int(cs.get("restartCount") or 0),
+                    "reason": text,
+                    **({"lastTermination": f"{last.get('reason')} (exit code {last.get('exitCode')})"} if last else {}),
+                }
+            )
         groups = W.counts(kind, pods)
         summary = {
-            "name": name, "namespace": ns, "target": kind.target, "kind": kind.kind, "apiVersion": kind.api_version,
-            "state": W.state_of(result, pods), "nodes": expected_nodes(kind, job),
-            "replicas": {r: {p.lower(): c[p] for p in ("Pending", "Running", "Succeeded", "Failed")} for r, c in groups.items()},
-            "conditions": [{k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None}
-                           for c in (job.get("status") or {}).get("conditions") or []],
+            "name": name,
+            "namespace": ns,
+            "target": kind.target,
+            "kind": kind.kind,
+            "apiVersion": kind.api_version,
+            "state": W.state_of(result, pods),
+            "nodes": expected_nodes(kind, job),
+            "replicas": {
+                r: {p.lower(): c[p] for p in ("Pending", "Running", "Succeeded", "Failed")} for r, c in groups.items()
+            },
+            "conditions": [
+                {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None}
+                for c in (job.get("status") or {}).get("conditions") or []
+            ],
             "pods": rows,
         }
         if output is Format.json:
@@ -81,14 +109,33 @@ def status(name: str | None, *, kubeconfig: str | None, context: str | None, nam
         out(f"Name:        {name}")
         out(f"Namespace:   {ns}")
         out(f"Target:      {kind.target} ({kind.ref(name)})")
-        out(f"State:       {summary['state']}" + (f" ({cond.get('reason')}: {cond.get('message')})" if cond and cond.get("reason") else ""))
-        out(f"Nodes:       {summary['nodes']}  " + "; ".join(f"{r}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for r, c in summary["replicas"].items()))
+        out(
+            f"State:       {summary['state']}"
+            + (f" ({cond.get('reason')}: {cond.get('message')})" if cond and cond.get("reason") else "")
+        )
+        out(
+            f"Nodes:       {summary['nodes']}  "
+            + "; ".join(f"{r}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for r, c in summary["replicas"].items())
+        )
         out(f"Age:         {age(job['metadata'].get('creationTimestamp'))}")
         if rows:
             out("")
-            out(table(["NODE", "POD", "PHASE", "RESTARTS", "REASON"],
-                      [[str(r["node"]), r["pod"], r["phase"], str(r["restarts"]) + (f" (last: {r['lastTermination']})" if r.get("lastTermination") else ""),
-                        r["reason"]] for r in rows]))
+            out(
+                table(
+                    ["NODE", "POD", "PHASE", "RESTARTS", "REASON"],
+                    [
+                        [
+                            str(r["node"]),
+                            r["pod"],
+                            r["phase"],
+                            str(r["restarts"])
+                            + (f" (last: {r['lastTermination']})" if r.get("lastTermination") else ""),
+                            r["reason"],
+                        ]
+                        for r in rows
+                    ],
+                )
+            )
         else:
             out("\nNo pods yet.")
 
@@ -102,9 +149,21 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 # ------------------------------------------------------------------------------ logs
 
 
-def logs(name: str | None, *, kubeconfig: str | None, context: str | None, namespace: str | None, follow: bool,
-         rank: int | None, previous: bool, tail: int | None, timestamps: bool, prefix: bool | None,
-         out: Callable[[str], None], say: Callable[[str], None]) -> None:
+def logs(
+    name: str | None,
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    follow: bool,
+    rank: int | None,
+    previous: bool,
+    tail: int | None,
+    timestamps: bool,
+    prefix: bool | None,
+    out: Callable[[str], None],
+    say: Callable[[str], None],
+) -> None:
     from ddpctl.kube import watch as W
     from ddpctl.kube.apply import find_job
     from ddpctl.kube.kinds import POD, c10d_rendezvous, expected_nodes, pod_selector
@@ -120,10 +179,14 @@ def logs(name: str | None, *, kubeconfig: str | None, context: str | None, names
         kind, job = find_job(cluster, name, ns)
         nodes = expected_nodes(kind, job)
         if rank is not None and nodes is not None and rank >= nodes:
-            raise UsageError(f"--rank: node rank {rank} is out of range; job {name} has {nodes} node(s), node ranks 0-{nodes - 1}")
+            raise UsageError(
+                f"--rank: node rank {rank} is out of range; job {name} has {nodes} node(s), node ranks 0-{nodes - 1}"
+            )
         if rank is not None and c10d_rendezvous(job):
-            say(f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
-                f"rendezvous, so that pod's own [rank R] lines say which global ranks it runs")
+            say(
+                f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
+                f"rendezvous, so that pod's own [rank R] lines say which global ranks it runs"
+            )
         use_prefix = (rank is None) if prefix is None else prefix
         output = Output()
         if not follow:
@@ -131,10 +194,23 @@ def logs(name: str | None, *, kubeconfig: str | None, context: str | None, names
             if rank is not None:
                 pods = [(r, p) for r, p in pods if r == rank]
             if not pods:
-                raise ClusterError(f'job "{name}" in namespace "{ns}" has no pods' + (f" for node rank {rank}" if rank is not None else "")
-                                   + f" yet; see `ddpctl status {name} -n {ns}`")
-            read_logs(cluster, kind, job, pods, prefix=use_prefix, out=output, note=say, tail=tail, previous=previous,
-                      timestamps=timestamps)
+                raise ClusterError(
+                    f'job "{name}" in namespace "{ns}" has no pods'
+                    + (f" for node rank {rank}" if rank is not None else "")
+                    + f" yet; see `ddpctl status {name} -n {ns}`"
+                )
+            read_logs(
+                cluster,
+                kind,
+                job,
+                pods,
+                prefix=use_prefix,
+                out=output,
+                note=say,
+                tail=tail,
+                previous=previous,
+                timestamps=timestamps,
+            )
             return
         follower = Follower(cluster, kind, out=output, prefix=use_prefix, rank=rank, timestamps=timestamps)
         status = W.StatusLine(enabled=False)  # stall reasons still print (say), the status line does not
@@ -150,8 +226,15 @@ def logs(name: str | None, *, kubeconfig: str | None, context: str | None, names
 # ------------------------------------------------------------------------------ list
 
 
-def list_jobs(*, kubeconfig: str | None, context: str | None, namespace: str | None, all_namespaces: bool,
-              output: ListFormat, out: Callable[[str], None]) -> None:
+def list_jobs(
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    all_namespaces: bool,
+    output: ListFormat,
+    out: Callable[[str], None],
+) -> None:
     from ddpctl.kube import errors as E
     from ddpctl.kube.kinds import MANAGED_BY, WORKLOADS, age, expected_nodes, finished
 
@@ -175,11 +258,19 @@ def list_jobs(*, kubeconfig: str | None, context: str | None, namespace: str | N
                 found.append((kind, item))
         found.sort(key=lambda ko: (ko[1]["metadata"].get("namespace") or "", ko[1]["metadata"]["name"]))
         if output is ListFormat.json:
-            out(json.dumps({"apiVersion": "v1", "kind": "List", "items": [o for _, o in found], "metadata": {}}, indent=2))
+            out(
+                json.dumps(
+                    {"apiVersion": "v1", "kind": "List", "items": [o for _, o in found], "metadata": {}}, indent=2
+                )
+            )
             return
         if output is ListFormat.yaml:
-            out(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [o for _, o in found], "metadata": {}},
-                               sort_keys=False).rstrip("\n"))
+            out(
+                yaml.safe_dump(
+                    {"apiVersion": "v1", "kind": "List", "items": [o for _, o in found], "metadata": {}},
+                    sort_keys=False,
+                ).rstrip("\n")
+            )
             return
         if output is ListFormat.name:
             for kind, obj in found:
@@ -197,7 +288,12 @@ def list_jobs(*, kubeconfig: str | None, context: str | None, namespace: str | N
             md = obj["metadata"]
             result = finished(kind, obj)[0] or _active_state(kind, obj)
             row = ([md.get("namespace", "")] if all_namespaces else []) + [
-                md["name"], kind.target or "", str(expected_nodes(kind, obj) or "?"), result, age(md.get("creationTimestamp"))]
+                md["name"],
+                kind.target or "",
+                str(expected_nodes(kind, obj) or "?"),
+                result,
+                age(md.get("creationTimestamp")),
+            ]
             if output is ListFormat.wide:
                 row += [kind.ref(md["name"]), _image(obj)]
             rows.append(row)
@@ -226,8 +322,17 @@ def _image(obj: dict[str, Any]) -> str:
 # ------------------------------------------------------------------------------ delete
 
 
-def delete(names: list[str], *, kubeconfig: str | None, context: str | None, namespace: str | None, ignore_not_found: bool,
-           wait: bool, timeout: str | None, out: Callable[[str], None]) -> None:
+def delete(
+    names: list[str],
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    namespace: str | None,
+    ignore_not_found: bool,
+    wait: bool,
+    timeout: str | None,
+    out: Callable[[str], None],
+) -> None:
     from ddpctl.kube import watch as W
     from ddpctl.kube.apply import DELETE_WAIT_SECONDS, _raise_not_found, delete_job
 
@@ -241,8 +346,14 @@ def delete(names: list[str], *, kubeconfig: str | None, context: str | None, nam
         ns = cluster.namespace
         missing = []
         for name in names:
-            items = delete_job(cluster, name, ns, wait=wait, timeout=timeout_s,
-                               on_deleted=lambda kind, obj: out(f"{kind.ref(obj['metadata']['name'])} deleted"))
+            items = delete_job(
+                cluster,
+                name,
+                ns,
+                wait=wait,
+                timeout=timeout_s,
+                on_deleted=lambda kind, obj: out(f"{kind.ref(obj['metadata']['name'])} deleted"),
+            )
             if not items:
                 missing.append(name)
         if missing and not ignore_not_found:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.kube.flags import DryRun, Format
@@ -17,9 +18,22 @@ def build_image(spec: Any) -> str:
     return build.build_image(spec, push=True, echo=lambda line: sys.stderr.write(f"[build] {line}\n"))
 
 
-def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, dry_run: DryRun, output: Format | None,
-        build: bool, replace: bool, wait: bool, follow: bool, rank: int | None, timeout: str | None,
-        out: Callable[[str], None], say: Callable[[str], None]) -> None:
+def run(
+    spec_input: SpecInput,
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    dry_run: DryRun,
+    output: Format | None,
+    build: bool,
+    replace: bool,
+    wait: bool,
+    follow: bool,
+    rank: int | None,
+    timeout: str | None,
+    out: Callable[[str], None],
+    say: Callable[[str], None],
+) -> None:
     from ddpctl import render
     from ddpctl.kube.config import ClusterOptions, chosen_layer
     from ddpctl.kube.watch import parse_duration
@@ -30,7 +44,9 @@ def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, d
     if rank is not None and rank < 0:
         raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
     if dry_run is not DryRun.none and (wait or follow or build or replace):
-        used = next(f for f, on in (("--wait", wait), ("--follow", follow), ("--build", build), ("--replace", replace)) if on)
+        used = next(
+            f for f, on in (("--wait", wait), ("--follow", follow), ("--build", build), ("--replace", replace)) if on
+        )
         raise UsageError(f"{used} cannot be combined with --dry-run={dry_run.value}; drop one of them")
 
     flags = dict(spec_input.flags)
@@ -47,7 +63,9 @@ def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, d
     if dry_run is DryRun.client:
         spec = base.spec()  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`
         if auto:
-            say(f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; pass --target to choose)")
+            say(
+                f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; pass --target to choose)"
+            )
         objects = render.render(spec)
         if output is None:
             for obj in objects:
@@ -60,8 +78,10 @@ def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, d
 
     spec0 = base.spec(target="job") if auto else base.spec()  # a bad spec fails before any cluster contact
     if rank is not None and rank >= spec0.replicas:  # the node count does not depend on the target
-        raise UsageError(f"--rank: node rank {rank} is out of range; job {spec0.name} has {spec0.replicas} node(s), "
-                         f"node ranks 0-{spec0.replicas - 1}")
+        raise UsageError(
+            f"--rank: node rank {rank} is out of range; job {spec0.name} has {spec0.replicas} node(s), "
+            f"node ranks 0-{spec0.replicas - 1}"
+        )
     if build:
         image = build_image(spec0)
         say(f"ddpctl: built and pushed {image}")
@@ -96,7 +116,9 @@ def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, d
             discovery.require(engines, spec.target)
             objects = render.render(spec)
         server_dry = dry_run is DryRun.server
-        applied = A.submit(cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say)
+        applied = A.submit(
+            cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say
+        )
         if output is not None:
             out(fmt([a.obj for a in applied]).rstrip("\n"))
         else:
@@ -108,20 +130,33 @@ def run(spec_input: SpecInput, *, kubeconfig: str | None, context: str | None, d
         kind = BY_TARGET[spec.target]
         job = next(a.obj for a in applied if a.kind is kind)
         if not (wait or follow):
-            say(f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status {spec.name} -n {spec.namespace}`")
+            say(
+                f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status {spec.name} -n {spec.namespace}`"
+            )
             return
         if rank is not None:
             from ddpctl.kube.kinds import c10d_rendezvous
 
             if c10d_rendezvous(job):
                 name = spec.name
-                say(f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
-                f"rendezvous, so that pod's own [rank R] lines say which global ranks it runs")
+                say(
+                    f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
+                    f"rendezvous, so that pod's own [rank R] lines say which global ranks it runs"
+                )
         follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
 
 
-def follow_job(cluster: Any, kind: Any, job: dict[str, Any], *, timeout: float | None, follow: bool, rank: int | None,
-               say: Callable[[str], None], status_enabled: bool = True) -> None:
+def follow_job(
+    cluster: Any,
+    kind: Any,
+    job: dict[str, Any],
+    *,
+    timeout: float | None,
+    follow: bool,
+    rank: int | None,
+    say: Callable[[str], None],
+    status_enabled: bool = True,
+) -> None:
     """Wait (and stream logs) until the job finishes; a failed job raises with the reason."""
     from ddpctl.kube import watch as W
     from ddpctl.kube.logs import Follower, Output
@@ -129,7 +164,9 @@ def follow_job(cluster: Any, kind: Any, job: dict[str, Any], *, timeout: float |
     status = W.StatusLine(enabled=status_enabled)
     follower = Follower(cluster, kind, out=Output(), prefix=rank is None, rank=rank) if follow else None
     try:
-        outcome = W.wait(cluster, kind, job, timeout=timeout, status=status, on_pods=follower.observe if follower else None)
+        outcome = W.wait(
+            cluster, kind, job, timeout=timeout, status=status, on_pods=follower.observe if follower else None
+        )
         if follower:
             follower.drain(W.DRAIN_SECONDS)
     finally:

@@ -10,20 +10,40 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster, iter_lines
-from ddpctl.kube.kinds import EVENT, POD, PYTORCHJOB, Kind, container_name, expected_nodes, finished, pod_selector, rank_of, replica_type
+from ddpctl.kube.kinds import (
+    EVENT,
+    POD,
+    PYTORCHJOB,
+    Kind,
+    container_name,
+    expected_nodes,
+    finished,
+    pod_selector,
+    rank_of,
+    replica_type,
+)
 
 WATCH_SECONDS = 300  # server-side timeout of one watch request; it is renewed from the last resourceVersion
 RECONNECT_ATTEMPTS = 3
 LOG_TAIL = 20
 DRAIN_SECONDS = 10.0  # after the job finished, how long log streams may take to end by themselves
-WAIT_PROBLEMS = ("ImagePullBackOff", "ErrImagePull", "InvalidImageName", "CrashLoopBackOff", "CreateContainerConfigError",
-                 "CreateContainerError", "RunContainerError", "ErrImageNeverPull")
+WAIT_PROBLEMS = (
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "ErrImageNeverPull",
+)
 
 
 def parse_duration(text: str | None, flag: str = "--timeout") -> float | None:
@@ -47,8 +67,16 @@ class Watcher(threading.Thread):
     """List, then watch from the list's resourceVersion; events go to a queue as (tag, type, obj).
     A 410 Expired re-lists (SYNC); a dropped stream resumes from the last resourceVersion."""
 
-    def __init__(self, cluster: Cluster, kind: Kind, namespace: str, tag: str, events: "queue.Queue[Any]",
-                 selector: str | None = None, field_selector: str | None = None) -> None:
+    def __init__(
+        self,
+        cluster: Cluster,
+        kind: Kind,
+        namespace: str,
+        tag: str,
+        events: queue.Queue[Any],
+        selector: str | None = None,
+        field_selector: str | None = None,
+    ) -> None:
         super().__init__(name=f"ddpctl-watch-{tag}", daemon=True)
         self.cluster, self.kind, self.namespace, self.tag, self.events = cluster, kind, namespace, tag, events
         self.selector, self.field_selector = selector, field_selector
@@ -72,10 +100,18 @@ class Watcher(threading.Thread):
                     listed = self.cluster.list(self.kind, self.namespace, self.selector, self.field_selector)
                     rv = listed["metadata"]["resourceVersion"]
                     self.events.put((self.tag, "SYNC", listed.get("items") or []))
-                query: list[tuple[str, Any]] = [("watch", "true"), ("resourceVersion", rv), ("allowWatchBookmarks", "true"),
-                                                ("timeoutSeconds", str(WATCH_SECONDS))]
-                query += [(k, v) for k, v in (("labelSelector", self.selector), ("fieldSelector", self.field_selector)) if v]
-                self._raw = raw = self.cluster.stream(self.kind.path(self.namespace), op, query, read_timeout=WATCH_SECONDS + 30)
+                query: list[tuple[str, Any]] = [
+                    ("watch", "true"),
+                    ("resourceVersion", rv),
+                    ("allowWatchBookmarks", "true"),
+                    ("timeoutSeconds", str(WATCH_SECONDS)),
+                ]
+                query += [
+                    (k, v) for k, v in (("labelSelector", self.selector), ("fieldSelector", self.field_selector)) if v
+                ]
+                self._raw = raw = self.cluster.stream(
+                    self.kind.path(self.namespace), op, query, read_timeout=WATCH_SECONDS + 30
+                )
                 try:
                     for line in iter_lines(raw):
                         if self.stopped.is_set():
@@ -102,7 +138,9 @@ class Watcher(threading.Thread):
                 failures += 1
                 fatal = isinstance(exc, E.ApiError) and exc.code in (401, 403, 404)
                 if fatal or failures >= RECONNECT_ATTEMPTS:
-                    err = exc if isinstance(exc, DdpctlError) else E.from_transport(exc, op, self.cluster.where, failures)
+                    err = (
+                        exc if isinstance(exc, DdpctlError) else E.from_transport(exc, op, self.cluster.where, failures)
+                    )
                     self.events.put((self.tag, "FAIL", err))
                     return
                 self.stopped.wait(0.5 * failures)  # reconnect backoff
@@ -116,7 +154,7 @@ class JobMonitor:
         md = job["metadata"]
         self.name, self.namespace = md["name"], md.get("namespace") or cluster.namespace
         self.pods: dict[str, dict[str, Any]] = {}
-        self.events: "queue.Queue[Any]" = queue.Queue()
+        self.events: queue.Queue[Any] = queue.Queue()
         self.synced: set[str] = set()
         self.watchers = [
             Watcher(cluster, kind, self.namespace, "job", self.events, field_selector=f"metadata.name={self.name}"),
@@ -124,7 +162,7 @@ class JobMonitor:
         ]
         self._scheduler_messages: dict[str, str] = {}
 
-    def __enter__(self) -> "JobMonitor":
+    def __enter__(self) -> JobMonitor:
         for w in self.watchers:
             w.start()
         return self
@@ -154,10 +192,14 @@ class JobMonitor:
                 self.synced.add("job")
                 mine = [o for o in payload if o["metadata"].get("uid") == self.job["metadata"].get("uid")]
                 if not mine:
-                    raise ClusterError(f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was watching it')
+                    raise ClusterError(
+                        f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was watching it'
+                    )
                 self.job = mine[0]
             elif typ == "DELETED":
-                raise ClusterError(f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was watching it')
+                raise ClusterError(
+                    f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was watching it'
+                )
             else:
                 self.job = payload
             return
@@ -202,14 +244,25 @@ class JobMonitor:
 
 def ranked(kind: Kind, job: dict[str, Any] | None, pods: Any) -> list[tuple[int | None, dict[str, Any]]]:
     out = [(rank_of(kind, job, p), p) for p in pods]
-    out.sort(key=lambda rp: (rp[0] is None, rp[0] if rp[0] is not None else 0, rp[1]["metadata"].get("creationTimestamp") or "",
-                             rp[1]["metadata"]["name"]))
+    out.sort(
+        key=lambda rp: (
+            rp[0] is None,
+            rp[0] if rp[0] is not None else 0,
+            rp[1]["metadata"].get("creationTimestamp") or "",
+            rp[1]["metadata"]["name"],
+        )
+    )
     return out
 
 
 def scheduler_event(cluster: Cluster, namespace: str, pod: str) -> str | None:
     try:
-        items = cluster.list(EVENT, namespace, field_selector=f"involvedObject.name={pod},involvedObject.kind=Pod").get("items") or []
+        items = (
+            cluster.list(EVENT, namespace, field_selector=f"involvedObject.name={pod},involvedObject.kind=Pod").get(
+                "items"
+            )
+            or []
+        )
     except E.ApiError:
         return None
     sched = [e for e in items if e.get("reason") == "FailedScheduling"]
@@ -248,7 +301,11 @@ def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
     if st.get("phase") == "Failed":
         return f"{st.get('reason') or 'Failed'}" + (f": {E.one_line(st['message'])}" if st.get("message") else ""), True
     for cond in st.get("conditions") or []:
-        if cond.get("type") == "PodScheduled" and cond.get("status") == "False" and cond.get("reason") == "Unschedulable":
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
             return f"Unschedulable: {E.one_line(cond.get('message') or '')}", False
     return None
 
@@ -271,7 +328,9 @@ def state_of(monitor_result: str | None, pods: list[tuple[int | None, dict[str, 
     return "Running" if "Running" in phases or "Succeeded" in phases or "Failed" in phases else "Pending"
 
 
-def status_line(kind: Kind, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]], result: str | None) -> str:
+def status_line(
+    kind: Kind, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]], result: str | None
+) -> str:
     nodes = expected_nodes(kind, job)
     groups = counts(kind, pods)
     if not groups:
@@ -279,7 +338,9 @@ def status_line(kind: Kind, job: dict[str, Any], pods: list[tuple[int | None, di
     parts = []
     for replica in sorted(groups, key=lambda r: (r != "master", r)):
         c = groups[replica]
-        parts.append(f"{replica}: {c['Pending']} pending, {c['Running']} running, {c['Succeeded']} succeeded, {c['Failed']} failed")
+        parts.append(
+            f"{replica}: {c['Pending']} pending, {c['Running']} running, {c['Succeeded']} succeeded, {c['Failed']} failed"
+        )
     name = job["metadata"]["name"]
     return f"{name} {state_of(result, pods)} ({nodes if nodes is not None else '?'} nodes) - " + "; ".join(parts)
 
@@ -361,8 +422,15 @@ class Outcome:
     pods: list[tuple[int | None, dict[str, Any]]]
 
 
-def wait(cluster: Cluster, kind: Kind, job: dict[str, Any], *, timeout: float | None, status: StatusLine,
-         on_pods: Callable[[JobMonitor], None] | None = None) -> Outcome:
+def wait(
+    cluster: Cluster,
+    kind: Kind,
+    job: dict[str, Any],
+    *,
+    timeout: float | None,
+    status: StatusLine,
+    on_pods: Callable[[JobMonitor], None] | None = None,
+) -> Outcome:
     """Follow the job until it finishes: status lines, stall reasons (once each), and `on_pods`
     (the log streamer) after every change. Raises WaitTimeout past `timeout`."""
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -394,23 +462,28 @@ def wait(cluster: Cluster, kind: Kind, job: dict[str, Any], *, timeout: float | 
                     pass
                 _say_waiting(mon, pods, reported, status)
                 why = stall_summary(mon, pods)
-                raise WaitTimeout(f'timed out after {_fmt_seconds(timeout)} waiting for {kind.ref(name)} in namespace "{ns}"'
-                                  f" ({state_of(mon.result, pods)}{': ' + why if why else ''}); it keeps running: see "
-                                  f"`ddpctl status {name} -n {ns}`, or `ddpctl delete {name} -n {ns}`")
+                raise WaitTimeout(
+                    f'timed out after {_fmt_seconds(timeout)} waiting for {kind.ref(name)} in namespace "{ns}"'
+                    f" ({state_of(mon.result, pods)}{': ' + why if why else ''}); it keeps running: see "
+                    f"`ddpctl status {name} -n {ns}`, or `ddpctl delete {name} -n {ns}`"
+                )
             if not mon.next(left):
                 continue
             synced = synced or len(mon.synced) == 2
 
 
-def _say_waiting(mon: JobMonitor, pods: list[tuple[int | None, dict[str, Any]]], reported: set[tuple[str, str]],
-                 status: StatusLine) -> None:
+def _say_waiting(
+    mon: JobMonitor, pods: list[tuple[int | None, dict[str, Any]]], reported: set[tuple[str, str]], status: StatusLine
+) -> None:
     """Each pod's waiting problem (image pull, unschedulable, crash loop), once per pod and reason."""
     for rank, pod in pods:
         problem = pod_problem(mon.kind, pod)
         key = (pod["metadata"]["name"], problem[0].split(":")[0]) if problem else None
         if problem and not problem[1] and key not in reported:
             reported.add(key)  # type: ignore[arg-type]
-            status.say(f"ddpctl: node {rank} (pod {pod['metadata']['name']}) is waiting: {_with_events(mon, pod, problem[0])}")
+            status.say(
+                f"ddpctl: node {rank} (pod {pod['metadata']['name']}) is waiting: {_with_events(mon, pod, problem[0])}"
+            )
 
 
 def _with_events(mon: JobMonitor, pod: dict[str, Any], text: str) -> str:
@@ -444,8 +517,11 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
     job = outcome.job
     name, ns = job["metadata"]["name"], job["metadata"].get("namespace") or cluster.namespace
     _, cond = finished(kind, job)
-    headline = f"{kind.ref(name)} failed" + (f": {cond.get('reason')}" if cond and cond.get("reason") else "") + (
-        f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
+    headline = (
+        f"{kind.ref(name)} failed"
+        + (f": {cond.get('reason')}" if cond and cond.get("reason") else "")
+        + (f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
+    )
     say(f"ddpctl: {headline}")
     failing = [(r, p, pp) for r, p in outcome.pods if (pp := pod_problem(kind, p))]
     failing.sort(key=lambda t: (not t[2][1],))  # final failures first
@@ -463,8 +539,13 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
                 say(f"    | {line}")
     if first:
         rank, pod, text = first
-        return RuntimeFailure(f'job "{name}" failed: node {rank} (pod {pod["metadata"]["name"]}): {text}; see '
-                              f"`ddpctl logs {name} -n {ns} --rank {rank}`")
+        return RuntimeFailure(
+            f'job "{name}" failed: node {rank} (pod {pod["metadata"]["name"]}): {text}; see '
+            f"`ddpctl logs {name} -n {ns} --rank {rank}`"
+        )
     reason = (cond or {}).get("reason") or "Failed"
-    return RuntimeFailure(f'job "{name}" failed: {reason}' + (f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
-                          + f"; see `ddpctl status {name} -n {ns}`")
+    return RuntimeFailure(
+        f'job "{name}" failed: {reason}'
+        + (f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
+        + f"; see `ddpctl status {name} -n {ns}`"
+    )

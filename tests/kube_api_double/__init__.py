@@ -96,6 +96,13 @@ from .status import KubeError
 from .validation import FieldError, default_crd_dir, resolve_default_validator, validate_object
 
 __all__ = [
-    "KubeApiDouble", "RecordedRequest", "Scenario", "KubeError", "FieldError", "FINISH_CONDITIONS",
-    "default_crd_dir", "resolve_default_validator", "validate_object",
+    "KubeApiDouble",
+    "RecordedRequest",
+    "Scenario",
+    "KubeError",
+    "FieldError",
+    "FINISH_CONDITIONS",
+    "default_crd_dir",
+    "resolve_default_validator",
+    "validate_object",
 ]

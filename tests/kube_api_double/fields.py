@@ -11,14 +11,24 @@ the real ``FieldsV1`` encoding (``{"f:spec": {"f:replicas": {}}}``).
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 Path = tuple
 
 #: fields the apiserver owns itself; never tracked per manager
 UNTRACKED_METADATA = {
-    "name", "namespace", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields", "selfLink", "generateName",
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "managedFields",
+    "selfLink",
+    "generateName",
 }
 
 

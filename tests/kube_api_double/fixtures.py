@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -43,8 +44,15 @@ def make_cluster(isolated_kube: None, tmp_path: Path) -> Iterator[Any]:
     """make_cluster(engines=(...), runtime=True, namespaces=(...), context_namespace="default", **double_kw)"""
     made: list[ScriptedDouble] = []
 
-    def make(engines: tuple[str, ...] = (), *, runtime: bool = False, namespaces: tuple[str, ...] = ("default", "team"),
-             context_namespace: str = "default", name: str = "kubeconfig", **kw: Any) -> KubeCluster:
+    def make(
+        engines: tuple[str, ...] = (),
+        *,
+        runtime: bool = False,
+        namespaces: tuple[str, ...] = ("default", "team"),
+        context_namespace: str = "default",
+        name: str = "kubeconfig",
+        **kw: Any,
+    ) -> KubeCluster:
         d = ScriptedDouble(engines=engines, namespaces=namespaces, seed=len(made) + 1, **kw).start()
         made.append(d)
         if runtime:

@@ -20,7 +20,7 @@ def since_time(text: str | None) -> dt.datetime | None:
     if not text:
         return None
     t = dt.datetime.strptime(text[:19], "%Y-%m-%dT%H:%M:%S")
-    return t.replace(tzinfo=dt.timezone.utc)
+    return t.replace(tzinfo=dt.UTC)
 
 
 class LogBook:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from .server import KubeApiDouble
@@ -38,7 +39,7 @@ class ScriptedDouble(KubeApiDouble):
 
     # -------------------------------------------------------------- after_create
 
-    def after_create(self, kind: str, fn: Callable[["ScriptedDouble", dict], None]) -> None:
+    def after_create(self, kind: str, fn: Callable[[ScriptedDouble, dict], None]) -> None:
         self._hooks.setdefault(self.rt(kind).kind, []).append(fn)
 
     def on_created(self, rt, obj):  # type: ignore[override]
@@ -86,14 +87,21 @@ class ScriptedDouble(KubeApiDouble):
 
 def install_runtime(double: KubeApiDouble) -> None:
     """The torch-distributed ClusterTrainingRuntime (Kubeflow Trainer v2 installs it)."""
-    from .validation import default_crd_dir
-
     import yaml
 
+    from .validation import default_crd_dir
+
     path = default_crd_dir().parent / "torch_distributed_runtime.yaml"
-    obj = yaml.safe_load(path.read_text()) if path.exists() else {
-        "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "ClusterTrainingRuntime",
-        "metadata": {"name": "torch-distributed"}, "spec": {}}
+    obj = (
+        yaml.safe_load(path.read_text())
+        if path.exists()
+        else {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1",
+            "kind": "ClusterTrainingRuntime",
+            "metadata": {"name": "torch-distributed"},
+            "spec": {},
+        }
+    )
     double.store.put(double.rt("ClusterTrainingRuntime"), obj)
 
 
@@ -110,7 +118,7 @@ class Scenario:
         except BaseException as exc:  # noqa: BLE001 - reported by join()
             self.error = exc
 
-    def __enter__(self) -> "Scenario":
+    def __enter__(self) -> Scenario:
         self.thread.start()
         return self
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from .status import KubeError, bad_request
 
@@ -32,15 +33,19 @@ def _split_top(text: str) -> list[str]:
 
 def _check_key(key: str, selector: str) -> None:
     if not _KEY_RE.match(key) or len(key.split("/")[-1]) > 63:
-        raise bad_request(f'unable to parse requirement: invalid label key "{key}": name part must consist of '
-                          "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
-                          "character")
+        raise bad_request(
+            f'unable to parse requirement: invalid label key "{key}": name part must consist of '
+            "alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric "
+            "character"
+        )
 
 
 def _check_value(value: str) -> None:
     if len(value) > 63 or not _VALUE_RE.match(value):
-        raise bad_request(f'unable to parse requirement: invalid label value: "{value}": at key: must be no more '
-                          "than 63 characters and consist of alphanumeric characters, '-', '_' or '.'")
+        raise bad_request(
+            f'unable to parse requirement: invalid label value: "{value}": at key: must be no more '
+            "than 63 characters and consist of alphanumeric characters, '-', '_' or '.'"
+        )
 
 
 def parse_label_selector(selector: str | None) -> Matcher:

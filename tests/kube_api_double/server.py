@@ -10,10 +10,11 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 import yaml
@@ -24,12 +25,27 @@ from .logs import LogBook, format_line, since_time
 from .resources import ENGINES, Registry, ResourceType
 from .selectors import parse_field_selector, parse_label_selector
 from .store import Store
-from .validation import (FieldError, Validator, builtin_field_errors, dedupe, default_crd_dir,
-                         errors_from_validator, load_crds, resolve_default_validator, validate_name)
+from .validation import (
+    FieldError,
+    Validator,
+    builtin_field_errors,
+    dedupe,
+    default_crd_dir,
+    errors_from_validator,
+    load_crds,
+    resolve_default_validator,
+    validate_name,
+)
 
 KUBE_VERSION = {
-    "major": "1", "minor": "33", "gitVersion": "v1.33.1", "gitCommit": "8adc0f041b8e7ad1d30e29cc59c6ae7a15e19828",
-    "gitTreeState": "clean", "buildDate": "2025-05-15T08:19:08Z", "goVersion": "go1.24.2", "compiler": "gc",
+    "major": "1",
+    "minor": "33",
+    "gitVersion": "v1.33.1",
+    "gitCommit": "8adc0f041b8e7ad1d30e29cc59c6ae7a15e19828",
+    "gitTreeState": "clean",
+    "buildDate": "2025-05-15T08:19:08Z",
+    "goVersion": "go1.24.2",
+    "compiler": "gc",
     "platform": "linux/amd64",
 }
 
@@ -95,8 +111,12 @@ class Rule:
     namespace: str = "*"
 
     def matches(self, verb: str, group: str, resource: str, namespace: str | None) -> bool:
-        return ((self.verb in ("*", verb)) and (self.group in ("*", group)) and (self.resource in ("*", resource))
-                and (self.namespace in ("*", namespace or "")))
+        return (
+            (self.verb in ("*", verb))
+            and (self.group in ("*", group))
+            and (self.resource in ("*", resource))
+            and (self.namespace in ("*", namespace or ""))
+        )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -141,11 +161,20 @@ class KubeApiDouble(Scenario):
         seed: seed of the random suffixes (pod names), for reproducible tests.
     """
 
-    def __init__(self, *, engines: Iterable[str] = (), namespaces: Iterable[str] = ("default",),
-                 token: str | None = "kube-api-double-token", user: str = "ddpctl-test",
-                 forbidden: Iterable[tuple] = (), authorize: Callable[..., bool] | None = None,
-                 validator: Validator | None | object = _DEFAULT, crd_dir: str | os.PathLike | None = None,
-                 auto_pods: bool = True, seed: int | None = None):
+    def __init__(
+        self,
+        *,
+        engines: Iterable[str] = (),
+        namespaces: Iterable[str] = ("default",),
+        token: str | None = "kube-api-double-token",
+        user: str = "ddpctl-test",
+        forbidden: Iterable[tuple] = (),
+        authorize: Callable[..., bool] | None = None,
+        validator: Validator | None | object = _DEFAULT,
+        crd_dir: str | os.PathLike | None = None,
+        auto_pods: bool = True,
+        seed: int | None = None,
+    ):
         engines = frozenset(engines)
         unknown = engines - set(ENGINES)
         if unknown:
@@ -179,13 +208,14 @@ class KubeApiDouble(Scenario):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> "KubeApiDouble":
+    def start(self) -> KubeApiDouble:
         if self._httpd is not None:
             return self
         self._httpd = _Server(("127.0.0.1", 0), _Handler)
         self._httpd.double = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="kube-api-double", daemon=True)
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="kube-api-double", daemon=True
+        )
         self._thread.start()
         return self
 
@@ -199,7 +229,7 @@ class KubeApiDouble(Scenario):
             self._thread.join(timeout=5)
             self._thread = None
 
-    def __enter__(self) -> "KubeApiDouble":
+    def __enter__(self) -> KubeApiDouble:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -214,19 +244,27 @@ class KubeApiDouble(Scenario):
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def write_kubeconfig(self, path: str | os.PathLike, context: str = "kube-api-double",
-                         namespace: str = "default", token: str | None | object = _DEFAULT,
-                         server: str | None = None) -> Path:
+    def write_kubeconfig(
+        self,
+        path: str | os.PathLike,
+        context: str = "kube-api-double",
+        namespace: str = "default",
+        token: str | None | object = _DEFAULT,
+        server: str | None = None,
+    ) -> Path:
         """Write a kubeconfig for this server (``kubernetes.config.load_kube_config(config_file=path,
         context=context)``). ``token`` defaults to the one the double requires; ``server`` to its URL."""
         tok = self.token if token is _DEFAULT else token
         user: dict[str, Any] = {"token": tok} if tok else {}
         cfg = {
-            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "apiVersion": "v1",
+            "kind": "Config",
+            "preferences": {},
             "clusters": [{"name": context, "cluster": {"server": server or self.url}}],
             "users": [{"name": f"{context}-user", "user": user}],
-            "contexts": [{"name": context, "context": {"cluster": context, "user": f"{context}-user",
-                                                         "namespace": namespace}}],
+            "contexts": [
+                {"name": context, "context": {"cluster": context, "user": f"{context}-user", "namespace": namespace}}
+            ],
             "current-context": context,
         }
         p = Path(path)
@@ -248,17 +286,40 @@ class KubeApiDouble(Scenario):
         """Deny (403) requests matching the rule from now on."""
         self.rules.append(Rule(verb, resource, group, namespace))
 
-    def fail_next(self, method: str | None, path: str, status: int = 500, count: int = 1,
-                  reason: str | None = None, message: str | None = None,
-                  body_contains: str | None = None) -> Fault:
+    def fail_next(
+        self,
+        method: str | None,
+        path: str,
+        status: int = 500,
+        count: int = 1,
+        reason: str | None = None,
+        message: str | None = None,
+        body_contains: str | None = None,
+    ) -> Fault:
         """Make the next ``count`` requests whose method matches and whose path matches the regex
         ``path`` (``re.search``) fail with a Status of code ``status``. ``body_contains`` narrows it to
         requests whose body contains that text (e.g. a kind name)."""
-        default_reason = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound",
-                          409: "Conflict", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
-                          503: "ServiceUnavailable", 504: "Timeout"}.get(status, "InternalError")
-        f = Fault(method.upper() if method else None, re.compile(path), status, count,
-                  reason or default_reason, message or f"injected failure ({status})", body_contains)
+        default_reason = {
+            400: "BadRequest",
+            401: "Unauthorized",
+            403: "Forbidden",
+            404: "NotFound",
+            409: "Conflict",
+            422: "Invalid",
+            429: "TooManyRequests",
+            500: "InternalError",
+            503: "ServiceUnavailable",
+            504: "Timeout",
+        }.get(status, "InternalError")
+        f = Fault(
+            method.upper() if method else None,
+            re.compile(path),
+            status,
+            count,
+            reason or default_reason,
+            message or f"injected failure ({status})",
+            body_contains,
+        )
         with self._lock:
             self.faults.append(f)
         return f
@@ -267,8 +328,11 @@ class KubeApiDouble(Scenario):
         """Recorded requests, optionally filtered by method and a path regex."""
         with self._lock:
             reqs = list(self.requests)
-        return [r for r in reqs if (method is None or r.method == method.upper())
-                and (path is None or re.search(path, r.path))]
+        return [
+            r
+            for r in reqs
+            if (method is None or r.method == method.upper()) and (path is None or re.search(path, r.path))
+        ]
 
     def clear_requests(self) -> None:
         with self._lock:
@@ -305,8 +369,14 @@ class KubeApiDouble(Scenario):
         query = parse_qs(url.query, keep_blank_values=True)
         length = int(h.headers.get("Content-Length") or 0)
         body = h.rfile.read(length) if length else b""
-        rec = RecordedRequest(h.command, url.path, query, h.headers.get("Content-Type", ""), body,
-                              {k.lower(): v for k, v in h.headers.items()})
+        rec = RecordedRequest(
+            h.command,
+            url.path,
+            query,
+            h.headers.get("Content-Type", ""),
+            body,
+            {k.lower(): v for k, v in h.headers.items()},
+        )
         with self._lock:
             self.requests.append(rec)
         try:
@@ -378,8 +448,12 @@ class KubeApiDouble(Scenario):
         # injected faults
         with self._lock:
             for f in self.faults:
-                if f.remaining > 0 and (f.method is None or f.method == rec.method) and f.path.search(rec.path) \
-                        and (f.body_contains is None or f.body_contains.encode() in rec.body):
+                if (
+                    f.remaining > 0
+                    and (f.method is None or f.method == rec.method)
+                    and f.path.search(rec.path)
+                    and (f.body_contains is None or f.body_contains.encode() in rec.body)
+                ):
                     f.remaining -= 1
                     f.hits += 1
                     raise S.KubeError(f.status, f.reason, f.message, {})
@@ -389,8 +463,15 @@ class KubeApiDouble(Scenario):
             raise S.resource_not_found()
         if route.kind == "log":
             return self._serve_log(h, rec, route)
-        handler = {"list": self._list, "watch": self._watch, "get": self._get, "create": self._create,
-                   "update": self._update, "patch": self._patch, "delete": self._delete}.get(verb)
+        handler = {
+            "list": self._list,
+            "watch": self._watch,
+            "get": self._get,
+            "create": self._create,
+            "update": self._update,
+            "patch": self._patch,
+            "delete": self._delete,
+        }.get(verb)
         if handler is None:
             raise S.method_not_allowed()
         return handler(h, rec, route)
@@ -455,8 +536,12 @@ class KubeApiDouble(Scenario):
             if route.name is None:
                 return "watch" if rec.param("watch") in ("true", "1", "True") else "list"
             return "get"
-        return {"POST": "create", "PUT": "update", "PATCH": "patch",
-                "DELETE": "delete" if route.name else "deletecollection"}.get(m, m.lower())
+        return {
+            "POST": "create",
+            "PUT": "update",
+            "PATCH": "patch",
+            "DELETE": "delete" if route.name else "deletecollection",
+        }.get(m, m.lower())
 
     # discovery -----------------------------------------------------------
 
@@ -465,11 +550,17 @@ class KubeApiDouble(Scenario):
         if what[0] == "version":
             return dict(KUBE_VERSION)
         if what[0] == "api":
-            return {"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
-                {"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}]}
+            return {
+                "kind": "APIVersions",
+                "versions": ["v1"],
+                "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": f"127.0.0.1:{self.port}"}],
+            }
         if what[0] == "apis":
-            return {"kind": "APIGroupList", "apiVersion": "v1",
-                    "groups": [self._group(g, vs) for g, vs in self.registry.groups().items()]}
+            return {
+                "kind": "APIGroupList",
+                "apiVersion": "v1",
+                "groups": [self._group(g, vs) for g, vs in self.registry.groups().items()],
+            }
         if what[0] == "group":
             g = what[1]
             return dict(self._group(g, self.registry.groups()[g]), kind="APIGroup", apiVersion="v1")
@@ -478,16 +569,34 @@ class KubeApiDouble(Scenario):
         for rt in self.registry.all():
             if (rt.group, rt.version) != (group, version):
                 continue
-            resources.append({"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
-                              "kind": rt.kind, "verbs": list(self._verbs_for(rt)),
-                              **({"shortNames": list(rt.short_names)} if rt.short_names else {}),
-                              **({"categories": list(rt.categories)} if rt.categories else {}),
-                              "storageVersionHash": _hash(rt)})
+            resources.append(
+                {
+                    "name": rt.plural,
+                    "singularName": rt.singular,
+                    "namespaced": rt.namespaced,
+                    "kind": rt.kind,
+                    "verbs": list(self._verbs_for(rt)),
+                    **({"shortNames": list(rt.short_names)} if rt.short_names else {}),
+                    **({"categories": list(rt.categories)} if rt.categories else {}),
+                    "storageVersionHash": _hash(rt),
+                }
+            )
             for sub in rt.subresources:
-                resources.append({"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                                  "kind": rt.kind, "verbs": ["get"] if sub == "log" else ["get", "patch", "update"]})
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group
-                else version, "resources": resources}
+                resources.append(
+                    {
+                        "name": f"{rt.plural}/{sub}",
+                        "singularName": "",
+                        "namespaced": rt.namespaced,
+                        "kind": rt.kind,
+                        "verbs": ["get"] if sub == "log" else ["get", "patch", "update"],
+                    }
+                )
+        return {
+            "kind": "APIResourceList",
+            "apiVersion": "v1",
+            "groupVersion": f"{group}/{version}" if group else version,
+            "resources": resources,
+        }
 
     @staticmethod
     def _verbs_for(rt: ResourceType) -> list[str]:
@@ -514,10 +623,23 @@ class KubeApiDouble(Scenario):
             values += body["dryRun"]
         for v in values:
             if v != "All":
-                opts = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions",
-                        "DELETE": "DeleteOptions"}.get(rec.method, "CreateOptions")
-                raise S.invalid(f"{opts}.meta.k8s.io", "meta.k8s.io", opts, "", [FieldError(
-                    "dryRun", "FieldValueNotSupported", f'Unsupported value: "{v}": supported values: "All"')])
+                opts = {
+                    "POST": "CreateOptions",
+                    "PUT": "UpdateOptions",
+                    "PATCH": "PatchOptions",
+                    "DELETE": "DeleteOptions",
+                }.get(rec.method, "CreateOptions")
+                raise S.invalid(
+                    f"{opts}.meta.k8s.io",
+                    "meta.k8s.io",
+                    opts,
+                    "",
+                    [
+                        FieldError(
+                            "dryRun", "FieldValueNotSupported", f'Unsupported value: "{v}": supported values: "All"'
+                        )
+                    ],
+                )
         return bool(values)
 
     @staticmethod
@@ -549,13 +671,14 @@ class KubeApiDouble(Scenario):
         limit = int(rec.param("limit") or 0)
         start = int(rec.param("continue") or 0) if (rec.param("continue") or "").isdigit() else 0
         if limit:
-            page = items[start:start + limit]
+            page = items[start : start + limit]
             if start + limit < len(items):
                 meta["continue"] = str(start + limit)
                 meta["remainingItemCount"] = len(items) - start - limit
             items = page
-        self._send_json(h, rec, 200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta,
-                                      "items": items})
+        self._send_json(
+            h, rec, 200, {"kind": rt.list_kind, "apiVersion": rt.api_version, "metadata": meta, "items": items}
+        )
 
     def _create(self, h, rec, route):
         rt = route.rt
@@ -567,8 +690,7 @@ class KubeApiDouble(Scenario):
         self._check_body_type(rt, body)
         md = body.get("metadata") or {}
         if rt.namespaced and md.get("namespace") not in (None, "", route.namespace):
-            raise S.bad_request("the namespace of the provided object does not match the namespace sent on the "
-                                "request")
+            raise S.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         dry = self._dry_run(rec)
         obj = self.store.create(rt, route.namespace, body, self._manager(rec), dry_run=dry)
         if not dry:
@@ -579,9 +701,11 @@ class KubeApiDouble(Scenario):
     def _check_body_type(rt: ResourceType, body: dict) -> None:
         av, kind = body.get("apiVersion"), body.get("kind")
         if av not in (None, rt.api_version) or kind not in (None, rt.kind):
-            raise S.bad_request(f"the API version in the data ({av}) does not match the expected API version "
-                                f"({rt.api_version})" if av != rt.api_version else
-                                f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})")
+            raise S.bad_request(
+                f"the API version in the data ({av}) does not match the expected API version ({rt.api_version})"
+                if av != rt.api_version
+                else f"the kind in the data ({kind}) does not match the expected kind ({rt.kind})"
+            )
 
     def _update(self, h, rec, route):
         rt = route.rt
@@ -592,8 +716,9 @@ class KubeApiDouble(Scenario):
             raise S.bad_request("the object provided is unrecognized (must be of type object)")
         self._check_body_type(rt, body)
         dry = self._dry_run(rec)
-        obj = self.store.replace(rt, route.namespace, route.name, body, self._manager(rec),
-                                 subresource=route.subresource, dry_run=dry)
+        obj = self.store.replace(
+            rt, route.namespace, route.name, body, self._manager(rec), subresource=route.subresource, dry_run=dry
+        )
         self._send_json(h, rec, 200, obj)
 
     def _patch(self, h, rec, route):
@@ -606,29 +731,53 @@ class KubeApiDouble(Scenario):
         if ctype == "application/apply-patch+yaml":
             manager = rec.param("fieldManager")
             if not manager:
-                raise S.invalid("PatchOptions.meta.k8s.io", "meta.k8s.io", "PatchOptions", "", [FieldError(
-                    "fieldManager", "FieldValueRequired", "Required value: is required for apply patch")])
+                raise S.invalid(
+                    "PatchOptions.meta.k8s.io",
+                    "meta.k8s.io",
+                    "PatchOptions",
+                    "",
+                    [FieldError("fieldManager", "FieldValueRequired", "Required value: is required for apply patch")],
+                )
             try:
                 config = yaml.safe_load(rec.body or b"")
             except yaml.YAMLError as e:
                 raise S.bad_request(f"error decoding YAML: {e}")
-            obj, created = self.store.apply(rt, route.namespace, route.name, config, manager,
-                                            force=force in ("true", "1", "True"), subresource=route.subresource,
-                                            dry_run=dry)
+            obj, created = self.store.apply(
+                rt,
+                route.namespace,
+                route.name,
+                config,
+                manager,
+                force=force in ("true", "1", "True"),
+                subresource=route.subresource,
+                dry_run=dry,
+            )
             if created and not dry:
                 self.on_created(rt, obj)
             return self._send_json(h, rec, 201 if created else 200, obj)
         if force is not None:
-            raise S.invalid("PatchOptions.meta.k8s.io", "meta.k8s.io", "PatchOptions", "", [FieldError(
-                "force", "FieldValueForbidden", "Forbidden: may not be specified for non-apply patch")])
+            raise S.invalid(
+                "PatchOptions.meta.k8s.io",
+                "meta.k8s.io",
+                "PatchOptions",
+                "",
+                [FieldError("force", "FieldValueForbidden", "Forbidden: may not be specified for non-apply patch")],
+            )
         if ctype in ("application/merge-patch+json", "application/strategic-merge-patch+json"):
             if ctype == "application/strategic-merge-patch+json" and rt.is_custom:
-                raise S.KubeError(415, "UnsupportedMediaType", (
-                    'the body of the request was in an unknown format - accepted media types include: '
-                    'application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml'), {})
+                raise S.KubeError(
+                    415,
+                    "UnsupportedMediaType",
+                    (
+                        'the body of the request was in an unknown format - accepted media types include: '
+                        'application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml'
+                    ),
+                    {},
+                )
             patch = self._parse_json(rec)
-            obj = self.store.merge_patch(rt, route.namespace, route.name, patch, self._manager(rec),
-                                         subresource=route.subresource, dry_run=dry)
+            obj = self.store.merge_patch(
+                rt, route.namespace, route.name, patch, self._manager(rec), subresource=route.subresource, dry_run=dry
+            )
             return self._send_json(h, rec, 200, obj)
         if ctype == "application/json-patch+json":
             ops = self._parse_json(rec)
@@ -636,13 +785,26 @@ class KubeApiDouble(Scenario):
                 cur = self.store.get(rt, route.namespace, route.name)
                 patched = _json_patch(cur, ops)
                 patched["metadata"].setdefault("resourceVersion", cur["metadata"]["resourceVersion"])
-                obj = self.store.replace(rt, route.namespace, route.name, patched, self._manager(rec),
-                                         subresource=route.subresource, dry_run=dry)
+                obj = self.store.replace(
+                    rt,
+                    route.namespace,
+                    route.name,
+                    patched,
+                    self._manager(rec),
+                    subresource=route.subresource,
+                    dry_run=dry,
+                )
             return self._send_json(h, rec, 200, obj)
-        raise S.KubeError(415, "UnsupportedMediaType", (
-            f'the body of the request was in an unknown format - accepted media types include: '
-            f'application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml'
-            + ("" if rt.is_custom else ", application/strategic-merge-patch+json")), {})
+        raise S.KubeError(
+            415,
+            "UnsupportedMediaType",
+            (
+                f'the body of the request was in an unknown format - accepted media types include: '
+                f'application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml'
+                + ("" if rt.is_custom else ", application/strategic-merge-patch+json")
+            ),
+            {},
+        )
 
     def _delete(self, h, rec, route):
         rt = route.rt
@@ -655,8 +817,9 @@ class KubeApiDouble(Scenario):
                 orphan = rec.param("orphanDependents") == "true"
             policy = "Orphan" if orphan else "Background"
         dry = self._dry_run(rec, body)
-        obj = self.store.delete(rt, route.namespace, route.name, policy, dry_run=dry,
-                                preconditions=body.get("preconditions"))
+        obj = self.store.delete(
+            rt, route.namespace, route.name, policy, dry_run=dry, preconditions=body.get("preconditions")
+        )
         self._send_json(h, rec, 200, obj)
 
     # watch ---------------------------------------------------------------
@@ -736,9 +899,11 @@ class KubeApiDouble(Scenario):
         container = rec.param("container")
         if not container:
             if len(names) != 1:
-                raise S.bad_request(f"a container name must be specified for pod {name}, choose one of: "
-                                    f"[{' '.join(names)}]" + (f" or one of the init containers: "
-                                                               f"[{' '.join(init_names)}]" if init_names else ""))
+                raise S.bad_request(
+                    f"a container name must be specified for pod {name}, choose one of: "
+                    f"[{' '.join(names)}]"
+                    + (f" or one of the init containers: [{' '.join(init_names)}]" if init_names else "")
+                )
             container = names[0]
         elif container not in names + init_names:
             raise S.bad_request(f"container {container} is not valid for pod {name}")
@@ -764,8 +929,9 @@ class KubeApiDouble(Scenario):
                 waiting = (st or {}).get("state", {}).get("waiting") if st else {"reason": "ContainerCreating"}
                 if waiting and waiting.get("reason") != "CrashLoopBackOff":
                     reason = waiting.get("reason", "ContainerCreating")
-                    text = ("trying and failing to pull image" if reason in ("ImagePullBackOff", "ErrImagePull")
-                            else reason)
+                    text = (
+                        "trying and failing to pull image" if reason in ("ImagePullBackOff", "ErrImagePull") else reason
+                    )
                     raise S.bad_request(f'container "{container}" in pod "{name}" is waiting to start: {text}')
                 inst = self.logbook.current(ns, name, container)
             lines = list(inst.lines)
@@ -809,8 +975,16 @@ class KubeApiDouble(Scenario):
 def _without_server_fields(obj: dict) -> dict:
     o = copy.deepcopy(obj)
     md = o.get("metadata") or {}
-    for k in ("uid", "resourceVersion", "generation", "creationTimestamp", "managedFields", "deletionTimestamp",
-              "deletionGracePeriodSeconds", "selfLink"):
+    for k in (
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "managedFields",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+    ):
         md.pop(k, None)
     return o
 
@@ -848,17 +1022,14 @@ def _json_patch(doc: Any, ops: Any) -> Any:
                 elif kind == "replace":
                     parent[idx] = op["value"]
                 elif kind == "test" and parent[idx] != op["value"]:
-                    raise S.KubeError(422, "Invalid", "the server rejected our request due to an error in our "
-                                      "request")
+                    raise S.KubeError(422, "Invalid", "the server rejected our request due to an error in our request")
             else:
                 if kind in ("add", "replace"):
                     parent[key] = op["value"]
                 elif kind == "remove":
                     del parent[key]
                 elif kind == "test" and parent.get(key) != op["value"]:
-                    raise S.KubeError(422, "Invalid", "the server rejected our request due to an error in our "
-                                      "request")
+                    raise S.KubeError(422, "Invalid", "the server rejected our request due to an error in our request")
         except (KeyError, IndexError, ValueError, TypeError) as e:
-            raise S.KubeError(422, "Invalid", f"the server rejected our request due to an error in our request: "
-                              f"{e}")
+            raise S.KubeError(422, "Invalid", f"the server rejected our request due to an error in our request: {e}")
     return doc

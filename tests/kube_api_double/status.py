@@ -25,9 +25,12 @@ class KubeError(Exception):
 
 def status_body(code: int, reason: str, message: str, details: dict | None = None) -> dict:
     body: dict[str, Any] = {
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
         "status": "Success" if code < 400 else "Failure",
-        "message": message, "reason": reason,
+        "message": message,
+        "reason": reason,
     }
     if details is not None:
         body["details"] = details
@@ -64,9 +67,15 @@ def already_exists(rt: ResourceType, name: str) -> KubeError:
 
 
 def rv_conflict(rt: ResourceType, name: str) -> KubeError:
-    return KubeError(409, "Conflict", (
-        f'Operation cannot be fulfilled on {rt.group_resource} "{name}": the object has been modified; '
-        "please apply your changes to the latest version and try again"), _details(rt, name))
+    return KubeError(
+        409,
+        "Conflict",
+        (
+            f'Operation cannot be fulfilled on {rt.group_resource} "{name}": the object has been modified; '
+            "please apply your changes to the latest version and try again"
+        ),
+        _details(rt, name),
+    )
 
 
 def apply_conflict(conflicts: dict[str, list[str]], api_version: str) -> KubeError:
@@ -109,14 +118,20 @@ def unauthorized() -> KubeError:
     return KubeError(401, "Unauthorized", "Unauthorized")
 
 
-def forbidden(user: str, verb: str, rt_group: str, resource: str, namespace: str | None,
-              name: str | None, subresource: str | None = None) -> KubeError:
+def forbidden(
+    user: str,
+    verb: str,
+    rt_group: str,
+    resource: str,
+    namespace: str | None,
+    name: str | None,
+    subresource: str | None = None,
+) -> KubeError:
     group_resource = f"{resource}.{rt_group}" if rt_group else resource
     full = f"{resource}/{subresource}" if subresource else resource
     subject = f'{group_resource} "{name}"' if name else group_resource
     scope = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
-    msg = (f'{subject} is forbidden: User "{user}" cannot {verb} resource "{full}" in API group '
-           f'"{rt_group}" {scope}')
+    msg = f'{subject} is forbidden: User "{user}" cannot {verb} resource "{full}" in API group "{rt_group}" {scope}'
     details: dict[str, Any] = {}
     if name:
         details["name"] = name
@@ -127,8 +142,7 @@ def forbidden(user: str, verb: str, rt_group: str, resource: str, namespace: str
 
 
 def method_not_allowed() -> KubeError:
-    return KubeError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
-                     {})
+    return KubeError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {})
 
 
 def expired(message: str) -> KubeError:

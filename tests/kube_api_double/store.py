@@ -13,8 +13,9 @@ import itertools
 import random
 import threading
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from . import fields as F
 from . import status as S
@@ -24,7 +25,7 @@ ALNUM = "bcdfghjklmnpqrstvwxz2456789"  # kube's utilrand alphabet (no vowels, no
 
 
 def now() -> dt.datetime:
-    return dt.datetime.now(dt.timezone.utc)
+    return dt.datetime.now(dt.UTC)
 
 
 def iso(t: dt.datetime | None = None) -> str:
@@ -70,8 +71,15 @@ class Store:
         return str(self.rv)
 
     def _emit(self, type_: str, rt: ResourceType, obj: dict, prev: dict | None = None) -> None:
-        self.history.append(WatchEvent(int(obj["metadata"]["resourceVersion"]), type_, rt, copy.deepcopy(obj),
-                                       copy.deepcopy(prev) if prev is not None else None))
+        self.history.append(
+            WatchEvent(
+                int(obj["metadata"]["resourceVersion"]),
+                type_,
+                rt,
+                copy.deepcopy(obj),
+                copy.deepcopy(prev) if prev is not None else None,
+            )
+        )
         self.cond.notify_all()
 
     def notify(self) -> None:
@@ -103,11 +111,15 @@ class Store:
             raise S.not_found(rt, name)
         return obj
 
-    def list(self, rt: ResourceType, ns: str | None, match: Callable[[dict], bool] = lambda o: True
-             ) -> tuple[list[dict], int]:
+    def list(
+        self, rt: ResourceType, ns: str | None, match: Callable[[dict], bool] = lambda o: True
+    ) -> tuple[list[dict], int]:
         with self.lock:
-            items = [copy.deepcopy(o) for (k, ons, _), o in self.objects.items()
-                     if k == _key(rt) and (ns is None or ons == ns) and match(o)]
+            items = [
+                copy.deepcopy(o)
+                for (k, ons, _), o in self.objects.items()
+                if k == _key(rt) and (ns is None or ons == ns) and match(o)
+            ]
             items.sort(key=lambda o: (o["metadata"].get("namespace", ""), o["metadata"]["name"]))
             return items, self.rv
 
@@ -151,8 +163,14 @@ class Store:
                 uid = md["uid"]
                 spec["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
                 tl = spec.setdefault("template", {}).setdefault("metadata", {}).setdefault("labels", {})
-                tl.update({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": md["name"],
-                           "controller-uid": uid, "job-name": md["name"]})
+                tl.update(
+                    {
+                        "batch.kubernetes.io/controller-uid": uid,
+                        "batch.kubernetes.io/job-name": md["name"],
+                        "controller-uid": uid,
+                        "job-name": md["name"],
+                    }
+                )
             spec.setdefault("backoffLimit", 6)
             spec.setdefault("completionMode", "NonIndexed")
             spec.setdefault("suspend", False)
@@ -217,22 +235,31 @@ class Store:
     def _entry_paths(e: dict) -> set:
         return F.from_fields_v1(e.get("fieldsV1") or {})
 
-    def _set_entry(self, obj: dict, rt: ResourceType, manager: str, operation: str, subresource: str | None,
-                   paths: set) -> None:
+    def _set_entry(
+        self, obj: dict, rt: ResourceType, manager: str, operation: str, subresource: str | None, paths: set
+    ) -> None:
         mf = self._mf(obj)
-        same = lambda e: (e["manager"] == manager and e["operation"] == operation  # noqa: E731
-                          and e.get("subresource") == subresource)
+        same = lambda e: (
+            e["manager"] == manager
+            and e["operation"] == operation  # noqa: E731
+            and e.get("subresource") == subresource
+        )
         pos = next((i for i, e in enumerate(mf) if same(e)), len(mf))
         mf[:] = [e for e in mf if not same(e)]
         if paths:
-            e = {"manager": manager, "operation": operation, "apiVersion": rt.api_version, "time": iso(),
-                 "fieldsType": "FieldsV1", "fieldsV1": F.to_fields_v1(paths)}
+            e = {
+                "manager": manager,
+                "operation": operation,
+                "apiVersion": rt.api_version,
+                "time": iso(),
+                "fieldsType": "FieldsV1",
+                "fieldsV1": F.to_fields_v1(paths),
+            }
             if subresource:
                 e["subresource"] = subresource
             mf.insert(pos, e)  # an entry keeps its place in the list
 
-    def _strip_from_others(self, obj: dict, manager: str, operation: str, subresource: str | None,
-                           paths: set) -> None:
+    def _strip_from_others(self, obj: dict, manager: str, operation: str, subresource: str | None, paths: set) -> None:
         mf = self._mf(obj)
         keep = []
         for e in mf:
@@ -247,33 +274,43 @@ class Store:
                 keep.append(e)
         mf[:] = keep
 
-    def _record_update(self, rt: ResourceType, old: dict | None, new: dict, manager: str,
-                       subresource: str | None) -> None:
+    def _record_update(
+        self, rt: ResourceType, old: dict | None, new: dict, manager: str, subresource: str | None
+    ) -> None:
         status = subresource == "status"
         changed, removed = F.changed_paths(old or {}, new, include_status=status)
         if old is not None:
-            new["metadata"]["managedFields"] = copy.deepcopy((old["metadata"].get("managedFields") or []))
+            new["metadata"]["managedFields"] = copy.deepcopy(old["metadata"].get("managedFields") or [])
         if not changed and not removed:
             return
         self._strip_from_others(new, manager, "Update", subresource, changed | removed)
-        mine = next((self._entry_paths(e) for e in self._mf(new) if e["manager"] == manager
-                     and e["operation"] == "Update" and e.get("subresource") == subresource), set())
+        mine = next(
+            (
+                self._entry_paths(e)
+                for e in self._mf(new)
+                if e["manager"] == manager and e["operation"] == "Update" and e.get("subresource") == subresource
+            ),
+            set(),
+        )
         mine = {p for p in mine if not any(F.overlaps(p, r) for r in removed)} | changed
         mine = {p for p in mine if F.get_path(new, p, F._MISSING) is not F._MISSING}
         self._set_entry(new, rt, manager, "Update", subresource, mine)
 
     # operations --------------------------------------------------------
 
-    def create(self, rt: ResourceType, ns: str | None, body: dict, manager: str, dry_run: bool = False,
-               validate: bool = True) -> dict:
+    def create(
+        self, rt: ResourceType, ns: str | None, body: dict, manager: str, dry_run: bool = False, validate: bool = True
+    ) -> dict:
         with self.lock:
             self._require_ns(rt, ns)
             obj = self._stamp_new(rt, ns, body)
             name = obj["metadata"].get("name")
             if not name:
-                raise S.invalid_for(rt, "", [F_err("metadata.name",
-                                                   "Required value: name or generateName is required",
-                                                   "FieldValueRequired")])
+                raise S.invalid_for(
+                    rt,
+                    "",
+                    [F_err("metadata.name", "Required value: name or generateName is required", "FieldValueRequired")],
+                )
             if (_key(rt), ns if rt.namespaced else None, name) in self.objects:
                 raise S.already_exists(rt, name)
             if validate:
@@ -282,8 +319,16 @@ class Store:
             self._record_update(rt, None, obj, manager, None)
             return self._write(rt, obj, None, dry_run)
 
-    def replace(self, rt: ResourceType, ns: str | None, name: str, body: dict, manager: str,
-                subresource: str | None = None, dry_run: bool = False) -> dict:
+    def replace(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        body: dict,
+        manager: str,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
         with self.lock:
             self._require_ns(rt, ns)
             old = self.peek(rt, ns, name)
@@ -291,12 +336,14 @@ class Store:
                 raise S.not_found(rt, name)
             md = body.get("metadata") or {}
             if md.get("name") != name:
-                raise S.bad_request(f"the name of the object ({md.get('name')}) does not match the name on the URL "
-                                    f"({name})")
+                raise S.bad_request(
+                    f"the name of the object ({md.get('name')}) does not match the name on the URL ({name})"
+                )
             rv = md.get("resourceVersion")
             if rv in (None, "") and rt.is_custom:
-                raise S.invalid_for(rt, name, [F_err("metadata.resourceVersion",
-                                                     "Invalid value: 0x0: must be specified for an update")])
+                raise S.invalid_for(
+                    rt, name, [F_err("metadata.resourceVersion", "Invalid value: 0x0: must be specified for an update")]
+                )
             if rv not in (None, "") and rv != old["metadata"]["resourceVersion"]:
                 raise S.rv_conflict(rt, name)
             new = self._merge_update(rt, old, copy.deepcopy(body), subresource)
@@ -327,31 +374,51 @@ class Store:
                 new.pop("status", None)
         return new
 
-    def _finish_update(self, rt: ResourceType, old: dict, new: dict, manager: str, subresource: str | None,
-                       dry_run: bool, validate: bool = True) -> dict:
+    def _finish_update(
+        self,
+        rt: ResourceType,
+        old: dict,
+        new: dict,
+        manager: str,
+        subresource: str | None,
+        dry_run: bool,
+        validate: bool = True,
+    ) -> dict:
         if subresource != "status":
             self._check_immutable(rt, old, new)
         self._bump_generation(old, new)
         if validate:
             self.validate(rt, new)
         self._record_update(rt, old, new, manager, subresource)
-        cmp = lambda o: {k: v for k, v in o.items() if k != "metadata"} | {
-            "md": {k: v for k, v in o["metadata"].items() if k not in ("managedFields", "resourceVersion")}}
+        cmp = lambda o: (
+            {k: v for k, v in o.items() if k != "metadata"}
+            | {"md": {k: v for k, v in o["metadata"].items() if k not in ("managedFields", "resourceVersion")}}
+        )
         if cmp(old) == cmp(new):
             return old  # a no-op update does not bump the resourceVersion
         return self._write(rt, new, old, dry_run)
 
-    def merge_patch(self, rt: ResourceType, ns: str | None, name: str, patch: Any, manager: str,
-                    subresource: str | None = None, dry_run: bool = False) -> dict:
+    def merge_patch(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        patch: Any,
+        manager: str,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> dict:
         with self.lock:
             self._require_ns(rt, ns)
             old = self.peek(rt, ns, name)
             if old is None:
                 raise S.not_found(rt, name)
             if not isinstance(patch, dict):
-                raise S.bad_request("the body of the request was in an unknown format - accepted media types "
-                                    "include: application/json-patch+json, application/merge-patch+json, "
-                                    "application/apply-patch+yaml")
+                raise S.bad_request(
+                    "the body of the request was in an unknown format - accepted media types "
+                    "include: application/json-patch+json, application/merge-patch+json, "
+                    "application/apply-patch+yaml"
+                )
             rv = (patch.get("metadata") or {}).get("resourceVersion")
             if rv not in (None, "") and rv != old["metadata"]["resourceVersion"]:
                 raise S.rv_conflict(rt, name)
@@ -359,8 +426,17 @@ class Store:
             new = self._merge_update(rt, old, merged, subresource)
             return self._finish_update(rt, old, new, manager, subresource, dry_run)
 
-    def apply(self, rt: ResourceType, ns: str | None, name: str, config: dict, manager: str, force: bool,
-              subresource: str | None = None, dry_run: bool = False) -> tuple[dict, bool]:
+    def apply(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        config: dict,
+        manager: str,
+        force: bool,
+        subresource: str | None = None,
+        dry_run: bool = False,
+    ) -> tuple[dict, bool]:
         """Server-side apply. Returns (object, created)."""
         with self.lock:
             self._require_ns(rt, ns)
@@ -370,14 +446,18 @@ class Store:
             if config.get("apiVersion") != rt.api_version or config.get("kind") != rt.kind:
                 raise S.bad_request(
                     f"the API version in the data ({config.get('apiVersion')}) does not match the expected API "
-                    f"version ({rt.api_version})" if config.get("apiVersion") != rt.api_version else
-                    f"the kind in the data ({config.get('kind')}) does not match the expected kind ({rt.kind})")
+                    f"version ({rt.api_version})"
+                    if config.get("apiVersion") != rt.api_version
+                    else f"the kind in the data ({config.get('kind')}) does not match the expected kind ({rt.kind})"
+                )
             if md.get("name") != name:
-                raise S.bad_request(f"the name of the object ({md.get('name')}) does not match the name on the URL "
-                                    f"({name})")
+                raise S.bad_request(
+                    f"the name of the object ({md.get('name')}) does not match the name on the URL ({name})"
+                )
             if rt.namespaced and md.get("namespace") not in (None, ns):
-                raise S.bad_request("the namespace of the provided object does not match the namespace sent on "
-                                    "the request")
+                raise S.bad_request(
+                    "the namespace of the provided object does not match the namespace sent on the request"
+                )
             if md.get("managedFields"):
                 raise S.bad_request("metadata.managedFields must be nil")
             status = subresource == "status"
@@ -391,8 +471,14 @@ class Store:
                 obj = self._stamp_new(rt, ns, body)
                 self.validate(rt, obj)
                 obj["metadata"].pop("managedFields", None)
-                self._set_entry(obj, rt, manager, "Apply", None, {p for p in applied
-                                                                   if F.get_path(obj, p, F._MISSING) is not F._MISSING})
+                self._set_entry(
+                    obj,
+                    rt,
+                    manager,
+                    "Apply",
+                    None,
+                    {p for p in applied if F.get_path(obj, p, F._MISSING) is not F._MISSING},
+                )
                 return self._write(rt, obj, None, dry_run), True
             rv = md.get("resourceVersion")
             if rv not in (None, "") and rv != old["metadata"]["resourceVersion"]:
@@ -419,8 +505,14 @@ class Store:
                         taken.add(q)
             if conflicts and not force:
                 raise S.apply_conflict(conflicts, rt.api_version)
-            previously = next((self._entry_paths(e) for e in entries if e["manager"] == manager
-                               and e["operation"] == "Apply" and e.get("subresource") == subresource), set())
+            previously = next(
+                (
+                    self._entry_paths(e)
+                    for e in entries
+                    if e["manager"] == manager and e["operation"] == "Apply" and e.get("subresource") == subresource
+                ),
+                set(),
+            )
             others = set()
             for e in entries:
                 if not (e["manager"] == manager and e["operation"] == "Apply" and e.get("subresource") == subresource):
@@ -435,30 +527,39 @@ class Store:
                 new["status"] = F.deep_merge(new.get("status") or {}, cfg.get("status") or {})
             else:
                 body = {k: v for k, v in cfg.items() if k not in ("status", "apiVersion", "kind")}
-                body_md = {k: v for k, v in (body.pop("metadata", None) or {}).items()
-                           if k not in F.UNTRACKED_METADATA}
+                body_md = {k: v for k, v in (body.pop("metadata", None) or {}).items() if k not in F.UNTRACKED_METADATA}
                 new = F.deep_merge(new, body)
                 new["metadata"] = F.deep_merge(new["metadata"], body_md)
             if force and taken:
                 self._strip_from_others(new, manager, "Apply", subresource, taken)
-            self._set_entry(new, rt, manager, "Apply", subresource,
-                            {p for p in applied if F.get_path(new, p, F._MISSING) is not F._MISSING})
+            self._set_entry(
+                new,
+                rt,
+                manager,
+                "Apply",
+                subresource,
+                {p for p in applied if F.get_path(new, p, F._MISSING) is not F._MISSING},
+            )
             if subresource != "status":
                 self._check_immutable(rt, old, new)
             self._bump_generation(old, new)
             self.validate(rt, new)
-            cmp = lambda o: {k: v for k, v in o.items() if k != "metadata"} | {
-                "md": {k: v for k, v in o["metadata"].items() if k not in ("resourceVersion",)}}
+            cmp = lambda o: (
+                {k: v for k, v in o.items() if k != "metadata"}
+                | {"md": {k: v for k, v in o["metadata"].items() if k not in ("resourceVersion",)}}
+            )
             mf_times = lambda o: [dict(e, time="") for e in o["metadata"].get("managedFields") or []]
             if cmp(dict(old, metadata=dict(old["metadata"], managedFields=mf_times(old)))) == cmp(
-                    dict(new, metadata=dict(new["metadata"], managedFields=mf_times(new)))):
+                dict(new, metadata=dict(new["metadata"], managedFields=mf_times(new)))
+            ):
                 return old, False  # idempotent re-apply: nothing changes, same resourceVersion
             return self._write(rt, new, old, dry_run), False
 
     # internal writes for controllers / scenario helpers ------------------
 
-    def put(self, rt: ResourceType, obj: dict, manager: str = "kube-controller-manager",
-            subresource: str | None = None) -> dict:
+    def put(
+        self, rt: ResourceType, obj: dict, manager: str = "kube-controller-manager", subresource: str | None = None
+    ) -> dict:
         """Create or update ``obj`` without validation (what controllers do)."""
         with self.lock:
             ns = obj["metadata"].get("namespace") if rt.namespaced else None
@@ -476,8 +577,15 @@ class Store:
                     new["status"] = copy.deepcopy(obj["status"])
             return self._finish_update(rt, old, new, manager, subresource, False, validate=False)
 
-    def mutate(self, rt: ResourceType, ns: str | None, name: str, fn: Callable[[dict], None],
-               manager: str = "kubelet", subresource: str | None = "status") -> dict:
+    def mutate(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        fn: Callable[[dict], None],
+        manager: str = "kubelet",
+        subresource: str | None = "status",
+    ) -> dict:
         with self.lock:
             obj = self.get(rt, ns, name)
             fn(obj)
@@ -485,27 +593,50 @@ class Store:
 
     # deletion -----------------------------------------------------------
 
-    def delete(self, rt: ResourceType, ns: str | None, name: str, propagation: str | None,
-               dry_run: bool = False, preconditions: dict | None = None) -> dict:
+    def delete(
+        self,
+        rt: ResourceType,
+        ns: str | None,
+        name: str,
+        propagation: str | None,
+        dry_run: bool = False,
+        preconditions: dict | None = None,
+    ) -> dict:
         with self.lock:
             obj = self.peek(rt, ns, name)
             if obj is None:
                 raise S.not_found(rt, name)
             pre = preconditions or {}
             if pre.get("uid") and pre["uid"] != obj["metadata"]["uid"]:
-                raise S.KubeError(409, "Conflict", (
-                    f'Operation cannot be fulfilled on {rt.group_resource} "{name}": Precondition failed: '
-                    f'UID in precondition: {pre["uid"]}, UID in object meta: {obj["metadata"]["uid"]}'),
-                    {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.plural})
+                raise S.KubeError(
+                    409,
+                    "Conflict",
+                    (
+                        f'Operation cannot be fulfilled on {rt.group_resource} "{name}": Precondition failed: '
+                        f'UID in precondition: {pre["uid"]}, UID in object meta: {obj["metadata"]["uid"]}'
+                    ),
+                    {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.plural},
+                )
             if pre.get("resourceVersion") and pre["resourceVersion"] != obj["metadata"]["resourceVersion"]:
                 raise S.rv_conflict(rt, name)
             if propagation is None:
                 # batch/v1 Jobs still default to orphaning their pods, for compatibility
                 propagation = "Orphan" if (rt.group, rt.kind) == ("batch", "Job") else "Background"
             if propagation not in ("Orphan", "Background", "Foreground"):
-                raise S.invalid("DeleteOptions.meta.k8s.io", "meta.k8s.io", "DeleteOptions", "", [
-                    F_err("propagationPolicy", f'Unsupported value: "{propagation}": supported values: '
-                          '"Foreground", "Background", "Orphan", "nil"', "FieldValueNotSupported")])
+                raise S.invalid(
+                    "DeleteOptions.meta.k8s.io",
+                    "meta.k8s.io",
+                    "DeleteOptions",
+                    "",
+                    [
+                        F_err(
+                            "propagationPolicy",
+                            f'Unsupported value: "{propagation}": supported values: '
+                            '"Foreground", "Background", "Orphan", "nil"',
+                            "FieldValueNotSupported",
+                        )
+                    ],
+                )
             if dry_run:
                 return obj
             if propagation == "Foreground":
@@ -577,7 +708,9 @@ class Store:
 def F_err(field: str, message: str, reason: str = "FieldValueInvalid"):
     from .validation import FieldError
 
-    if not message.startswith(("Invalid value", "Required value", "Unsupported value", "Forbidden")) \
-            and reason == "FieldValueInvalid":
+    if (
+        not message.startswith(("Invalid value", "Required value", "Unsupported value", "Forbidden"))
+        and reason == "FieldValueInvalid"
+    ):
         message = f"Invalid value: {message}" if message != "field is immutable" else message
     return FieldError(field, reason, message)

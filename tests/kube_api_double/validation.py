@@ -24,9 +24,10 @@ import functools
 import json
 import os
 import re
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
 import yaml
 
@@ -92,43 +93,63 @@ def validate_name(kind: str, name: str) -> list[FieldError]:
     if kind == "Service":
         # Services: DNS-1035 label (they become DNS names), at most 63 characters
         if len(name) > 63:
-            errs.append(FieldError(f, "FieldValueInvalid",
-                                   f'Invalid value: "{name}": must be no more than 63 characters'))
+            errs.append(
+                FieldError(f, "FieldValueInvalid", f'Invalid value: "{name}": must be no more than 63 characters')
+            )
         if not DNS1035_LABEL.match(name):
-            errs.append(FieldError(f, "FieldValueInvalid", (
-                f'Invalid value: "{name}": a DNS-1035 label must consist of lower case alphanumeric '
-                "characters or '-', start with an alphabetic character, and end with an alphanumeric "
-                "character (e.g. 'my-name',  or 'abc-123', regex used for validation is "
-                "'[a-z]([-a-z0-9]*[a-z0-9])?')")))
+            errs.append(
+                FieldError(
+                    f,
+                    "FieldValueInvalid",
+                    (
+                        f'Invalid value: "{name}": a DNS-1035 label must consist of lower case alphanumeric '
+                        "characters or '-', start with an alphabetic character, and end with an alphanumeric "
+                        "character (e.g. 'my-name',  or 'abc-123', regex used for validation is "
+                        "'[a-z]([-a-z0-9]*[a-z0-9])?')"
+                    ),
+                )
+            )
         return errs
     if kind == "Namespace":
         if len(name) > 63 or not DNS1123_LABEL.match(name):
-            errs.append(FieldError(f, "FieldValueInvalid", (
-                f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
-                "alphanumeric characters or '-', and must start and end with an alphanumeric character "
-                "(e.g. 'my-name',  or '123-abc', regex used for validation is "
-                "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')")))
+            errs.append(
+                FieldError(
+                    f,
+                    "FieldValueInvalid",
+                    (
+                        f'Invalid value: "{name}": a lowercase RFC 1123 label must consist of lower case '
+                        "alphanumeric characters or '-', and must start and end with an alphanumeric character "
+                        "(e.g. 'my-name',  or '123-abc', regex used for validation is "
+                        "'[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+                    ),
+                )
+            )
         return errs
     if len(name) > 253:
-        errs.append(FieldError(f, "FieldValueInvalid",
-                               f'Invalid value: "{name}": must be no more than 253 characters'))
+        errs.append(FieldError(f, "FieldValueInvalid", f'Invalid value: "{name}": must be no more than 253 characters'))
     if not DNS1123_SUBDOMAIN.match(name):
-        errs.append(FieldError(f, "FieldValueInvalid", (
-            f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
-            "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
-            "(e.g. 'example.com', regex used for validation is "
-            "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")))
+        errs.append(
+            FieldError(
+                f,
+                "FieldValueInvalid",
+                (
+                    f'Invalid value: "{name}": a lowercase RFC 1123 subdomain must consist of lower case '
+                    "alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character "
+                    "(e.g. 'example.com', regex used for validation is "
+                    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+                ),
+            )
+        )
     if kind == "Job" and len(name) > 63:
         # the Job controller puts the name in the pods' job-name label (63 chars max)
-        errs.append(FieldError(f, "FieldValueInvalid",
-                               f'Invalid value: "{name}": must be no more than 63 characters'))
+        errs.append(FieldError(f, "FieldValueInvalid", f'Invalid value: "{name}": must be no more than 63 characters'))
     return errs
 
 
 # --------------------------------------------------------------------------- core kinds
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _core_validator(filename: str):
     import importlib.resources
 
@@ -136,13 +157,16 @@ def _core_validator(filename: str):
     from referencing import Registry, Resource
 
     base = importlib.resources.files("kubernetes_validate").joinpath(
-        "kubernetes-json-schema", f"v{KUBE_SCHEMA_VERSION}-local-strict")
+        "kubernetes-json-schema", f"v{KUBE_SCHEMA_VERSION}-local-strict"
+    )
     schema = json.loads(base.joinpath(filename).read_text())
     defs = json.loads(base.joinpath("_definitions.json").read_text())
-    registry = Registry().with_resources([
-        (schema["$id"], Resource.from_contents(schema)),
-        (defs["$id"], Resource.from_contents(defs)),
-    ])
+    registry = Registry().with_resources(
+        [
+            (schema["$id"], Resource.from_contents(schema)),
+            (defs["$id"], Resource.from_contents(defs)),
+        ]
+    )
     return jsonschema.Draft202012Validator(schema, registry=registry)
 
 
@@ -155,15 +179,18 @@ def _jsonschema_error_to_field(err) -> list[FieldError]:
         return [FieldError(join_path(path, m.group(1) if m else "?"), "FieldValueRequired", "Required value")]
     if err.validator == "additionalProperties":
         names = re.findall(r"'([^']+)'", err.message.split("(")[-1]) or ["?"]
-        return [FieldError(join_path(path, n), "FieldValueInvalid", "field not declared in schema")
-                for n in names]
+        return [FieldError(join_path(path, n), "FieldValueInvalid", "field not declared in schema") for n in names]
     if err.validator == "enum":
         allowed = ", ".join(json.dumps(a) for a in err.validator_value if a is not None)
-        return [FieldError(path, "FieldValueNotSupported",
-                           f"Unsupported value: {_short(err.instance)}: supported values: {allowed}")]
+        return [
+            FieldError(
+                path,
+                "FieldValueNotSupported",
+                f"Unsupported value: {_short(err.instance)}: supported values: {allowed}",
+            )
+        ]
     if err.validator in ("type", "oneOf", "anyOf"):
-        return [FieldError(path, "FieldValueTypeInvalid",
-                           f"Invalid value: {_short(err.instance)}: {err.message}")]
+        return [FieldError(path, "FieldValueTypeInvalid", f"Invalid value: {_short(err.instance)}: {err.message}")]
     return [FieldError(path, "FieldValueInvalid", f"Invalid value: {_short(err.instance)}: {err.message}")]
 
 
@@ -178,7 +205,7 @@ def validate_core(obj: dict) -> list[FieldError]:
 # --------------------------------------------------------------------------- CRDs
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def load_crds(crd_dir: str) -> dict[tuple[str, str], dict]:
     """{(apiVersion, kind): {"crd": <CRD>, "schema": <openAPIV3Schema>}} for every served version."""
     out: dict[tuple[str, str], dict] = {}
@@ -200,7 +227,10 @@ def load_crds(crd_dir: str) -> dict[tuple[str, str], dict]:
 
 
 _TYPE_NAMES = {
-    "object": dict, "array": list, "string": str, "boolean": bool,
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
 }
 
 
@@ -216,52 +246,96 @@ def validate_structural(schema: dict, value: Any, path: str, errs: list[FieldErr
     """Validate ``value`` against a CRD structural schema, the way the apiserver does."""
     if value is None:
         if not schema.get("nullable") and schema.get("type") is not None:
-            errs.append(FieldError(path, "FieldValueTypeInvalid",
-                                   f'Invalid value: "null": {path} in body must be of type {schema["type"]}: "null"'))
+            errs.append(
+                FieldError(
+                    path,
+                    "FieldValueTypeInvalid",
+                    f'Invalid value: "null": {path} in body must be of type {schema["type"]}: "null"',
+                )
+            )
         return
     if schema.get("x-kubernetes-int-or-string"):
         if not (isinstance(value, str) or _type_ok("integer", value)):
-            errs.append(FieldError(path, "FieldValueTypeInvalid",
-                                   f"Invalid value: {_short(value)}: {path} in body must be of type int-or-string"))
+            errs.append(
+                FieldError(
+                    path,
+                    "FieldValueTypeInvalid",
+                    f"Invalid value: {_short(value)}: {path} in body must be of type int-or-string",
+                )
+            )
         return
     t = schema.get("type")
     if t and not _type_ok(t, value):
-        errs.append(FieldError(path, "FieldValueTypeInvalid",
-                               f"Invalid value: {_short(value)}: {path} in body must be of type {t}: "
-                               f"{json.dumps(type(value).__name__)}"))
+        errs.append(
+            FieldError(
+                path,
+                "FieldValueTypeInvalid",
+                f"Invalid value: {_short(value)}: {path} in body must be of type {t}: "
+                f"{json.dumps(type(value).__name__)}",
+            )
+        )
         return
     if "enum" in schema and value not in schema["enum"]:
         allowed = ", ".join(json.dumps(a) for a in schema["enum"])
-        errs.append(FieldError(path, "FieldValueNotSupported",
-                               f"Unsupported value: {_short(value)}: supported values: {allowed}"))
+        errs.append(
+            FieldError(
+                path, "FieldValueNotSupported", f"Unsupported value: {_short(value)}: supported values: {allowed}"
+            )
+        )
     if isinstance(value, str):
         if "maxLength" in schema and len(value) > schema["maxLength"]:
-            errs.append(FieldError(path, "FieldValueTooLong",
-                                   f"Too long: may not be more than {schema['maxLength']} bytes"))
+            errs.append(
+                FieldError(path, "FieldValueTooLong", f"Too long: may not be more than {schema['maxLength']} bytes")
+            )
         if "minLength" in schema and len(value) < schema["minLength"]:
-            errs.append(FieldError(path, "FieldValueInvalid",
-                                   f"Invalid value: {_short(value)}: {path} in body should be at least "
-                                   f"{schema['minLength']} chars long"))
+            errs.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {_short(value)}: {path} in body should be at least "
+                    f"{schema['minLength']} chars long",
+                )
+            )
         if "pattern" in schema and not re.search(schema["pattern"], value):
-            errs.append(FieldError(path, "FieldValueInvalid",
-                                   f"Invalid value: {_short(value)}: {path} in body should match '{schema['pattern']}'"))
+            errs.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {_short(value)}: {path} in body should match '{schema['pattern']}'",
+                )
+            )
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if "minimum" in schema and value < schema["minimum"]:
-            errs.append(FieldError(path, "FieldValueInvalid",
-                                   f"Invalid value: {value}: {path} in body should be greater than or equal to "
-                                   f"{schema['minimum']}"))
+            errs.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {value}: {path} in body should be greater than or equal to {schema['minimum']}",
+                )
+            )
         if "maximum" in schema and value > schema["maximum"]:
-            errs.append(FieldError(path, "FieldValueInvalid",
-                                   f"Invalid value: {value}: {path} in body should be less than or equal to "
-                                   f"{schema['maximum']}"))
+            errs.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {value}: {path} in body should be less than or equal to {schema['maximum']}",
+                )
+            )
     if isinstance(value, list):
         if "maxItems" in schema and len(value) > schema["maxItems"]:
-            errs.append(FieldError(path, "FieldValueTooMany",
-                                   f"Too many: {len(value)}: must have at most {schema['maxItems']} items"))
+            errs.append(
+                FieldError(
+                    path, "FieldValueTooMany", f"Too many: {len(value)}: must have at most {schema['maxItems']} items"
+                )
+            )
         if "minItems" in schema and len(value) < schema["minItems"]:
-            errs.append(FieldError(path, "FieldValueInvalid",
-                                   f"Invalid value: {len(value)}: {path} in body should have at least "
-                                   f"{schema['minItems']} items"))
+            errs.append(
+                FieldError(
+                    path,
+                    "FieldValueInvalid",
+                    f"Invalid value: {len(value)}: {path} in body should have at least {schema['minItems']} items",
+                )
+            )
         items = schema.get("items")
         if isinstance(items, dict):
             for i, item in enumerate(value):
@@ -293,8 +367,13 @@ def validate_structural(schema: dict, value: Any, path: str, errs: list[FieldErr
 def validate_custom(obj: dict, crd_dir: str | os.PathLike) -> list[FieldError]:
     entry = load_crds(str(crd_dir)).get((obj.get("apiVersion"), obj.get("kind")))
     if entry is None:
-        return [FieldError("kind", "FieldValueNotSupported",
-                           f'Unsupported value: "{obj.get("kind")}": no schema for {obj.get("apiVersion")}')]
+        return [
+            FieldError(
+                "kind",
+                "FieldValueNotSupported",
+                f'Unsupported value: "{obj.get("kind")}": no schema for {obj.get("apiVersion")}',
+            )
+        ]
     errs: list[FieldError] = []
     validate_structural(entry["schema"], obj, "", errs, top=True)
     return errs

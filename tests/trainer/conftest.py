@@ -30,15 +30,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
 import torch
 
 PY = sys.executable
 PROG_PREFIX = "ddpctl-trainer: error:"
 
 # Small, fast settings shared by most runs: float64 so "equal" can be tested tightly.
-TINY = ["--synthetic-samples", "64", "--eval-samples", "61", "--image-size", "8", "--num-classes", "4",
-        "--log-every", "2", "--progress", "lines"]
+TINY = [
+    "--synthetic-samples",
+    "64",
+    "--eval-samples",
+    "61",
+    "--image-size",
+    "8",
+    "--num-classes",
+    "4",
+    "--log-every",
+    "2",
+    "--progress",
+    "lines",
+]
 
 
 @dataclass
@@ -65,10 +76,24 @@ class Run:
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The test's environment minus anything that would make the trainer think it is distributed."""
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith(("PET_", "DDP_TRAINER_", "TORCHELASTIC_")) or k in (
-               "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR", "MASTER_PORT",
-               "JOB_COMPLETION_INDEX"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not (
+            k.startswith(("PET_", "DDP_TRAINER_", "TORCHELASTIC_"))
+            or k
+            in (
+                "RANK",
+                "LOCAL_RANK",
+                "WORLD_SIZE",
+                "LOCAL_WORLD_SIZE",
+                "GROUP_RANK",
+                "MASTER_ADDR",
+                "MASTER_PORT",
+                "JOB_COMPLETION_INDEX",
+            )
+        )
+    }
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"  # test hosts often map their hostname to 127.0.0.1
@@ -126,9 +151,16 @@ def kill_tree(tag: str) -> list[int]:
 def start(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
     """Popen with pipes, a session of its own and a fresh ``DDP_TRAINER_TEST_TAG`` (``proc.tag``)."""
     tag = f"{_SESSION}{next(_tags)}."  # the dot: tag 1 must not prefix-match tag 10
-    proc = subprocess.Popen(list(cmd), cwd=cwd, env={**env, TAG_ENV: tag}, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True,
-                            preexec_fn=_die_with_parent)
+    proc = subprocess.Popen(
+        list(cmd),
+        cwd=cwd,
+        env={**env, TAG_ENV: tag},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        preexec_fn=_die_with_parent,
+    )
     proc.tag = tag  # type: ignore[attr-defined]
     return proc
 
@@ -173,8 +205,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(workdir: Path, args: Sequence[str], nproc: int | None = None, env: dict[str, str] | None = None,
-           torchrun_args: Sequence[str] = (), timeout: float = 240, metrics: bool = True) -> Run:
+def launch(
+    workdir: Path,
+    args: Sequence[str],
+    nproc: int | None = None,
+    env: dict[str, str] | None = None,
+    torchrun_args: Sequence[str] = (),
+    timeout: float = 240,
+    metrics: bool = True,
+) -> Run:
     """Run the trainer in ``workdir``: with ``nproc`` under torchrun --standalone, else plain python."""
     workdir.mkdir(parents=True, exist_ok=True)
     cmd = [PY]

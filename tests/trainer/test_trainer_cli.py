@@ -36,7 +36,11 @@ def corrupt_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--model", "vgg11"], 2, r"unknown --model 'vgg11'.*convnet"),
         (["--model", "no_such_module_xyz:build"], 2, r"--model .*cannot import"),
         (["--dataset", "mnist"], 2, r"--dataset: invalid choice"),
-        (["--dataset", "cifar10", "--data-dir", "/no/such/dir"], 2, r"--data-dir /no/such/dir does not exist.*--download"),
+        (
+            ["--dataset", "cifar10", "--data-dir", "/no/such/dir"],
+            2,
+            r"--data-dir /no/such/dir does not exist.*--download",
+        ),
         (["--dataset", "cifar10", "--data-dir", "{empty}"], 2, r"has no CIFAR-10.*--download"),
         (["--dataset", "imagefolder", "--data-dir", "{empty}"], 2, r"--data-dir .* is not an image folder"),
         (["--dataset", "imagefolder"], 2, r"--dataset imagefolder needs --data-dir"),
@@ -85,10 +89,29 @@ def test_two_nodes_of_two_processes(tmp_path: Path) -> None:
     for node in (0, 1):
         work = tmp_path / f"node{node}"
         work.mkdir()
-        cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "2", "--nproc-per-node", "2", "--node-rank", str(node),
-               "--master-addr", "127.0.0.1", "--master-port", port, "-m", "ddpctl_trainer",
-               "--checkpoint-dir", str(work / "ckpt"), "--metrics-file", str(work / "metrics.jsonl"),
-               "--progress", "lines"]
+        cmd = [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            "2",
+            "--nproc-per-node",
+            "2",
+            "--node-rank",
+            str(node),
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            "-m",
+            "ddpctl_trainer",
+            "--checkpoint-dir",
+            str(work / "ckpt"),
+            "--metrics-file",
+            str(work / "metrics.jsonl"),
+            "--progress",
+            "lines",
+        ]
         procs.append(start(cmd, work, clean_env()))
     outs = wait_all(procs, timeout=240)
     assert [p.returncode for p in procs] == [0, 0], outs
@@ -108,10 +131,28 @@ def test_pytorchjob_style_plain_python_processes(tmp_path: Path) -> None:
     port = str(free_port())
     procs = []
     for rank in (0, 1):
-        env = clean_env({"RANK": str(rank), "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port,
-                         "PET_NPROC_PER_NODE": "1", "PET_NNODES": "2"})
-        cmd = [PY, "-m", "ddpctl_trainer", *SMALL, "--checkpoint-dir", str(tmp_path / "ckpt"),
-               "--save-final", str(tmp_path / "final-{rank}.pt"), "--max-steps", "3"]
+        env = clean_env(
+            {
+                "RANK": str(rank),
+                "WORLD_SIZE": "2",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": port,
+                "PET_NPROC_PER_NODE": "1",
+                "PET_NNODES": "2",
+            }
+        )
+        cmd = [
+            PY,
+            "-m",
+            "ddpctl_trainer",
+            *SMALL,
+            "--checkpoint-dir",
+            str(tmp_path / "ckpt"),
+            "--save-final",
+            str(tmp_path / "final-{rank}.pt"),
+            "--max-steps",
+            "3",
+        ]
         procs.append(start(cmd, tmp_path, env))
     outs = wait_all(procs, timeout=180)
     assert [p.returncode for p in procs] == [0, 0], outs
@@ -144,9 +185,30 @@ def _write_image_folder(root: Path) -> None:
 
 def test_features_dp_user_model_bf16_accum_clip_adamw(tmp_path: Path) -> None:
     pkg = _write_user_model(tmp_path)
-    run = launch(tmp_path, [*SMALL, "--strategy", "dp", "--model", "tiny_user_model:build", "--bf16",
-                            "--grad-accum", "2", "--clip-grad", "1.0", "--optimizer", "adamw", "--scheduler", "cosine",
-                            "--epochs", "1", "--batch-size", "8"], env={"PYTHONPATH": str(pkg)})
+    run = launch(
+        tmp_path,
+        [
+            *SMALL,
+            "--strategy",
+            "dp",
+            "--model",
+            "tiny_user_model:build",
+            "--bf16",
+            "--grad-accum",
+            "2",
+            "--clip-grad",
+            "1.0",
+            "--optimizer",
+            "adamw",
+            "--scheduler",
+            "cosine",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "8",
+        ],
+        env={"PYTHONPATH": str(pkg)},
+    )
     assert run.code == 0, run.explain()
     assert run.events("done")[0]["step"] == 4  # 64 samples / 8 per micro-batch / 2 accumulated
     assert run.events("first_step")
@@ -154,10 +216,32 @@ def test_features_dp_user_model_bf16_accum_clip_adamw(tmp_path: Path) -> None:
 
 def test_features_imagefolder_workers_resnet18_under_torchrun(tmp_path: Path) -> None:
     _write_image_folder(tmp_path / "images")
-    run = launch(tmp_path, ["--dataset", "imagefolder", "--data-dir", str(tmp_path / "images"), "--image-size", "8",
-                            "--model", "resnet18", "--batch-size", "2", "--epochs", "1", "--num-workers", "1",
-                            "--static-graph", "--no-gradient-as-bucket-view", "--bucket-cap-mb", "5",
-                            "--progress", "lines"], nproc=2)
+    run = launch(
+        tmp_path,
+        [
+            "--dataset",
+            "imagefolder",
+            "--data-dir",
+            str(tmp_path / "images"),
+            "--image-size",
+            "8",
+            "--model",
+            "resnet18",
+            "--batch-size",
+            "2",
+            "--epochs",
+            "1",
+            "--num-workers",
+            "1",
+            "--static-graph",
+            "--no-gradient-as-bucket-view",
+            "--bucket-cap-mb",
+            "5",
+            "--progress",
+            "lines",
+        ],
+        nproc=2,
+    )
     assert run.code == 0, run.explain()
     (ev,) = run.events("eval")
     assert ev["samples"] == 6  # 2 classes x 3 validation images, counted once across 2 ranks

@@ -35,7 +35,6 @@ def _log(path: Path, **event: Any) -> None:
 def _worker(rank: int, world: int, root: str) -> None:
     """One rank: fake torchvision's download/read, then build the data as the trainer does."""
     import torch.distributed as dist
-
     from ddpctl_trainer import data
     from ddpctl_trainer.config import parse_args
     from ddpctl_trainer.dist import DistContext
@@ -65,8 +64,13 @@ def _worker(rank: int, world: int, root: str) -> None:
     data._read_cifar10 = fake_read
     data._torchvision = lambda what: None
     # a short collective timeout: a rank whose peer died must not wait half an hour
-    dist.init_process_group("gloo", init_method=f"file://{base / 'store'}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{base / 'store'}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=60),
+    )
     try:
         for case, shape in CASES.items():
             local_rank, node_rank, dirname = shape[rank]
@@ -143,6 +147,7 @@ def test_a_shared_dir_has_one_writer(events: list[dict[str, Any]]) -> None:
 def test_a_failed_download_stops_both_ranks(events: list[dict[str, Any]]) -> None:
     errors = {e["rank"]: e["message"] for e in _of(events, "download-fails", "error")}
     assert errors[0].startswith("--download of CIFAR-10 into ") and errors[0].endswith(
-        "failed (offline?): no route to host"), errors[0]
+        "failed (offline?): no route to host"
+    ), errors[0]
     assert errors[1].startswith("rank 0 could not download CIFAR-10: --download of CIFAR-10 into ")
     assert [e["rank"] for e in _of(events, "download-fails", "fetch")] == [0]

@@ -12,8 +12,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 GLOBAL_BATCH = 16
 # 64 samples / 16 = 4 optimizer steps per epoch, 2 epochs: K = 8 steps. Evaluation over 61
 # samples, which no world size here divides, so DistributedSampler-style padding would show.
-COMMON = [*TINY, "--dtype", "float64", "--global-batch-size", str(GLOBAL_BATCH), "--epochs", "2",
-          "--lr", "0.1", "--momentum", "0.9", "--seed", "3"]
+COMMON = [
+    *TINY,
+    "--dtype",
+    "float64",
+    "--global-batch-size",
+    str(GLOBAL_BATCH),
+    "--epochs",
+    "2",
+    "--lr",
+    "0.1",
+    "--momentum",
+    "0.9",
+    "--seed",
+    "3",
+]
 STEPS = 8
 # float64 with a different summation order per world size: agreement to ~1e-12 is expected;
 # 1e-9 leaves room while still catching any real difference (a wrong batch moves weights ~1e-2).
@@ -41,8 +54,11 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Run]:
                 run = launch(root / name, [*COMMON, "--save-final", "final.pt"])
             else:
                 strategy, nproc, extra = CASES[name]
-                run = launch(root / name, [*COMMON, "--strategy", strategy, *extra, "--save-final", "final-{rank}.pt"],
-                             nproc=nproc)
+                run = launch(
+                    root / name,
+                    [*COMMON, "--strategy", strategy, *extra, "--save-final", "final-{rank}.pt"],
+                    nproc=nproc,
+                )
             assert run.code == 0, run.explain()
             self[name] = run
             return run
@@ -93,7 +109,6 @@ def test_evaluation_counts_each_sample_once(runs: dict[str, Run], name: str) -> 
 def test_training_moved_the_weights(runs: dict[str, Run]) -> None:
     """Guard against a vacuous equivalence: untrained weights would also be equal everywhere."""
     import torch
-
     from ddpctl_trainer.models import build_model
 
     torch.manual_seed(3)

@@ -17,9 +17,34 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 # 128 samples / global batch 16 = 8 steps per epoch, 2 epochs = 16 steps; a checkpoint every
 # 3 steps (3, 6, 9, 12, 15) plus one at each epoch end (8, 16).
-COMMON = ["--synthetic-samples", "128", "--eval-samples", "32", "--image-size", "8", "--num-classes", "4",
-          "--global-batch-size", "16", "--epochs", "2", "--lr", "0.1", "--save-every", "3", "--keep-last", "3",
-          "--log-every", "4", "--progress", "lines", "--scheduler", "cosine", "--save-final", "final.pt"]
+COMMON = [
+    "--synthetic-samples",
+    "128",
+    "--eval-samples",
+    "32",
+    "--image-size",
+    "8",
+    "--num-classes",
+    "4",
+    "--global-batch-size",
+    "16",
+    "--epochs",
+    "2",
+    "--lr",
+    "0.1",
+    "--save-every",
+    "3",
+    "--keep-last",
+    "3",
+    "--log-every",
+    "4",
+    "--progress",
+    "lines",
+    "--scheduler",
+    "cosine",
+    "--save-final",
+    "final.pt",
+]
 RESTART = ["--max-restarts", "1"]
 
 
@@ -53,8 +78,13 @@ def test_uninterrupted_run_keeps_the_last_k_checkpoints(baselines: dict[str, Run
 
 
 def test_sigkill_mid_epoch_resumes_and_matches_uninterrupted(baselines: dict[str, Run], tmp_path: Path) -> None:
-    run = launch(tmp_path, [*COMMON, "--strategy", "ddp"], nproc=2, torchrun_args=RESTART,
-                 env={"DDP_TRAINER_FAULT_AT_STEP": "5", "DDP_TRAINER_FAULT_RANK": "1"})
+    run = launch(
+        tmp_path,
+        [*COMMON, "--strategy", "ddp"],
+        nproc=2,
+        torchrun_args=RESTART,
+        env={"DDP_TRAINER_FAULT_AT_STEP": "5", "DDP_TRAINER_FAULT_RANK": "1"},
+    )
     assert run.code == 0, run.explain()
     assert "[fault] killing rank 1 at step 5" in run.err
     (resume,) = _resumes(run)
@@ -64,8 +94,13 @@ def test_sigkill_mid_epoch_resumes_and_matches_uninterrupted(baselines: dict[str
 
 
 def test_kill_during_checkpoint_write_keeps_previous_loadable(baselines: dict[str, Run], tmp_path: Path) -> None:
-    run = launch(tmp_path, [*COMMON, "--strategy", "ddp"], nproc=2, torchrun_args=RESTART,
-                 env={"DDP_TRAINER_FAULT_IN_CHECKPOINT": "6"})
+    run = launch(
+        tmp_path,
+        [*COMMON, "--strategy", "ddp"],
+        nproc=2,
+        torchrun_args=RESTART,
+        env={"DDP_TRAINER_FAULT_IN_CHECKPOINT": "6"},
+    )
     assert run.code == 0, run.explain()
     assert "killing rank during checkpoint write of step 6" in run.err
     (resume,) = _resumes(run)
@@ -75,8 +110,13 @@ def test_kill_during_checkpoint_write_keeps_previous_loadable(baselines: dict[st
 
 
 def test_fsdp_sharded_checkpoint_resume_matches_uninterrupted(baselines: dict[str, Run], tmp_path: Path) -> None:
-    run = launch(tmp_path, [*COMMON, "--strategy", "fsdp", "--fsdp-state-dict", "sharded"], nproc=2,
-                 torchrun_args=RESTART, env={"DDP_TRAINER_FAULT_AT_STEP": "5", "DDP_TRAINER_FAULT_RANK": "0"})
+    run = launch(
+        tmp_path,
+        [*COMMON, "--strategy", "fsdp", "--fsdp-state-dict", "sharded"],
+        nproc=2,
+        torchrun_args=RESTART,
+        env={"DDP_TRAINER_FAULT_AT_STEP": "5", "DDP_TRAINER_FAULT_RANK": "0"},
+    )
     assert run.code == 0, run.explain()
     (resume,) = _resumes(run)
     assert resume["step"] == 3
@@ -85,8 +125,19 @@ def test_fsdp_sharded_checkpoint_resume_matches_uninterrupted(baselines: dict[st
 
 
 def test_corrupt_and_partial_checkpoints_are_skipped_with_a_warning(tmp_path: Path) -> None:
-    args = ["--synthetic-samples", "64", "--image-size", "8", "--global-batch-size", "16", "--save-every", "1",
-            "--no-eval", "--progress", "none"]
+    args = [
+        "--synthetic-samples",
+        "64",
+        "--image-size",
+        "8",
+        "--global-batch-size",
+        "16",
+        "--save-every",
+        "1",
+        "--no-eval",
+        "--progress",
+        "none",
+    ]
     first = launch(tmp_path, [*args, "--max-steps", "2"])
     assert first.code == 0, first.explain()
     ckpt = tmp_path / "ckpt"
@@ -104,8 +155,13 @@ def test_corrupt_and_partial_checkpoints_are_skipped_with_a_warning(tmp_path: Pa
     # pruning keeps the newest 2 loadable checkpoints up to the one just written; the higher-step
     # files (unloadable here) neither count nor push ckpt-3 out, and are left for a human
     names = sorted(p.name for p in ckpt.iterdir())
-    assert names == ["ckpt-00000002.pt", "ckpt-00000003.pt", "ckpt-00000010.pt", "ckpt-00000011.pt",
-                     "ckpt-00000012.pt"], names
+    assert names == [
+        "ckpt-00000002.pt",
+        "ckpt-00000003.pt",
+        "ckpt-00000010.pt",
+        "ckpt-00000011.pt",
+        "ckpt-00000012.pt",
+    ], names
     assert torch.load(ckpt / "ckpt-00000003.pt", weights_only=True)["step"] == 3
     # --resume never next to a (loadable) later run: the new step-1 checkpoint survives its own prune
     third = launch(tmp_path, [*args, "--max-steps", "1", "--keep-last", "2", "--resume", "never"])
@@ -113,14 +169,33 @@ def test_corrupt_and_partial_checkpoints_are_skipped_with_a_warning(tmp_path: Pa
     assert "3 checkpoint(s) past step 1" not in third.err  # only loadable ones are reported
     assert "2 checkpoint(s) past step 1 from another run (newest ckpt-00000003.pt)" in third.err, third.err
     names = sorted(p.name for p in ckpt.iterdir())
-    assert names == ["ckpt-00000001.pt", "ckpt-00000002.pt", "ckpt-00000003.pt", "ckpt-00000010.pt",
-                     "ckpt-00000011.pt", "ckpt-00000012.pt"], names
+    assert names == [
+        "ckpt-00000001.pt",
+        "ckpt-00000002.pt",
+        "ckpt-00000003.pt",
+        "ckpt-00000010.pt",
+        "ckpt-00000011.pt",
+        "ckpt-00000012.pt",
+    ], names
 
 
 def test_sigterm_tears_down_cleanly(tmp_path: Path) -> None:
     metrics = tmp_path / "metrics.jsonl"
-    cmd = [PY, "-m", "ddpctl_trainer", "--epochs", "100000", "--image-size", "8", "--progress", "none",
-           "--checkpoint-dir", str(tmp_path / "ckpt"), "--metrics-file", str(metrics)]
+    cmd = [
+        PY,
+        "-m",
+        "ddpctl_trainer",
+        "--epochs",
+        "100000",
+        "--image-size",
+        "8",
+        "--progress",
+        "none",
+        "--checkpoint-dir",
+        str(tmp_path / "ckpt"),
+        "--metrics-file",
+        str(metrics),
+    ]
     proc = start(cmd, tmp_path, clean_env())
     try:
         deadline = time.monotonic() + 120

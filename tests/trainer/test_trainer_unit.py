@@ -7,30 +7,52 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from ddpctl_trainer import checkpoint as ckpt
 from ddpctl_trainer.config import parse_args, validate_for_world
 from ddpctl_trainer.data import EvalShardSampler, PaddedEvalDataset, ResumableDistributedSampler, synthetic
 from ddpctl_trainer.dist import DistContext, detect, device_for, resolve_backend
 from ddpctl_trainer.errors import CheckpointError, UsageError
 
-TORCHRUN_2x2_RANK3 = {"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "2", "GROUP_RANK": "1",
-                      "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "TORCHELASTIC_RUN_ID": "x",
-                      "TORCHELASTIC_RESTART_COUNT": "2"}
+TORCHRUN_2x2_RANK3 = {
+    "RANK": "3",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "4",
+    "LOCAL_WORLD_SIZE": "2",
+    "GROUP_RANK": "1",
+    "MASTER_ADDR": "job-master-0",
+    "MASTER_PORT": "23456",
+    "TORCHELASTIC_RUN_ID": "x",
+    "TORCHELASTIC_RESTART_COUNT": "2",
+}
 
 
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
         pytest.param({}, DistContext(0, 0, 1, 1, 0, 0, "single"), id="plain-python"),
-        pytest.param({"PET_NNODES": "1", "PET_NPROC_PER_NODE": "1"}, DistContext(0, 0, 1, 1, 0, 0, "single"),
-                     id="trainer-v2-one-node-one-proc"),
+        pytest.param(
+            {"PET_NNODES": "1", "PET_NPROC_PER_NODE": "1"},
+            DistContext(0, 0, 1, 1, 0, 0, "single"),
+            id="trainer-v2-one-node-one-proc",
+        ),
         pytest.param(TORCHRUN_2x2_RANK3, DistContext(3, 1, 4, 2, 1, 2, "torchrun"), id="torchrun-2-nodes-x-2"),
         # PyTorchJob without torchrun: RANK is the pod index, right only with one process per pod
-        pytest.param({"RANK": "2", "WORLD_SIZE": "3", "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456",
-                      "PET_NPROC_PER_NODE": "1"}, DistContext(2, 0, 3, 1, 2, 0, "pod-index"), id="pytorchjob-plain"),
-        pytest.param({"JOB_COMPLETION_INDEX": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "job-0.svc",
-                      "MASTER_PORT": "29500"}, DistContext(1, 0, 2, 1, 1, 0, "pod-index"), id="indexed-job-plain"),
+        pytest.param(
+            {
+                "RANK": "2",
+                "WORLD_SIZE": "3",
+                "MASTER_ADDR": "job-master-0",
+                "MASTER_PORT": "23456",
+                "PET_NPROC_PER_NODE": "1",
+            },
+            DistContext(2, 0, 3, 1, 2, 0, "pod-index"),
+            id="pytorchjob-plain",
+        ),
+        pytest.param(
+            {"JOB_COMPLETION_INDEX": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "job-0.svc", "MASTER_PORT": "29500"},
+            DistContext(1, 0, 2, 1, 1, 0, "pod-index"),
+            id="indexed-job-plain",
+        ),
     ],
 )
 def test_detect_reads_each_engine(env: dict[str, str], expected: DistContext) -> None:
@@ -40,12 +62,21 @@ def test_detect_reads_each_engine(env: dict[str, str], expected: DistContext) ->
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        pytest.param({"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "0"}, "launch with `torchrun",
-                     id="trainer-v2-without-torchrun"),
-        pytest.param({"RANK": "0", "WORLD_SIZE": "8", "MASTER_ADDR": "m", "PET_NPROC_PER_NODE": "4"},
-                     "without torchrun", id="pytorchjob-4-procs-without-torchrun"),
-        pytest.param({"RANK": "4", "LOCAL_RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "m"}, "outside 0..3",
-                     id="rank-past-world"),
+        pytest.param(
+            {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "0"},
+            "launch with `torchrun",
+            id="trainer-v2-without-torchrun",
+        ),
+        pytest.param(
+            {"RANK": "0", "WORLD_SIZE": "8", "MASTER_ADDR": "m", "PET_NPROC_PER_NODE": "4"},
+            "without torchrun",
+            id="pytorchjob-4-procs-without-torchrun",
+        ),
+        pytest.param(
+            {"RANK": "4", "LOCAL_RANK": "0", "WORLD_SIZE": "4", "MASTER_ADDR": "m"},
+            "outside 0..3",
+            id="rank-past-world",
+        ),
         pytest.param({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR", id="no-master"),
         pytest.param({"RANK": "x", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "not an integer", id="garbage"),
     ],
@@ -66,8 +97,9 @@ def test_device_comes_from_local_rank_not_global_rank(monkeypatch: pytest.Monkey
         device_for(too_many, "nccl")
 
 
-@pytest.mark.parametrize(("choice", "cuda", "expected"),
-                         [("auto", False, "gloo"), ("auto", True, "nccl"), ("gloo", True, "gloo")])
+@pytest.mark.parametrize(
+    ("choice", "cuda", "expected"), [("auto", False, "gloo"), ("auto", True, "nccl"), ("gloo", True, "gloo")]
+)
 def test_backend_auto(choice: str, cuda: bool, expected: str) -> None:
     assert resolve_backend(choice, cuda) == expected
 
@@ -131,8 +163,8 @@ def test_step_k_batches_of_all_ranks_are_the_single_process_batch(world: int) ->
     single = list(ResumableDistributedSampler(ds, 1, 0, shuffle=True, seed=5).__iter__())
     shards = [list(ResumableDistributedSampler(ds, world, r, shuffle=True, seed=5)) for r in range(world)]
     for k in range(len(ds) // global_batch):
-        union = sorted(i for shard in shards for i in shard[k * per_rank:(k + 1) * per_rank])
-        assert union == sorted(single[k * global_batch:(k + 1) * global_batch])
+        union = sorted(i for shard in shards for i in shard[k * per_rank : (k + 1) * per_rank])
+        assert union == sorted(single[k * global_batch : (k + 1) * global_batch])
 
 
 def test_resumable_sampler_skips_consumed_samples() -> None:
@@ -162,9 +194,15 @@ def test_eval_sharding_counts_each_sample_once(n: int, world: int) -> None:
 
 
 def _payload(step: int) -> dict:
-    return {"format": ckpt.FORMAT, "model": {"w": torch.full((3,), float(step))}, "optimizer": {"state": {}},
-            "epoch": 0, "step": step, "batches_done": step, "rng": [{"torch": torch.get_rng_state(),
-                                                                    "python": (3, (1, 2, 3), None)}]}
+    return {
+        "format": ckpt.FORMAT,
+        "model": {"w": torch.full((3,), float(step))},
+        "optimizer": {"state": {}},
+        "epoch": 0,
+        "step": step,
+        "batches_done": step,
+        "rng": [{"torch": torch.get_rng_state(), "python": (3, (1, 2, 3), None)}],
+    }
 
 
 def test_atomic_save_prune_and_skip_corrupt(tmp_path: Path) -> None:
@@ -196,10 +234,12 @@ def test_prune_never_removes_the_checkpoint_just_written(tmp_path: Path) -> None
     removed = ckpt.prune(tmp_path, 2, current)
     assert [p.name for p in removed] == ["ckpt-00000001.pt"]
     names = sorted(p.name for p in tmp_path.iterdir())
-    assert names == ["ckpt-00000002.pt", "ckpt-00000003.pt", "ckpt-00000010.pt", "ckpt-00000011.pt",
-                     "ckpt-00000012.pt"]
-    assert [p.name for p in ckpt.newer_than(tmp_path, 3)] == ["ckpt-00000012.pt", "ckpt-00000011.pt",
-                                                               "ckpt-00000010.pt"]
+    assert names == ["ckpt-00000002.pt", "ckpt-00000003.pt", "ckpt-00000010.pt", "ckpt-00000011.pt", "ckpt-00000012.pt"]
+    assert [p.name for p in ckpt.newer_than(tmp_path, 3)] == [
+        "ckpt-00000012.pt",
+        "ckpt-00000011.pt",
+        "ckpt-00000010.pt",
+    ]
     # keep_last 1: only the one just written survives of this run's
     assert [p.name for p in ckpt.prune(tmp_path, 1, current)] == ["ckpt-00000002.pt"]
     assert current.is_file()
@@ -236,8 +276,9 @@ def test_custom_model_spec_errors_are_the_same_early_and_late(
     """``check_model_spec`` (before the process group) and ``build_model`` share one check."""
     from ddpctl_trainer.models import build_model, check_model_spec
 
-    (tmp_path / "umod_for_test.py").write_text("import torch.nn as nn\nNOT_CALLABLE = 3\n"
-                                               "def build():\n    return nn.Linear(2, 2)\n")
+    (tmp_path / "umod_for_test.py").write_text(
+        "import torch.nn as nn\nNOT_CALLABLE = 3\ndef build():\n    return nn.Linear(2, 2)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(UsageError, match=message) as early:
         check_model_spec(spec)
@@ -249,8 +290,10 @@ def test_custom_model_spec_errors_are_the_same_early_and_late(
 def test_custom_model_factory_without_num_classes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from ddpctl_trainer.models import build_model, check_model_spec
 
-    (tmp_path / "umod_for_test2.py").write_text("import torch.nn as nn\ndef build():\n    return nn.Linear(2, 2)\n"
-                                                "def bad(num_classes):\n    return 'not a module'\n")
+    (tmp_path / "umod_for_test2.py").write_text(
+        "import torch.nn as nn\ndef build():\n    return nn.Linear(2, 2)\n"
+        "def bad(num_classes):\n    return 'not a module'\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     check_model_spec("umod_for_test2:build")
     assert isinstance(build_model("umod_for_test2:build", 4), torch.nn.Linear)
