@@ -3,7 +3,7 @@
 - Core kinds (Job, Service, ...) go through the PyPI package `kubernetes-validate`, strict
   (an unknown field is an error), against each Kubernetes version in `KUBE_VERSIONS`.
 - Custom kinds (PyTorchJob, JobSet, TrainJob) are checked against the upstream CRDs'
-  `openAPIV3Schema` in `../shared/schemas/crds/`, with the API server's structural-schema rules and
+  `openAPIV3Schema` vendored in `tests/schemas/crds/` (provenance in its README), with the API server's structural-schema rules and
   unknown fields as errors, as `kubectl apply --validate=strict` would report them. The structural
   walker lives with the API double (`kube_api_double.validation`), so both use one implementation.
   CEL rules (`x-kubernetes-validations`) are not evaluated.
@@ -21,18 +21,15 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_SCHEMAS = (REPO / ".." / "shared" / "schemas").resolve()
-CRD_DIR = SHARED_SCHEMAS / "crds"
+SCHEMAS = REPO / "tests" / "schemas"
+CRD_DIR = SCHEMAS / "crds"
 KUBE_VERSIONS: tuple[str, ...] = ("1.29.0", "1.33.0")
 CORE_API_VERSIONS = {"v1", "batch/v1", "apps/v1"}
 
 
 def require_crds() -> Path:
-    """The CRD folder; a user's clone without ../shared skips, CI never does."""
-    if not CRD_DIR.is_dir():
-        if os.environ.get("CI") == "true":
-            raise AssertionError(f"CI needs the upstream CRDs at {CRD_DIR}")
-        pytest.skip(f"upstream CRDs not found at {CRD_DIR} (they ship beside the repo as ../shared)")
+    """The vendored CRD folder: part of every clone, so its absence is a broken checkout."""
+    assert CRD_DIR.is_dir(), f"the vendored upstream CRDs are missing from {CRD_DIR}"
     return CRD_DIR
 
 

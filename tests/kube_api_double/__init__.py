@@ -36,7 +36,7 @@ Implemented faithfully (shapes checked against the apiserver's and the client's 
 * validation of every object written through the API: name rules (DNS-1123 subdomain; DNS-1035
   label of <= 63 chars for Services; <= 63 chars for Jobs) plus schemas: core kinds against the
   Kubernetes 1.33 OpenAPI schemas of ``kubernetes-validate`` (strict), custom kinds against the
-  CRDs' ``openAPIV3Schema`` in ``shared/schemas/crds`` (see :mod:`.validation`; the render tests'
+  CRDs' ``openAPIV3Schema`` in ``tests/schemas/crds`` (see :mod:`.validation`; the render tests'
   ``tests/k8s_schemas.validate_object`` is used instead when it exists).
 * watch: ``?watch=true`` streams ``{"type": ..., "object": ...}`` lines (chunked); without
   ``resourceVersion`` (or with ``"0"``) it starts with synthetic ADDED events for what exists; with one

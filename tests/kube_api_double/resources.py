@@ -120,7 +120,7 @@ CORE = [
     ),
 ]
 
-# kept in step with shared/schemas/crds (a test checks the names against the files)
+# kept in step with tests/schemas/crds (a test checks the names against the files)
 CUSTOM = [
     ResourceType(
         "kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", True, "pytorchjob", (), (), ("status",), engine="pytorchjob"

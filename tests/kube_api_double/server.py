@@ -156,7 +156,7 @@ class KubeApiDouble(Scenario):
         validator: ``obj -> list[str]`` schema validator; default: ``tests/k8s_schemas.validate_object``
             when that module exists, else the double's own (``validation.validate_object``). ``None``
             disables schema validation (name rules still apply).
-        crd_dir: where the CRD YAML files are (default ``<repo>/../shared/schemas/crds``).
+        crd_dir: where the CRD YAML files are (default ``<repo>/tests/schemas/crds``, vendored).
         auto_pods: run the engine controllers on create (children and pods appear at once).
         seed: seed of the random suffixes (pod names), for reproducible tests.
     """

@@ -6,7 +6,7 @@ Two sources of truth, both offline:
   against the Kubernetes 1.33 OpenAPI schemas bundled by the PyPI package
   ``kubernetes-validate`` (its ``-strict`` variant, where unknown fields are errors);
 * custom kinds (PyTorchJob, JobSet, TrainJob, ClusterTrainingRuntime) are checked
-  against the ``openAPIV3Schema`` of the upstream CRDs kept in ``shared/schemas/crds``,
+  against the ``openAPIV3Schema`` of the upstream CRDs kept in ``tests/schemas/crds``,
   with the structural-schema rules of the apiserver (``x-kubernetes-int-or-string``,
   ``x-kubernetes-preserve-unknown-fields``, ``nullable``, ``additionalProperties``)
   and, stricter than a cluster's default ``fieldValidation=Warn``, unknown fields
@@ -61,10 +61,10 @@ Validator = Callable[[dict], "list[str]"]
 
 
 def default_crd_dir(repo_root: Path | None = None) -> Path:
-    """``<repo>/../shared/schemas/crds``; the repo root defaults to this checkout's."""
+    """``<repo>/tests/schemas/crds`` (vendored upstream CRDs); the repo root defaults to this checkout's."""
     if repo_root is None:
         repo_root = Path(__file__).resolve().parents[2]
-    return (Path(repo_root) / ".." / "shared" / "schemas" / "crds").resolve()
+    return Path(repo_root) / "tests" / "schemas" / "crds"
 
 
 def join_path(parent: str, key: Any) -> str:
