@@ -162,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for name, value in medians.items():
             print(
-                f"median time to first optimizer step, {name:<10}: {value:.2f}s  (all: {', '.join(f'{t:.2f}' for t in times[name])})"
+                f"median time to first optimizer step, {name:<10}: {value:.2f}s  (all: "
+                f"{', '.join(f'{t:.2f}' for t in times[name])})"
             )
         print(f"ratio ddpctl / bare torchrun (same 2x2 layout): {ratio:.2f}x  (target <= 1.2x)")
     return 0

@@ -32,7 +32,7 @@ def ensure_torchx() -> Path:
 
 def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
     start = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed: {proc.stderr.decode()[-500:]}")

@@ -65,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("ddpctl: interrupted\n")
         return 130
-    except Exception as exc:  # noqa: BLE001 - the last line of defence against tracebacks
+    except Exception as exc:  # the last line of defence against tracebacks
         if os.environ.get("DDPCTL_DEBUG"):
             raise
         first = str(exc).splitlines()[0] if str(exc) else ""

@@ -75,7 +75,7 @@ def _glob_to_regex(pattern: str) -> str:
                 out.append(re.escape(ch))
             else:
                 body = pattern[i + 1 : end].replace("\\", "\\\\")
-                if body.startswith("^") or body.startswith("!"):
+                if body.startswith(("^", "!")):
                     body = "^" + body[1:]
                 out.append(f"[{body}]")
                 i = end
@@ -169,14 +169,16 @@ def detect_builder(choice: str | None, path: str | None = None) -> str:
             raise UsageError(f"--builder: {choice!r} is not one of {', '.join(BUILDERS)}; choose one of them or auto")
         if _which(choice, path) is None:
             raise RuntimeFailure(
-                f"--builder {choice}: {choice} is not installed (not on PATH); install it (Docker: bash scripts/install-docker.sh) or choose another builder"
+                f"--builder {choice}: {choice} is not installed (not on PATH); install it (Docker: bash "
+                "scripts/install-docker.sh) or choose another builder"
             )
         return choice
     for name in BUILDERS:
         if _which(name, path) is not None:
             return name
     raise RuntimeFailure(
-        "no container builder found: install docker, podman or buildah (Docker: bash scripts/install-docker.sh), or pass --builder"
+        "no container builder found: install docker, podman or buildah (Docker: bash scripts/install-docker.sh), or "
+        "pass --builder"
     )
 
 
@@ -414,7 +416,8 @@ def build_image(spec: JobSpec, *, push: bool = True, echo: Callable[[str], None]
 def require_kind() -> None:
     if _which("kind") is None:
         raise RuntimeFailure(
-            "--load-kind: kind is not installed (not on PATH); install it (see docs/kind.md), or push the image with --push"
+            "--load-kind: kind is not installed (not on PATH); install it (see docs/kind.md), or push the image with "
+            "--push"
         )
 
 

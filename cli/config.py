@@ -12,12 +12,13 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
 from ddpctl.errors import SpecError, UsageError
-from ddpctl.spec import JobSpec, Rendezvous, Resources, _camel
+from ddpctl.spec import JobSpec, Rendezvous, Resources, camel
 
 DEFAULT_CONFIG = "ddp.yaml"
 ENV_PREFIX = "DDPCTL_"
@@ -44,9 +45,9 @@ def _env_paths() -> dict[str, str]:
         if f.name in ("rendezvous", "resources"):
             sub = Rendezvous if f.name == "rendezvous" else Resources
             for g in dataclasses.fields(sub):
-                paths[f"{ENV_PREFIX}{f.name.upper()}_{g.name.upper()}"] = f"{f.name}.{_camel(g.name)}"
+                paths[f"{ENV_PREFIX}{f.name.upper()}_{g.name.upper()}"] = f"{f.name}.{camel(g.name)}"
         elif f.type in ("str", "int", "str | None", "int | None"):
-            paths[f"{ENV_PREFIX}{f.name.upper()}"] = _camel(f.name)
+            paths[f"{ENV_PREFIX}{f.name.upper()}"] = camel(f.name)
     paths[f"{ENV_PREFIX}NODES"] = "nodes"
     return paths
 
@@ -54,7 +55,8 @@ def _env_paths() -> dict[str, str]:
 ENV_PATHS = _env_paths()
 
 
-def _set_path(target: dict[str, Any], path: str, value: Any) -> None:
+def set_path(target: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted camelCase path (`rendezvous.port`) in a layer, creating the maps above it."""
     node = target
     *parents, leaf = path.split(".")
     for part in parents:
@@ -75,7 +77,7 @@ def layer_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
         if var in environ:
             raw = environ[var]
             value: Any = parse_int(var, raw) if path in _INT_FIELDS else raw
-            _set_path(layer, path, value)
+            set_path(layer, path, value)
     unknown = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in ENV_PATHS and k not in _NON_SPEC_ENV)
     if unknown:
         raise UsageError(f"{unknown[0]}: not a ddpctl setting; unset it or use one of {', '.join(sorted(ENV_PATHS))}")
@@ -156,8 +158,26 @@ def load_spec(
     return JobSpec.from_dict(merged_layers(flags, config, environ))
 
 
+@dataclass(frozen=True)
+class SpecInput:
+    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it."""
+
+    flags: dict[str, Any]
+    config: Path | None
+
+    def spec(self, **overrides: Any) -> JobSpec:
+        layer = dict(self.flags)
+        layer.update(overrides)
+        return load_spec(layer, self.config)
+
+    def chosen(self) -> dict[str, Any]:
+        """The settings the user gave (file, env, flags) without the defaults: tells "namespace
+        not chosen" apart from "chose the default namespace"."""
+        return merged_layers(self.flags, self.config)
+
+
 def describe_sources() -> str:
     return "defaults < ddp.yaml (or --config FILE) < DDPCTL_* environment < command-line flags"
 
 
-__all__ = ["load_spec", "merge", "layer_from_env", "layer_from_file", "ENV_PATHS", "SpecError"]
+__all__ = ["ENV_PATHS", "SpecError", "layer_from_env", "layer_from_file", "load_spec", "merge"]

@@ -26,12 +26,12 @@ from ddpctl.local_run import (
     STOP_GRACE_S,
     JobFailed,
     JobState,
-    _rel,
     cluster_env,
     describe_failure,
     finish_note,
     make_console,
     parse_mounts,
+    relative_path,
     remove_checkpoints,
     start_failure,
     supervise,
@@ -108,7 +108,8 @@ def require_engine_cli(engine: str) -> str:
     path = shutil.which(engine)
     if path is None:
         raise RuntimeFailure(
-            f"--engine {engine}: {engine} is not installed (not on PATH); install it (Docker: bash scripts/install-docker.sh) or use ddpctl run --local"
+            f"--engine {engine}: {engine} is not installed (not on PATH); install it (Docker: bash "
+            "scripts/install-docker.sh) or use ddpctl run --local"
         )
     from ddpctl.build import require_engine
 
@@ -124,7 +125,8 @@ def ensure_image(engine: str, spec: JobSpec) -> None:
         return
     if spec.image_pull_policy == "Never":
         raise UsageError(
-            f"image: {spec.image} is not in the local {engine} images and imagePullPolicy is Never; build it (ddpctl build) or pass --image"
+            f"image: {spec.image} is not in the local {engine} images and imagePullPolicy is Never; build it (ddpctl "
+            "build) or pass --image"
         )
     try:
         proc = subprocess.run([engine, "pull", spec.image], capture_output=True, text=True, timeout=600)
@@ -135,7 +137,8 @@ def ensure_image(engine: str, spec: JobSpec) -> None:
     if proc.returncode != 0:
         why = " ".join((proc.stderr or proc.stdout).split())[-240:] or f"exit code {proc.returncode}"
         raise UsageError(
-            f"image: {spec.image} does not exist locally and cannot be pulled ({why}); build it with ddpctl build (it tags ddpctl-trainer:latest) or pass --image"
+            f"image: {spec.image} does not exist locally and cannot be pulled ({why}); build it with ddpctl build "
+            "(it tags ddpctl-trainer:latest) or pass --image"
         )
 
 
@@ -214,7 +217,8 @@ def plan_docker(
     (No host port is used: each container has a network namespace of its own.)"""
     if spec.gpus_per_node:
         raise UsageError(
-            f"gpusPerNode: {spec.gpus_per_node} GPUs per node cannot be given to local containers by ddpctl; use --gpus 0 (CPU + gloo)"
+            f"gpusPerNode: {spec.gpus_per_node} GPUs per node cannot be given to local containers by ddpctl; use "
+            "--gpus 0 (CPU + gloo)"
         )
     require_engine_cli(engine)
     ensure_image(engine, spec)
@@ -312,7 +316,8 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
     console = make_console(None, None, color)
     state = JobState(spec.name, len(plan.containers), spec.world_size)
     console.note(
-        f"running {spec.name} in {engine}: {spec.nnodes} containers x {spec.nproc_per_node} processes = world size {spec.world_size}, "
+        f"running {spec.name} in {engine}: {spec.nnodes} containers x {spec.nproc_per_node} processes = world size "
+        f"{spec.world_size}, "
         f"{spec.resolved_backend}, rank 0 at {spec.rdzv_endpoint} on network {plan.network}"
     )
     labels = [f"--label={RUN_LABEL}={plan.run_id}", f"--label={JOB_LABEL}={spec.name}"]
@@ -360,10 +365,11 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
         left = cleanup(engine, plan.run_id)
         if left:
             console.note(f"could not remove {len(left)} objects labelled {RUN_LABEL}={plan.run_id}: {' '.join(left)}")
-    logs = _rel(plan.run_dir / "logs", Path.cwd())
+    logs = relative_path(plan.run_dir / "logs", Path.cwd())
     if timed_out:
         raise WaitTimeout(
-            f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its containers (logs in {logs})"
+            f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its containers "
+            f"(logs in {logs})"
         )
     if failed is not None:
         code, oom = exit_states.get(failed.index, (None, False))

@@ -248,7 +248,8 @@ def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str |
         return wanted, None
     if explicit:
         raise UsageError(
-            f"rendezvous.port: port {wanted} is in use on this machine; stop what listens there or choose another with --port"
+            f"rendezvous.port: port {wanted} is in use on this machine; stop what listens there or choose another "
+            "with --port"
         )
     port = free_port()
     return port, f"port {wanted} is in use here, using {port} instead"
@@ -291,7 +292,8 @@ def plan_local(
     notes: list[str] = []
     if spec.gpus_per_node:
         notes.append(
-            f"gpusPerNode is {spec.gpus_per_node}: every local node would need that many GPUs; use --gpus 0 for CPU + gloo"
+            f"gpusPerNode is {spec.gpus_per_node}: every local node would need that many GPUs; use --gpus 0 for CPU "
+            "+ gloo"
         )
     missing = [k for k in spec.secret_env if k not in (parent_env or os.environ)]
     if missing:
@@ -422,7 +424,10 @@ def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> 
     how = f"was killed by {_signal_name(primary.code)}" if primary.code < 0 else f"exited with code {primary.code}"
     others = sorted({f.rank for f in state.failures if f.rank is not None and f.rank != primary.rank})
     tail = f"; ranks {', '.join(map(str, others))} stopped after it" if others else ""
-    return f"job {state.name} failed: rank {primary.rank} (node {primary.node}, local rank {primary.local_rank}) {how}{tail}"
+    return (
+        f"job {state.name} failed: rank {primary.rank} (node {primary.node}, local rank {primary.local_rank}) "
+        f"{how}{tail}"
+    )
 
 
 class Console:
@@ -608,8 +613,10 @@ def run_local(
     if plan.port_note:
         console.note(plan.port_note)
     console.note(
-        f"running {spec.name} locally: {spec.nnodes} nodes x {spec.nproc_per_node} processes = world size {spec.world_size}, "
-        f"{spec.resolved_backend}, rank 0 at {LOOPBACK}:{plan.port} (in the cluster: {spec.rank0_host}:{spec.master_port})"
+        f"running {spec.name} locally: {spec.nnodes} nodes x {spec.nproc_per_node} processes = world size "
+        f"{spec.world_size}, "
+        f"{spec.resolved_backend}, rank 0 at {LOOPBACK}:{plan.port} (in the cluster: "
+        f"{spec.rank0_host}:{spec.master_port})"
     )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     if plan.checkpoint_dir is not None:
@@ -637,7 +644,7 @@ def run_local(
     failed, timed_out = supervise(
         start, state, console, show=lambda c, t: _show(console, state, c, t), stop=stop, timeout=timeout
     )
-    logs = _rel(plan.run_dir / "logs", plan.cwd)
+    logs = relative_path(plan.run_dir / "logs", plan.cwd)
     if timed_out:
         raise WaitTimeout(
             f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})"
@@ -656,14 +663,15 @@ def finish_note(console: Console, state: JobState, checkpoint_dir: Path | None, 
     elapsed = time.monotonic() - state.started
     latest = _latest_checkpoint(checkpoint_dir)
     where = (
-        f"; checkpoint {_rel(latest, cwd)}"
+        f"; checkpoint {relative_path(latest, cwd)}"
         if latest
-        else (f"; checkpoints in {_rel(checkpoint_dir, cwd)}" if checkpoint_dir else "")
+        else (f"; checkpoints in {relative_path(checkpoint_dir, cwd)}" if checkpoint_dir else "")
     )
     console.note(f"{state.name} succeeded in {elapsed:.1f}s{where}")
 
 
-def _rel(path: Path, base: Path) -> str:
+def relative_path(path: Path, base: Path) -> str:
+    """`path` as the user would type it from `base` (absolute when it lies elsewhere)."""
     try:
         return str(path.relative_to(base))
     except ValueError:

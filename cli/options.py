@@ -12,12 +12,11 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any
 
 import typer
-from ddpctl.config import _set_path, load_spec
+from ddpctl.config import SpecInput, set_path
 from ddpctl.errors import UsageError
-from ddpctl.spec import JobSpec
 
 
 def _split_pair(flag: str, text: str, sep: str = "=") -> tuple[str, str]:
@@ -145,28 +144,15 @@ def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, 
                 raise UsageError(f"{name}: cannot split {raw!r}: {exc}; quote it as you would in a shell") from None
         else:
             value = raw
-        _set_path(layer, flag.path, value)
+        set_path(layer, flag.path, value)
     if args:
         layer["args"] = list(args)
     return layer
 
 
-@dataclass(frozen=True)
-class SpecInput:
-    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it."""
-
-    flags: dict[str, Any]
-    config: Path | None
-
-    def spec(self, **overrides: Any) -> JobSpec:
-        layer = dict(self.flags)
-        layer.update(overrides)
-        return load_spec(layer, self.config)
-
-
 def _typer_param(flag: Flag) -> inspect.Parameter:
     multiple = flag.kind in ("list", "map", "volumes", "secretEnv", "tolerations")
-    annotation: Any = Optional[list[str]] if multiple else Optional[int] if flag.kind == "int" else Optional[str]
+    annotation: Any = list[str] | None if multiple else int | None if flag.kind == "int" else str | None
     option = typer.Option(None, *flag.names, help=flag.help, rich_help_panel="Job spec", show_default=False)
     return inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
@@ -188,7 +174,7 @@ def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 exists=False,
                 dir_okay=False,
             ),
-            annotation=Optional[Path],
+            annotation=Path | None,
         ),
         *(_typer_param(f) for f in SPEC_FLAGS),
         inspect.Parameter(
@@ -197,7 +183,7 @@ def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
             default=typer.Argument(
                 None, help="Arguments for the training module/script (put them after --).", show_default=False
             ),
-            annotation=Optional[list[str]],
+            annotation=list[str] | None,
         ),
     ]
 

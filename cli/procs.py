@@ -38,7 +38,7 @@ PR_SET_CHILD_SUBREAPER = 36
 def port_is_free(port: int, host: str = "") -> bool:
     """True when nothing listens on `port` (TIME_WAIT leftovers do not count: torchrun's store
     binds with SO_REUSEADDR too)."""
-    for family, addr in ((socket.AF_INET, host or "0.0.0.0"),):
+    for family, addr in ((socket.AF_INET, host or "0.0.0.0"),):  # noqa: S104 - probes where torchrun's store binds
         with socket.socket(family, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -267,7 +267,7 @@ def start_child(
         log_path.parent.mkdir(parents=True, exist_ok=True)
         log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed by LineMux
     try:
-        popen = subprocess.Popen(  # noqa: S603 - argv list, no shell
+        popen = subprocess.Popen(  # an argv list, no shell
             list(cmd),
             env=dict(env),
             cwd=cwd,

@@ -28,7 +28,7 @@ POD_SECURITY: tuple[str, ...] = ("restricted", "baseline")
 TRAINER_MODULE = "ddpctl_trainer"
 DEFAULT_IMAGE = "ddpctl-trainer:latest"
 MAX_DNS_LABEL = 63
-SHM_MOUNT = "/dev/shm"
+SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path in the pod, not a temporary file
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -270,13 +270,13 @@ class JobSpec:
         for name in ("image_pull_secrets", "command", "args", "env_from_secrets", "tolerations"):
             value = getattr(self, name)
             if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
-                raise SpecError(_camel(name), f"expected a list, got {type(value).__name__}", "write it as a YAML list")
+                raise SpecError(camel(name), f"expected a list, got {type(value).__name__}", "write it as a YAML list")
             freeze(self, name, tuple(value))
         for name in ("env", "secret_env", "volumes", "node_selector", "affinity", "labels", "annotations"):
             value = getattr(self, name)
             if not isinstance(value, Mapping):
                 raise SpecError(
-                    _camel(name), f"expected a map, got {type(value).__name__}", "write it as key: value pairs"
+                    camel(name), f"expected a map, got {type(value).__name__}", "write it as key: value pairs"
                 )
             freeze(self, name, _FrozenDict(sorted(value.items())) if name != "affinity" else _FrozenDict(value))
         self._validate()
@@ -292,7 +292,8 @@ class JobSpec:
         _require(
             len(longest) <= MAX_DNS_LABEL,
             "name",
-            f"{self.name!r} makes the {self.target} name {longest!r} ({len(longest)} characters, the limit is {MAX_DNS_LABEL})",
+            f"{self.name!r} makes the {self.target} name {longest!r} ({len(longest)} characters, the limit is "
+            f"{MAX_DNS_LABEL})",
             f"shorten name to at most {MAX_DNS_LABEL - (len(longest) - len(self.name))} characters",
         )
         _require(
@@ -497,7 +498,7 @@ class JobSpec:
             _require(
                 vol.mount_path.rstrip("/") != SHM_MOUNT,
                 f"volumes.{vname}.mountPath",
-                "/dev/shm is managed by shmSize",
+                "/dev/shm is managed by shmSize",  # noqa: S108 - a message, not a path
                 "mount the volume elsewhere",
             )
             _require(
@@ -761,15 +762,15 @@ class JobSpec:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            key = _camel(f.name)
+            key = camel(f.name)
             if f.name in ("min_nodes", "max_nodes"):
                 continue
             if f.name == "nodes":
                 out[key] = self.nnodes if self.elastic else self.nodes
             elif isinstance(value, (Rendezvous, Resources)):
-                out[key] = {_camel(k): v for k, v in dataclasses.asdict(value).items()}
+                out[key] = {camel(k): v for k, v in dataclasses.asdict(value).items()}
             elif f.name == "volumes":
-                out[key] = {k: {_camel(a): b for a, b in dataclasses.asdict(v).items()} for k, v in value.items()}
+                out[key] = {k: {camel(a): b for a, b in dataclasses.asdict(v).items()} for k, v in value.items()}
             elif f.name == "secret_env":
                 out[key] = {k: {"secret": v.secret, "key": v.key} for k, v in value.items()}
             elif isinstance(value, tuple):
@@ -801,17 +802,18 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _camel(snake: str) -> str:
+def camel(snake: str) -> str:
+    """The spec file's (camelCase) name of a JobSpec field: `gpus_per_node` -> `gpusPerNode`."""
     head, *rest = snake.split("_")
     return head + "".join(p.capitalize() for p in rest)
 
 
-def _snake(camel: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", camel).lower()
+def _snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
 
 _SPEC_FIELDS = {f.name for f in dataclasses.fields(JobSpec)} - {"min_nodes", "max_nodes"}
-_SPEC_KEYS = sorted(_camel(n) for n in _SPEC_FIELDS)
+_SPEC_KEYS = sorted(camel(n) for n in _SPEC_FIELDS)
 
 
 def parse_nodes(value: Any, field_name: str = "nodes") -> tuple[int, int | None, int | None]:
@@ -836,9 +838,9 @@ def _sub_dataclass(cls: type, field_name: str, data: Any) -> Any:
     known = {f.name for f in dataclasses.fields(cls)}
     kwargs = {}
     for key, value in data.items():
-        if _snake(key) not in known or key != _camel(_snake(key)):
+        if _snake(key) not in known or key != camel(_snake(key)):
             raise SpecError(
-                f"{field_name}.{key}", "is not a known key", f"use one of {', '.join(sorted(_camel(k) for k in known))}"
+                f"{field_name}.{key}", "is not a known key", f"use one of {', '.join(sorted(camel(k) for k in known))}"
             )
         kwargs[_snake(key)] = value
     try:
@@ -865,7 +867,7 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
         name = _snake(str(key))
-        if name not in _SPEC_FIELDS or key != _camel(name):
+        if name not in _SPEC_FIELDS or key != camel(name):
             raise SpecError(str(key), "is not a known key", f"use one of {', '.join(_SPEC_KEYS)}")
         if name == "nodes":
             kwargs["nodes"], kwargs["min_nodes"], kwargs["max_nodes"] = parse_nodes(value)

@@ -11,6 +11,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 IN_CI = os.environ.get("CI") == "true"
 
+# The API double's fixtures (make_cluster, isolated_kube) for every test module that asks for them.
+pytest_plugins = ["tests.kube_api_double.fixtures"]
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

@@ -3,9 +3,9 @@
 - Core kinds (Job, Service, ...) go through the PyPI package `kubernetes-validate`, strict
   (an unknown field is an error), against each Kubernetes version in `KUBE_VERSIONS`.
 - Custom kinds (PyTorchJob, JobSet, TrainJob) are checked against the upstream CRDs'
-  `openAPIV3Schema` vendored in `tests/schemas/crds/` (provenance in its README), with the API server's structural-schema rules and
-  unknown fields as errors, as `kubectl apply --validate=strict` would report them. The structural
-  walker lives with the API double (`kube_api_double.validation`), so both use one implementation.
+  `openAPIV3Schema` vendored in `tests/schemas/crds/` (provenance in its README), with the API
+  server's structural-schema rules and unknown fields as errors, as `kubectl apply --validate=strict`
+  would report them. The structural walker lives with the API double (`kube_api_double.validation`), so both use one implementation.
   CEL rules (`x-kubernetes-validations`) are not evaluated.
 
 `validate_object(obj)` returns a list of "<field path>: <message>" strings; empty means valid.
@@ -14,11 +14,8 @@
 from __future__ import annotations
 
 import functools
-import os
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SCHEMAS = REPO / "tests" / "schemas"

@@ -212,7 +212,8 @@ def test_build_of_the_real_dockerfile_on_the_cpu_base() -> None:
 def test_a_failed_build_is_one_line_with_the_log_tail_and_leaves_no_container(tmp_path: Path) -> None:
     require_docker_and_base()
     (tmp_path / "Dockerfile").write_text(
-        f"FROM {BASE_IMAGE}\nRUN echo 'step output before the failure' && echo 'boom: compiler exploded' >&2 && exit 3\n"
+        f"FROM {BASE_IMAGE}\nRUN echo 'step output before the failure' && echo 'boom: compiler exploded' >&2 && exit "
+        "3\n"
     )
     before = _containers()
     result = _ddpctl("build", "--quiet", cwd=tmp_path)

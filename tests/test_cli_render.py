@@ -75,7 +75,7 @@ def test_output_dir_matches_kubectl_kustomize(cli, tmp_path: Path, target: str) 
     assert "kustomization.yaml" in files and len(files) == len(expected) + 1
     skip_unless(shutil.which("kubectl") is not None, "kubectl is needed for `kubectl kustomize`")
     built = subprocess.run(["kubectl", "kustomize", str(out)], capture_output=True, text=True, check=True).stdout
-    key = lambda o: (o["kind"], o["metadata"]["name"])  # noqa: E731 - kustomize orders by kind
+    key = lambda o: (o["kind"], o["metadata"]["name"])  # kustomize orders by kind
     assert sorted(yaml.safe_load_all(built), key=key) == sorted(expected, key=key)
 
 

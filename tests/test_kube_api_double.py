@@ -481,7 +481,7 @@ def test_list_with_label_and_field_selectors(kube, api):
     core = client.CoreV1Api(api)
     apply(api, job_manifest("a", nodes=2))
     apply(api, pytorchjob_manifest("pj", workers=1))
-    names = lambda **kw: sorted(p.metadata.name for p in core.list_namespaced_pod("team", **kw).items)  # noqa: E731
+    names = lambda **kw: sorted(p.metadata.name for p in core.list_namespaced_pod("team", **kw).items)
     a_pods = kube.pod_names_for("Job", "a", "team")
     assert len(a_pods) == 2
     assert names(label_selector="job-name=a") == sorted(a_pods)
@@ -708,9 +708,7 @@ def test_foreground_delete_removes_owned_pods(kube, api):
     with pytest.raises(ApiException) as e:
         batch.read_namespaced_job("train", "team")
     assert e.value.status == 404
-    deleted = [
-        ev for ev in watch.Watch().stream(core.list_namespaced_pod, "team", resource_version=start, timeout_seconds=1)
-    ]
+    deleted = list(watch.Watch().stream(core.list_namespaced_pod, "team", resource_version=start, timeout_seconds=1))
     assert [ev["type"] for ev in deleted] == ["DELETED", "DELETED"]
 
 
@@ -882,7 +880,7 @@ def test_validator_seam_prefers_the_shared_validator_and_accepts_its_strings(tmp
     d = KubeApiDouble()
     from tests.kube_api_double.validation import resolve_default_validator
 
-    fn, name = resolve_default_validator()
+    _, name = resolve_default_validator()
     if Path(__file__).with_name("k8s_schemas.py").exists():
         assert name == "tests.k8s_schemas.validate_object" and d.validator_name == name
     assert (

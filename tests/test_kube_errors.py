@@ -10,7 +10,6 @@ import pytest
 from ddpctl.kube import errors as E
 from ddpctl.kube.kinds import JOB, PYTORCHJOB
 
-from tests.kube_api_double.fixtures import isolated_kube, make_cluster  # noqa: F401 - fixtures
 from tests.test_submit import NAME, NS, one_error
 
 COMMANDS = {
@@ -119,7 +118,7 @@ def test_crd_not_installed_names_the_target_that_would_work(cli, make_cluster):
 def test_invalid_object_lists_the_servers_field_paths(cli, make_cluster):
     bad = lambda o: (
         [
-            "spec.completions: Invalid value: 0: must be greater than or equal to 1",  # noqa: E731
+            "spec.completions: Invalid value: 0: must be greater than or equal to 1",
             "metadata.labels: Invalid value: \"x\": bad",
         ]
         if o["kind"] == "Job"

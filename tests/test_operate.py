@@ -9,7 +9,6 @@ import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rath
 import pytest
 import yaml
 
-from tests.kube_api_double.fixtures import isolated_kube, make_cluster  # noqa: F401 - fixtures
 from tests.kube_api_double.scripted import BOUND, Scenario
 from tests.test_submit import NAME, NS, objects_left, one_error
 

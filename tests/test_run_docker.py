@@ -178,7 +178,7 @@ def test_docker_run_plan_wires_each_container_like_its_pod(
     assert plan.network == "ddpctl-wired-abc123"
     first, second = (list(c.argv) for c in plan.containers)
     assert first[first.index("--hostname") + 1] == "wired-0" and "wired-0.wired" in first
-    assert f"PET_NODE_RANK=1" in second and "PET_MASTER_ADDR=wired-0.wired" in second
+    assert "PET_NODE_RANK=1" in second and "PET_MASTER_ADDR=wired-0.wired" in second
     assert first[first.index("--shm-size") + 1] == str(1024**3)
     assert "--cap-drop" in first and "ddpctl.io/run=abc123" in first
     assert first[first.index("--entrypoint") + 1] == "torchrun" and first[-2:] == ["-m", "ddpctl_trainer"]
@@ -246,7 +246,7 @@ def test_killing_one_container_fails_the_job_and_names_its_ranks(
     assert proc.returncode == 137, err
     errors = [line for line in err.splitlines() if line.startswith("ddpctl: error:")]
     assert len(errors) == 1, err
-    assert f"node 1 (ranks 2-3) was killed by SIGKILL" in errors[0] and f"container {job}-1" in errors[0]
+    assert "node 1 (ranks 2-3) was killed by SIGKILL" in errors[0] and f"container {job}-1" in errors[0]
     assert _left_behind(job) == []
 
 

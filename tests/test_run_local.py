@@ -325,7 +325,10 @@ def test_checkpoint_volume_maps_to_a_host_directory(tmp_path: Path) -> None:
 
 
 def test_run_help_does_not_import_torch() -> None:
-    code = "import sys; from ddpctl.app import main; main(['run', '--help']); print('torch' in sys.modules, 'kubernetes' in sys.modules)"
+    code = (
+        "import sys; from ddpctl.app import main; main(['run', '--help']); "
+        "print('torch' in sys.modules, 'kubernetes' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, check=True).stdout
     assert "--local" in out and "--docker" in out
     assert out.strip().endswith("False False")
@@ -434,8 +437,11 @@ def test_a_node_that_fails_to_start_leaves_the_started_ones_stopped(
         return child
 
     monkeypatch.setattr(procs, "start_child", spy)
-    with pytest.raises(RuntimeFailure, match=r"could not start node 2 \(.*no-such-agent\): No such file or directory"):
-        run_local(plan, out=open(os.devnull, "w"), err=open(os.devnull, "w"))
+    with (
+        open(os.devnull, "w") as devnull,
+        pytest.raises(RuntimeFailure, match=r"could not start node 2 \(.*no-such-agent\): No such file or directory"),
+    ):
+        run_local(plan, out=devnull, err=devnull)
     assert len(seen) == 2 and all(c.popen.poll() is not None for c in seen)  # nodes 0 and 1 were stopped
 
 

@@ -14,7 +14,6 @@ import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rath
 import pytest
 import yaml
 
-from tests.kube_api_double.fixtures import isolated_kube, make_cluster  # noqa: F401 - fixtures
 from tests.kube_api_double.scripted import BOUND, Scenario
 
 NS = "team"
@@ -177,7 +176,7 @@ def test_dry_run_server_validates_on_the_server_and_stores_nothing(cli, make_clu
 
 
 def test_dry_run_server_reports_invalid_objects_with_field_paths(cli, make_cluster):
-    bad = lambda o: ["spec.template.spec.containers[0].image: Required value"] if o["kind"] == "Job" else []  # noqa: E731
+    bad = lambda o: ["spec.template.spec.containers[0].image: Required value"] if o["kind"] == "Job" else []
     c = make_cluster(validator=bad)
     one_error(
         cli("submit", *c.args, "-n", NS, "--dry-run=server"),
@@ -264,7 +263,7 @@ def test_failure_on_the_second_object_removes_the_first(cli, make_cluster, statu
 def test_invalid_second_object_is_422_with_field_paths_and_nothing_is_left(cli, make_cluster):
     bad = lambda o: (
         ["spec.template.spec.containers[0].imagee: field not declared in schema"] if o["kind"] == "Job" else []
-    )  # noqa: E731
+    )
     c = make_cluster(validator=bad)
     one_error(
         cli("submit", *c.args, "-n", NS, "--target", "job"),
@@ -504,8 +503,8 @@ def test_wait_shows_live_transitions(cli, make_cluster, monkeypatch):
     assert "master: 1 pending, 0 running, 0 succeeded, 0 failed; worker: 2 pending" in r.err
     assert "master: 0 pending, 1 running, 0 succeeded, 0 failed; worker: 0 pending, 2 running" in r.err
     assert (
-        "Succeeded (3 nodes) - master: 0 pending, 0 running, 1 succeeded, 0 failed; worker: 0 pending, 0 running, 2 succeeded"
-        in r.err
+        "Succeeded (3 nodes) - master: 0 pending, 0 running, 1 succeeded, 0 failed; worker: 0 pending, 0 running, 2 "
+        "succeeded" in r.err
     )
 
 
@@ -662,7 +661,7 @@ def test_follow_one_rank_without_prefix(cli, make_cluster):
     c = make_cluster(("pytorchjob",))
 
     def run(d, obj):
-        for i, p in enumerate(_pods(d, "PyTorchJob")):
+        for p in _pods(d, "PyTorchJob"):
             d.start_container(p, NS)
             d.append_log(p, f"I am {p}", namespace=NS)
             d.terminate_container(p, NS, exit_code=0)

@@ -58,7 +58,7 @@ def test_elastic_layout_wiring(target: str, low: int, high: int) -> None:
 def test_trainjob_refuses_elastic_layouts() -> None:
     from ddpctl.errors import SpecError
 
-    with pytest.raises(SpecError, match="^nodes: the trainjob target has no elastic policy"):
+    with pytest.raises(SpecError, match=r"^nodes: the trainjob target has no elastic policy"):
         JobSpec.from_dict({"target": "trainjob", "nodes": "2:4", "name": "tj"})
 
 

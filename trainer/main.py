@@ -104,4 +104,4 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         return EXIT_FAILURE
 
 
-__all__ = ["main", "TrainerFailure"]
+__all__ = ["TrainerFailure", "main"]

@@ -580,4 +580,4 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
     trainer.fit()
 
 
-__all__ = ["Trainer", "run_trainer", "TrainerFailure"]
+__all__ = ["Trainer", "TrainerFailure", "run_trainer"]

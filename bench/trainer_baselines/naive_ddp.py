@@ -81,7 +81,7 @@ def main() -> None:
             prediction = model(data)
             loss = loss_func(prediction, label)
             loss.backward()
-            iterator.desc = "loss = %0.3f" % loss
+            iterator.desc = f"loss = {loss:0.3f}"
             optimizer.step()
             step += 1
             if step == args.warmup:

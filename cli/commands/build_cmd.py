@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 from ddpctl.errors import UsageError
@@ -14,12 +13,14 @@ def build_command(
     repo: str | None = typer.Option(
         None,
         "--repo",
-        help="Image repository; the tag is the content hash (default: the repository of DDPCTL_IMAGE / ddp.yaml's image, else ddpctl-trainer).",
+        help="Image repository; the tag is the content hash (default: the repository of DDPCTL_IMAGE / ddp.yaml's "
+        "image, else ddpctl-trainer).",
     ),
     base_image: str | None = typer.Option(
         None,
         "--base-image",
-        help="BASE_IMAGE build arg: the image with Python and torch to build on (default: the Dockerfile's GPU image; ddpctl-base:cpu from scripts/make-base-image.sh for CPU).",
+        help="BASE_IMAGE build arg: the image with Python and torch to build on (default: the Dockerfile's GPU "
+        "image; ddpctl-base:cpu from scripts/make-base-image.sh for CPU).",
     ),
     build_arg: list[str] | None = typer.Option(
         None, "--build-arg", help="KEY=VALUE build arg (repeatable).", show_default=False

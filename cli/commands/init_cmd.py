@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from ddpctl.config import SpecInput
 from ddpctl.errors import UsageError
-from ddpctl.options import SpecInput, spec_options
+from ddpctl.options import spec_options
 
 
 @spec_options

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 from ddpctl.kube.flags import ListFormat, context_option, kubeconfig_option, namespace_option
 

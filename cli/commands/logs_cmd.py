@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
-from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_option
+from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_option, rank_option
 
 
 def logs_command(
@@ -13,12 +11,7 @@ def logs_command(
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Stream new lines from every node until the job finishes."
     ),
-    rank: int | None = typer.Option(
-        None,
-        "--rank",
-        help="Only node N's logs: N is the node rank, the pod's index in the job (with --gpus G node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: torchrun numbers the nodes at rendezvous.",
-        show_default=False,
-    ),
+    rank: int | None = rank_option("Only "),
     previous: bool = typer.Option(False, "--previous", "-p", help="The previous (crashed) container instance's logs."),
     tail: int | None = typer.Option(None, "--tail", help="Only the last N lines of each node.", show_default=False),
     timestamps: bool = typer.Option(False, "--timestamps", help="Prefix each line with its time."),

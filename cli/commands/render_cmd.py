@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
-from ddpctl.options import SpecInput, spec_options
+from ddpctl.config import SpecInput
+from ddpctl.options import spec_options
 
 
 class OutputFormat(str, Enum):

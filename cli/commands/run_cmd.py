@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import List, Optional
 
 import typer
+from ddpctl.config import SpecInput
 from ddpctl.errors import UsageError
-from ddpctl.options import SpecInput, spec_options
+from ddpctl.options import spec_options
 
 
 class Color(str, Enum):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
 from ddpctl.kube.flags import Format, context_option, kubeconfig_option, namespace_option, timeout_option
 
@@ -19,7 +17,8 @@ def status_command(
     ),
     timeout: str | None = timeout_option(),
 ) -> None:
-    """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, and why nodes fail or wait."""
+    """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, and why nodes
+    fail or wait."""
     from ddpctl.kube.operate import status
 
     status(

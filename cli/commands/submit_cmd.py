@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Optional
-
 import typer
-from ddpctl.kube.flags import DryRun, Format, context_option, kubeconfig_option, timeout_option
-from ddpctl.options import SpecInput, spec_options
+from ddpctl.config import SpecInput
+from ddpctl.kube.flags import DryRun, Format, context_option, kubeconfig_option, rank_option, timeout_option
+from ddpctl.options import spec_options
 
 
 @spec_options
@@ -42,11 +41,7 @@ def submit_command(
         "--follow",
         help="Like --wait, and stream every node's logs prefixed [node N] (the node rank: the pod's index).",
     ),
-    rank: int | None = typer.Option(
-        None,
-        "--rank",
-        help="With --follow: only node N's logs: N is the node rank, the pod's index in the job (with --gpus G node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: torchrun numbers the nodes at rendezvous.",
-    ),
+    rank: int | None = rank_option("With --follow: only "),
     timeout: str | None = timeout_option(),
 ) -> None:
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""

@@ -75,14 +75,14 @@ def find_job(cluster: Cluster, name: str, namespace: str) -> tuple[Kind, dict[st
     """The workload (Job, PyTorchJob, JobSet or TrainJob) of job NAME, or a one-line error."""
     workloads = [(k, o) for k, o in find_objects(cluster, name, namespace, WORKLOADS)]
     if not workloads:
-        _raise_not_found(cluster, name, namespace)
+        raise_not_found(cluster, name, namespace)
     if len(workloads) > 1:
         # two submits with different targets: the newest wins, say so
         workloads.sort(key=lambda ko: ko[1]["metadata"].get("creationTimestamp") or "", reverse=True)
     return workloads[0]
 
 
-def _raise_not_found(cluster: Cluster, name: str, namespace: str) -> None:
+def raise_not_found(cluster: Cluster, name: str, namespace: str) -> None:
     from ddpctl.kube.kinds import NAMESPACE
 
     try:
@@ -129,7 +129,8 @@ def wait_deleted(
             if left <= 0:
                 raise ClusterError(
                     f'{kind.ref(md["name"])} in namespace "{md.get("namespace")}" is still being deleted '
-                    f"after {int(timeout)}s (finalizers: {', '.join(current['metadata'].get('finalizers') or []) or 'none'}); "
+                    f"after {int(timeout)}s (finalizers: "
+                    f"{', '.join(current['metadata'].get('finalizers') or []) or 'none'}); "
                     "check it with kubectl, then retry"
                 )
             _wait_for_change(cluster, kind, current, min(left, 30.0))

@@ -54,7 +54,7 @@ class Cluster:
             _shutdown(resp)
         try:
             self.api.close()
-        except Exception:  # noqa: BLE001 - closing is best effort
+        except Exception:  # noqa: BLE001, S110 - closing is best effort
             pass
 
     def __enter__(self) -> Cluster:
@@ -174,7 +174,7 @@ def _shutdown(raw: Any) -> None:
         if hasattr(raw, "shutdown"):
             raw.shutdown()  # interrupts a blocked read in another thread (urllib3 >= 2.3)
         raw.release_conn()
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001, S110 - best effort: the stream may be closed already
         pass
 
 
@@ -296,14 +296,3 @@ def connect(options: ClusterOptions) -> Cluster:
             time.sleep(delay)  # a retry backoff, bounded by CONNECT_ATTEMPTS
             delay *= 2
     raise AssertionError("unreachable")  # pragma: no cover
-
-
-# ---------------------------------------------------------------------- what the user chose
-
-
-def chosen_layer(config_path: Path | None, flags: dict[str, Any]) -> dict[str, Any]:
-    """The settings the user gave explicitly, without defaults: tells "namespace/target not
-    chosen" apart from "chose the default"."""
-    from ddpctl.config import merged_layers
-
-    return merged_layers(flags, config_path)

@@ -109,7 +109,8 @@ def from_status(code: int, body: Any, op: Op, where: str) -> ApiError:
             code,
             reason,
             f"cannot {op.verb} {op.subject}: 403 Forbidden: {message or 'no permission'}; ask a cluster admin "
-            f'for RBAC permission to {op.rbac_verb} "{op.rbac_resource}"{scope}, or use a namespace you may write to with -n',
+            f'for RBAC permission to {op.rbac_verb} "{op.rbac_resource}"{scope}, or use a namespace you may write to '
+            'with -n',
         )
     if code == 404:
         if details.get("kind") == "namespaces" and details.get("name") == ns and ns:

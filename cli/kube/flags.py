@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from enum import Enum
-from typing import Optional
 
 import typer
 
@@ -37,6 +36,18 @@ def namespace_option() -> str | None:
         "-n",
         help="Namespace (default: DDPCTL_NAMESPACE or ddp.yaml's namespace, else the context's).",
         rich_help_panel=PANEL,
+        show_default=False,
+    )
+
+
+def rank_option(precondition: str = "") -> int | None:
+    """--rank of `logs` and `submit --follow`: one text, so both say what a node rank is."""
+    return typer.Option(
+        None,
+        "--rank",
+        help=f"{precondition}only node N's logs: N is the node rank, the pod's index in the job (with --gpus G "
+        "node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: "
+        "torchrun numbers the nodes at rendezvous.",
         show_default=False,
     )
 

@@ -190,6 +190,16 @@ def expected_nodes(kind: Kind, job: dict[str, Any]) -> int | None:
     return None
 
 
+def rank_notice(job: dict[str, Any], name: str, rank: int) -> str | None:
+    """What `--rank N` picks in a c10d job (`logs` and `submit --follow` say it alike); None otherwise."""
+    if not c10d_rendezvous(job):
+        return None
+    return (
+        f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
+        "rendezvous, so that pod's own [rank R] lines say which global ranks it runs"
+    )
+
+
 def c10d_rendezvous(job: dict[str, Any]) -> bool:
     """Nodes meet through c10d rendezvous (elastic jobs, rendezvous.mode c10d): torchrun then numbers
     the nodes itself, so a pod's index is not necessarily its node rank."""

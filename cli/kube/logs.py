@@ -168,7 +168,7 @@ class Follower:
     def observe(self, monitor: Any) -> None:
         with self.cond:
             self.job = monitor.job
-            self.pods = {n: p for n, p in monitor.pods.items()}
+            self.pods = dict(monitor.pods.items())
             for name, pod in self.pods.items():
                 if name in self.threads:
                     continue

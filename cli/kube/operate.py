@@ -13,13 +13,14 @@ from ddpctl.kube.flags import Format, ListFormat
 
 def _defaults(name: str | None, namespace: str | None, command: str) -> tuple[str, str | None]:
     """NAME and namespace not given: take them from DDPCTL_NAME/NAMESPACE or ./ddp.yaml, as submit did."""
-    from ddpctl.kube.config import chosen_layer
+    from ddpctl.config import merged_layers
 
-    chosen = chosen_layer(None, {}) if (name is None or namespace is None) else {}
+    chosen = merged_layers({}) if (name is None or namespace is None) else {}
     name = name or chosen.get("name")
     if not name:
         raise UsageError(
-            f"missing NAME: give the job's name, e.g. `ddpctl {command} ddp-train` (or run it next to the job's ddp.yaml)"
+            f"missing NAME: give the job's name, e.g. `ddpctl {command} ddp-train` (or run it next to the job's "
+            "ddp.yaml)"
         )
     return str(name), namespace or (str(chosen["namespace"]) if chosen.get("namespace") else None)
 
@@ -55,7 +56,7 @@ def status(
         ns = cluster.namespace
         kind, job = find_job(cluster, name, ns)
         if wait:
-            from ddpctl.kube.submit import follow_job
+            from ddpctl.kube.follow import follow_job
 
             follow_job(cluster, kind, job, timeout=timeout_s, follow=False, rank=None, say=say)
             return
@@ -68,7 +69,7 @@ def status(
             if text.startswith("Unschedulable"):
                 msg = W.scheduler_event(cluster, ns, pod["metadata"]["name"])
                 text = f"Unschedulable: {msg}" if msg else text
-            cs = W._main_status(kind, pod)
+            cs = W.main_status(kind, pod)
             last = ((cs.get("lastState") or {}).get("terminated")) or {}
             rows.append(
                 {
@@ -166,7 +167,7 @@ def logs(
 ) -> None:
     from ddpctl.kube import watch as W
     from ddpctl.kube.apply import find_job
-    from ddpctl.kube.kinds import POD, c10d_rendezvous, expected_nodes, pod_selector
+    from ddpctl.kube.kinds import POD, expected_nodes, pod_selector, rank_notice
     from ddpctl.kube.logs import Follower, Output, read_logs
 
     if rank is not None and rank < 0:
@@ -182,11 +183,9 @@ def logs(
             raise UsageError(
                 f"--rank: node rank {rank} is out of range; job {name} has {nodes} node(s), node ranks 0-{nodes - 1}"
             )
-        if rank is not None and c10d_rendezvous(job):
-            say(
-                f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
-                f"rendezvous, so that pod's own [rank R] lines say which global ranks it runs"
-            )
+        notice = rank_notice(job, name, rank) if rank is not None else None
+        if notice:
+            say(notice)
         use_prefix = (rank is None) if prefix is None else prefix
         output = Output()
         if not follow:
@@ -334,7 +333,7 @@ def delete(
     out: Callable[[str], None],
 ) -> None:
     from ddpctl.kube import watch as W
-    from ddpctl.kube.apply import DELETE_WAIT_SECONDS, _raise_not_found, delete_job
+    from ddpctl.kube.apply import DELETE_WAIT_SECONDS, delete_job, raise_not_found
 
     timeout_s = W.parse_duration(timeout) or DELETE_WAIT_SECONDS
     if not names:
@@ -357,4 +356,4 @@ def delete(
             if not items:
                 missing.append(name)
         if missing and not ignore_not_found:
-            _raise_not_found(cluster, missing[0], ns)
+            raise_not_found(cluster, missing[0], ns)

@@ -6,9 +6,9 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from ddpctl.config import SpecInput
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.kube.flags import DryRun, Format
-from ddpctl.options import SpecInput
 
 
 def build_image(spec: Any) -> str:
@@ -35,7 +35,7 @@ def run(
     say: Callable[[str], None],
 ) -> None:
     from ddpctl import render
-    from ddpctl.kube.config import ClusterOptions, chosen_layer
+    from ddpctl.kube.config import ClusterOptions
     from ddpctl.kube.watch import parse_duration
 
     timeout_s = parse_duration(timeout)
@@ -53,9 +53,9 @@ def run(
     explicit_auto = flags.get("target") == "auto"
     if explicit_auto:
         del flags["target"]
-    chosen = chosen_layer(spec_input.config, flags)  # what the user set (file, env, flags), no defaults
-    auto = explicit_auto or "target" not in chosen
     base = SpecInput(flags=flags, config=spec_input.config)
+    chosen = base.chosen()  # what the user set (file, env, flags), no defaults
+    auto = explicit_auto or "target" not in chosen
 
     def fmt(objects: list[dict[str, Any]]) -> str:
         return render.to_json_list(objects) if output is Format.json else render.to_yaml_documents(objects)
@@ -64,7 +64,8 @@ def run(
         spec = base.spec()  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`
         if auto:
             say(
-                f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; pass --target to choose)"
+                f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; "
+                "pass --target to choose)"
             )
         objects = render.render(spec)
         if output is None:
@@ -91,7 +92,8 @@ def run(
     from ddpctl.kube import apply as A
     from ddpctl.kube import discovery
     from ddpctl.kube.config import connect
-    from ddpctl.kube.kinds import BY_TARGET
+    from ddpctl.kube.follow import follow_job
+    from ddpctl.kube.kinds import BY_TARGET, rank_notice
 
     with connect(ClusterOptions(kubeconfig, context, chosen.get("namespace"))) as cluster:
         engines = discovery.discover(cluster)
@@ -131,53 +133,11 @@ def run(
         job = next(a.obj for a in applied if a.kind is kind)
         if not (wait or follow):
             say(
-                f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status {spec.name} -n {spec.namespace}`"
+                f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status "
+                f"{spec.name} -n {spec.namespace}`"
             )
             return
-        if rank is not None:
-            from ddpctl.kube.kinds import c10d_rendezvous
-
-            if c10d_rendezvous(job):
-                name = spec.name
-                say(
-                    f"ddpctl: {name} uses c10d rendezvous: --rank {rank} picks pod index {rank}; torchrun numbers the nodes at "
-                    f"rendezvous, so that pod's own [rank R] lines say which global ranks it runs"
-                )
+        notice = rank_notice(job, spec.name, rank) if rank is not None else None
+        if notice:
+            say(notice)
         follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
-
-
-def follow_job(
-    cluster: Any,
-    kind: Any,
-    job: dict[str, Any],
-    *,
-    timeout: float | None,
-    follow: bool,
-    rank: int | None,
-    say: Callable[[str], None],
-    status_enabled: bool = True,
-) -> None:
-    """Wait (and stream logs) until the job finishes; a failed job raises with the reason."""
-    from ddpctl.kube import watch as W
-    from ddpctl.kube.logs import Follower, Output
-
-    status = W.StatusLine(enabled=status_enabled)
-    follower = Follower(cluster, kind, out=Output(), prefix=rank is None, rank=rank) if follow else None
-    try:
-        outcome = W.wait(
-            cluster, kind, job, timeout=timeout, status=status, on_pods=follower.observe if follower else None
-        )
-        if follower:
-            follower.drain(W.DRAIN_SECONDS)
-    finally:
-        if follower:
-            follower.stop()
-    log_errors = follower.errors if follower else []
-    if outcome.result == "Failed":
-        for err in log_errors[:1]:  # the job's failure is the error; that its logs could not be read is said too
-            status.say(f"ddpctl: could not follow the logs: {err}")
-        raise W.explain_failure(cluster, kind, outcome, status.say)
-    name, ns = job["metadata"]["name"], job["metadata"].get("namespace")
-    status.say(f"ddpctl: {kind.ref(name)} in namespace \"{ns}\" succeeded")
-    for err in log_errors[:1]:  # as `ddpctl logs -f`: logs asked for and not shown are an error
-        raise err

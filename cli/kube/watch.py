@@ -193,12 +193,14 @@ class JobMonitor:
                 mine = [o for o in payload if o["metadata"].get("uid") == self.job["metadata"].get("uid")]
                 if not mine:
                     raise ClusterError(
-                        f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was watching it'
+                        f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was '
+                        'watching it'
                     )
                 self.job = mine[0]
             elif typ == "DELETED":
                 raise ClusterError(
-                    f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was watching it'
+                    f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was '
+                    'watching it'
                 )
             else:
                 self.job = payload
@@ -273,7 +275,8 @@ def scheduler_event(cluster: Cluster, namespace: str, pod: str) -> str | None:
 # ------------------------------------------------------------------------------ what pods say
 
 
-def _main_status(kind: Kind, pod: dict[str, Any]) -> dict[str, Any]:
+def main_status(kind: Kind, pod: dict[str, Any]) -> dict[str, Any]:
+    """The status of the pod's trainer container (the first container's when it has no such name)."""
     statuses = (pod.get("status") or {}).get("containerStatuses") or []
     want = container_name(kind)
     return next((s for s in statuses if s.get("name") == want), statuses[0] if statuses else {})
@@ -339,7 +342,8 @@ def status_line(
     for replica in sorted(groups, key=lambda r: (r != "master", r)):
         c = groups[replica]
         parts.append(
-            f"{replica}: {c['Pending']} pending, {c['Running']} running, {c['Succeeded']} succeeded, {c['Failed']} failed"
+            f"{replica}: {c['Pending']} pending, {c['Running']} running, {c['Succeeded']} succeeded, {c['Failed']} "
+            "failed"
         )
     name = job["metadata"]["name"]
     return f"{name} {state_of(result, pods)} ({nodes if nodes is not None else '?'} nodes) - " + "; ".join(parts)
@@ -348,7 +352,7 @@ def status_line(
 def last_log_lines(cluster: Cluster, kind: Kind, pod: dict[str, Any], tail: int = LOG_TAIL) -> list[str]:
     """The last lines the pod's trainer container wrote: the current instance, else the previous."""
     name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
-    container = _main_status(kind, pod).get("name") or container_name(kind)
+    container = main_status(kind, pod).get("name") or container_name(kind)
     for previous in (False, True):
         query = [("container", container), ("tailLines", str(tail))] + ([("previous", "true")] if previous else [])
         try:

@@ -96,12 +96,12 @@ from .status import KubeError
 from .validation import FieldError, default_crd_dir, resolve_default_validator, validate_object
 
 __all__ = [
+    "FINISH_CONDITIONS",
+    "FieldError",
     "KubeApiDouble",
+    "KubeError",
     "RecordedRequest",
     "Scenario",
-    "KubeError",
-    "FieldError",
-    "FINISH_CONDITIONS",
     "default_crd_dir",
     "resolve_default_validator",
     "validate_object",

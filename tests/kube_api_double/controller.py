@@ -848,4 +848,4 @@ class Scenario:
         return self.store.mutate(rt, namespace, name, fn, manager=self._controller_name(rt))
 
 
-__all__ = ["Scenario", "FINISH_CONDITIONS", "owner_ref"]
+__all__ = ["FINISH_CONDITIONS", "Scenario", "owner_ref"]

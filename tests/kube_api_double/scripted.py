@@ -128,4 +128,4 @@ class Scenario:
             raise self.error
 
 
-__all__ = ["ScriptedDouble", "Scenario", "install_runtime", "BOUND"]
+__all__ = ["BOUND", "Scenario", "ScriptedDouble", "install_runtime"]

@@ -119,4 +119,4 @@ def parse_field_selector(selector: str | None, allowed: tuple, resource: str) ->
     return lambda obj: all(r(obj) for r in reqs)
 
 
-__all__ = ["parse_label_selector", "parse_field_selector", "KubeError"]
+__all__ = ["KubeError", "parse_field_selector", "parse_label_selector"]

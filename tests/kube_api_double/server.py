@@ -70,7 +70,7 @@ class RecordedRequest:
             if "yaml" in self.content_type:
                 return yaml.safe_load(self.body)
             return json.loads(self.body)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any undecodable body reads as no body
             return None
 
     def param(self, name: str) -> str | None:
@@ -170,7 +170,7 @@ class KubeApiDouble(Scenario):
         user: str = "ddpctl-test",
         forbidden: Iterable[tuple] = (),
         authorize: Callable[..., bool] | None = None,
-        validator: Validator | None | object = _DEFAULT,
+        validator: Validator | object | None = _DEFAULT,
         crd_dir: str | os.PathLike | None = None,
         auto_pods: bool = True,
         seed: int | None = None,
@@ -249,7 +249,7 @@ class KubeApiDouble(Scenario):
         path: str | os.PathLike,
         context: str = "kube-api-double",
         namespace: str = "default",
-        token: str | None | object = _DEFAULT,
+        token: str | object | None = _DEFAULT,
         server: str | None = None,
     ) -> Path:
         """Write a kubeconfig for this server (``kubernetes.config.load_kube_config(config_file=path,
@@ -647,7 +647,7 @@ class KubeApiDouble(Scenario):
         try:
             return json.loads(rec.body or b"null")
         except ValueError as e:
-            raise S.bad_request(f"the object provided is unrecognized (must be of type object): {e}")
+            raise S.bad_request(f"the object provided is unrecognized (must be of type object): {e}") from e
 
     # verbs ---------------------------------------------------------------
 
@@ -741,7 +741,7 @@ class KubeApiDouble(Scenario):
             try:
                 config = yaml.safe_load(rec.body or b"")
             except yaml.YAMLError as e:
-                raise S.bad_request(f"error decoding YAML: {e}")
+                raise S.bad_request(f"error decoding YAML: {e}") from e
             obj, created = self.store.apply(
                 rt,
                 route.namespace,
@@ -799,8 +799,8 @@ class KubeApiDouble(Scenario):
             415,
             "UnsupportedMediaType",
             (
-                f'the body of the request was in an unknown format - accepted media types include: '
-                f'application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml'
+                'the body of the request was in an unknown format - accepted media types include: '
+                'application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml'
                 + ("" if rt.is_custom else ", application/strategic-merge-patch+json")
             ),
             {},
@@ -844,7 +844,7 @@ class KubeApiDouble(Scenario):
                 try:
                     cursor = int(rv_param)
                 except ValueError:
-                    raise S.bad_request(f'invalid resource version "{rv_param}"')
+                    raise S.bad_request(f'invalid resource version "{rv_param}"') from None
                 if cursor < store.compacted_rv:
                     expired = S.expired(f"too old resource version: {cursor} ({store.compacted_rv})")
                     initial = []
@@ -1031,5 +1031,7 @@ def _json_patch(doc: Any, ops: Any) -> Any:
                 elif kind == "test" and parent.get(key) != op["value"]:
                     raise S.KubeError(422, "Invalid", "the server rejected our request due to an error in our request")
         except (KeyError, IndexError, ValueError, TypeError) as e:
-            raise S.KubeError(422, "Invalid", f"the server rejected our request due to an error in our request: {e}")
+            raise S.KubeError(
+                422, "Invalid", f"the server rejected our request due to an error in our request: {e}"
+            ) from e
     return doc

@@ -239,11 +239,7 @@ class Store:
         self, obj: dict, rt: ResourceType, manager: str, operation: str, subresource: str | None, paths: set
     ) -> None:
         mf = self._mf(obj)
-        same = lambda e: (
-            e["manager"] == manager
-            and e["operation"] == operation  # noqa: E731
-            and e.get("subresource") == subresource
-        )
+        same = lambda e: e["manager"] == manager and e["operation"] == operation and e.get("subresource") == subresource
         pos = next((i for i, e in enumerate(mf) if same(e)), len(mf))
         mf[:] = [e for e in mf if not same(e)]
         if paths:
@@ -572,9 +568,8 @@ class Store:
                 self._record_update(rt, None, new, manager, None)
                 return self._write(rt, new, None, False)
             new = self._merge_update(rt, old, copy.deepcopy(obj), None)
-            if subresource == "status" or "status" in obj:
-                if "status" in obj:
-                    new["status"] = copy.deepcopy(obj["status"])
+            if (subresource == "status" or "status" in obj) and "status" in obj:
+                new["status"] = copy.deepcopy(obj["status"])
             return self._finish_update(rt, old, new, manager, subresource, False, validate=False)
 
     def mutate(

@@ -65,7 +65,10 @@ def test_batch_smaller_than_world_stops_all_ranks(tmp_path: Path) -> None:
     run = launch(tmp_path, [*SMALL, "--global-batch-size", "1"], nproc=2, metrics=False, timeout=120)
     assert run.code != 0
     ours = [line for line in run.err.splitlines() if line.startswith(PROG_PREFIX)]
-    usage = f"{PROG_PREFIX} --global-batch-size 1 is smaller than the world size x --grad-accum (2 x 1 = 2): give at least 2"
+    usage = (
+        f"{PROG_PREFIX} --global-batch-size 1 is smaller than the world size x --grad-accum (2 x 1 = 2): "
+        "give at least 2"
+    )
     assert usage in ours, run.err
     # the only other possible line: a rank that torchrun stopped after the first one exited
     assert set(ours) <= {usage, f"{PROG_PREFIX} [rank 1] stopped by SIGTERM"}, run.err
@@ -122,7 +125,7 @@ def test_two_nodes_of_two_processes(tmp_path: Path) -> None:
     # rank 0 (on node 0) writes checkpoints and metrics; node 1 writes nothing
     assert (tmp_path / "node0" / "ckpt" / "ckpt-00000016.pt").is_file()
     assert not (tmp_path / "node1" / "ckpt").exists() and not (tmp_path / "node1" / "metrics.jsonl").exists()
-    events = [line for line in (tmp_path / "node0" / "metrics.jsonl").read_text().splitlines()]
+    events = list((tmp_path / "node0" / "metrics.jsonl").read_text().splitlines())
     assert any('"first_step"' in e for e in events) and any('"world_size": 4' in e for e in events)
 
 

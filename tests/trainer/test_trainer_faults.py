@@ -204,7 +204,7 @@ def test_sigterm_tears_down_cleanly(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, "the trainer never reached its first step"
             time.sleep(0.05)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=60)
+        _, err = proc.communicate(timeout=60)
     finally:
         kill_tree(proc.tag)  # type: ignore[attr-defined]
     assert proc.returncode == 128 + signal.SIGTERM, err

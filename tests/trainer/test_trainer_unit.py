@@ -297,12 +297,12 @@ def test_custom_model_factory_without_num_classes(tmp_path: Path, monkeypatch: p
     monkeypatch.syspath_prepend(str(tmp_path))
     check_model_spec("umod_for_test2:build")
     assert isinstance(build_model("umod_for_test2:build", 4), torch.nn.Linear)
-    with pytest.raises(UsageError, match="the factory returned str, not a torch nn.Module"):
+    with pytest.raises(UsageError, match=r"the factory returned str, not a torch nn\.Module"):
         build_model("umod_for_test2:bad", 4)
 
 
 class _Evil:
-    def __reduce__(self):  # noqa: ANN204 - would run code when unpickled without weights_only
+    def __reduce__(self):  # would run code when unpickled without weights_only
         return (print, ("pwned",))
 
 
