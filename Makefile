@@ -5,7 +5,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast docker bench clean
+.PHONY: run test test-fast lint docker bench clean
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
@@ -23,8 +23,19 @@ docker:
 	bash scripts/install-docker.sh
 	bash scripts/make-base-image.sh
 
-## test: everything the tests need, then the whole suite
-test: $(STAMP) docker
+## lint: ruff (lint + format check), mypy (strict) on cli/ and trainer/, import-linter's layer contracts
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+	@# mypy sees cli/ and trainer/ under their installed names (see [tool.mypy] in pyproject.toml)
+	mkdir -p $(VENV)/typecheck
+	ln -sfn ../../cli $(VENV)/typecheck/ddpctl
+	ln -sfn ../../trainer $(VENV)/typecheck/ddpctl_trainer
+	$(PY) -m mypy
+	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
+
+## test: everything the tests need, the gates, then the whole suite
+test: $(STAMP) docker lint
 	$(PY) -m pytest -q
 
 ## test-fast: the suite without Docker set-up (Docker tests skip unless CI=true)

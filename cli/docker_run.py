@@ -93,7 +93,7 @@ class DockerPlan:
 def dns_names(spec: JobSpec) -> list[tuple[str, ...]]:
     """Per replica: the names other pods reach it by in the cluster (hostname, and the
     hostname.subdomain of headless-Service targets)."""
-    names = []
+    names: list[tuple[str, ...]] = []
     for hostname in spec.pod_hostnames:
         if spec.target == "pytorchjob":
             names.append((hostname,))  # one Service per replica, named like the pod

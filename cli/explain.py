@@ -21,7 +21,7 @@ def explain(spec: JobSpec) -> str:
     hosts = spec.pod_hostnames
     nproc = spec.nproc_per_node
     device = f"{spec.gpus_per_node} GPU(s) per node" if spec.gpus_per_node else "CPU only"
-    if spec.elastic:
+    if spec.min_nodes is not None:  # elastic
         nodes = f"elastic {spec.min_nodes} to {spec.max_nodes} nodes (pods), {spec.replicas} created"
         world = f"{spec.min_nodes * nproc} to {spec.world_size} = nodes x {nproc} processes"
     else:

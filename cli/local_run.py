@@ -358,7 +358,8 @@ class JobState:
             self.phase = "training"
         match = _PROGRESS.search(text)
         if match and rank == 0:
-            self.progress = tuple(int(g) for g in match.groups())  # type: ignore[assignment]
+            epoch, epochs, step, steps = (int(g) for g in match.groups())
+            self.progress = (epoch, epochs, step, steps)
         if _PEER_FAILURE in text:
             self.peer_failed_ranks.add(rank)
 

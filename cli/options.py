@@ -198,7 +198,7 @@ def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
     positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     keyword = [p for p in own if p.kind == p.KEYWORD_ONLY]
     params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in positional + keyword] + extra
-    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]  # read by inspect (PEP 362)
     # Typer reads type hints too: give it the resolved ones, not the wrapped module's strings.
     wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
     del wrapper.__wrapped__  # make inspect use __signature__, not the wrapped function's

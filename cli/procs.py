@@ -184,7 +184,8 @@ def set_child_subreaper(on: bool) -> bool:
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0) == 0
+        status: int = libc.prctl(PR_SET_CHILD_SUBREAPER, 1 if on else 0, 0, 0, 0)
+        return status == 0
     except (OSError, AttributeError):
         return False
 

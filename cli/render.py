@@ -11,11 +11,14 @@ import functools
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from ddpctl.spec import SHM_MOUNT, JobSpec
 from ddpctl.yamlsafe import finalize, to_yaml
+
+if TYPE_CHECKING:
+    import jinja2
 
 COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
@@ -40,7 +43,7 @@ def _bytecode_cache(jinja2: Any) -> Any:
 
 
 @functools.lru_cache(maxsize=1)
-def _environment() -> Any:
+def _environment() -> jinja2.Environment:
     import importlib.resources
 
     import jinja2
@@ -190,7 +193,7 @@ def render_text(spec: JobSpec) -> str:
 # ------------------------------------------------------------------------------ output formats
 
 
-class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]
+class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]  # base chosen at run time
     """Block-style YAML with multi-line strings as literal blocks, for readable GitOps diffs."""
 
 

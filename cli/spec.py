@@ -374,21 +374,16 @@ class JobSpec:
         if elastic:
             _positive_int("minNodes", self.min_nodes)
             _positive_int("maxNodes", self.max_nodes)
-            _require(
-                self.min_nodes <= self.max_nodes,
-                "nodes",
-                f"min {self.min_nodes} is more than max {self.max_nodes}",
-                "write nodes as MIN:MAX with MIN <= MAX",
-            )  # type: ignore[operator]
+            lo, hi = self.min_nodes, self.max_nodes
+            assert lo is not None and hi is not None  # _positive_int rejected None
+            _require(lo <= hi, "nodes", f"min {lo} is more than max {hi}", "write nodes as MIN:MAX with MIN <= MAX")
             _require(
                 self.target != "trainjob",
                 "nodes",
                 "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)",
                 "give a fixed count, or use target job, jobset or pytorchjob",
             )
-            _require(
-                self.max_nodes <= 1024, "nodes", f"max {self.max_nodes} is more than 1024", "use at most 1024 nodes"
-            )  # type: ignore[operator]
+            _require(hi <= 1024, "nodes", f"max {hi} is more than 1024", "use at most 1024 nodes")
         else:
             _positive_int("nodes", self.nodes)
             _require(self.nodes <= 1024, "nodes", f"{self.nodes} is more than 1024", "use at most 1024 nodes")
@@ -548,12 +543,12 @@ class JobSpec:
                 "use nodeAffinity, podAffinity or podAntiAffinity",
             )
         _check_json_like("affinity", self.affinity)
-        for fname, value in (
+        for fname, object_name in (
             ("priorityClassName", self.priority_class_name),
             ("serviceAccountName", self.service_account_name),
         ):
-            if value is not None:
-                check_dns_subdomain(fname, value)
+            if object_name is not None:
+                check_dns_subdomain(fname, object_name)
         for key, value in self.labels.items():
             check_label_key(f"labels.{key}", key)
             check_label_value(f"labels.{key}", value)
@@ -573,7 +568,7 @@ class JobSpec:
     @property
     def replicas(self) -> int:
         """Pods to create: the fixed node count, or the elastic maximum."""
-        return self.max_nodes if self.elastic else self.nodes  # type: ignore[return-value]
+        return self.max_nodes if self.max_nodes is not None else self.nodes  # elastic: both bounds are set
 
     @property
     def nnodes(self) -> str:
@@ -693,8 +688,10 @@ class JobSpec:
         """The container's command: torchrun of the module/script (layout comes from PET_* env)."""
         if self.command:
             return self.command
-        target = ("-m", self.module) if self.module else (self.script,)
-        return ("torchrun",) + target  # type: ignore[operator]
+        if self.module:
+            return ("torchrun", "-m", self.module)
+        assert self.script is not None  # validation requires one of module, script and command
+        return ("torchrun", self.script)
 
     @property
     def trainer_args(self) -> tuple[str, ...]:
@@ -782,15 +779,16 @@ class JobSpec:
         return out
 
 
-class _FrozenDict(dict):  # type: ignore[type-arg]
+class _FrozenDict(dict[str, Any]):
     """A dict that refuses mutation, so a frozen JobSpec stays frozen all the way down."""
 
     def _refuse(self, *_: Any, **__: Any) -> None:
         raise TypeError("JobSpec maps are read-only; use JobSpec.replace")
 
+    # one refusing method stands in for every mutator, whatever its signature
     __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = _refuse  # type: ignore[assignment]
 
-    def __hash__(self) -> int:  # type: ignore[override]
+    def __hash__(self) -> int:  # type: ignore[override]  # dict sets __hash__ = None; a frozen map can hash
         return hash(tuple(sorted((k, repr(v)) for k, v in self.items())))
 
 

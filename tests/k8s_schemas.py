@@ -5,7 +5,8 @@
 - Custom kinds (PyTorchJob, JobSet, TrainJob) are checked against the upstream CRDs'
   `openAPIV3Schema` vendored in `tests/schemas/crds/` (provenance in its README), with the API
   server's structural-schema rules and unknown fields as errors, as `kubectl apply --validate=strict`
-  would report them. The structural walker lives with the API double (`kube_api_double.validation`), so both use one implementation.
+  would report them. The structural walker lives with the API double (`kube_api_double.validation`),
+  so both use one implementation.
   CEL rules (`x-kubernetes-validations`) are not evaluated.
 
 `validate_object(obj)` returns a list of "<field path>: <message>" strings; empty means valid.

@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from .errors import PROG, UsageError
 
@@ -118,7 +118,7 @@ def _bool(text: str) -> bool:
 class _Parser(argparse.ArgumentParser):
     """An ArgumentParser whose errors become one-line ``UsageError``s (no usage dump)."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise UsageError(message)
 
 
@@ -231,7 +231,7 @@ def _env_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
             if isinstance(action, argparse.BooleanOptionalAction):
                 value: Any = _bool(raw)
             elif action.type is not None:
-                value = action.type(raw)  # type: ignore[misc, operator]
+                value = action.type(raw)  # type: ignore[operator]  # typeshed allows str types; ours are callables
             else:
                 value = raw
         except ValueError:

@@ -33,7 +33,7 @@ CIFAR_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR_STD = (0.2470, 0.2435, 0.2616)
 
 
-class TensorImages(Dataset):
+class TensorImages(Dataset[Any]):
     """Images and labels held as two tensors; fetches a whole batch with one index op."""
 
     def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
@@ -51,12 +51,12 @@ class TensorImages(Dataset):
         return self.images.index_select(0, idx), self.labels.index_select(0, idx)
 
 
-class PaddedEvalDataset(Dataset):
+class PaddedEvalDataset(Dataset[Any]):
     """Positions ``0..total-1`` over a dataset of ``n <= total`` samples; padding is marked invalid."""
 
-    def __init__(self, base: Dataset, total: int) -> None:
+    def __init__(self, base: Dataset[Any], total: int) -> None:
         self.base = base
-        self.n = len(base)  # type: ignore[arg-type]
+        self.n = len(base)  # type: ignore[arg-type]  # Dataset has no __len__; ours are sized
         self.total = total
 
     def __len__(self) -> int:
@@ -83,11 +83,11 @@ def collate(batch: Any) -> Any:
     return default_collate(batch)
 
 
-class ResumableDistributedSampler(DistributedSampler):
+class ResumableDistributedSampler(DistributedSampler[Any]):
     """``DistributedSampler`` (same shuffle, same shard: rank r gets ``perm[r::N]``) that can skip
     the first ``start`` samples of this rank's share, for an exact mid-epoch resume."""
 
-    def __init__(self, dataset: Dataset, num_replicas: int, rank: int, shuffle: bool, seed: int) -> None:
+    def __init__(self, dataset: Dataset[Any], num_replicas: int, rank: int, shuffle: bool, seed: int) -> None:
         super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed, drop_last=False)
         self.start = 0
 
@@ -120,9 +120,9 @@ class EvalShardSampler(Sampler[int]):
 class DataBundle:
     """What the trainer needs from the data side."""
 
-    train_loader: DataLoader
+    train_loader: DataLoader[Any]
     train_sampler: ResumableDistributedSampler
-    eval_loader: DataLoader | None
+    eval_loader: DataLoader[Any] | None
     num_classes: int
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None  # applied on the device, per batch
 
@@ -202,7 +202,7 @@ def download_cifar10(root: Path, ctx: DistContext) -> None:
     errors = d.all_gather_object((ctx.node_rank, error))  # the barrier before any rank reads
     if error is not None:
         raise TrainerFailure(error)
-    if any(node == ctx.node_rank and err is not None for node, err in errors):  # type: ignore[misc]
+    if any(node == ctx.node_rank and err is not None for node, err in errors):
         raise TrainerFailure(f"local rank 0 of node {ctx.node_rank} could not download CIFAR-10 (see its error line)")
 
 
@@ -218,7 +218,7 @@ def _cifar10(cfg: TrainConfig, ctx: DistContext) -> tuple[TensorImages, TensorIm
     return _read_cifar10(root)
 
 
-def _imagefolder(cfg: TrainConfig) -> tuple[Dataset, Dataset | None, int]:
+def _imagefolder(cfg: TrainConfig) -> tuple[Dataset[Any], Dataset[Any] | None, int]:
     tv = _torchvision("--dataset imagefolder")
     root = Path(cfg.data_dir or ".")
     train_root = root / "train" if (root / "train").is_dir() else root
@@ -244,8 +244,8 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
     """Datasets, the resumable training sampler and both loaders."""
     normalize = None
     if cfg.dataset == "synthetic":
-        train_ds: Dataset = synthetic(cfg.synthetic_samples, cfg.num_classes, cfg.image_size, cfg.seed)
-        eval_ds: Dataset | None = (
+        train_ds: Dataset[Any] = synthetic(cfg.synthetic_samples, cfg.num_classes, cfg.image_size, cfg.seed)
+        eval_ds: Dataset[Any] | None = (
             synthetic(cfg.eval_samples, cfg.num_classes, cfg.image_size, cfg.seed, split=1)
             if cfg.eval_samples
             else None
@@ -257,7 +257,7 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
         normalize = (CIFAR_MEAN, CIFAR_STD)
     else:
         train_ds, eval_ds, classes = _imagefolder(cfg)
-    n = len(train_ds)  # type: ignore[arg-type]
+    n = len(train_ds)  # type: ignore[arg-type]  # Dataset has no __len__; ours are sized
     if n == 0:
         raise UsageError(f"--dataset {cfg.dataset} has no training samples")
 
@@ -270,7 +270,7 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
 
     eval_loader = None
     if eval_ds is not None and cfg.eval:
-        total = math.ceil(len(eval_ds) / ctx.world_size) * ctx.world_size  # type: ignore[arg-type]
+        total = math.ceil(len(eval_ds) / ctx.world_size) * ctx.world_size  # type: ignore[arg-type]  # Dataset has no __len__; ours are sized
         padded = PaddedEvalDataset(eval_ds, total)
         eval_loader = DataLoader(
             padded,

@@ -22,7 +22,7 @@ import datetime
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import UsageError
 
@@ -155,7 +155,7 @@ def setup(ctx: DistContext, backend: str, timeout_s: int, need_group: bool) -> t
     if not (need_group or ctx.is_distributed) or dist.is_initialized():
         return device
     timeout = datetime.timedelta(seconds=timeout_s)
-    kwargs = {"device_id": device} if backend == "nccl" else {}
+    kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
     if ctx.world_size == 1 and not os.environ.get("MASTER_ADDR"):
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kwargs)
     else:
@@ -200,23 +200,26 @@ def barrier() -> None:
         dist.barrier()
 
 
-def broadcast_object(obj: object, src: int = 0) -> object:
+T = TypeVar("T")
+
+
+def broadcast_object(obj: T, src: int = 0) -> T:
     """Send a picklable object from ``src`` to every rank (returns it on every rank)."""
     import torch.distributed as dist
 
     if not group_active():
         return obj
-    box = [obj]
+    box: list[T] = [obj]
     dist.broadcast_object_list(box, src=src)
-    return box[0]
+    return box[0]  # the object rank `src` sent: of its type, as every rank runs the same code
 
 
-def all_gather_object(obj: object) -> list[object]:
+def all_gather_object(obj: T) -> list[T]:
     """Gather one picklable object per rank, in rank order."""
     import torch.distributed as dist
 
     if not group_active():
         return [obj]
-    out: list[object] = [None] * dist.get_world_size()
+    out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
-    return out
+    return out  # one T per rank: every rank sent the same kind of object

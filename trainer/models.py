@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -38,7 +38,8 @@ class ConvNet(nn.Module):
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
+        logits: torch.Tensor = self.classifier(self.features(x))
+        return logits
 
 
 def _torchvision_model(name: str, num_classes: int) -> nn.Module:
@@ -46,7 +47,8 @@ def _torchvision_model(name: str, num_classes: int) -> nn.Module:
         import torchvision
     except ImportError:
         raise UsageError(f"--model {name} needs torchvision, which this image lacks: pip install torchvision") from None
-    return getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
+    model: nn.Module = getattr(torchvision.models, name)(weights=None, num_classes=num_classes)
+    return model
 
 
 def _import_factory(spec: str) -> Callable[..., Any]:
@@ -58,7 +60,7 @@ def _import_factory(spec: str) -> Callable[..., Any]:
         module = importlib.import_module(module_name)
     except ImportError as exc:
         raise UsageError(f"--model {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
-    factory = getattr(module, attr, None)
+    factory: object = getattr(module, attr, None)
     if not callable(factory):
         raise UsageError(f"--model {spec!r}: {module_name} has no callable {attr!r}")
     return factory
@@ -66,6 +68,7 @@ def _import_factory(spec: str) -> Callable[..., Any]:
 
 def _user_model(spec: str, num_classes: int) -> nn.Module:
     factory = _import_factory(spec)
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(factory).parameters
     except (TypeError, ValueError):

@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.distributed as dist
@@ -58,7 +58,8 @@ def rng_state() -> dict[str, Any]:
     try:
         import numpy as np
 
-        np_state = np.random.get_state()
+        np_state = np.random.get_state(legacy=True)
+        assert isinstance(np_state, tuple)  # the legacy (MT19937) form, as the global RandomState uses
         state["numpy"] = [np_state[0], torch.from_numpy(np_state[1].astype("int64")), *np_state[2:]]
     except ImportError:
         pass
@@ -157,7 +158,7 @@ class Trainer:
         elif cfg.strategy == "dp":
             model = nn.DataParallel(raw) if torch.cuda.device_count() > 1 else raw
         if cfg.compile:
-            model = torch.compile(model)  # type: ignore[assignment]
+            model = torch.compile(model)  # type: ignore[assignment]  # typed as a callable; returns a Module
         return raw, model
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
@@ -200,14 +201,14 @@ class Trainer:
             return
         if self.cfg.strategy == "ddp":
             wrapped = getattr(self.model, "_orig_mod", self.model)
-            with wrapped.no_sync():  # type: ignore[operator]
+            with wrapped.no_sync():  # type: ignore[operator]  # Module.__getattr__ hides DDP's methods
                 yield
         elif self.cfg.strategy == "fsdp":
-            self.raw_model.set_requires_gradient_sync(False)  # type: ignore[operator]
+            self.raw_model.set_requires_gradient_sync(False)  # type: ignore[operator]  # an FSDP2 method
             try:
                 yield
             finally:
-                self.raw_model.set_requires_gradient_sync(True)  # type: ignore[operator]
+                self.raw_model.set_requires_gradient_sync(True)  # type: ignore[operator]  # an FSDP2 method
         else:
             yield
 
@@ -494,7 +495,7 @@ class Trainer:
                     msg = ("ok", str(path), ckpt.load_file(path))
             except TrainerError as exc:
                 msg = ("error", str(exc))
-        msg = d.broadcast_object(msg)  # type: ignore[assignment]
+        msg = d.broadcast_object(msg)
         if msg[0] == "error":
             raise CheckpointError(msg[1] if self.ctx.is_main else f"rank 0 could not load a checkpoint: {msg[1]}")
         if msg[0] == "none":
@@ -519,7 +520,7 @@ class Trainer:
 
             if self.cfg.strategy != "fsdp":
                 raise CheckpointError("a sharded checkpoint resumes only with --strategy fsdp")
-            state = {
+            state: dict[str, Any] = {
                 "model": get_model_state_dict(self.raw_model),
                 "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer),
             }
@@ -555,7 +556,8 @@ class Trainer:
         options = StateDictOptions(full_state_dict=True, cpu_offload=not per_rank)
         state = get_model_state_dict(self.raw_model, options=options)
         if per_rank or self.ctx.is_main:
-            state = {k: v.detach().cpu() for k, v in state.items()}
+            tensors = cast(dict[str, torch.Tensor], state)  # a module's state dict holds tensors only
+            state = {k: v.detach().cpu() for k, v in tensors.items()}
             ckpt.atomic_save({"model": state, "step": self.step}, Path(template.replace("{rank}", str(self.ctx.rank))))
         d.barrier()
 

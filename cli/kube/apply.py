@@ -104,7 +104,7 @@ def raise_not_found(cluster: Cluster, name: str, namespace: str) -> None:
 def delete_object(cluster: Cluster, kind: Kind, obj: dict[str, Any], *, propagation: str = "Foreground") -> None:
     md = obj["metadata"]
     ns = md.get("namespace")
-    body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
+    body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation}
     if md.get("uid"):
         body["preconditions"] = {"uid": md["uid"]}  # never delete a same-named successor
     try:

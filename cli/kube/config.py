@@ -19,6 +19,8 @@ from ddpctl.errors import ClusterError, DdpctlError, UsageError
 from ddpctl.kube import errors as E
 from ddpctl.kube.kinds import Kind
 
+Query = list[tuple[str, Any]]  # (name, value) query parameters; `Cluster.list` shadows `list` in the class
+
 FIELD_MANAGER = "ddpctl"
 #: a first contact (GET /version) is tried this many times, each with this connect timeout
 CONNECT_ATTEMPTS = 3
@@ -122,7 +124,8 @@ class Cluster:
 
     def get(self, kind: Kind, name: str, namespace: str | None = None, *, verb: str = "get") -> dict[str, Any]:
         ns = namespace if namespace is not None else self.namespace
-        return self.call("GET", kind.path(ns, name), E.Op(verb, kind, name, ns))[1]
+        obj: dict[str, Any] = self.call("GET", kind.path(ns, name), E.Op(verb, kind, name, ns))[1]
+        return obj
 
     def get_or_none(self, kind: Kind, name: str, namespace: str | None = None) -> dict[str, Any] | None:
         try:
@@ -137,9 +140,12 @@ class Cluster:
     ) -> dict[str, Any]:
         """A list (all namespaces when `namespace` is None)."""
         query = [(k, v) for k, v in (("labelSelector", selector), ("fieldSelector", field_selector)) if v]
-        return self.call("GET", kind.path(namespace), E.Op("list", kind, None, namespace), query=query)[1]
+        items: dict[str, Any] = self.call(
+            "GET", kind.path(namespace), E.Op("list", kind, None, namespace), query=query
+        )[1]
+        return items
 
-    def stream(self, path: str, op: E.Op, query: list[tuple[str, Any]], read_timeout: float | None) -> Any:
+    def stream(self, path: str, op: E.Op, query: Query, read_timeout: float | None) -> Any:
         """A streaming GET (watch, log follow): the raw urllib3 response, status already checked."""
         resp = self._send("GET", path, op, query, None, None, (CONNECT_TIMEOUT, read_timeout), accept="*/*")
         if not 200 <= resp.status <= 299:

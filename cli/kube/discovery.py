@@ -43,8 +43,8 @@ def discover(cluster: Cluster) -> Engines:
             if exc.code == 404:
                 continue
             raise
-        if any(r.get("name") == kind.plural for r in (resources or {}).get("resources") or []):
-            served.add(kind.target)  # type: ignore[arg-type]
+        if kind.target and any(r.get("name") == kind.plural for r in (resources or {}).get("resources") or []):
+            served.add(kind.target)
     runtime: bool | None = False
     if "trainjob" in served:
         try:
@@ -70,9 +70,9 @@ def pick(engines: Engines) -> tuple[str, str]:
             + ("was not found" if engines.runtime is False else "cannot be read")
         )
     for kind in (PYTORCHJOB, JOBSET):
-        if kind.target in engines.served:
+        if kind.target and kind.target in engines.served:
             why = f"{kind.resource}/{kind.version} is served ({kind.engine})"
-            return kind.target, why + (f"; {skipped[0]}" if skipped else "")  # type: ignore[return-value]
+            return kind.target, why + (f"; {skipped[0]}" if skipped else "")
     return "job", (
         "no training CRD (TrainJob, PyTorchJob, JobSet) is served, so a plain Indexed Job and "
         "headless Service" + (f"; {skipped[0]}" if skipped else "")

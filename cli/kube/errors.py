@@ -8,6 +8,7 @@ object it was for. Nothing here imports `kubernetes`.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -62,7 +63,7 @@ class ApiError(ClusterError):
         self.not_served = not_served  # 404 for the resource itself: the CRD is not installed
         self.namespace_missing = namespace_missing
 
-    def __reduce__(self):  # type: ignore[override] - copy/pickle keep the attributes
+    def __reduce__(self) -> tuple[Callable[..., ApiError], tuple[Any, ...]]:  # copy/pickle keep the attributes
         return (_rebuild_api_error, (self.message, self.code, self.reason, self.not_served, self.namespace_missing))
 
     @property

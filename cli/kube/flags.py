@@ -1,15 +1,18 @@
-"""Typer options shared by the cluster commands (kubectl's names). Imports only typer."""
+"""Typer options shared by the cluster commands (kubectl's names). Imports only typer.
+
+Each `*_option()` returns Typer's option marker (Any), used as a parameter's default value."""
 
 from __future__ import annotations
 
 from enum import Enum
+from typing import Any
 
 import typer
 
 PANEL = "Cluster"
 
 
-def kubeconfig_option() -> str | None:
+def kubeconfig_option() -> Any:
     return typer.Option(
         None,
         "--kubeconfig",
@@ -19,7 +22,7 @@ def kubeconfig_option() -> str | None:
     )
 
 
-def context_option() -> str | None:
+def context_option() -> Any:
     return typer.Option(
         None,
         "--context",
@@ -29,7 +32,7 @@ def context_option() -> str | None:
     )
 
 
-def namespace_option() -> str | None:
+def namespace_option() -> Any:
     return typer.Option(
         None,
         "--namespace",
@@ -40,7 +43,7 @@ def namespace_option() -> str | None:
     )
 
 
-def rank_option(precondition: str = "") -> int | None:
+def rank_option(precondition: str = "") -> Any:
     """--rank of `logs` and `submit --follow`: one text, so both say what a node rank is."""
     return typer.Option(
         None,
@@ -52,7 +55,7 @@ def rank_option(precondition: str = "") -> int | None:
     )
 
 
-def timeout_option() -> str | None:
+def timeout_option() -> Any:
     return typer.Option(
         None,
         "--timeout",

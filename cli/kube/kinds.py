@@ -142,7 +142,8 @@ def container_name(kind: Kind) -> str:
 
 def replica_type(kind: Kind, pod: dict[str, Any]) -> str:
     if kind is PYTORCHJOB:
-        return (pod["metadata"].get("labels") or {}).get(KF_REPLICA_TYPE, "worker")
+        replica: str = (pod["metadata"].get("labels") or {}).get(KF_REPLICA_TYPE, "worker")
+        return replica
     return "node"
 
 

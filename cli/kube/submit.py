@@ -4,18 +4,24 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddpctl.config import SpecInput
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.kube.flags import DryRun, Format
+
+if TYPE_CHECKING:
+    from ddpctl.spec import JobSpec
 
 
 def build_image(spec: Any) -> str:
     """`--build`: build with `ddpctl build`'s builder and push; returns the pushed reference."""
     from ddpctl import build
 
-    return build.build_image(spec, push=True, echo=lambda line: sys.stderr.write(f"[build] {line}\n"))
+    def echo(line: str) -> None:
+        sys.stderr.write(f"[build] {line}\n")
+
+    return build.build_image(spec, push=True, echo=echo)
 
 
 def run(
@@ -101,17 +107,7 @@ def run(
         if "namespace" not in chosen:
             overrides["namespace"] = cluster.namespace
         if auto:
-            spec, objects, why = None, None, ""
-            notes = []
-            for target, reason in discovery.candidates(engines):
-                try:
-                    spec = base.spec(target=target, **overrides)
-                    objects = render.render(spec)
-                    why = reason + (f"; {notes[0]}" if notes else "")
-                    break
-                except SpecError as exc:
-                    notes.append(f"{target} cannot run this spec ({exc.message})")
-            assert spec is not None and objects is not None
+            spec, objects, why = _first_that_renders(base, discovery.candidates(engines), overrides)
             say(f"ddpctl: target {spec.target}: {why}")
         else:
             spec = base.spec(**overrides)
@@ -141,3 +137,19 @@ def run(
         if notice:
             say(notice)
         follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
+
+
+def _first_that_renders(
+    base: SpecInput, candidates: list[tuple[str, str]], overrides: dict[str, Any]
+) -> tuple[JobSpec, list[dict[str, Any]], str]:
+    """--target auto: the first engine (best first) that can run the spec, and why it was chosen."""
+    from ddpctl import render
+
+    notes: list[str] = []
+    for target, reason in candidates:
+        try:
+            spec = base.spec(target=target, **overrides)
+            return spec, render.render(spec), reason + (f"; {notes[0]}" if notes else "")
+        except SpecError as exc:
+            notes.append(f"{target} cannot run this spec ({exc.message})")
+    raise AssertionError(f"no engine can run the spec ({'; '.join(notes)})")  # job, the last candidate, runs any

@@ -317,8 +317,8 @@ def pod_phase(pod: dict[str, Any]) -> str:
     return (pod.get("status") or {}).get("phase") or "Pending"
 
 
-def counts(kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Counter]:
-    out: dict[str, Counter] = {}
+def counts(kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = {}
     for _, pod in pods:
         out.setdefault(replica_type(kind, pod), Counter())[pod_phase(pod)] += 1
     return out
@@ -482,9 +482,11 @@ def _say_waiting(
     """Each pod's waiting problem (image pull, unschedulable, crash loop), once per pod and reason."""
     for rank, pod in pods:
         problem = pod_problem(mon.kind, pod)
-        key = (pod["metadata"]["name"], problem[0].split(":")[0]) if problem else None
-        if problem and not problem[1] and key not in reported:
-            reported.add(key)  # type: ignore[arg-type]
+        if not problem or problem[1]:
+            continue
+        key = (pod["metadata"]["name"], problem[0].split(":")[0])
+        if key not in reported:
+            reported.add(key)
             status.say(
                 f"ddpctl: node {rank} (pod {pod['metadata']['name']}) is waiting: {_with_events(mon, pod, problem[0])}"
             )
