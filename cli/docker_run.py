@@ -36,7 +36,7 @@ from ddpctl.local_run import (
     start_failure,
     supervise,
 )
-from ddpctl.spec import JobSpec
+from ddpctl.spec import QUANTITY, JobSpec
 
 RUN_LABEL = "ddpctl.io/run"
 JOB_LABEL = "ddpctl.io/job"
@@ -61,10 +61,12 @@ _UNITS = {
 
 def quantity_bytes(text: str) -> int:
     """A Kubernetes memory quantity ('2Gi', '512M', '1e9') in bytes, for --shm-size."""
-    match = re.fullmatch(r"([0-9.]+)(e[0-9]+|[kMGTPE]i?)?", text)
+    match = QUANTITY.fullmatch(text)
     if not match:
         raise UsageError(f"shmSize: {text!r} is not a size docker understands; use values like 2Gi or 512Mi")
-    number, unit = float(match.group(1)), match.group(2) or ""
+    number, unit = float(match["number"]), match["suffix"] or ""
+    if unit == "m":  # milli: a thousandth of a byte
+        return int(number / 1000)
     factor = 10 ** int(unit[1:]) if unit.startswith("e") else _UNITS[unit]
     return int(number * factor)
 

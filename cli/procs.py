@@ -83,7 +83,7 @@ def start_time(pid: int) -> int | None:
     return found[1] if found else None
 
 
-def _stat_map() -> dict[int, tuple[int, int]]:
+def stat_map() -> dict[int, tuple[int, int]]:
     """pid -> (parent pid, start time) of every process, from /proc (Linux). Empty elsewhere."""
     out: dict[int, tuple[int, int]] = {}
     proc = Path("/proc")
@@ -97,7 +97,7 @@ def _stat_map() -> dict[int, tuple[int, int]]:
     return out
 
 
-def _tree(pid: int, stats: Mapping[int, tuple[int, int]]) -> dict[int, int]:
+def subtree(pid: int, stats: Mapping[int, tuple[int, int]]) -> dict[int, int]:
     """pid -> start time of every descendant of `pid` in `stats` (children first)."""
     children: dict[int, list[int]] = {}
     for child, (parent, _) in stats.items():
@@ -111,16 +111,6 @@ def _tree(pid: int, stats: Mapping[int, tuple[int, int]]) -> dict[int, int]:
         found[current] = stats[current][1]
         todo.extend(children.get(current, []))
     return found
-
-
-def descendant_starts(pid: int) -> dict[int, int]:
-    """pid -> start time of every live descendant of `pid` (children first; see `kill_if_same`)."""
-    return _tree(pid, _stat_map())
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of `pid` (children first), or [] where /proc is missing."""
-    return list(descendant_starts(pid))
 
 
 def alive(pid: int) -> bool:
@@ -235,7 +225,7 @@ class Child:
     def remember_tree(self, stats: Mapping[int, tuple[int, int]] | None = None) -> None:
         """Note the child's current descendants: once it is gone they can no longer be found
         through it, and torchrun's workers live in sessions of their own."""
-        self.known_tree.update(_tree(self.pid, _stat_map() if stats is None else stats))
+        self.known_tree.update(subtree(self.pid, stat_map() if stats is None else stats))
         self.scanned_at = time.monotonic()
 
 
@@ -246,7 +236,7 @@ def remember_trees(children: Sequence[Child], *, force: bool = False, interval: 
     due = [c for c in children if c.poll() is None and (force or now - c.scanned_at >= interval)]
     if not due:
         return False
-    stats = _stat_map()
+    stats = stat_map()
     for child in due:
         child.remember_tree(stats)
     return True
@@ -379,7 +369,7 @@ def kill_leftovers(children: Sequence[Child]) -> list[int]:
         child.poll()
     # Orphans re-parented to us (subreaper) are our children now: collect them (only them: a
     # child some other code of this process started is that code's to wait for).
-    reap_zombies(sorted(_orphans(children, _stat_map())))
+    reap_zombies(sorted(_orphans(children, stat_map())))
     return killed
 
 
@@ -405,11 +395,11 @@ def _orphans(children: Sequence[Child], stats: Mapping[int, tuple[int, int]]) ->
 
 def _adopted(children: Sequence[Child]) -> dict[int, int]:
     """The orphans (see `_orphans`) and their trees: workers no scan saw before their agent died."""
-    stats = _stat_map()
+    stats = stat_map()
     found: dict[int, int] = {}
     for pid, started in _orphans(children, stats).items():
         found[pid] = started
-        found.update(_tree(pid, stats))
+        found.update(subtree(pid, stats))
     return found
 
 

@@ -36,7 +36,10 @@ _DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-
 _LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-_QUANTITY = re.compile(r"^([+]?[0-9]+(\.[0-9]*)?|[+]?\.[0-9]+)(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e[0-9]+)?$")
+# A Kubernetes resource quantity (the API's own grammar, minus signs and E-notation with capitals).
+QUANTITY = re.compile(
+    r"^(?P<number>[+]?[0-9]+(\.[0-9]*)?|[+]?\.[0-9]+)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e[0-9]+)?$"
+)
 _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -104,7 +107,7 @@ def check_label_value(field_name: str, value: str) -> None:
 
 
 def check_quantity(field_name: str, value: str) -> None:
-    if not isinstance(value, str) or not _QUANTITY.fullmatch(value):
+    if not isinstance(value, str) or not QUANTITY.fullmatch(value):
         raise SpecError(field_name, f"{value!r} is not a Kubernetes quantity", "use values like '500m', '4', '16Gi'")
 
 

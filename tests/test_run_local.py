@@ -21,10 +21,11 @@ from pathlib import Path
 
 import pytest
 from ddpctl.local_run import cluster_env, loopback_env, plan_local
-from ddpctl.procs import alive, descendants
+from ddpctl.procs import alive
 from ddpctl.spec import JobSpec
 
 from tests.conftest import skip_unless
+from tests.procs_helpers import descendants
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_TIMEOUT = 240  # seconds; a hang fails the test instead of the CI run
@@ -73,7 +74,9 @@ def started():
 
 
 def _stop(proc: subprocess.Popen[str]) -> None:
-    from ddpctl.procs import descendant_starts, kill_if_same
+    from ddpctl.procs import kill_if_same
+
+    from tests.procs_helpers import descendant_starts
 
     if proc.poll() is None:
         tree = descendant_starts(proc.pid)
@@ -472,8 +475,8 @@ def test_process_trees_are_read_at_most_once_a_second(monkeypatch: pytest.Monkey
     from ddpctl import procs
 
     scans = []
-    real = procs._stat_map
-    monkeypatch.setattr(procs, "_stat_map", lambda: scans.append(1) or real())
+    real = procs.stat_map
+    monkeypatch.setattr(procs, "stat_map", lambda: scans.append(1) or real())
     children = [
         procs.start_child(i, f"node {i}", [sys.executable, "-c", "import time; time.sleep(60)"], os.environ)
         for i in range(2)

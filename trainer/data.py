@@ -166,7 +166,7 @@ def _read_cifar10(root: Path) -> tuple[TensorImages, TensorImages]:
     for train in (True, False):
         try:
             ds = tv.datasets.CIFAR10(str(root), train=train, download=False)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - torchvision raises many kinds for a bad copy: one message
             raise TrainerFailure(f"cannot read CIFAR-10 from --data-dir {root}: {exc}") from None
         images = torch.from_numpy(ds.data).permute(0, 3, 1, 2).contiguous()  # uint8 NCHW
         out.append(TensorImages(images, torch.as_tensor(ds.targets, dtype=torch.long)))

@@ -60,14 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _run(argv: Sequence[str] | None, label: list[str]) -> int:
     rank_label = ""
-    show = True
     try:
         from .config import parse_args, validate_for_world
         from .dist import detect
 
         # Everything that can be checked without a process group is checked here, identically
         # on every rank, so bad input makes all ranks stop instead of some waiting forever.
-        ctx = None
         ctx = detect()
         cfg = parse_args(argv)
         validate_for_world(cfg, ctx.world_size)
@@ -87,14 +85,13 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         return EXIT_OK
     except TrainerError as exc:
         # Usage errors are the same on every rank: one line per node is enough.
-        show = exc.exit_code != 2 or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0
-        if show:
+        if exc.exit_code != 2 or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
             print_error(str(exc), rank_label if exc.exit_code != 2 else "")
         return exc.exit_code
     except KeyboardInterrupt:
         print_error("interrupted", rank_label)
         return 130
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the last line of defence: a rank's error is reported, never lost
         if _is_peer_failure(exc):
             first = " ".join(str(exc).split())[:300]
             print_error(f"a collective failed, most likely another rank died: {first}", rank_label)

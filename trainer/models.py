@@ -89,7 +89,7 @@ def check_model_spec(spec: str) -> None:
 
 def _torchvision_model_available(name: str) -> None:
     try:
-        import torchvision  # noqa: F401
+        import torchvision  # noqa: F401 - only asks whether it imports
     except ImportError:
         raise UsageError(f"--model {name} needs torchvision, which this image lacks: pip install torchvision") from None
 

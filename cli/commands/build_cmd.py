@@ -58,7 +58,10 @@ def build_command(
     if print_tag:
         typer.echo(plan.tag)
         return
-    echo = lambda line: typer.echo(f"[build] {line}", err=True)  # noqa: E731
+
+    def echo(line: str) -> None:
+        typer.echo(f"[build] {line}", err=True)
+
     typer.echo(f"ddpctl: building {plan.tag} with {plan.builder} ({plan.files} files in the context)", err=True)
     tag = build.build_and_publish(plan, push_tags=push, kind_cluster=load_kind, quiet=quiet, echo=echo)
     done = ["built " + ", ".join(plan.tags)]

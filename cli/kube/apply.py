@@ -1,10 +1,12 @@
 """Create, find, list and delete a job's objects.
 
 `submit` applies each rendered object with server-side apply (field manager `ddpctl`, content type
-`application/apply-patch+yaml`). The job's objects must not exist yet (or `--replace` deletes them
-first), so nothing is merged into someone else's object and no `force` is needed. When one object
-fails, the objects this submit created are deleted again (foreground), so a failed submit leaves
-nothing behind.
+`application/apply-patch+yaml`). An object of the same name that this job did not create is an
+error; the job's own objects must not exist yet, or `--replace` deletes them and waits until they
+are gone. So every apply creates its object: nothing is merged into an existing one and no `force`
+is needed. When one apply fails, the objects this submit created are deleted again: the deletion
+is requested (foreground) but not waited for, so they may still be terminating when the command
+returns, and any that could not be deleted are named in the error.
 """
 
 from __future__ import annotations

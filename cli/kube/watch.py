@@ -412,7 +412,7 @@ class StatusLine:
 def _isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - a closed or replaced stream is simply not a terminal
         return False
 
 
