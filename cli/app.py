@@ -12,17 +12,8 @@ from collections.abc import Sequence
 
 import typer
 from ddpctl import __version__
-from ddpctl.commands import register
+from ddpctl.commands import COMMANDS, register
 from ddpctl.errors import DdpctlError, printable
-
-app = typer.Typer(
-    name="ddpctl",
-    help="Package multi-node PyTorch DDP training for Kubernetes: render manifests, build the "
-    "trainer image, run locally on CPU, submit and follow jobs.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    context_settings={"help_option_names": ["-h", "--help"]},
-)
 
 
 def _version(value: bool) -> None:
@@ -31,14 +22,27 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version."),
 ) -> None:
     """Package multi-node PyTorch DDP training for Kubernetes."""
 
 
-register(app)
+def build_app(args: Sequence[str] = ()) -> typer.Typer:
+    """The Typer app. When `args` name a command, only that command is registered: the others
+    would not run, and building their options is most of a start-up's own cost."""
+    command = next((a for a in args if not a.startswith("-")), None)  # the root options take no value
+    app = typer.Typer(
+        name="ddpctl",
+        help="Package multi-node PyTorch DDP training for Kubernetes: render manifests, build the "
+        "trainer image, run locally on CPU, submit and follow jobs.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    register(app, only=command if command in COMMANDS else None)
+    return app
 
 
 def _fail(message: str, code: int) -> int:
@@ -50,8 +54,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point: the only place where errors become messages and exit codes."""
     from click import exceptions as click  # Typer < 0.23 is built on click (see pyproject.toml)
 
+    args = list(argv) if argv is not None else sys.argv[1:]
     try:
-        result = app(args=list(argv) if argv is not None else None, prog_name="ddpctl", standalone_mode=False)
+        result = build_app(args)(args=args, prog_name="ddpctl", standalone_mode=False)
     except DdpctlError as exc:
         return _fail(exc.message, exc.exit_code)
     except click.NoArgsIsHelpError as exc:  # `ddpctl` alone: help, as usage (exit 2)

@@ -17,8 +17,7 @@ def status_command(
     ),
     timeout: str | None = timeout_option(),
 ) -> None:
-    """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, and why nodes
-    fail or wait."""
+    """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, why nodes fail or wait."""
     from ddpctl.kube.operate import status
 
     status(
