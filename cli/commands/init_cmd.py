@@ -10,7 +10,6 @@ from ddpctl.errors import UsageError
 from ddpctl.options import spec_options
 
 
-@spec_options
 def init_command(
     spec_input: SpecInput,
     path: Path = typer.Option(Path("ddp.yaml"), "--path", help="Where to write the spec.", dir_okay=False),
@@ -31,4 +30,4 @@ def init_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("init")(init_command)
+    app.command("init")(spec_options(init_command))  # wrapped here: only the command run pays for it

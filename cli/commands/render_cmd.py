@@ -15,7 +15,6 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
-@spec_options
 def render_command(
     spec_input: SpecInput,
     output: OutputFormat = typer.Option(
@@ -55,4 +54,4 @@ def render_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("render")(render_command)
+    app.command("render")(spec_options(render_command))  # wrapped here: only the command run pays for it

@@ -17,7 +17,6 @@ class Color(str, Enum):
     never = "never"
 
 
-@spec_options
 def run_command(
     spec_input: SpecInput,
     local: bool = typer.Option(
@@ -68,4 +67,4 @@ def run_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("run")(run_command)
+    app.command("run")(spec_options(run_command))  # wrapped here: only the command run pays for it

@@ -8,7 +8,6 @@ from ddpctl.kube.flags import DryRun, Format, context_option, kubeconfig_option,
 from ddpctl.options import spec_options
 
 
-@spec_options
 def submit_command(
     spec_input: SpecInput,
     kubeconfig: str | None = kubeconfig_option(),
@@ -65,4 +64,4 @@ def submit_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("submit")(submit_command)
+    app.command("submit")(spec_options(submit_command))  # wrapped here: only the command run pays for it
