@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -39,13 +40,17 @@ def ensure_torchx() -> Path | None:
     return exe
 
 
-def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> float:
+def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float]:
+    """Wall-clock seconds and CPU seconds (user + system) of one run of `cmd`. The CPU time
+    varies less than the wall clock on a busy machine."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True)
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if proc.returncode != 0:
         raise SystemExit(f"{cmd[0]} failed: {proc.stderr.decode()[-500:]}")
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def main() -> None:
@@ -84,21 +89,27 @@ def main() -> None:
             commands["torchx"] = torchx_cmd
         for cmd in commands.values():  # warm caches (page cache, Jinja bytecode) once each
             timed(cmd, cwd, env)
-        times: dict[str, list[float]] = {name: [] for name in commands}
+        times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
         for _ in range(opts.runs):
             for name, cmd in commands.items():
                 times[name].append(timed(cmd, cwd, env))
-    median = {name: statistics.median(t) for name, t in times.items()}
-    render, floor = median["render"], median["floor"]
-    print(f"ddpctl render                                  median {render * 1000:7.1f} ms  (n={opts.runs})")
-    print(f"floor: python -c 'import typer, jinja2, yaml'  median {floor * 1000:7.1f} ms")
-    print(f"ratio render/floor: {render / floor:.2f}  (target <= 1.2)")
-    if "torchx" in median:
-        theirs = median["torchx"]
-        print(f"torchx run --dryrun                 median {theirs * 1000:7.1f} ms")
-        print(
-            f"ratio render/torchx: {render / theirs:.3f}  (target <= 0.25, i.e. ddpctl {theirs / render:.1f}x faster)"
-        )
+    wall = {name: statistics.median(w for w, _ in t) for name, t in times.items()}
+    cpu = {name: statistics.median(c for _, c in t) for name, t in times.items()}
+    labels = {
+        "render": "ddpctl render",
+        "floor": "floor: python -c 'import typer, jinja2, yaml'",
+        "torchx": "torchx run --dryrun",
+    }
+    print(f"{'median of ' + str(opts.runs) + ' runs':<47}    wall      cpu")
+    for name in commands:
+        print(f"{labels[name]:<47} {wall[name] * 1000:7.1f}  {cpu[name] * 1000:7.1f} ms")
+    print(
+        f"ratio render/floor: {wall['render'] / wall['floor']:.2f} wall, {cpu['render'] / cpu['floor']:.2f} cpu"
+        "  (target <= 1.2)"
+    )
+    if "torchx" in wall:
+        ratio = wall["render"] / wall["torchx"]
+        print(f"ratio render/torchx: {ratio:.3f} wall  (target <= 0.25: ddpctl {1 / ratio:.1f}x faster)")
     else:
         print("ratio render/torchx: skipped (torchx is not installed; see --no-torchx and the docstring)")
 
