@@ -215,3 +215,24 @@ def test_init_leaves_context_dependent_keys_unset(cli, tmp_path: Path) -> None:
     assert cli("init", "--force", "-t", "jobset", "-n", "team").code == 0
     chosen = merged_layers({}, tmp_path / "ddp.yaml")
     assert chosen["target"] == "jobset" and chosen["namespace"] == "team"
+
+
+@pytest.mark.parametrize(
+    ("args", "built"),
+    [
+        (["render", "-t", "job"], ["render"]),
+        (["--version"], None),
+        ([], None),
+        (["no-such-command"], None),
+    ],
+)
+def test_only_the_command_being_run_is_built(args: list[str], built: list[str] | None) -> None:
+    """Typer builds every registered command's options at start-up: `ddpctl render` builds one."""
+    import click
+    import typer.main
+    from ddpctl.app import build_app
+    from ddpctl.commands import COMMANDS
+
+    group = typer.main.get_command(build_app(args))
+    assert isinstance(group, click.Group)
+    assert list(group.commands) == (built if built is not None else list(COMMANDS))
