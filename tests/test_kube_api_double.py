@@ -17,7 +17,6 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import ResourceNotFoundError
 
-from tests.conftest import skip_unless
 from tests.kube_api_double import KubeApiDouble, validate_object
 from tests.kube_api_double.resources import CUSTOM
 from tests.kube_api_double.validation import default_crd_dir, load_crds, parse_error_string
@@ -214,7 +213,7 @@ def test_discovery_lists_installed_groups_only(tmp_path):
 
 def test_resource_table_matches_the_shared_crds():
     crds = load_crds(str(default_crd_dir()))
-    skip_unless(bool(crds), f"the upstream CRDs at {default_crd_dir()} (vendored in tests/schemas)")
+    assert crds, f"the vendored upstream CRDs are missing from {default_crd_dir()}"
     for rt in CUSTOM:
         entry = crds[(rt.api_version, rt.kind)]
         names, spec = entry["crd"]["spec"]["names"], entry["crd"]["spec"]
@@ -918,3 +917,25 @@ def test_stop_ends_open_streams(tmp_path):
     threading.Thread(target=lambda: (resp.data, done.set()), daemon=True).start()
     d.stop()
     assert done.wait(TIMEOUT)
+
+
+def test_a_missing_crd_schema_fails_the_test_that_made_the_double_not_a_request(tmp_path):
+    # Checked in the caller's thread: in the server thread it could only become an HTTP 500.
+    with pytest.raises(RuntimeError, match=r"no CRD schema for jobset\.x-k8s\.io in .*no-crds"):
+        KubeApiDouble(engines=("jobset",), crd_dir=tmp_path / "no-crds")
+    KubeApiDouble(crd_dir=tmp_path / "no-crds")  # no custom engine installed: nothing to load
+
+
+def test_a_failure_inside_the_double_is_answered_500_and_fails_the_test_at_stop(tmp_path):
+    def broken_validator(obj: dict) -> list[str]:
+        raise ValueError("validator bug")
+
+    d = KubeApiDouble(validator=broken_validator).start()
+    api = config.new_client_from_config(config_file=str(d.write_kubeconfig(tmp_path / "kc")))
+    with pytest.raises(ApiException) as e:
+        client.CoreV1Api(api).create_namespaced_config_map("default", {"metadata": {"name": "c"}})
+    assert e.value.status == 500
+    with pytest.raises(
+        AssertionError, match=r"(?s)failed while serving.*POST /api/v1/namespaces/default/configmaps.*validator bug"
+    ):
+        d.stop()

@@ -91,17 +91,8 @@ def install_runtime(double: KubeApiDouble) -> None:
 
     from .validation import default_crd_dir
 
-    path = default_crd_dir().parent / "torch_distributed_runtime.yaml"
-    obj = (
-        yaml.safe_load(path.read_text())
-        if path.exists()
-        else {
-            "apiVersion": "trainer.kubeflow.org/v1alpha1",
-            "kind": "ClusterTrainingRuntime",
-            "metadata": {"name": "torch-distributed"},
-            "spec": {},
-        }
-    )
+    path = default_crd_dir().parent / "torch_distributed_runtime.yaml"  # vendored: a missing file is an error
+    obj = yaml.safe_load(path.read_text())
     double.store.put(double.rt("ClusterTrainingRuntime"), obj)
 
 

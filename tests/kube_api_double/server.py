@@ -189,6 +189,7 @@ class KubeApiDouble(Scenario):
             self._validator = validator  # type: ignore[assignment]
             self._use_builtin = False
             self.validator_name = "none" if validator is None else getattr(validator, "__qualname__", "custom")
+        self._check_validator_ready(engines)
         self.store = Store(self.registry, validate=self._validate)
         self.logbook = LogBook()
         self.store.on_remove.append(self._on_remove)
@@ -200,6 +201,8 @@ class KubeApiDouble(Scenario):
         self.authorize = authorize
         self.requests: list[RecordedRequest] = []
         self.faults: list[Fault] = []
+        #: tracebacks of the double's own failures while serving (each answered 500); `stop` raises them
+        self.internal_errors: list[str] = []
         self._lock = threading.Lock()
         self._httpd: _Server | None = None
         self._thread: threading.Thread | None = None
@@ -219,7 +222,11 @@ class KubeApiDouble(Scenario):
         self._thread.start()
         return self
 
-    def stop(self) -> None:
+    def stop(self, *, check: bool = True) -> None:
+        """Shut down; then, with `check`, fail the test if the double itself broke while serving.
+
+        A bug in the double (or a missing validator resource) is answered 500 in the server thread,
+        where pytest cannot see it: raising it here makes it the test's failure, not a mystery 500."""
         self.store.close()
         if self._httpd is not None:
             self._httpd.shutdown()
@@ -228,12 +235,44 @@ class KubeApiDouble(Scenario):
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if check and self.internal_errors:
+            raise AssertionError(
+                "the API double failed while serving (answered 500):\n" + "\n".join(self.internal_errors)
+            )
 
     def __enter__(self) -> KubeApiDouble:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
-        self.stop()
+        self.stop(check=exc[0] is None)
+
+    def _check_validator_ready(self, engines: frozenset[str]) -> None:
+        """Load what schema validation needs now, in the caller's (the test's) thread.
+
+        Validation runs in the server thread, where a missing module or CRD would only turn into a
+        500; checked here it is an error of the test that made the double, naming what is missing.
+        The schemas are vendored and the modules are test dependencies, so nothing here is optional."""
+        if self._validator is None and not self._use_builtin:
+            return  # validation disabled
+        if self._validator is not None and getattr(self._validator, "__module__", "") not in (
+            "tests.k8s_schemas",
+            "k8s_schemas",
+        ):
+            return  # a test's own validator: its business
+        import importlib
+
+        for module in ("jsonschema", "kubernetes_validate"):
+            try:
+                importlib.import_module(module)
+            except ImportError as exc:
+                raise RuntimeError(f"the API double validates with {module}: pip install -e '.[test]' ({exc})") from exc
+        if engines:
+            served = {api_version for api_version, _ in load_crds(str(self.crd_dir))}
+            missing = sorted(
+                g for e, g in ENGINES.items() if e in engines and not any(v.startswith(g + "/") for v in served)
+            )
+            if missing:
+                raise RuntimeError(f"the API double has no CRD schema for {', '.join(missing)} in {self.crd_dir}")
 
     @property
     def port(self) -> int:
@@ -349,8 +388,6 @@ class KubeApiDouble(Scenario):
         errs: list[FieldError] = list(validate_name(rt.kind, name))
         clean = _without_server_fields(obj)
         if self._use_builtin:
-            if rt.is_custom and not load_crds(str(self.crd_dir)):
-                raise RuntimeError(f"CRD schemas not found in {self.crd_dir}")
             errs += builtin_field_errors(clean, self.crd_dir)
         elif self._validator is not None:
             errs += errors_from_validator(self._validator, clean)
@@ -385,12 +422,12 @@ class KubeApiDouble(Scenario):
             self._send_json(h, rec, e.code, e.body)
         except (BrokenPipeError, ConnectionResetError):
             h.close_connection = True
-        except BaseException as e:  # a bug in the double (or a pytest.skip in a validator): answer 500
+        except BaseException as e:  # a bug in the double: answer 500 like kube, and fail the test at stop()
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
             import traceback
 
-            traceback.print_exc()
+            self.internal_errors.append(f"{h.command} {url.path}: {traceback.format_exc()}")
             self._send_json(h, rec, 500, S.status_body(500, "InternalError", f"Internal error occurred: {e!r}"))
 
     def _send_json(self, h: _Handler, rec: RecordedRequest, code: int, body: Any) -> None:
