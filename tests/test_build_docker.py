@@ -109,6 +109,7 @@ def test_content_hash_changes_with_the_code_not_with_ignored_files(tmp_path: Pat
     assert content_hash(ctx, ctx / "Dockerfile", {"BASE_IMAGE": "x:1"})[0] != second  # another base, another tag
 
 
+@pytest.mark.docker
 def test_print_tag_is_the_repo_and_a_short_hash(tmp_path: Path) -> None:
     ctx = _copy_context(tmp_path)
     env = {"PATH": os.environ["PATH"]}

@@ -169,6 +169,7 @@ def test_missing_engine_is_a_one_line_error(tmp_path: Path) -> None:
     assert result.stderr.count("\n") == 1 and "no-such-engine-cli is not installed" in result.stderr
 
 
+@pytest.mark.docker
 def test_docker_run_plan_wires_each_container_like_its_pod(
     trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -295,6 +296,7 @@ def test_a_stopped_engine_is_a_one_line_error(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------------------------
 
 
+@pytest.mark.docker
 def test_fresh_keeps_a_users_files_and_a_mounted_dirs_mode(
     trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

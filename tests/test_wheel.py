@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+# Builds a wheel, makes a venv and installs the CLI's dependencies into it: minutes, with pip's network.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 
 

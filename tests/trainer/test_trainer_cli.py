@@ -60,6 +60,7 @@ def test_bad_input_is_one_line(tmp_path: Path, corrupt_ckpt: Path, args: list[st
     assert "Traceback" not in run.err
 
 
+@pytest.mark.slow
 def test_batch_smaller_than_world_stops_all_ranks(tmp_path: Path) -> None:
     """Checked before the process group exists, so no rank is left waiting for the others."""
     run = launch(tmp_path, [*SMALL, "--global-batch-size", "1"], nproc=2, metrics=False, timeout=120)
@@ -84,6 +85,7 @@ def test_checkpoint_of_another_model_is_one_line(tmp_path: Path) -> None:
     assert re.search(r"checkpoint .*ckpt-00000001.pt does not fit this run", _one_line(second.err))
 
 
+@pytest.mark.slow
 def test_two_nodes_of_two_processes(tmp_path: Path) -> None:
     """The default job's shape (2 nodes x 2 processes, CPU/gloo, defaults otherwise) as two
     torchrun agents with static rendezvous: RANK != LOCAL_RANK on the second node."""
@@ -129,6 +131,7 @@ def test_two_nodes_of_two_processes(tmp_path: Path) -> None:
     assert any('"first_step"' in e for e in events) and any('"world_size": 4' in e for e in events)
 
 
+@pytest.mark.slow
 def test_pytorchjob_style_plain_python_processes(tmp_path: Path) -> None:
     """A PyTorchJob pod without torchrun: RANK=pod index, WORLD_SIZE=pods, one process each."""
     port = str(free_port())
@@ -217,6 +220,7 @@ def test_features_dp_user_model_bf16_accum_clip_adamw(tmp_path: Path) -> None:
     assert run.events("first_step")
 
 
+@pytest.mark.slow
 def test_features_imagefolder_workers_resnet18_under_torchrun(tmp_path: Path) -> None:
     _write_image_folder(tmp_path / "images")
     run = launch(
@@ -252,6 +256,7 @@ def test_features_imagefolder_workers_resnet18_under_torchrun(tmp_path: Path) ->
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.slow
 def test_compile_under_ddp_trains_like_eager(tmp_path: Path) -> None:
     """torch.compile of the DDP-wrapped model (the slowest test: inductor compiles on CPU)."""
     args = [*SMALL, "--no-eval", "--epochs", "1", "--batch-size", "8", "--save-final", "final.pt"]
@@ -265,6 +270,7 @@ def test_compile_under_ddp_trains_like_eager(tmp_path: Path) -> None:
         torch.testing.assert_close(b[k], a[k], atol=1e-4, rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_a_timed_out_torchrun_leaves_no_worker_behind(tmp_path: Path) -> None:
     """torchrun starts each worker in a session of its own, so killing torchrun's process group
     alone orphans the workers (they were found running long after such a test)."""
