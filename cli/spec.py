@@ -28,6 +28,10 @@ POD_SECURITY: tuple[str, ...] = ("restricted", "baseline")
 TRAINER_MODULE = "ddpctl_trainer"
 DEFAULT_IMAGE = "ddpctl-trainer:latest"
 MAX_DNS_LABEL = 63
+MAX_NODES = 1024
+TOLERATION_OPERATORS: tuple[str, ...] = ("Equal", "Exists")
+TAINT_EFFECTS: tuple[str, ...] = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+AFFINITY_KINDS: tuple[str, ...] = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path in the pod, not a temporary file
 
 _DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -44,6 +48,41 @@ _IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
 _MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 _RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
+def doc(text: str, **schema: Any) -> dict[str, Any]:
+    """A field's contract, kept on the field: `text` documents the key (the comments of
+    charts/ddp-job/values.yaml) and `schema` holds its JSON-Schema keywords (values.schema.json),
+    written with the constants `_validate` checks against. `ddpctl.chart_contract` generates both
+    files from these (`make chart-contract`); the JSON type comes from the field's annotation."""
+    return {"doc": text, "schema": schema}
+
+
+def _no_chars(chars: str, *, min_one: bool = False) -> str:
+    """A JSON-Schema pattern for a string without any of the regex class `chars`."""
+    return f"^[^{chars}]{'+' if min_one else '*'}$"
+
+
+_NO_NUL = _no_chars(r"\x00")
+_QUANTITY_PATTERN = re.sub(r"\(\?P<\w+>", "(", QUANTITY.pattern)  # JSON Schema (ECMA 262) has no (?P<name>...)
+_CONTROL_CLASS = _CONTROL_CHARS.pattern[1:-1]
+_SECRET_NAME = {"type": "string", "maxLength": MAX_DNS_LABEL, "pattern": _DNS1123_LABEL.pattern}
+
+
+def _bounded(regex: re.Pattern[str]) -> str:
+    """`regex` as a JSON-Schema pattern of at most MAX_DNS_LABEL characters, where no maxLength can
+    say so (map keys): its one `*` becomes `{0,61}` (the first and last characters are fixed)."""
+    assert regex.pattern.count("*") == 1, regex.pattern
+    return regex.pattern.replace("*", f"{{0,{MAX_DNS_LABEL - 2}}}")
+
+
+_LABEL_KEY_PATTERN = f"^({_DNS1123_SUBDOMAIN.pattern[1:-1]}/)?{_bounded(_LABEL_NAME)[1:-1]}$"
+
+
+def _string_map(value: dict[str, Any], keys: str = _LABEL_KEY_PATTERN) -> dict[str, Any]:
+    """A map whose keys match `keys` and whose values match `value`; any other key is refused."""
+    return {"patternProperties": {keys: value}, "additionalProperties": False}
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,82 +229,292 @@ def _str_map(field_name: str, value: Any) -> None:
 class Volume:
     """A PersistentVolumeClaim mounted into every pod (data sets, checkpoints)."""
 
-    claim_name: str
-    mount_path: str
-    read_only: bool = False
+    claim_name: str = field(
+        metadata=doc("PersistentVolumeClaim name.", maxLength=253, pattern=_DNS1123_SUBDOMAIN.pattern)
+    )
+    mount_path: str = field(
+        metadata=doc(
+            f"Absolute mount path (not {SHM_MOUNT}, which shmSize manages).",
+            pattern=f"^/[^:{_CONTROL_CLASS}]*$",
+            **{"not": {"pattern": f"^{SHM_MOUNT}/*$"}},
+        )
+    )
+    read_only: bool = field(default=False, metadata=doc("Mount read-only."))
 
 
 @dataclass(frozen=True)
 class SecretKeyRef:
     """An env var whose value lives in a Secret: referenced, never inlined."""
 
-    secret: str
-    key: str
+    secret: str = field(metadata=doc("Secret name.", **_SECRET_NAME))
+    key: str = field(metadata=doc("Key in the Secret.", pattern=_SECRET_KEY.pattern))
 
 
 @dataclass(frozen=True)
 class Rendezvous:
     """How ranks find rank 0: static master address/port, or c10d (required for elastic jobs)."""
 
-    mode: str = "auto"
-    port: int = 29500
-    join_timeout: int = 600
-    last_call_timeout: int = 30
-    max_restarts: int = 0
+    mode: str = field(
+        default="auto",
+        metadata=doc("auto (static for a fixed node count, c10d for elastic), static or c10d.", enum=RDZV_MODES),
+    )
+    port: int = field(
+        default=29500,
+        metadata=doc("TCP port of rank 0's store (the trainjob runtime always uses 29500).", minimum=1, maximum=65535),
+    )
+    join_timeout: int = field(default=600, metadata=doc("c10d rendezvous join timeout, seconds.", minimum=1))
+    last_call_timeout: int = field(default=30, metadata=doc("c10d rendezvous last-call timeout, seconds.", minimum=1))
+    max_restarts: int = field(
+        default=0, metadata=doc("torchrun --max-restarts (worker group restarts inside a pod).", minimum=0)
+    )
 
 
 @dataclass(frozen=True)
 class Resources:
     """Per-pod requests (cpu, memory) and GPU limits; GPUs are counted in `JobSpec.gpus_per_node`."""
 
-    cpu: str | None = None
-    memory: str | None = None
-    gpu_resource: str = "nvidia.com/gpu"
+    cpu: str | None = field(
+        default=None,
+        metadata=doc('CPU request (a quantity such as "8" or "500m"); null: none.', pattern=_QUANTITY_PATTERN),
+    )
+    memory: str | None = field(
+        default=None,
+        metadata=doc('Memory request and limit (a quantity such as "64Gi"); null: none.', pattern=_QUANTITY_PATTERN),
+    )
+    gpu_resource: str = field(
+        default="nvidia.com/gpu",
+        metadata=doc("Extended resource that counts GPUs (limit = gpusPerNode).", pattern=_RESOURCE_NAME.pattern),
+    )
 
 
 @dataclass(frozen=True)
 class JobSpec:
     """One DDP training job, as the user asked for it. Frozen: derive, never mutate."""
 
-    name: str = "ddp-train"
-    namespace: str = "default"
-    target: str = "job"
-    image: str = DEFAULT_IMAGE
-    image_pull_policy: str = "IfNotPresent"
-    image_pull_secrets: tuple[str, ...] = ()
+    name: str = field(
+        default="ddp-train",
+        metadata=doc(
+            "Job name (a DNS-1035 label: lowercase letters, digits, '-', starting with a letter). Objects, pods and "
+            "Services are named after it, NOT after the Helm release, so the objects equal `ddpctl render`'s. Pod "
+            "names derived from it must stay within 63 characters.",
+            minLength=1,
+            maxLength=MAX_DNS_LABEL,
+            pattern=_DNS1035_LABEL.pattern,
+        ),
+    )
+    namespace: str = field(
+        default="default",
+        metadata=doc(
+            "Namespace of every object. Usually set it equal to the release namespace (`helm install -n NS`, "
+            "Argo CD `destination.namespace`, Flux `targetNamespace`).",
+            minLength=1,
+            maxLength=MAX_DNS_LABEL,
+            pattern=_DNS1123_LABEL.pattern,
+        ),
+    )
+    target: str = field(
+        default="job",
+        metadata=doc(
+            "Engine: job (Indexed Job + headless Service, no operator needed), pytorchjob (Kubeflow Training "
+            "Operator v1), jobset (JobSet controller) or trainjob (Kubeflow Trainer v2).",
+            enum=TARGETS,
+        ),
+    )
+    image: str = field(
+        default=DEFAULT_IMAGE, metadata=doc("Trainer image (`ddpctl build` makes one).", pattern=_IMAGE.pattern)
+    )
+    image_pull_policy: str = field(
+        default="IfNotPresent", metadata=doc("Always, IfNotPresent or Never.", enum=PULL_POLICIES)
+    )
+    image_pull_secrets: tuple[str, ...] = field(
+        default=(), metadata=doc("Names of Secrets used to pull the image.", items=_SECRET_NAME)
+    )
     # What each node runs: torchrun of a module (default: the ddpctl trainer) or a script,
     # or a full command that replaces torchrun.
-    module: str | None = TRAINER_MODULE
-    script: str | None = None
-    command: tuple[str, ...] = ()
-    args: tuple[str, ...] = ()
+    module: str | None = field(
+        default=TRAINER_MODULE,
+        metadata=doc(
+            "Python module torchrun runs on every node (default: the ddpctl trainer). The container runs "
+            "`torchrun -m <module>`; set it to null when you give script or command.",
+            pattern=_MODULE.pattern,
+        ),
+    )
+    script: str | None = field(
+        default=None,
+        metadata=doc(
+            "Or a script path inside the image: `torchrun <script>` (set module: null).",
+            minLength=1,
+            pattern=_no_chars(_CONTROL_CLASS, min_one=True),
+        ),
+    )
+    command: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            "Or a full container command that replaces torchrun, e.g. [python, train.py] (set module: null).",
+            items=[{"type": "string", "minLength": 1, "pattern": _NO_NUL}],
+            additionalItems={"type": "string", "pattern": _NO_NUL},
+        ),
+    )
+    args: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            'Arguments after the module/script/command, e.g. [--epochs, "10"] (strings). With the ddpctl trainer, '
+            "volumes named `data` and `checkpoints` add --data-dir/--checkpoint-dir.",
+            items={"type": "string", "pattern": _NO_NUL},
+        ),
+    )
     # Layout: `nodes` fixed, or elastic between min_nodes and max_nodes.
-    nodes: int = 2
-    min_nodes: int | None = None
+    nodes: int = field(
+        default=2,
+        metadata=doc(
+            'Nodes (pods): a number N, or "MIN:MAX" (a string) for an elastic job with c10d rendezvous.',
+            oneOf=[
+                {"type": "integer", "minimum": 1, "maximum": MAX_NODES},
+                {"type": "string", "pattern": "^0*[1-9][0-9]*(:0*[1-9][0-9]*)?$"},
+            ],
+        ),
+    )
+    min_nodes: int | None = None  # set from nodes "MIN:MAX"; not a key of its own
     max_nodes: int | None = None
-    gpus_per_node: int = 0
-    procs_per_node: int | None = None
-    backend: str = "auto"
-    rendezvous: Rendezvous = field(default_factory=Rendezvous)
-    resources: Resources = field(default_factory=Resources)
-    shm_size: str = "2Gi"
-    env: Mapping[str, str] = field(default_factory=dict)
-    env_from_secrets: tuple[str, ...] = ()
-    secret_env: Mapping[str, SecretKeyRef] = field(default_factory=dict)
-    volumes: Mapping[str, Volume] = field(default_factory=dict)
-    node_selector: Mapping[str, str] = field(default_factory=dict)
-    tolerations: tuple[Mapping[str, Any], ...] = ()
-    affinity: Mapping[str, Any] = field(default_factory=dict)
-    priority_class_name: str | None = None
-    service_account_name: str | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-    queue: str | None = None
-    restart_policy: str = "Never"
-    backoff_limit: int = 0
-    ttl_seconds_after_finished: int | None = 86400
-    active_deadline_seconds: int | None = None
-    pod_security: str = "restricted"
+    gpus_per_node: int = field(
+        default=0,
+        metadata=doc(
+            "GPUs per node; 0 runs on CPU with gloo. GPUs add a toleration for resources.gpuResource.", minimum=0
+        ),
+    )
+    procs_per_node: int | None = field(
+        default=None,
+        metadata=doc(
+            "Processes per node; null = one per GPU (2 on CPU). At most gpusPerNode when GPUs are used.", minimum=1
+        ),
+    )
+    backend: str = field(
+        default="auto",
+        metadata=doc("Process-group backend: auto (nccl with GPUs, gloo without), nccl or gloo.", enum=BACKENDS),
+    )
+    rendezvous: Rendezvous = field(default_factory=Rendezvous, metadata=doc("How ranks find rank 0."))
+    resources: Resources = field(default_factory=Resources, metadata=doc("Per-pod resources."))
+    shm_size: str = field(
+        default="2Gi",
+        metadata=doc(
+            "Size of the memory-backed /dev/shm emptyDir (DataLoader workers need more than 64M).",
+            pattern=_QUANTITY_PATTERN,
+        ),
+    )
+    env: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Environment variables, a map NAME: value (strings). Yours win over ddpctl's wiring.",
+            # YAML numbers are kept as written (`_env_value`); booleans are refused.
+            **_string_map({"type": ["string", "number"], "pattern": _NO_NUL}, keys=_ENV_NAME.pattern),
+        ),
+    )
+    env_from_secrets: tuple[str, ...] = field(
+        default=(),
+        metadata=doc("Secrets whose keys all become env variables (referenced, never inlined).", items=_SECRET_NAME),
+    )
+    secret_env: Mapping[str, SecretKeyRef] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Env variables read from Secrets: a map VAR: {secret: NAME, key: KEY}.",
+            patternProperties={_ENV_NAME.pattern: SecretKeyRef},
+            additionalProperties=False,
+        ),
+    )
+    volumes: Mapping[str, Volume] = field(
+        default_factory=dict,
+        metadata=doc(
+            "PersistentVolumeClaims to mount: a map NAME: {claimName, mountPath, readOnly (default false)}. `data` "
+            "and `checkpoints` are passed to the ddpctl trainer. The name `dshm` is reserved.",
+            patternProperties={_bounded(_DNS1123_LABEL): Volume},
+            properties={"dshm": False},
+            additionalProperties=False,
+        ),
+    )
+    node_selector: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Node labels the pods need (map).", **_string_map({"type": "string", "pattern": _bounded(_LABEL_VALUE)})
+        ),
+    )
+    tolerations: tuple[Mapping[str, Any], ...] = field(
+        default=(),
+        metadata=doc(
+            "Taints the pods tolerate: a list of {key, operator, value, effect, tolerationSeconds}.",
+            items={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "key": {"type": "string", "pattern": _NO_NUL},
+                    "operator": {"type": "string", "enum": TOLERATION_OPERATORS},
+                    "value": {"type": "string", "pattern": _NO_NUL},
+                    "effect": {"type": "string", "enum": TAINT_EFFECTS},
+                    "tolerationSeconds": {"type": "integer"},
+                },
+            },
+        ),
+    )
+    affinity: Mapping[str, Any] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Pod affinity: a map with nodeAffinity, podAffinity and/or podAntiAffinity.",
+            properties={kind: {"type": "object"} for kind in AFFINITY_KINDS},
+            additionalProperties=False,
+        ),
+    )
+    priority_class_name: str | None = field(
+        default=None,
+        metadata=doc(
+            "PriorityClass of the pods (not available with target trainjob); null: none.",
+            maxLength=253,
+            pattern=_DNS1123_SUBDOMAIN.pattern,
+        ),
+    )
+    service_account_name: str | None = field(
+        default=None,
+        metadata=doc(
+            "ServiceAccount of the pods; null: the namespace's default.",
+            maxLength=253,
+            pattern=_DNS1123_SUBDOMAIN.pattern,
+        ),
+    )
+    labels: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Labels on every object and pod (map). ddpctl's app.kubernetes.io/* labels win on a clash.",
+            **_string_map({"type": "string", "pattern": _bounded(_LABEL_VALUE)}),
+        ),
+    )
+    annotations: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Annotations on every object and pod (map).", **_string_map({"type": "string", "pattern": _NO_NUL})
+        ),
+    )
+    queue: str | None = field(
+        default=None,
+        metadata=doc(
+            "Kueue LocalQueue (adds the kueue.x-k8s.io/queue-name label); null: none.",
+            minLength=1,
+            pattern=_bounded(_LABEL_VALUE),
+        ),
+    )
+    restart_policy: str = field(
+        default="Never", metadata=doc("Pod restart policy: Never or OnFailure.", enum=RESTART_POLICIES)
+    )
+    backoff_limit: int = field(
+        default=0, metadata=doc("Retries of the whole job before it is marked failed.", minimum=0)
+    )
+    ttl_seconds_after_finished: int | None = field(
+        default=86400, metadata=doc("Seconds a finished job is kept before cleanup; null: forever.", minimum=0)
+    )
+    active_deadline_seconds: int | None = field(
+        default=None, metadata=doc("Seconds before a running job is stopped; null: no limit.", minimum=1)
+    )
+    pod_security: str = field(
+        default="restricted",
+        metadata=doc("Pod Security profile the pods meet: restricted (default) or baseline.", enum=POD_SECURITY),
+    )
 
     def __post_init__(self) -> None:
         # Normalise containers to immutable, sorted forms so equal specs render byte-identically.
@@ -386,10 +635,15 @@ class JobSpec:
                 "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)",
                 "give a fixed count, or use target job, jobset or pytorchjob",
             )
-            _require(hi <= 1024, "nodes", f"max {hi} is more than 1024", "use at most 1024 nodes")
+            _require(hi <= MAX_NODES, "nodes", f"max {hi} is more than {MAX_NODES}", f"use at most {MAX_NODES} nodes")
         else:
             _positive_int("nodes", self.nodes)
-            _require(self.nodes <= 1024, "nodes", f"{self.nodes} is more than 1024", "use at most 1024 nodes")
+            _require(
+                self.nodes <= MAX_NODES,
+                "nodes",
+                f"{self.nodes} is more than {MAX_NODES}",
+                f"use at most {MAX_NODES} nodes",
+            )
         _positive_int("gpusPerNode", self.gpus_per_node, minimum=0)
         _positive_int("procsPerNode", self.procs_per_node, allow_none=True)
         if self.gpus_per_node and self.procs_per_node is not None:
@@ -459,7 +713,7 @@ class JobSpec:
             )
             check_dns_label(f"secretEnv.{key}.secret", ref.secret)
             _require(
-                isinstance(ref.key, str) and bool(re.fullmatch(r"[-._a-zA-Z0-9]+", ref.key)),
+                isinstance(ref.key, str) and bool(_SECRET_KEY.fullmatch(ref.key)),
                 f"secretEnv.{key}.key",
                 f"{ref.key!r} is not a Secret key",
                 "use letters, digits, '-', '_' or '.'",
@@ -522,13 +776,13 @@ class JobSpec:
                 "use keys key, operator, value, effect, tolerationSeconds",
             )
             _require(
-                tol.get("operator", "Equal") in ("Equal", "Exists"),
+                tol.get("operator", "Equal") in TOLERATION_OPERATORS,
                 f"tolerations[{i}].operator",
                 f"{tol.get('operator')!r} is not Equal or Exists",
                 "use Equal or Exists",
             )
             _require(
-                tol.get("effect", "NoSchedule") in ("", "NoSchedule", "PreferNoSchedule", "NoExecute"),
+                tol.get("effect", "NoSchedule") in TAINT_EFFECTS,
                 f"tolerations[{i}].effect",
                 f"{tol.get('effect')!r} is not a taint effect",
                 "use NoSchedule, PreferNoSchedule or NoExecute",
@@ -540,7 +794,7 @@ class JobSpec:
                 _positive_int(f"tolerations[{i}].tolerationSeconds", tol["tolerationSeconds"], minimum=0)
         for key in self.affinity:
             _require(
-                key in ("nodeAffinity", "podAffinity", "podAntiAffinity"),
+                key in AFFINITY_KINDS,
                 f"affinity.{key}",
                 "is not an affinity kind",
                 "use nodeAffinity, podAffinity or podAntiAffinity",
