@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from ddpctl.errors import SpecError
 from ddpctl.spec import JobSpec
@@ -96,8 +98,10 @@ def test_invalid_specs_name_the_field_and_fix(data: dict, field: str) -> None:
 
 def test_spec_is_frozen_all_the_way_down() -> None:
     spec = JobSpec.from_dict({"env": {"A": "1"}})
-    with pytest.raises(Exception):  # noqa: B017 - issue9-infra narrows it to what frozen dataclasses raise
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'nodes'"):
         spec.nodes = 3  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign to field 'mode'"):
+        spec.rendezvous.mode = "c10d"  # type: ignore[misc]
     with pytest.raises(TypeError):
         spec.env["B"] = "2"  # type: ignore[index]
 

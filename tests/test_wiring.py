@@ -9,6 +9,14 @@ from ddpctl.spec import TARGETS, JobSpec
 
 from tests.engines import launch, torchrun_settings
 
+# The container port each engine's rank-0 pod declares, by name. TrainJob declares none of its own:
+# the torch-distributed runtime's template does, and its port is always 29500 (JobSpec.master_port).
+DECLARED_PORTS = {
+    "job": lambda port: {"rendezvous": port},
+    "jobset": lambda port: {"rendezvous": port},
+    "pytorchjob": lambda port: {"pytorchjob-port": port},
+    "trainjob": lambda port: {},
+}
 STATIC_LAYOUTS = [(1, 0, None), (2, 0, 2), (2, 4, None), (3, 8, None), (8, 1, None), (64, 8, None), (5, 0, 3)]
 
 
@@ -30,8 +38,8 @@ def test_static_layout_wiring(target: str, nodes: int, gpus: int, procs: int | N
     (rank0,) = [p for p, r in zip(pods, runs) if r.node_rank == 0]
     assert {r.master_addr for r in runs} == {rank0.dns_name}, "MASTER_ADDR must resolve to rank 0's pod"
     (port,) = {r.master_port for r in runs}
-    if rank0.ports:  # engines that declare the port must listen where the others connect
-        assert port in rank0.ports.values()
+    assert port == spec.master_port
+    assert rank0.ports == DECLARED_PORTS[target](port), "rank 0 must declare the port the others connect to"
     assert {r.rdzv_backend for r in runs} == {"static"}
     if gpus:
         assert all(p.env["DDP_TRAINER_BACKEND"] == "nccl" for p in pods)
@@ -79,3 +87,15 @@ def test_trainer_gets_volume_paths() -> None:
     )
     (pod, *_) = launch(render(spec))
     assert pod.args[:4] == ["--checkpoint-dir", "/ckpt", "--data-dir", "/data"]
+
+
+@pytest.mark.parametrize(
+    "target,connect_port", [("job", 23456), ("jobset", 23456), ("pytorchjob", 23456), ("trainjob", 29500)]
+)
+def test_a_chosen_port_is_where_rank0_listens_and_the_others_connect(target: str, connect_port: int) -> None:
+    spec = JobSpec.from_dict({"target": target, "nodes": 3, "name": "port", "rendezvous": {"port": 23456}})
+    pods = launch(render(spec))
+    runs = [torchrun_settings(p) for p in pods]
+    assert {r.master_port for r in runs} == {connect_port}
+    (rank0,) = [p for p, r in zip(pods, runs) if r.node_rank == 0]
+    assert rank0.ports == DECLARED_PORTS[target](connect_port)
