@@ -1,16 +1,31 @@
 # Every set-up step a fresh machine needs lives here, so `make run` and `make test` work from a
-# clean clone (CI runs `make test` through .ci/run).
+# clean clone in any folder (CI runs `make test` through .ci/run).
 PYTHON ?= python3.11
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: run test test-fast lint docker bench clean
+# The one torch for the venv and the Docker base image (TORCH_VERSION, TORCHVISION_VERSION).
+include scripts/torch-version.env
+# Which build pip installs: PyPI's default (CUDA on Linux, ~5 GB) unless you name another index, e.g.
+#   make run TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu      (the CPU build, ~1 GB)
+# or other requirements (a wheel file, another version) with TORCH_SPEC='...'.
+TORCH_INDEX_URL ?=
+TORCH_SPEC      ?= torch==$(TORCH_VERSION) torchvision==$(TORCHVISION_VERSION)
+# A marker per torch choice: changing TORCH_SPEC or TORCH_INDEX_URL reinstalls torch, and then ddpctl.
+TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s|%s' '$(TORCH_SPEC)' '$(TORCH_INDEX_URL)' | cksum | cut -d' ' -f1)
 
-$(STAMP): pyproject.toml
+.PHONY: run test test-fast lint docker kubectl chart-contract bench clean
+
+$(TORCH_STAMP): scripts/torch-version.env
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) $(TORCH_SPEC)
+	rm -f $(VENV)/.torch-*
+	touch $@
+
+$(STAMP): pyproject.toml $(TORCH_STAMP)
 	$(PY) -m pip install -q -e '.[train,test]'
 	touch $(STAMP)
 
@@ -22,6 +37,16 @@ run: $(STAMP)
 docker:
 	bash scripts/install-docker.sh
 	bash scripts/make-base-image.sh
+
+## kubectl: `kubectl kustomize` checks `render --output-dir`; installed from Debian (kubernetes-client)
+## when missing and root, else its test skips here (and fails under CI=true)
+kubectl:
+	@command -v kubectl >/dev/null 2>&1 && exit 0; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	  echo "installing kubectl (apt: kubernetes-client)"; \
+	  apt-get update -qq >/dev/null && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null; \
+	else echo "kubectl is missing and this is not root with apt-get: install it to run its test"; fi
 
 ## lint: ruff (lint + format check), mypy (strict) on cli/ and trainer/, import-linter's layer contracts
 lint: $(STAMP)
@@ -35,12 +60,16 @@ lint: $(STAMP)
 	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 
 ## test: everything the tests need, the gates, then the whole suite
-test: $(STAMP) docker lint
+test: $(STAMP) docker kubectl lint
 	$(PY) -m pytest -q
 
-## test-fast: the suite without Docker set-up (Docker tests skip unless CI=true)
-test-fast: $(STAMP)
-	$(PY) -m pytest -q
+## test-fast: no Docker set-up, no multi-process or container tests (`-m "not slow and not docker"`)
+test-fast: $(STAMP) kubectl
+	$(PY) -m pytest -q -m "not slow and not docker"
+
+## chart-contract: regenerate charts/ddp-job/values.yaml and values.schema.json from cli/spec.py
+chart-contract: $(STAMP)
+	$(PY) -m ddpctl.chart_contract --write
 
 ## bench: the benchmarks under bench/ (each prints ratios against a baseline measured in the same run)
 bench: $(STAMP)

@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # Make a CPU base image for the trainer WITHOUT pulling anything from a container registry:
-# a Debian bookworm minbase rootfs (debootstrap) with python3, pip and the CPU torch wheel,
-# imported into the local engine as ddpctl-base:cpu.
+# a Debian bookworm minbase rootfs (debootstrap) with python3, pip, torch and torchvision at the
+# versions pinned in scripts/torch-version.env (the same as `make run`'s venv), imported into the
+# local engine as ddpctl-base:cpu.
 #
 #   bash scripts/make-base-image.sh                 # skip when the image already exists
 #   FORCE=1 bash scripts/make-base-image.sh         # rebuild
-#   BASE_TAG=ddpctl-base:cpu TORCH_WHEEL=/path/torch-...+cpu-cp311-...whl bash scripts/make-base-image.sh
+#   TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/make-base-image.sh   # (the default)
+#   TORCH_WHEEL=/path/torch-2.14.1+cpu-cp311-...whl TORCHVISION_WHEEL=/path/torchvision-...whl bash scripts/make-base-image.sh
+#
+# Wheels come from TORCH_WHEEL/TORCHVISION_WHEEL when given, else through the host's pip from PyPI
+# plus TORCH_INDEX_URL (default: PyTorch's CPU index, whose +cpu builds pip prefers). Where that
+# index cannot be reached, pip falls back to PyPI's default build of the same version: on Linux
+# the CUDA one, gigabytes larger but the same torch (the script says so).
 #
 # Then: ddpctl build --base-image ddpctl-base:cpu
 # Needs root (debootstrap, chroot) and a running engine (scripts/install-docker.sh).
@@ -29,16 +36,21 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-# The CPU torch wheel for the rootfs's Python (bookworm: 3.11). PyPI's default Linux torch wheel
-# is the CUDA build (gigabytes), so a CPU wheel must be given or lie in /opt/wheels.
-WHEEL="${TORCH_WHEEL:-}"
-if [ -z "$WHEEL" ]; then
-  WHEEL="$(ls /opt/wheels/torch-*+cpu-cp311-cp311-*x86_64.whl 2>/dev/null | sort -V | tail -n 1 || true)"
-fi
-if [ -z "$WHEEL" ] || [ ! -f "$WHEEL" ]; then
-  log "no CPU torch wheel for cp311: set TORCH_WHEEL=/path/to/torch-X+cpu-cp311-cp311-manylinux...x86_64.whl"
-  exit 1
-fi
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=torch-version.env
+. "$HERE/torch-version.env"
+TORCH_INDEX_URL="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
+TORCH_REQS=("${TORCH_WHEEL:-torch==$TORCH_VERSION}" "${TORCHVISION_WHEEL:-torchvision==$TORCHVISION_VERSION}")
+for w in "${TORCH_WHEEL:-}" "${TORCHVISION_WHEEL:-}"; do
+  if [ -n "$w" ] && [ ! -f "$w" ]; then
+    log "no such wheel: $w"
+    exit 1
+  fi
+done
+case "$(basename "${TORCH_WHEEL:-torch-$TORCH_VERSION-}")" in
+  "torch-$TORCH_VERSION-"* | "torch-$TORCH_VERSION+"*) ;;
+  *) log "TORCH_WHEEL is not torch $TORCH_VERSION (scripts/torch-version.env pins it): $TORCH_WHEEL"; exit 1 ;;
+esac
 
 T_ALL=$(date +%s)
 if ! command -v debootstrap >/dev/null 2>&1; then
@@ -68,23 +80,29 @@ debootstrap --variant=minbase --include=python3,python3-pip,ca-certificates "$SU
   >"$WORK/debootstrap.log" 2>&1 || { tail -n 30 "$WORK/debootstrap.log" >&2; exit 1; }
 step_end
 
-step_start "fetching torch's dependencies with the host's pip"
+step_start "fetching torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION and their dependencies with the host's pip"
 mkdir -p "$ROOTFS/tmp/wheels"
-cp "$WHEEL" "$ROOTFS/tmp/wheels/"
-PIP=(python3 -m pip)
 command -v python3 >/dev/null 2>&1 || { log "the host needs python3 with pip to fetch wheels"; exit 1; }
-"${PIP[@]}" download --quiet --disable-pip-version-check --only-binary=:all: --python-version 3.11 --implementation cp \
-  --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 --platform any \
-  --dest "$ROOTFS/tmp/wheels" "$ROOTFS/tmp/wheels/$(basename "$WHEEL")" $EXTRA_PIP
+INDEX_ARGS=()
+[ -z "$TORCH_INDEX_URL" ] || INDEX_ARGS=(--extra-index-url "$TORCH_INDEX_URL")
+PLATFORMS=(--platform any)
+for glibc in 28 27 26 25 24 17 12 5; do PLATFORMS+=(--platform "manylinux_2_${glibc}_x86_64"); done  # bookworm: glibc 2.36
+python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: --python-version 3.11 --implementation cp \
+  "${PLATFORMS[@]}" --retries 1 --timeout 30 "${INDEX_ARGS[@]}" --dest "$ROOTFS/tmp/wheels" "${TORCH_REQS[@]}" $EXTRA_PIP
+TORCH_FILE="$(basename "$(ls "$ROOTFS"/tmp/wheels/torch-"$TORCH_VERSION"*.whl | head -n 1)")"
+case "$TORCH_FILE" in
+  *+cpu-*) ;;
+  *) log "warning: $TORCH_FILE is not a CPU build (no CPU wheel given and $TORCH_INDEX_URL not reachable): a bigger image, the same torch" ;;
+esac
 step_end
 
 step_start "installing torch into the rootfs (offline pip in chroot)"
 mount -t proc proc "$ROOTFS/proc"
 CHROOT_ENV=(env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8)
 "${CHROOT_ENV[@]}" chroot "$ROOTFS" /usr/bin/python3 -m pip install --quiet --no-index --find-links /tmp/wheels \
-  --break-system-packages --no-cache-dir --root-user-action=ignore "/tmp/wheels/$(basename "$WHEEL")" $EXTRA_PIP
+  --break-system-packages --no-cache-dir --root-user-action=ignore /tmp/wheels/*.whl
 umount "$ROOTFS/proc"
-"${CHROOT_ENV[@]}" chroot "$ROOTFS" /usr/bin/python3 -c "import torch, torch.distributed as d; assert d.is_gloo_available(); print('torch', torch.__version__)"
+"${CHROOT_ENV[@]}" chroot "$ROOTFS" /usr/bin/python3 -c "import torch, torchvision, torch.distributed as d; assert d.is_gloo_available(); print('torch', torch.__version__, 'torchvision', torchvision.__version__)"
 step_end
 
 step_start "trimming the rootfs"
