@@ -27,18 +27,23 @@ log() { printf 'make-base-image: %s\n' "$*" >&2; }
 step_start() { STEP_T0=$(date +%s); log "$1"; }
 step_end() { log "  done in $(( $(date +%s) - STEP_T0 ))s"; }
 
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=torch-version.env
+. "$HERE/torch-version.env"
+PINS="torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION"
 if [ -z "${FORCE:-}" ] && "$ENGINE" image inspect "$TAG" >/dev/null 2>&1; then
-  log "$TAG already exists (FORCE=1 to rebuild)"
-  exit 0
+  HAS="$("$ENGINE" image inspect --format '{{index .Config.Labels "io.ddpctl.torch"}}' "$TAG" 2>/dev/null || true)"
+  if [ "$HAS" = "$PINS" ]; then
+    log "$TAG already exists with $PINS (FORCE=1 to rebuild)"
+    exit 0
+  fi
+  log "$TAG has ${HAS:-another torch}, the pins say $PINS: rebuilding"
 fi
 if [ "$(id -u)" != 0 ]; then
   log "needs root (debootstrap and chroot)"
   exit 1
 fi
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=torch-version.env
-. "$HERE/torch-version.env"
 TORCH_INDEX_URL="${TORCH_INDEX_URL-https://download.pytorch.org/whl/cpu}"
 TORCH_REQS=("${TORCH_WHEEL:-torch==$TORCH_VERSION}" "${TORCHVISION_WHEEL:-torchvision==$TORCHVISION_VERSION}")
 for w in "${TORCH_WHEEL:-}" "${TORCHVISION_WHEEL:-}"; do
@@ -117,6 +122,7 @@ tar -C "$ROOTFS" --numeric-owner -c . | "$ENGINE" import \
   --change 'ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
   --change 'ENV LANG=C.UTF-8' \
   --change 'CMD ["python3"]' \
+  --change "LABEL io.ddpctl.torch=\"$PINS\"" \
   - "$TAG" >/dev/null
 step_end
 log "built $TAG in $(( $(date +%s) - T_ALL ))s ($("$ENGINE" image inspect --format '{{.Size}}' "$TAG" | awk '{printf "%.0f MB", $1/1e6}'))"

@@ -170,6 +170,12 @@ def test_load_kind_without_kind_fails_before_building(cli, monkeypatch: pytest.M
 # --------------------------------------------------------------------------------------------
 
 
+PROBE = (  # the user, a writable home, the trainer, and torch/torchvision as pinned for the venv too
+    "id -u && touch /workspace/w && python3 -m ddpctl_trainer --help | head -1 && python3 -c "
+    "\"import torch, torchvision; print('torch', torch.__version__.split('+')[0], torchvision.__version__)\""
+)
+
+
 @pytest.mark.docker
 @pytest.mark.slow
 def test_build_of_the_real_dockerfile_on_the_cpu_base() -> None:
@@ -198,7 +204,7 @@ def test_build_of_the_real_dockerfile_on_the_cpu_base() -> None:
             tag,
             "sh",
             "-c",
-            "id -u && touch /workspace/w && python3 -m ddpctl_trainer --help | head -1",
+            PROBE,
         ],
         capture_output=True,
         text=True,
@@ -206,6 +212,14 @@ def test_build_of_the_real_dockerfile_on_the_cpu_base() -> None:
     )
     assert probe.returncode == 0, probe.stderr
     assert probe.stdout.splitlines()[0] == "1000" and "usage: ddpctl-trainer" in probe.stdout
+    pins = dict(
+        line.split("=", 1) for line in (REPO / "scripts" / "torch-version.env").read_text().splitlines() if "=" in line
+    )
+    torch_line = probe.stdout.splitlines()[-1].split()
+    assert torch_line[:2] == ["torch", pins["TORCH_VERSION"]], (
+        "the image's torch is the venv's (scripts/torch-version.env)"
+    )
+    assert torch_line[2].split("+")[0] == pins["TORCHVISION_VERSION"]
 
 
 @pytest.mark.docker
