@@ -80,28 +80,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
-step_start "debootstrap --variant=minbase $SUITE from $MIRROR"
-debootstrap --variant=minbase --include=python3,python3-pip,ca-certificates "$SUITE" "$ROOTFS" "$MIRROR" \
-  >"$WORK/debootstrap.log" 2>&1 || { tail -n 30 "$WORK/debootstrap.log" >&2; exit 1; }
-step_end
-
+WHEELS="$WORK/wheels"
 step_start "fetching torch $TORCH_VERSION, torchvision $TORCHVISION_VERSION and their dependencies with the host's pip"
-mkdir -p "$ROOTFS/tmp/wheels"
+mkdir -p "$WHEELS"
 command -v python3 >/dev/null 2>&1 || { log "the host needs python3 with pip to fetch wheels"; exit 1; }
 INDEX_ARGS=()
 [ -z "$TORCH_INDEX_URL" ] || INDEX_ARGS=(--extra-index-url "$TORCH_INDEX_URL")
-PLATFORMS=(--platform any)
-for glibc in 28 27 26 25 24 17 12 5; do PLATFORMS+=(--platform "manylinux_2_${glibc}_x86_64"); done  # bookworm: glibc 2.36
+# Wheels for the rootfs's Python 3.11 and glibc 2.36 (bookworm), whatever the host runs: every manylinux
+# tag up to glibc 2.28 by name, as pip does not widen --platform on its own.
+PLATFORMS=(--platform any --platform manylinux2014_x86_64 --platform manylinux2010_x86_64 --platform manylinux1_x86_64)
+for glibc in $(seq 28 -1 5); do PLATFORMS+=(--platform "manylinux_2_${glibc}_x86_64"); done
 python3 -m pip download --quiet --disable-pip-version-check --only-binary=:all: --python-version 3.11 --implementation cp \
-  "${PLATFORMS[@]}" --retries 1 --timeout 30 "${INDEX_ARGS[@]}" --dest "$ROOTFS/tmp/wheels" "${TORCH_REQS[@]}" $EXTRA_PIP
-TORCH_FILE="$(basename "$(ls "$ROOTFS"/tmp/wheels/torch-"$TORCH_VERSION"*.whl | head -n 1)")"
+  "${PLATFORMS[@]}" --retries 1 --timeout 30 "${INDEX_ARGS[@]}" --dest "$WHEELS" "${TORCH_REQS[@]}" $EXTRA_PIP
+TORCH_FILE="$(basename "$(ls "$WHEELS"/torch-"$TORCH_VERSION"*.whl | head -n 1)")"
 case "$TORCH_FILE" in
   *+cpu-*) ;;
   *) log "warning: $TORCH_FILE is not a CPU build (no CPU wheel given and $TORCH_INDEX_URL not reachable): a bigger image, the same torch" ;;
 esac
 step_end
 
+step_start "debootstrap --variant=minbase $SUITE from $MIRROR"
+debootstrap --variant=minbase --include=python3,python3-pip,ca-certificates "$SUITE" "$ROOTFS" "$MIRROR" \
+  >"$WORK/debootstrap.log" 2>&1 || { tail -n 30 "$WORK/debootstrap.log" >&2; exit 1; }
+step_end
+
 step_start "installing torch into the rootfs (offline pip in chroot)"
+mv "$WHEELS" "$ROOTFS/tmp/wheels"
 mount -t proc proc "$ROOTFS/proc"
 CHROOT_ENV=(env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8)
 "${CHROOT_ENV[@]}" chroot "$ROOTFS" /usr/bin/python3 -m pip install --quiet --no-index --find-links /tmp/wheels \
