@@ -109,7 +109,8 @@ mv "$WHEELS" "$ROOTFS/tmp/wheels"
 mount -t proc proc "$ROOTFS/proc"
 CHROOT_ENV=(env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/root LANG=C.UTF-8)
 "${CHROOT_ENV[@]}" chroot "$ROOTFS" /usr/bin/python3 -m pip install --quiet --no-index --find-links /tmp/wheels \
-  --break-system-packages --no-cache-dir --root-user-action=ignore /tmp/wheels/*.whl
+  --break-system-packages --no-cache-dir --root-user-action=ignore \
+  "torch==$TORCH_VERSION" "torchvision==$TORCHVISION_VERSION" $EXTRA_PIP
 umount "$ROOTFS/proc"
 "${CHROOT_ENV[@]}" chroot "$ROOTFS" /usr/bin/python3 -c "import torch, torchvision, torch.distributed as d; assert d.is_gloo_available(); print('torch', torch.__version__, 'torchvision', torchvision.__version__)"
 step_end
