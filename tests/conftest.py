@@ -15,6 +15,18 @@ IN_CI = os.environ.get("CI") == "true"
 pytest_plugins = ["tests.kube_api_double.fixtures"]
 
 
+# Fixtures that build or run containers: a test using one is a `docker` test even if its marker is
+# forgotten, so `make test-fast` (-m "not docker") never waits for an image build.
+DOCKER_FIXTURES = frozenset({"trainer_image", "docker_job"})
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if DOCKER_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.docker)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--update-golden", action="store_true", default=False, help="Rewrite tests/golden/* from the current renderer."

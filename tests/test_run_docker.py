@@ -317,6 +317,7 @@ def test_fresh_keeps_a_users_files_and_a_mounted_dirs_mode(
     assert not (ours / "checkpoints").exists()  # the --mount replaced it
 
 
+@pytest.mark.docker
 def test_a_mounted_dir_uid_1000_cannot_write_is_a_one_line_error(trainer_image: str, tmp_path: Path) -> None:
     mine = tmp_path / "data-of-mine"
     mine.mkdir()
@@ -331,6 +332,7 @@ def test_a_mounted_dir_uid_1000_cannot_write_is_a_one_line_error(trainer_image: 
     assert mine.stat().st_mode & 0o777 == (0o555 if os.getuid() == 1000 else 0o755)
 
 
+@pytest.mark.docker
 def test_directories_ddpctl_makes_are_writable_for_the_image_user(
     trainer_image: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
