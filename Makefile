@@ -21,6 +21,8 @@ $(TORCH_STAMP): scripts/torch-version.env
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
+	@command -v nvidia-smi >/dev/null 2>&1 || [ -n "$(TORCH_INDEX_URL)" ] || echo "note: no GPU here;" \
+	  "for the ~1 GB CPU torch instead of ~5 GB: make $(MAKECMDGOALS) TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu"
 	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) $(TORCH_SPEC)
 	rm -f $(VENV)/.torch-*
 	touch $@
