@@ -2,7 +2,7 @@
 
 Containers get the pod's hostname (`--hostname <job>-<i>`) and the DNS name other pods use for it
 in the cluster as a network alias (`<job>-0.<svc>` for the Indexed Job), so MASTER_ADDR is the very
-name the cluster gives; the env is the pod's (`local_run.cluster_env`), the command the pod's
+name the cluster gives; the env is the pod's (`run_env.cluster_env`), the command the pod's
 (torchrun of the trainer), /dev/shm the spec's size, and the spec's volumes are host directories.
 Restricted pods drop every capability and forbid privilege escalation here too.
 
@@ -21,22 +21,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ddpctl.console import make_console, relative_path
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
-from ddpctl.local_run import (
-    STOP_GRACE_S,
-    JobFailed,
-    JobState,
-    cluster_env,
-    describe_failure,
-    finish_note,
-    make_console,
-    parse_mounts,
-    relative_path,
-    remove_checkpoints,
-    start_failure,
-    supervise,
-)
+from ddpctl.local_run import parse_mounts, remove_checkpoints
+from ddpctl.run_env import cluster_env
 from ddpctl.spec import QUANTITY, JobSpec
+from ddpctl.supervise import STOP_GRACE_S, JobFailed, JobState, describe_failure, finish_note, start_failure, supervise
 
 RUN_LABEL = "ddpctl.io/run"
 JOB_LABEL = "ddpctl.io/job"

@@ -20,8 +20,9 @@ import time
 from pathlib import Path
 
 import pytest
-from ddpctl.local_run import cluster_env, loopback_env, plan_local
+from ddpctl.local_run import plan_local
 from ddpctl.procs import alive
+from ddpctl.run_env import cluster_env, loopback_env
 from ddpctl.spec import JobSpec
 
 from tests.conftest import skip_unless

@@ -468,13 +468,13 @@ def test_wait_success_exits_0_with_a_status_line(cli, make_cluster):
 
 
 def test_wait_shows_live_transitions(cli, make_cluster, monkeypatch):
-    from ddpctl.kube import watch as W
+    from ddpctl.console import StatusLine
 
     c = make_cluster(("pytorchjob",))
     d = c.double
     shown: list[str] = []
     seen = threading.Condition()
-    real_show = W.StatusLine.show
+    real_show = StatusLine.show
 
     def show(self, text):  # the scenario moves on once the CLI has shown a state
         real_show(self, text)
@@ -486,7 +486,7 @@ def test_wait_shows_live_transitions(cli, make_cluster, monkeypatch):
         with seen:
             assert seen.wait_for(lambda: any(part in t for t in shown), BOUND), shown
 
-    monkeypatch.setattr(W.StatusLine, "show", show)
+    monkeypatch.setattr(StatusLine, "show", show)
 
     def steps():
         wait_shown("master: 1 pending, 0 running, 0 succeeded, 0 failed; worker: 2 pending")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ddpctl.console import StatusLine
 from ddpctl.kube import watch as W
 from ddpctl.kube.config import Cluster
 from ddpctl.kube.kinds import Kind
@@ -25,7 +26,7 @@ def follow_job(
 ) -> None:
     """Wait (and stream logs) until the job finishes; a failed job raises with the reason."""
 
-    status = W.StatusLine(enabled=status_enabled)
+    status = StatusLine(enabled=status_enabled)
     follower = Follower(cluster, kind, out=Output(), prefix=rank is None, rank=rank) if follow else None
     try:
         outcome = W.wait(

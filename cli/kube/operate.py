@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
+from ddpctl.console import StatusLine
 from ddpctl.errors import ClusterError, UsageError
 from ddpctl.kube.flags import Format, ListFormat
 
@@ -212,7 +213,7 @@ def logs(
             )
             return
         follower = Follower(cluster, kind, out=output, prefix=use_prefix, rank=rank, timestamps=timestamps)
-        status = W.StatusLine(enabled=False)  # stall reasons still print (say), the status line does not
+        status = StatusLine(enabled=False)  # stall reasons still print (say), the status line does not
         try:
             W.wait(cluster, kind, job, timeout=None, status=status, on_pods=follower.observe)
             follower.drain(W.DRAIN_SECONDS)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import queue
 import re
-import sys
 import threading
 import time
 from collections import Counter
@@ -14,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ddpctl.console import StatusLine
 from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster, iter_lines
@@ -363,57 +363,6 @@ def last_log_lines(cluster: Cluster, kind: Kind, pod: dict[str, Any], tail: int 
         if lines:
             return lines
     return []
-
-
-# ------------------------------------------------------------------------------ the status line
-
-
-class StatusLine:
-    """On a terminal, one line rewritten in place; otherwise a line each time it changes."""
-
-    def __init__(self, enabled: bool = True, stream: Any = None) -> None:
-        self.enabled = enabled
-        self.stream = stream
-        self.last = ""
-        self.lock = threading.Lock()
-
-    def _out(self) -> Any:
-        return self.stream or sys.stderr
-
-    def show(self, text: str) -> None:
-        if not self.enabled or text == self.last:
-            return
-        with self.lock:
-            out = self._out()
-            if _isatty(out):
-                out.write("\r\x1b[K" + text)
-            else:
-                out.write(text + "\n")
-            out.flush()
-            self.last = text
-
-    def say(self, text: str) -> None:
-        """A message line that must not be overwritten by the next status line."""
-        with self.lock:
-            out = self._out()
-            if self.enabled and _isatty(out) and self.last:
-                out.write("\r\x1b[K")
-                self.last = ""
-            out.write(text + "\n")
-            out.flush()
-
-    def end(self) -> None:
-        if self.enabled and self.last and _isatty(self._out()):
-            with self.lock:
-                self._out().write("\n")
-                self.last = ""
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except Exception:  # noqa: BLE001 - a closed or replaced stream is simply not a terminal
-        return False
 
 
 # ------------------------------------------------------------------------------ waiting
