@@ -7,6 +7,7 @@ commands import what they need inside their bodies.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from collections.abc import Sequence
 
@@ -14,6 +15,8 @@ import typer
 from ddpctl import __version__
 from ddpctl.commands import COMMANDS, register
 from ddpctl.errors import DdpctlError, printable
+from ddpctl.options import SpecCommand
+from typer.core import TyperCommand
 
 
 def _version(value: bool) -> None:
@@ -42,12 +45,24 @@ def build_app(args: Sequence[str] = ()) -> typer.Typer:
     )
     app.callback()(_root)
     register(app, only=command if command in COMMANDS else None)
+    for info in app.registered_commands:
+        if info.cls in (None, TyperCommand):
+            info.cls = SpecCommand  # keeps TRAINER_ARGS' help (see SpecCommand)
     return app
 
 
 def _fail(message: str, code: int) -> int:
     sys.stderr.write(f"ddpctl: error: {printable(message)}\n")
     return code
+
+
+def _once_each(message: str) -> str:
+    """Drop a repeated sentence: click and Typer may both append "Did you mean 'render'?"."""
+    seen: list[str] = []
+    for sentence in re.split(r"(?<=[.?!]) +", message.strip()):
+        if sentence not in seen:
+            seen.append(sentence)
+    return " ".join(seen)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -64,7 +79,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
-        return _fail(exc.format_message() + hint, 2)
+        return _fail(_once_each(exc.format_message()) + hint, 2)
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
     except (typer.Abort, KeyboardInterrupt):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,15 +102,23 @@ def layer_from_file(path: Path | None) -> tuple[dict[str, Any], Path | None]:
                 f"--config: {path} does not exist; give the path of a ddp.yaml (make one with `ddpctl init`)"
             )
         return {}, None
+    not_text = f"{path}: not a text file; --config takes a YAML job spec such as `ddpctl init` writes"
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f"--config: cannot read {path}: {exc}") from None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"{not_text} (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8)") from None
+    except OSError as exc:
+        raise UsageError(f"--config: cannot read {path}: {exc.strerror or exc}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.reader.ReaderError as exc:  # control characters: a binary file that happens to decode
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise UsageError(f"{not_text} (control character U+{code:04X} at offset {exc.position})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
+        where = f" line {mark.line + 1}:" if mark else ""
         problem = getattr(exc, "problem", None) or "invalid YAML"
-        raise UsageError(f"{path}:{where}: {problem}; fix the YAML syntax") from None
+        raise UsageError(f"{path}:{where} {problem}; fix the YAML syntax") from None
     if data is None:
         return {}, path
     if not isinstance(data, dict):
@@ -155,7 +164,35 @@ def load_spec(
     flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> JobSpec:
     """The JobSpec for a command: defaults < file < DDPCTL_* env < flags."""
-    return JobSpec.from_dict(merged_layers(flags, config, environ))
+    try:
+        return JobSpec.from_dict(merged_layers(flags, config, environ))
+    except SpecError as exc:
+        path = _file_that_set(exc.field, flags, config, environ)
+        if path is None:
+            raise
+        raise UsageError(f"{path}: {exc.message}") from None
+
+
+def _file_that_set(
+    field: str, flags: Mapping[str, Any], config: Path | None, environ: Mapping[str, str] | None
+) -> Path | None:
+    """The spec file, when the value a SpecError is about came from it (no env var or flag set it),
+    so the message says which file to edit."""
+    file_layer, path = layer_from_file(config)
+    keys = [k for k in re.split(r"\.|\[\d+\]", field) if k]
+
+    def has(layer: Mapping[str, Any]) -> bool:
+        node: Any = layer
+        for key in keys:
+            if not isinstance(node, Mapping) or key not in node:
+                return False
+            node = node[key]
+        return True
+
+    env_layer = layer_from_env(os.environ if environ is None else environ)
+    if path is None or not keys or not has(file_layer) or has(env_layer) or has(flags):
+        return None
+    return path
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 import typer
 from ddpctl.config import SpecInput, set_path
 from ddpctl.errors import UsageError
+from typer.core import TyperCommand
 
 
 def _split_pair(flag: str, text: str, sep: str = "=") -> tuple[str, str]:
@@ -121,6 +122,31 @@ SPEC_FLAGS: tuple[Flag, ...] = (
 )
 
 
+# How `--help` groups the spec flags (in this order, after the command's own options).
+HELP_PANELS: dict[str, tuple[str, ...]] = {
+    "Job": ("--config", "--name", "--namespace", "--target", "--label", "--annotation"),
+    "Image and entrypoint": (
+        "--image",
+        "--image-pull-policy",
+        "--image-pull-secret",
+        "--module",
+        "--script",
+        "--command",
+    ),
+    "Layout": ("--nodes", "--gpus", "--procs", "--backend", "--rdzv", "--port"),
+    "Resources": ("--cpu", "--memory", "--gpu-resource", "--shm-size"),
+    "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume"),
+    "Placement": ("--node-selector", "--toleration", "--priority-class", "--queue"),
+    "Lifecycle": ("--max-restarts", "--restart-policy", "--backoff-limit", "--ttl", "--deadline"),
+    "Security": ("--pod-security", "--service-account"),
+}
+_PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}
+TRAINER_ARGS_HELP = (
+    "Arguments for the training module or script, after -- (e.g. -- --epochs 10 --lr 0.1); "
+    "`python -m ddpctl_trainer --help` lists the built-in trainer's."
+)
+
+
 def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, Any]:
     """Turn the parsed flag values into a camelCase layer (flags that were not given are absent)."""
     layer: dict[str, Any] = {}
@@ -150,10 +176,44 @@ def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, 
     return layer
 
 
+class SpecCommand(TyperCommand):
+    """A command with the spec flags. Click >= 8.3 sets `help` in Parameter.__init__ and so wipes
+    what Typer < 0.23 set on its arguments just before: put TRAINER_ARGS' help back."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.name == "trainer_args" and not getattr(param, "help", None):
+                param.help = TRAINER_ARGS_HELP
+
+
+IMAGE_WORKDIR = "/workspace"  # the Dockerfile's WORKDIR, where the pods start
+
+
+def host_script_warning(script: str | None) -> str | None:
+    """A warning when `script` names a file on this machine that the pods cannot see: torchrun
+    runs it inside the image, so a host path (e.g. /tmp/train.py) must be copied into the image."""
+    if not script or not script.startswith("/") or script.startswith(IMAGE_WORKDIR + "/"):
+        return None
+    if not Path(script).is_file():
+        return None  # most likely a path inside the image
+    return (
+        f"warning: script: {script} is a file on this machine, but the pods run the script inside the image; "
+        f"COPY it into the image (e.g. `COPY train.py {IMAGE_WORKDIR}/` in the Dockerfile, then `ddpctl build`) "
+        f"and give its path there (--script {IMAGE_WORKDIR}/{Path(script).name})"
+    )
+
+
+def _panel_order(flag: Flag) -> int:
+    return list(HELP_PANELS).index(_PANEL_OF[flag.names[0]])
+
+
 def _typer_param(flag: Flag) -> inspect.Parameter:
     multiple = flag.kind in ("list", "map", "volumes", "secretEnv", "tolerations")
     annotation: Any = list[str] | None if multiple else int | None if flag.kind == "int" else str | None
-    option = typer.Option(None, *flag.names, help=flag.help, rich_help_panel="Job spec", show_default=False)
+    option = typer.Option(
+        None, *flag.names, help=flag.help, rich_help_panel=_PANEL_OF[flag.names[0]], show_default=False
+    )
     return inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
 
@@ -170,19 +230,17 @@ def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 "--config",
                 "-f",
                 help="Spec file (default ./ddp.yaml when present).",
-                rich_help_panel="Job spec",
+                rich_help_panel=_PANEL_OF["--config"],
                 exists=False,
                 dir_okay=False,
             ),
             annotation=Path | None,
         ),
-        *(_typer_param(f) for f in SPEC_FLAGS),
+        *(_typer_param(f) for f in sorted(SPEC_FLAGS, key=_panel_order)),
         inspect.Parameter(
             "trainer_args",
             inspect.Parameter.KEYWORD_ONLY,
-            default=typer.Argument(
-                None, help="Arguments for the training module/script (put them after --).", show_default=False
-            ),
+            default=typer.Argument(None, help=TRAINER_ARGS_HELP, show_default=False, metavar="[-- TRAINER_ARGS...]"),
             annotation=list[str] | None,
         ),
     ]

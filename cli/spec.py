@@ -147,7 +147,32 @@ def check_label_value(field_name: str, value: str) -> None:
 
 def check_quantity(field_name: str, value: str) -> None:
     if not isinstance(value, str) or not QUANTITY.fullmatch(value):
-        raise SpecError(field_name, f"{value!r} is not a Kubernetes quantity", "use values like '500m', '4', '16Gi'")
+        raise SpecError(field_name, f"{yaml_spelling(value)} is not a Kubernetes quantity", quantity_fix(value))
+
+
+def quantity_fix(value: Any) -> str:
+    """The fix for a size written the way other tools write it: `2GB`, `2g`, `512 MiB` -> 2Gi, 512Mi."""
+    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtTpPeE])(i?)[bB]?\s*", str(value))
+    if match:
+        return f"write it as {match.group(1)}{match.group(2).upper()}i (Kubernetes units: Ki, Mi, Gi)"
+    return "use values like '500m', '4', '16Gi'"
+
+
+def yaml_spelling(value: Any) -> str:
+    """A value as the user wrote it in YAML (`true`, `null`), not as Python prints it (`True`)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "null"
+    return repr(value)
+
+
+def did_you_mean(word: str, choices: Any) -> str | None:
+    """The closest of `choices` to a misspelt `word`, if one is close."""
+    import difflib
+
+    found = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
+    return found[0] if found else None
 
 
 def check_plain_string(field_name: str, value: Any, *, allow_empty: bool = True) -> None:
@@ -190,17 +215,18 @@ def _positive_int(field_name: str, value: Any, *, minimum: int = 1, allow_none: 
     _require(
         isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
         field_name,
-        f"{value!r} must be an integer >= {minimum}",
+        f"{yaml_spelling(value)} must be an integer >= {minimum}",
         f"set {field_name} to a whole number of at least {minimum}",
     )
 
 
 def _one_of(field_name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    _require(
-        value in allowed,
-        field_name,
-        f"{value!r} is not one of {', '.join(allowed)}",
-        f"choose one of {', '.join(allowed)}",
+    if value in allowed:
+        return
+    near = did_you_mean(str(value), allowed) if isinstance(value, str) else None
+    hint = f"did you mean {near}? " if near else ""
+    raise SpecError(
+        field_name, f"{yaml_spelling(value)} is not a valid value", f"{hint}choose one of {', '.join(allowed)}"
     )
 
 
@@ -1095,7 +1121,7 @@ def _sub_dataclass(cls: type, field_name: str, data: Any) -> Any:
     for key, value in data.items():
         if _snake(key) not in known or key != camel(_snake(key)):
             raise SpecError(
-                f"{field_name}.{key}", "is not a known key", f"use one of {', '.join(sorted(camel(k) for k in known))}"
+                f"{field_name}.{key}", "is not a known key", _key_fix(str(key), sorted(camel(k) for k in known))
             )
         kwargs[_snake(key)] = value
     try:
@@ -1114,6 +1140,11 @@ def _env_value(field_name: str, value: Any) -> Any:
     return value
 
 
+def _key_fix(key: str, known: Any) -> str:
+    near = did_you_mean(key, known)
+    return f"did you mean {near}?" if near else f"use one of {', '.join(known)}"
+
+
 def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
     if not isinstance(data, Mapping):
         raise SpecError(
@@ -1123,7 +1154,7 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
     for key, value in data.items():
         name = _snake(str(key))
         if name not in _SPEC_FIELDS or key != camel(name):
-            raise SpecError(str(key), "is not a known key", f"use one of {', '.join(_SPEC_KEYS)}")
+            raise SpecError(str(key), "is not a known key", _key_fix(str(key), _SPEC_KEYS))
         if name == "nodes":
             kwargs["nodes"], kwargs["min_nodes"], kwargs["max_nodes"] = parse_nodes(value)
         elif name == "rendezvous":

@@ -130,7 +130,7 @@ def test_precedence_file_env_flags(
         (["render", "--nodes", "0"], {}, {}, "nodes: 0 must be an integer >= 1"),
         (["render", "--gpus", "many"], {}, {}, "--gpus"),
         (["render", "--bogus"], {}, {}, "--bogus"),
-        (["render", "-t", "slurm"], {}, {}, "target: 'slurm' is not one of"),
+        (["render", "-t", "slurm"], {}, {}, "target: 'slurm' is not a valid value; choose one of"),
         (["render", "--name", "Bad_Name"], {}, {}, "name: 'Bad_Name' is not a valid DNS-1035 label"),
         (["render", "-e", "NOEQUALS"], {}, {}, "--env: 'NOEQUALS' is not KEY=VALUE"),
         (["render", "-v", "data=pvc"], {}, {}, "--volume: 'data=pvc' is not NAME=CLAIM:/mount/path[:ro]"),
@@ -140,7 +140,7 @@ def test_precedence_file_env_flags(
         (["render"], {"DDPCTL_NODSE": "2"}, {}, "DDPCTL_NODSE: not a ddpctl setting"),
         (["render"], {}, {"ddp.yaml": "nodes: [1\n"}, "ddp.yaml: line"),
         (["render"], {}, {"ddp.yaml": "- a\n- b\n"}, "expected a map of settings"),
-        (["render"], {}, {"ddp.yaml": "nodez: 2\n"}, "nodez: is not a known key"),
+        (["render"], {}, {"ddp.yaml": "nodez: 2\n"}, "ddp.yaml: nodez: is not a known key; did you mean nodes?"),
         (["render"], {}, {"ddp.yaml": "rendezvous: 3\n"}, "rendezvous: expected a map"),
     ],
 )

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 from ddpctl.config import SpecInput
-from ddpctl.options import spec_options
+from ddpctl.options import host_script_warning, spec_options
 
 
 class OutputFormat(str, Enum):
@@ -34,6 +34,9 @@ def render_command(
     from ddpctl import render
 
     spec = spec_input.spec()
+    warning = host_script_warning(spec.script)
+    if warning:
+        typer.echo(f"ddpctl: {warning}", err=True)
     if explain:
         from ddpctl.explain import explain as explain_text
 
