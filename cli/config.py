@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 from ddpctl.errors import SpecError, UsageError
-from ddpctl.spec import JobSpec, Rendezvous, Resources, camel
+from ddpctl.spec import JobSpec, Rendezvous, Resources, camel, did_you_mean
 
 DEFAULT_CONFIG = "ddp.yaml"
 ENV_PREFIX = "DDPCTL_"
@@ -81,12 +81,14 @@ def layer_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
             set_path(layer, path, value)
     unknown = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in ENV_PATHS and k not in _NON_SPEC_ENV)
     if unknown:
-        raise UsageError(f"{unknown[0]}: not a ddpctl setting; unset it or use one of {', '.join(sorted(ENV_PATHS))}")
+        near = did_you_mean(unknown[0], sorted(ENV_PATHS) + sorted(_NON_SPEC_ENV))
+        fix = f"did you mean {near}?" if near else f"unset it or use one of {', '.join(sorted(ENV_PATHS))}"
+        raise UsageError(f"{unknown[0]}: not a ddpctl setting; {fix}")
     return layer
 
 
 # DDPCTL_* variables that are not spec fields (read elsewhere) and must not be flagged as typos.
-_NON_SPEC_ENV = {"DDPCTL_DEBUG", "DDPCTL_CONFIG", "DDPCTL_NO_COLOR"}
+_NON_SPEC_ENV = {"DDPCTL_DEBUG", "DDPCTL_CONFIG", "DDPCTL_NO_COLOR", "DDPCTL_REQUEST_TIMEOUT"}
 
 
 def layer_from_file(path: Path | None) -> tuple[dict[str, Any], Path | None]:

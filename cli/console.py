@@ -19,10 +19,16 @@ class JobStatus(Protocol):
 
     phase: str
 
-    def status(self) -> str: ...
+    def status(self, bar_width: int = 0) -> str: ...
 
 
+BAR_WIDTH = 20
 _COLOURS = ("36", "33", "35", "32", "34", "91", "96", "93")
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    """`1 node`, `2 nodes`, `1 process`, `2 processes`."""
+    return f"{count} {word if count == 1 else (words or word + 's')}"
 
 
 def isatty(stream: Any) -> bool:
@@ -108,7 +114,10 @@ class Console:
         self.out.write(f"{self._paint(prefix, colour)} {text}\n")
         self.out.flush()
 
-    def rank_line(self, rank: int, text: str) -> None:
+    def rank_line(self, rank: int, text: str, progress: bool = False) -> None:
+        """A rank's line; rank 0's progress lines are drawn by the live status line on a terminal."""
+        if progress and self.live:
+            return
         self.line(f"[rank {rank}]", _COLOURS[rank % len(_COLOURS)], text)
 
     def node_line(self, node: int, text: str) -> None:
@@ -121,7 +130,7 @@ class Console:
 
     def status(self, state: JobStatus) -> None:
         if self.live:
-            self._status.show(self._paint(state.status(), "1"))
+            self._status.show(self._paint(state.status(bar_width=BAR_WIDTH), "1"))
         elif state.phase != self._last_phase:
             self._last_phase = state.phase
             self.note(state.status())

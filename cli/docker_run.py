@@ -23,10 +23,19 @@ from pathlib import Path
 
 from ddpctl.console import make_console, relative_path
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
-from ddpctl.local_run import parse_mounts, remove_checkpoints
+from ddpctl.local_run import check_trainer_args, parse_mounts, remap_paths, remove_checkpoints
 from ddpctl.run_env import cluster_env
 from ddpctl.spec import QUANTITY, JobSpec
-from ddpctl.supervise import STOP_GRACE_S, JobFailed, JobState, describe_failure, finish_note, start_failure, supervise
+from ddpctl.supervise import (
+    STOP_GRACE_S,
+    JobFailed,
+    JobState,
+    describe_failure,
+    finish_note,
+    layout_phrase,
+    start_failure,
+    supervise,
+)
 
 RUN_LABEL = "ddpctl.io/run"
 JOB_LABEL = "ddpctl.io/job"
@@ -212,13 +221,16 @@ def plan_docker(
             f"gpusPerNode: {spec.gpus_per_node} GPUs per node cannot be given to local containers by ddpctl; use "
             "--gpus 0 (CPU + gloo)"
         )
-    require_engine_cli(engine)
-    ensure_image(engine, spec)
     cwd = Path.cwd().resolve()
     default_run_dir = run_dir is None
     run_dir = (run_dir or cwd / "ddp-runs" / spec.name).resolve()
     given = parse_mounts(mounts)
     dirs = _host_dirs(spec, run_dir, given)
+    if spec.uses_trainer:  # before the image is looked for or pulled: a bad flag is found at once
+        host_paths = {vol.mount_path: dirs[name] for name, vol in spec.volumes.items()}
+        check_trainer_args(remap_paths(spec.trainer_args, host_paths), cluster_env(spec, 0), spec.world_size)
+    require_engine_cli(engine)
+    ensure_image(engine, spec)
     run_id = run_id or secrets.token_hex(3)
     network = f"ddpctl-{spec.name}-{run_id}"
     labels = {RUN_LABEL: run_id, JOB_LABEL: spec.name}
@@ -308,8 +320,7 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
     console = make_console(None, None, color)
     state = JobState(spec.name, len(plan.containers), spec.world_size)
     console.note(
-        f"running {spec.name} in {engine}: {spec.nnodes} containers x {spec.nproc_per_node} processes = world size "
-        f"{spec.world_size}, "
+        f"running {spec.name} in {engine}: {layout_phrase(spec, 'container')} = world size {spec.world_size}, "
         f"{spec.resolved_backend}, rank 0 at {spec.rdzv_endpoint} on network {plan.network}"
     )
     labels = [f"--label={RUN_LABEL}={plan.run_id}", f"--label={JOB_LABEL}={spec.name}"]
@@ -345,10 +356,10 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
             rank = int(match.group(1))
             rest = text if text.startswith("ddpctl-trainer:") else text[match.end() :]
             state.on_rank_line(rank, rest)
-            console.rank_line(rank, rest)
+            console.rank_line(rank, rest, progress=state.is_progress(rank, rest))
             return
-        state.on_node_line(child.index, text)
-        console.node_line(child.index, text)
+        if state.on_node_line(child.index, text):
+            console.node_line(child.index, text)
 
     try:
         failed, timed_out = supervise(start, state, console, show=show, stop=stop, timeout=timeout)
@@ -374,5 +385,5 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
         if oom:
             text += " (out of memory)"
         raise JobFailed(f"{text} (container {by_index[failed.index].hostname}, exit code {code}; logs in {logs})", code)
-    finish_note(console, state, plan.checkpoint_dir, Path.cwd())
+    finish_note(console, state, plan.checkpoint_dir, Path.cwd(), plan.run_dir / "logs")
     return 0

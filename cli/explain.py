@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ddpctl.console import plural
 from ddpctl.spec import JobSpec
 
 ENGINE_NAMES = {
@@ -23,10 +24,10 @@ def explain(spec: JobSpec) -> str:
     device = f"{spec.gpus_per_node} GPU(s) per node" if spec.gpus_per_node else "CPU only"
     if spec.min_nodes is not None:  # elastic
         nodes = f"elastic {spec.min_nodes} to {spec.max_nodes} nodes (pods), {spec.replicas} created"
-        world = f"{spec.min_nodes * nproc} to {spec.world_size} = nodes x {nproc} processes"
+        world = f"{spec.min_nodes * nproc} to {spec.world_size} = nodes x {plural(nproc, 'process', 'processes')}"
     else:
-        nodes = f"{spec.nodes} node(s) (pods)"
-        world = f"{spec.world_size} = {spec.nodes} nodes x {nproc} processes"
+        nodes = f"{plural(spec.nodes, 'node')} (pods)"
+        world = f"{spec.world_size} = {plural(spec.nodes, 'node')} x {plural(nproc, 'process', 'processes')}"
     if spec.rdzv_mode == "static":
         rdzv = f"static: every node connects to MASTER_ADDR={spec.rank0_host} MASTER_PORT={spec.master_port}"
     else:

@@ -36,6 +36,7 @@ from ddpctl.supervise import (
     JobState,
     describe_failure,
     finish_note,
+    layout_phrase,
     start_failure,
     supervise,
 )
@@ -171,6 +172,24 @@ def torchrun_argv(spec: JobSpec, log_dir: Path) -> list[str] | None:
     ]
 
 
+def check_trainer_args(args: Sequence[str], env: Mapping[str, str], world_size: int) -> None:
+    """The built-in trainer's flags (and DDP_TRAINER_* env), checked with the trainer's own parser
+    before any process starts (ddpctl_trainer.config imports no torch): a bad flag is one line and
+    exit 2 here, not a usage error from every rank after the job started. `--help` is left to the
+    trainer."""
+    if any(arg in ("-h", "--help") for arg in args):
+        return
+    from ddpctl_trainer.config import parse_args, validate_for_world
+    from ddpctl_trainer.errors import UsageError as TrainerUsageError
+
+    try:
+        validate_for_world(parse_args(list(args), env), world_size)
+    except TrainerUsageError as exc:
+        raise UsageError(
+            f"trainer: {exc}; fix the trainer's arguments after -- (python -m ddpctl_trainer --help lists them)"
+        ) from None
+
+
 def plan_local(
     spec: JobSpec,
     *,
@@ -180,8 +199,14 @@ def plan_local(
     cwd: Path | None = None,
     parent_env: Mapping[str, str] | None = None,
 ) -> LocalPlan:
-    """Compute the agents' commands and env; checks the port. Starts nothing."""
+    """Compute the agents' commands and env; checks what can be checked before anything starts
+    (the script, the trainer's flags, the port). Starts nothing."""
     cwd = (cwd or Path.cwd()).resolve()
+    if spec.script and not (cwd / spec.script).is_file():
+        raise UsageError(
+            f"script: {spec.script} does not exist in {cwd} (run --local runs it from the current directory); "
+            "give the path of your training script"
+        )
     run_dir = (run_dir or cwd / "ddp-runs" / spec.name).resolve()
     dirs = volume_dirs(spec, run_dir, mounts or {})
     port, note = choose_port(spec, port_explicit)
@@ -213,6 +238,8 @@ def plan_local(
         log_dir = run_dir / "logs" / f"node-{index}"
         argv = torchrun_argv(spec, log_dir) or list(spec.entrypoint)
         nodes.append(NodePlan(index, hostname, tuple(argv + args), dict(sorted(env.items())), log_dir))
+    if spec.uses_trainer:
+        check_trainer_args(args, nodes[0].env, spec.world_size)
     return LocalPlan(spec, run_dir, port, note, tuple(nodes), checkpoint_dir, cwd, tuple(notes))
 
 
@@ -235,8 +262,7 @@ def run_local(
     if plan.port_note:
         console.note(plan.port_note)
     console.note(
-        f"running {spec.name} locally: {spec.nnodes} nodes x {spec.nproc_per_node} processes = world size "
-        f"{spec.world_size}, "
+        f"running {spec.name} locally: {layout_phrase(spec, 'node')} = world size {spec.world_size}, "
         f"{spec.resolved_backend}, rank 0 at {LOOPBACK}:{plan.port} (in the cluster: "
         f"{spec.rank0_host}:{spec.master_port})"
     )
@@ -277,7 +303,7 @@ def run_local(
             describe_failure(state, failed.index, code, spec.nproc_per_node) + f" (exit code {code}; logs in {logs})",
             code,
         )
-    finish_note(console, state, plan.checkpoint_dir, plan.cwd)
+    finish_note(console, state, plan.checkpoint_dir, plan.cwd, plan.run_dir / "logs")
     return 0
 
 
@@ -290,9 +316,10 @@ def _show(console: Console, state: JobState, child: Child, text: str) -> None:
         if dup and int(dup.group(1)) == rank:
             rest = rest[dup.end() :]
         state.on_rank_line(rank, rest)
-        console.rank_line(rank, rest)
+        console.rank_line(rank, rest, progress=state.is_progress(rank, rest))
         return
-    state.on_node_line(node, text)
+    if not state.on_node_line(node, text):
+        return
     if _agent_traceback(state, node, text):
         return
     if getattr(child, "stopping", False) and not text.strip():

@@ -17,16 +17,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpctl.console import Console, relative_path
+from ddpctl.console import Console, plural, relative_path
 from ddpctl.errors import RuntimeFailure, UsageError
 
 if TYPE_CHECKING:
     from ddpctl.procs import Child
+    from ddpctl.spec import JobSpec
 
-_PROGRESS = re.compile(r"epoch (\d+)/(\d+) step (\d+)/(\d+)")
+_PROGRESS = re.compile(r"epoch (\d+)/(\d+) step (\d+)/(\d+)(?: loss (\S+))?")
 _FAIL_RANK = re.compile(r"^\s*rank\s*:\s*(\d+)\s*\(local_rank:\s*(\d+)\)")
 _FAIL_CODE = re.compile(r"^\s*exitcode\s*:\s*(-?\d+)")
+_FAIL_TIME = re.compile(r"^\s*time\s*:\s*(\S+)")
+_ROOT_CAUSE = "Root Cause (first observed failure)"
+_AGENT_FAILED = re.compile(r"\] failed \(exitcode: -?\d+\) local_rank: \d+")
+_BLOCK_EDGE = re.compile(r"^=+$")
 _PEER_FAILURE = "a collective failed"
+# The trainer's line on a rerun of a finished job (ddpctl_trainer.trainer, which imports torch).
+ALREADY_COMPLETE = re.compile(r"already complete at step (\d+) .*checkpoint (\S+?);")
+_ERROR_LINE = re.compile(r"(error|exception|Error|Exception|Interrupt)\b")
+# torchrun's banner when it sets OMP_NUM_THREADS=1 for its workers: printed by every agent.
+_OMP_BANNER = ("", "*****************************************", "Setting OMP_NUM_THREADS environment variable")
 
 # How long the other nodes may go on reporting their own errors after the first node failed,
 # before they are stopped (as the Job controller would delete their pods).
@@ -42,12 +52,20 @@ class JobFailed(RuntimeFailure):
         self.exit_code = exit_code if exit_code > 0 else 1
 
 
+def layout_phrase(spec: JobSpec, unit: str) -> str:
+    """`2 nodes x 2 processes`, `1 node x 1 process`, `1:4 nodes x 2 processes` (elastic)."""
+    nodes = f"{spec.nnodes} {unit if spec.nnodes == '1' else unit + 's'}"
+    return f"{nodes} x {plural(spec.nproc_per_node, 'process', 'processes')}"
+
+
 @dataclass
 class Failure:
     node: int
     rank: int | None
     local_rank: int | None
     code: int
+    time: str = ""  # torchrun's time of the failure (to the second)
+    root_cause: bool = False  # torchrun's first observed failure on its node
 
 
 @dataclass
@@ -59,27 +77,75 @@ class JobState:
     world: int
     started: float = field(default_factory=time.monotonic)
     phase: str = "starting"
-    ranks_seen: set[int] = field(default_factory=set)
+    nodes_running: int = 0
     progress: tuple[int, int, int, int] | None = None
-    nodes_done: int = 0
+    loss: str | None = None
+    already_complete: tuple[int, str] | None = None  # (step, checkpoint) of a rerun of a finished job
     failures: list[Failure] = field(default_factory=list)
     peer_failed_ranks: set[int] = field(default_factory=set)
+    last_error: dict[int, str] = field(default_factory=dict)
     in_traceback: set[int] = field(default_factory=set)
     _pending: dict[int, tuple[int, int]] = field(default_factory=dict)
+    _pending_time: dict[int, str] = field(default_factory=dict)
+    _in_root: set[int] = field(default_factory=set)
+    _in_report: set[int] = field(default_factory=set)
+    _banner_from: int | None = None
 
     def on_rank_line(self, rank: int, text: str) -> None:
-        self.ranks_seen.add(rank)
         if self.phase == "starting":
             self.phase = "training"
         match = _PROGRESS.search(text)
         if match and rank == 0:
-            epoch, epochs, step, steps = (int(g) for g in match.groups())
+            epoch, epochs, step, steps = (int(g) for g in match.groups()[:4])
             self.progress = (epoch, epochs, step, steps)
+            self.loss = match.group(5)
         if _PEER_FAILURE in text:
             self.peer_failed_ranks.add(rank)
+        if _ERROR_LINE.search(text) and not text.startswith((" ", "\t", "Traceback")):
+            self.last_error[rank] = text
+        done = ALREADY_COMPLETE.search(text) if rank == 0 else None
+        if done:
+            self.already_complete = (int(done.group(1)), done.group(2))
 
-    def on_node_line(self, node: int, text: str) -> None:
-        """torchrun's failure report: `rank : 3 (local_rank: 1)` then `exitcode : -9 (pid: ...)`."""
+    def is_progress(self, rank: int, text: str) -> bool:
+        """Rank 0's progress lines: a live status line shows them instead, on a terminal."""
+        return rank == 0 and bool(_PROGRESS.match(text))
+
+    def on_node_line(self, node: int, text: str) -> bool:
+        """Read an agent's line; returns whether it is worth showing. torchrun's failure report
+        (`time : ...`, `rank : 3 (local_rank: 1)`, `exitcode : -9 (pid: ...)`, its first observed
+        failure under "Root Cause") is read here and summarised by `describe_failure`: the block
+        itself, and the agent's `failed (exitcode: N)` log line, stay in the node's log file.
+        torchrun's OMP_NUM_THREADS banner is shown for the first node that prints it only."""
+        if _BLOCK_EDGE.match(text):
+            if node in self._in_report:
+                self._in_report.discard(node)
+                self._in_root.discard(node)
+            else:
+                self._in_report.add(node)
+            return False
+        if node in self._in_report:
+            self._read_report(node, text)
+            return False
+        if _AGENT_FAILED.search(text):
+            return False
+        if text.startswith(_OMP_BANNER) and self.phase == "starting":
+            if self._banner_from is None:
+                self._banner_from = node
+            return self._banner_from == node
+        return True
+
+    def _read_report(self, node: int, text: str) -> None:
+        if text.startswith(_ROOT_CAUSE):
+            self._in_root.add(node)
+            return
+        if text.startswith("Failures:"):
+            self._in_root.discard(node)
+            return
+        match = _FAIL_TIME.match(text)
+        if match:
+            self._pending_time[node] = match.group(1)
+            return
         match = _FAIL_RANK.match(text)
         if match:
             self._pending[node] = (int(match.group(1)), int(match.group(2)))
@@ -87,20 +153,26 @@ class JobState:
         match = _FAIL_CODE.match(text)
         if match and node in self._pending:
             rank, local = self._pending.pop(node)
+            when = self._pending_time.pop(node, "")
             if not any(f.rank == rank for f in self.failures):
-                self.failures.append(Failure(node, rank, local, int(match.group(1))))
+                self.failures.append(Failure(node, rank, local, int(match.group(1)), when, node in self._in_root))
 
-    def status(self) -> str:
+    def status(self, bar_width: int = 0) -> str:
+        """`ddp-train: training | 12s | 2/2 nodes running, world size 4 | epoch 1/2 step 3/8 loss 2.29`;
+        with `bar_width`, the step is drawn as a bar of that many cells."""
         elapsed = time.monotonic() - self.started
         parts = [
             f"{self.name}: {self.phase}",
             f"{elapsed:.0f}s",
-            f"nodes {self.nodes}",
-            f"ranks seen {len(self.ranks_seen)}/{self.world}",
+            f"{self.nodes_running}/{plural(self.nodes, 'node')} running, world size {self.world}",
         ]
         if self.progress:
             e, ne, s, ns = self.progress
-            parts.append(f"epoch {e}/{ne} step {s}/{ns}")
+            step = f"step {s}/{ns}"
+            if bar_width and ns:
+                filled = round(bar_width * min(s, ns) / ns)
+                step = f"[{'#' * filled}{'.' * (bar_width - filled)}] {step}"
+            parts.append(f"epoch {e}/{ne} {step}" + (f" loss {self.loss}" if self.loss else ""))
         return " | ".join(parts)
 
 
@@ -114,7 +186,8 @@ def _signal_name(code: int) -> str:
 
 
 def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> str:
-    """One line naming the rank that failed first (not the ranks that stopped because of it).
+    """One line naming the rank that failed first, with its error (not the ranks that stopped
+    because of it): as torchrun's root cause, the earliest failure by time, across all nodes.
 
     torchrun's failure report names ranks; a node that died as a whole (a killed agent or
     container) reports nothing, so then the node and the ranks it ran are named."""
@@ -122,8 +195,10 @@ def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> 
     def secondary(f: Failure) -> bool:
         return f.rank in state.peer_failed_ranks or f.code in (-15, 143)
 
-    primary = next((f for f in state.failures if f.code < 0 and not secondary(f)), None)
-    primary = primary or next((f for f in state.failures if not secondary(f)), None)
+    candidates = [f for f in state.failures if not secondary(f)]
+    # A rank killed by a signal explains its peers' failures; then the earliest root cause wins.
+    candidates.sort(key=lambda f: (f.code >= 0, not f.root_cause, f.time, f.rank if f.rank is not None else 0))
+    primary = candidates[0] if candidates else None
     if primary is None and not any(f.node == node for f in state.failures):
         first, last = node * nproc, node * nproc + nproc - 1
         ranks = f"rank {first}" if first == last else f"ranks {first}-{last}"
@@ -138,12 +213,29 @@ def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> 
     if primary is None or primary.rank is None:
         return f"job {state.name} failed: node {node} exited with code {node_code}"
     how = f"was killed by {_signal_name(primary.code)}" if primary.code < 0 else f"exited with code {primary.code}"
-    others = sorted({f.rank for f in state.failures if f.rank is not None and f.rank != primary.rank})
-    tail = f"; ranks {', '.join(map(str, others))} stopped after it" if others else ""
+    error = state.last_error.get(primary.rank) if primary.code > 0 else None
+    if error:
+        how += f": {_short_error(error)}"
+    stopped = sorted({f.rank for f in state.failures if f.rank is not None and f.rank != primary.rank and secondary(f)})
+    failed = sorted(
+        {f.rank for f in state.failures if f.rank is not None and f.rank != primary.rank and not secondary(f)}
+    )
+    tail = f"; {_ranks(failed)} failed too" if failed else ""
+    tail += f"; {_ranks(stopped)} stopped after it" if stopped else ""
     return (
         f"job {state.name} failed: rank {primary.rank} (node {primary.node}, local rank {primary.local_rank}) "
         f"{how}{tail}"
     )
+
+
+def _ranks(ranks: Sequence[int | None]) -> str:
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+def _short_error(line: str) -> str:
+    """The error a rank printed, without the trainer's `ddpctl-trainer: error: [rank R] ` prefix."""
+    line = re.sub(r"^ddpctl-trainer: error: (\[rank \d+\] )?", "", line.strip())
+    return line if len(line) <= 300 else line[:297] + "..."
 
 
 def start_failure(argv: Sequence[str], exc: OSError, *, user_command: bool, what: str) -> RuntimeFailure | UsageError:
@@ -189,6 +281,7 @@ def supervise(
             for child in start():
                 children.append(child)
             mux = procs.LineMux(children)
+            state.nodes_running = len(children)
             console.status(state)
             while mux.open or any(c.poll() is None for c in children):
                 item = mux.get(timeout=0.5)
@@ -211,7 +304,8 @@ def supervise(
                     state.phase = "timed out"
                     _announce_stop(children, console)
                     stop(children)
-                if all(c.poll() is not None for c in children) and state.phase in ("starting", "training"):
+                state.nodes_running = sum(1 for c in children if c.poll() is None)
+                if not state.nodes_running and state.phase in ("starting", "training"):
                     state.phase = "finishing"
                 console.status(state)
             mux.join(timeout=5)
@@ -247,7 +341,19 @@ def _latest_checkpoint(directory: Path | None) -> Path | None:
     return found[-1] if found else None
 
 
-def finish_note(console: Console, state: JobState, checkpoint_dir: Path | None, cwd: Path) -> None:
+def finish_note(console: Console, state: JobState, checkpoint_dir: Path | None, cwd: Path, logs: Path) -> None:
+    """The last line of a successful run: where its checkpoint and logs are. A rerun of a job
+    that was already complete trained nothing: it says so, and how to start over (--fresh)."""
+    logs_at = f"logs in {relative_path(logs, cwd)}"
+    if state.already_complete:
+        step, checkpoint = state.already_complete
+        latest = _latest_checkpoint(checkpoint_dir)
+        shown = relative_path(latest, cwd) if latest else checkpoint
+        console.note(
+            f"{state.name} was already complete at step {step} (checkpoint {shown}), so nothing was trained; "
+            f"to train it again from the start, add --fresh ({logs_at})"
+        )
+        return
     elapsed = time.monotonic() - state.started
     latest = _latest_checkpoint(checkpoint_dir)
     where = (
@@ -255,4 +361,4 @@ def finish_note(console: Console, state: JobState, checkpoint_dir: Path | None, 
         if latest
         else (f"; checkpoints in {relative_path(checkpoint_dir, cwd)}" if checkpoint_dir else "")
     )
-    console.note(f"{state.name} succeeded in {elapsed:.1f}s{where}")
+    console.note(f"{state.name} succeeded in {elapsed:.1f}s{where}; {logs_at}")

@@ -154,3 +154,191 @@ def test_render_warns_when_the_script_is_a_host_path(cli, tmp_path: Path, script
         assert "COPY" in result.err and "ddpctl build" in result.err and len(result.err.splitlines()) == 1
     else:
         assert result.err == ""
+
+
+# --------------------------------------------------------------------------------------------
+# run --local / --docker: what can be checked is checked before anything starts
+# --------------------------------------------------------------------------------------------
+
+RUN_BAD_INPUT = [
+    pytest.param(
+        ["run", "--local", "--", "--epochs", "-3"],
+        "job ddp-train failed: rank",  # was: 4 processes started, two torchrun FAILED blocks, the wrong rank
+        "trainer: --epochs must be at least 1, got -3; fix the trainer's arguments after --",
+        id="trainer-flag-value",
+    ),
+    pytest.param(
+        ["run", "--local", "--", "--bogus"],
+        "job ddp-train failed",
+        "trainer: unrecognized arguments: --bogus",
+        id="trainer-unknown-flag",
+    ),
+    pytest.param(
+        ["run", "--local", "--", "--global-batch-size", "6"],
+        "job ddp-train failed",
+        "trainer: --global-batch-size 6 is not divisible by world size x --grad-accum (4)",
+        id="trainer-flag-vs-world-size",
+    ),
+    pytest.param(
+        ["run", "--local", "-e", "DDP_TRAINER_EPOCHS=many"],
+        "job ddp-train failed",
+        "trainer: DDP_TRAINER_EPOCHS='many' is not a valid value for --epochs",
+        id="trainer-env-value",
+    ),
+    pytest.param(
+        ["run", "--local", "--script", "nope.py", "--nodes", "1", "--procs", "1"],
+        "1 nodes x 1 processes",  # was: torchrun started, then "can't open file"
+        "script: nope.py does not exist in",
+        id="missing-script",
+    ),
+    pytest.param(
+        ["run", "--docker", "--", "--epochs", "0"],
+        "job ddp-train failed",
+        "trainer: --epochs must be at least 1, got 0",  # before the engine or image is even looked for
+        id="docker-trainer-flag",
+    ),
+]
+
+
+@pytest.mark.parametrize("argv,old,new", RUN_BAD_INPUT)
+def test_run_checks_before_starting_anything(cli, tmp_path: Path, argv, old, new) -> None:
+    result = cli(*argv)
+    assert result.code == 2, result.err
+    assert result.out == "" and old not in result.err
+    assert result.err.startswith("ddpctl: error: ") and len(result.err.splitlines()) == 1, result.err
+    assert new in result.err
+    assert not (tmp_path / "ddp-runs").exists(), "nothing was started or created"
+
+
+def test_checking_the_trainers_flags_does_not_import_torch(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "import sys\n"
+        "from ddpctl.app import main\n"
+        "code = main(['run', '--local', '--', '--epochs', '-3'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'kubernetes', 'tqdm'))\n"
+        "sys.stderr.write('HEAVY=' + ','.join(heavy) + '\\n')\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 2 and "trainer: --epochs" in proc.stderr, proc.stderr
+    assert "HEAVY=\n" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "argv,old,new",
+    [
+        (["--nodes", "1", "--procs", "1"], "1 nodes x 1 processes", "1 node x 1 process"),
+        (["--nodes", "1", "--procs", "1"], "1 node(s)", "nodes:              1 node (pods)"),
+        (["--nodes", "3", "--procs", "2"], "node(s)", "6 = 3 nodes x 2 processes"),
+    ],
+)
+def test_counts_are_pluralised(cli, argv, old, new) -> None:
+    out = cli("render", "--explain", *argv).out
+    assert old not in out and new in out, out
+
+
+# --------------------------------------------------------------------------------------------
+# run --local end to end: failures, progress, reruns (real torchrun agents, gloo on loopback)
+# --------------------------------------------------------------------------------------------
+
+_FAIL_AT_ONCE = "import os\nraise ValueError(f\"bad batch on rank {os.environ['RANK']}\")\n"
+
+
+def _root_causes(log_dir: Path) -> list[tuple[str, int]]:
+    """torchrun's "Root Cause (first observed failure)" entries in the node log files: (time, rank)."""
+    import re
+
+    found = []
+    for log in sorted(log_dir.glob("node-*.log")):
+        text = log.read_text()
+        for block in text.split("Root Cause (first observed failure):")[1:]:
+            when = re.search(r"time\s*:\s*(\S+)", block)
+            rank = re.search(r"rank\s*:\s*(\d+)", block)
+            assert when and rank, block
+            found.append((when.group(1), int(rank.group(1))))
+    return found
+
+
+@pytest.mark.slow
+def test_a_failure_blames_the_first_failing_rank_and_shows_its_error_once(tmp_path: Path) -> None:
+    """Was: two ~25-line torchrun FAILED blocks on screen and the first rank listed in them
+    blamed; now torchrun's root cause (the earliest, over all nodes) and its error, in one line."""
+    from tests.test_run_local import _ddpctl
+
+    (tmp_path / "train.py").write_text(_FAIL_AT_ONCE)
+    result = _ddpctl("run", "--local", "--script", "train.py", cwd=tmp_path)
+    assert result.returncode == 1, result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("ddpctl: error:")]
+    assert len(errors) == 1, result.stderr
+    first = min(_root_causes(tmp_path / "ddp-runs" / "ddp-train" / "logs"))
+    blamed = f"rank {first[1]} (node {first[1] // 2}, local rank {first[1] % 2}) exited with code 1"
+    assert f"job ddp-train failed: {blamed}: ValueError: bad batch on rank {first[1]}" in errors[0], (first, errors)
+    assert "FAILED" not in result.stdout and "Root Cause" not in result.stdout  # they stay in the logs
+    assert "failed (exitcode:" not in result.stdout
+    assert "FAILED" in (tmp_path / "ddp-runs" / "ddp-train" / "logs" / "node-0.log").read_text()
+    assert result.stdout.count("Setting OMP_NUM_THREADS") == 1
+
+
+def _run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 240) -> tuple[int, str, str]:
+    """`ddpctl ARGS` with stderr on a pseudo-terminal (where the status line lives), stdout a pipe."""
+    import os
+    import pty
+    import selectors
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_run_local import _env
+
+    master, slave = pty.openpty()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), stdout=subprocess.PIPE, stderr=slave
+    )
+    os.close(slave)
+    chunks: list[bytes] = []
+    sel = selectors.DefaultSelector()
+    sel.register(master, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not sel.select(timeout=1):
+                continue
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the terminal
+                break
+            if not data:
+                break
+            chunks.append(data)
+        out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        os.close(master)
+    return proc.returncode, out.decode(), b"".join(chunks).decode(errors="replace")
+
+
+@pytest.mark.slow
+def test_progress_is_a_live_bar_on_a_terminal_and_a_rerun_says_the_job_was_complete(tmp_path: Path) -> None:
+    """Was: every rank printing every progress line, `ranks seen 1/4` while 4 trained, no bar on a
+    terminal; a rerun printing `done: 8 steps, 0.0 samples/s`; the logs folder never named."""
+    small = ["--", "--synthetic-samples", "256", "--eval-samples", "64", "--log-every", "1"]
+    code, out, err = _run_on_a_terminal(["run", "--local", *small], tmp_path)
+    assert code == 0, err[-2000:] + out[-2000:]
+    assert "[rank 0] epoch" not in out, "on a terminal rank 0's progress is the status line's bar"
+    assert "[rank 0] eval epoch 2/2" in out and not any(f"[rank {r}] eval" in out for r in (1, 2, 3))
+    assert "epoch 2/2 [####################] step 2/2 loss " in err, err[-2000:]
+    assert "2/2 nodes running, world size 4" in err and "ranks seen" not in err
+    assert "succeeded in" in err and "; logs in ddp-runs/ddp-train/logs" in err
+
+    code, out, err = _run_on_a_terminal(["run", "--local", *small], tmp_path)
+    assert code == 0, err[-2000:]
+    assert "0.0 samples/s" not in out and "resumed from" not in out
+    assert "[rank 0] already complete at step 4 (epoch 2/2)" in out
+    assert (
+        "ddp-train was already complete at step 4 (checkpoint ddp-runs/ddp-train/checkpoints/ckpt-00000004.pt), "
+        "so nothing was trained; to train it again from the start, add --fresh (logs in ddp-runs/ddp-train/logs)"
+    ) in err

@@ -181,3 +181,73 @@ def test_status_translation_table():
     assert "\n" not in conflict.message and ".spec.a; - .spec.b" in conflict.message
     html = E.from_status(502, b"<html>bad gateway</html>", op, where)
     assert "502" in html.message and "\n" not in html.message
+
+
+@pytest.fixture
+def not_kubernetes(tmp_path):
+    """A web server that is not Kubernetes: every path, /version included, answers 404 (real HTTP)."""
+    import http.server
+    import threading
+
+    class NotFound(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_error(404)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def silent_server():
+    """A server that accepts connections (the kernel's backlog) and never answers a byte."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(64)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+
+
+def test_a_server_that_is_not_kubernetes_is_named_as_such(cli, command, make_cluster, not_kubernetes, tmp_path):
+    """Was: `the API not found; see ddpctl list ...` (also from `ddpctl list` itself)."""
+    c = make_cluster()
+    path = c.double.write_kubeconfig(tmp_path / "web", context="web", server=not_kubernetes)
+    err = one_error(
+        cli(*command, "--kubeconfig", str(path)),
+        1,
+        f"the server at {not_kubernetes} (context web) answered GET /version with 404 Not Found",
+        "is this a Kubernetes API server?",
+    )
+    assert "the API not found" not in err and "ddpctl list" not in err
+
+
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_silent_server_is_reported_then_given_up_on(
+    cli, command, make_cluster, silent_server, tmp_path, monkeypatch, how
+):
+    """Was: 62 s of silence. Now a "waiting" line after a few seconds and one error at the stated
+    timeout (urllib3 must not retry the read behind ddpctl's back)."""
+    c = make_cluster()
+    path = c.double.write_kubeconfig(tmp_path / "silent", context="silent", server=silent_server)
+    from ddpctl.kube import config as kconfig
+
+    monkeypatch.setattr(kconfig, "WAITING_NOTICE_AFTER", 0.2)
+    args = [*command, "--kubeconfig", str(path)]
+    if how == "flag":
+        args += ["--request-timeout", "1.5s"]
+    else:
+        monkeypatch.setenv("DDPCTL_REQUEST_TIMEOUT", "1.5s")
+    result = cli(*args)
+    one_error(result, 1, f"the API server at {silent_server} (context silent) did not answer within 1.5s")
+    assert f"ddpctl: waiting for the API server at {silent_server} (context silent) to answer ..." in result.err
+    assert "--request-timeout" in result.err
+
+
+@pytest.mark.parametrize("value", ["0", "abc"])
+def test_request_timeout_must_be_a_finite_duration(cli, make_cluster, value):
+    c = make_cluster()
+    one_error(cli("list", *c.args, "--request-timeout", value), 2, "--request-timeout")

@@ -108,7 +108,7 @@ def test_logs_of_every_rank_prefixed_in_rank_order(cli, make_cluster):
         cli("logs", NAME, *c.args, "-n", NS, "--rank", "2"),
         2,
         "--rank: node rank 2 is out of range",
-        "2 node(s)",
+        "2 nodes",
         "0-1",
     )
 

@@ -141,11 +141,13 @@ def needs_proc() -> None:
 def test_default_run_trains_2x2_on_cpu_and_writes_a_checkpoint(tmp_path: Path) -> None:
     result = _ddpctl("run", "--local", cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
-    # every rank of 2 nodes x 2 processes reports progress, with its own prefix
-    for rank in range(4):
-        assert re.search(rf"^\[rank {rank}\] epoch 2/2 step 8/8 loss ", result.stdout, re.M), result.stdout
+    # rank 0 reports the (global) progress; the other ranks would only repeat it
+    assert re.search(r"^\[rank 0\] epoch 2/2 step 8/8 loss ", result.stdout, re.M), result.stdout
+    assert not re.search(r"^\[rank [1-3]\] (eval )?epoch", result.stdout, re.M), result.stdout
     assert "[rank 0] world size 4 (ddp, gloo, cpu)" in result.stdout
+    assert result.stdout.count("Setting OMP_NUM_THREADS") == 1, "torchrun's banner once, not once per node"
     assert "ddp-train succeeded" in result.stderr and "\x1b[" not in result.stdout  # no colour off a TTY
+    assert result.stderr.rstrip().endswith("; logs in ddp-runs/ddp-train/logs"), result.stderr
     ckpt = tmp_path / "ddp-runs" / "ddp-train" / "checkpoints" / "ckpt-00000016.pt"
     assert ckpt.is_file(), sorted(p.name for p in ckpt.parent.iterdir())
     assert str(ckpt.relative_to(tmp_path)) in result.stderr  # the path is printed at the end
@@ -208,14 +210,6 @@ def test_ctrl_c_stops_every_agent_and_worker(started, tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_bad_trainer_flag_fails_with_the_trainers_message(tmp_path: Path) -> None:
-    result = _ddpctl("run", "--local", "--nodes", "2", "--procs", "1", "--", "--epochs", "0", cwd=tmp_path)
-    assert result.returncode != 0
-    assert "--epochs must be at least 1" in result.stdout
-    assert result.stderr.count("ddpctl: error:") == 1 and "job ddp-train failed" in result.stderr
-
-
-@pytest.mark.slow
 def test_pytorchjob_target_runs_with_the_operators_env(tmp_path: Path) -> None:
     """The training operator, not our manifest, sets PET_NNODES/NODE_RANK/MASTER_*: emulated here."""
     result = _ddpctl(
@@ -239,7 +233,7 @@ def test_pytorchjob_target_runs_with_the_operators_env(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
-    assert "[rank 0] world size 2" in result.stdout and "[rank 1] epoch 1/1" in result.stdout
+    assert "[rank 0] world size 2" in result.stdout and "[rank 0] epoch 1/1" in result.stdout
     assert "in the cluster: pj-master-0:29500" in result.stderr
 
 

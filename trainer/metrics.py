@@ -1,4 +1,4 @@
-"""Metrics output: JSON lines from rank 0, plain progress lines from every rank, a bar on a TTY.
+"""Metrics output: JSON lines from rank 0, progress from rank 0 (plain lines, or a bar on a TTY).
 
 Values shown here are already reduced across ranks by the trainer (a collective only every
 ``--log-every`` steps, never a per-step ``.item()``).
@@ -11,6 +11,9 @@ import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
+
+# Rank 0's line when a resumed run finds its checkpoint already at the end (`ddpctl run` reads it).
+ALREADY_COMPLETE = "already complete"
 
 
 class MetricsLog:
@@ -36,8 +39,9 @@ class MetricsLog:
 
 
 class Progress:
-    """Per-rank plain lines (``[rank 0] epoch 1/2 step 10/40 loss 2.30 123.4 samples/s``) or a
-    tqdm bar on rank 0 when stderr is a terminal."""
+    """Rank 0's progress: plain lines (``[rank 0] epoch 1/2 step 10/40 loss 2.30 123.4 samples/s``)
+    or a tqdm bar when stderr is a terminal. The values are global (reduced over the ranks), so the
+    other ranks would only repeat them: they stay quiet (their warnings and errors still print)."""
 
     def __init__(self, mode: str, rank: int, epochs: int) -> None:
         self.rank = rank
@@ -48,7 +52,7 @@ class Progress:
         self.mode = mode
         self._bar: Any = None
         self._use_bar = mode == "bar" and rank == 0
-        self._quiet = mode == "none" or (mode == "bar" and rank != 0)
+        self._quiet = mode == "none" or rank != 0
 
     def start_epoch(self, epoch: int, steps: int, done: int) -> None:
         if not self._use_bar:
@@ -78,7 +82,7 @@ class Progress:
             self._bar = None
 
     def line(self, text: str) -> None:
-        """A plain line, shown unless progress is off (ranks other than 0 stay quiet under a bar)."""
+        """A plain line from rank 0, shown unless progress is off."""
         if self._quiet and not self._use_bar:
             return
         msg = f"[rank {self.rank}] {text}"

@@ -37,7 +37,7 @@ from .config import TrainConfig
 from .data import build_data
 from .dist import DistContext
 from .errors import CheckpointError, TrainerError, TrainerFailure
-from .metrics import MetricsLog, Progress
+from .metrics import ALREADY_COMPLETE, MetricsLog, Progress
 from .models import build_model
 
 FAULT_AT_STEP_ENV = "DDP_TRAINER_FAULT_AT_STEP"
@@ -119,6 +119,7 @@ class Trainer:
         self.step = 0
         self.batches_done = 0  # micro-batches of self.epoch already trained (this rank)
         self._last_saved_step = -1
+        self._resumed_from: str | None = None
         self._checked_newer = False
         self._first_step_logged = False
         self._cpu_last = time.process_time()
@@ -239,6 +240,10 @@ class Trainer:
             launcher=self.ctx.launcher,
             resumed_step=self.step,
         )
+        if self._already_complete():
+            self.metrics.emit("done", step=self.step, epoch=self.epoch, elapsed_s=0.0, samples_per_s=0.0, steps=0)
+            self.metrics.close()
+            return
         if self.ctx.is_main:
             self.progress.line(
                 f"world size {self.ctx.world_size} ({cfg.strategy}, {self.backend}, {self.device.type}), "
@@ -268,6 +273,18 @@ class Trainer:
         if self.ctx.is_main:
             self.progress.line(f"done: {self.step} steps, {rate:.1f} samples/s (global), {elapsed:.1f}s")
         self.metrics.close()
+
+    def _already_complete(self) -> bool:
+        """A resumed run whose checkpoint is already at the end: say so, train nothing."""
+        if self._resumed_from is None or not (self.epoch >= self.cfg.epochs or self._max_steps_reached()):
+            return False
+        if self.ctx.is_main:
+            self.progress.line(
+                f"{ALREADY_COMPLETE} at step {self.step} (epoch {min(self.epoch, self.cfg.epochs)}/{self.cfg.epochs}), "
+                f"checkpoint {self._resumed_from}; nothing to train (to start over: --resume never, "
+                "or remove the checkpoints)"
+            )
+        return True
 
     def _max_steps_reached(self) -> bool:
         return bool(self.cfg.max_steps) and self.step >= self.cfg.max_steps
@@ -511,7 +528,9 @@ class Trainer:
                 f"{str(exc)[:300]}"
             ) from None
         self.metrics.emit("resume", path=path, step=self.step, epoch=self.epoch, batches_done=self.batches_done)
-        if self.ctx.is_main:
+        self._resumed_from = path
+        finished = self.epoch >= cfg.epochs or self._max_steps_reached()
+        if self.ctx.is_main and not finished:  # a finished run says so in fit()
             self.progress.line(f"resumed from {path} (epoch {self.epoch + 1}, step {self.step})")
 
     def _load(self, payload: dict[str, Any]) -> None:

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_option, timeout_option
+from ddpctl.kube.flags import (
+    context_option,
+    kubeconfig_option,
+    namespace_option,
+    request_timeout_option,
+    timeout_option,
+)
 
 
 def delete_command(
@@ -16,6 +22,7 @@ def delete_command(
     timeout: str | None = timeout_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
+    request_timeout: str | None = request_timeout_option(),
 ) -> None:
     """Delete a job: its workload, Service and (by foreground propagation) its pods."""
     from ddpctl.kube.operate import delete
@@ -24,6 +31,7 @@ def delete_command(
         list(names or []),
         kubeconfig=kubeconfig,
         context=context,
+        request_timeout=request_timeout,
         namespace=namespace,
         ignore_not_found=ignore_not_found,
         wait=wait,

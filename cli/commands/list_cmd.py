@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.kube.flags import ListFormat, context_option, kubeconfig_option, namespace_option
+from ddpctl.kube.flags import ListFormat, context_option, kubeconfig_option, namespace_option, request_timeout_option
 
 
 def list_command(
@@ -14,6 +14,7 @@ def list_command(
     ),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
+    request_timeout: str | None = request_timeout_option(),
 ) -> None:
     """List the jobs submitted with ddpctl (Job, PyTorchJob, JobSet, TrainJob)."""
     from ddpctl.kube.operate import list_jobs
@@ -21,6 +22,7 @@ def list_command(
     list_jobs(
         kubeconfig=kubeconfig,
         context=context,
+        request_timeout=request_timeout,
         namespace=namespace,
         all_namespaces=all_namespaces,
         output=output,

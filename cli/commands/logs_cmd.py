@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_option, rank_option
+from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_option, rank_option, request_timeout_option
 
 
 def logs_command(
@@ -21,6 +21,7 @@ def logs_command(
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
+    request_timeout: str | None = request_timeout_option(),
 ) -> None:
     """Print the logs of every node (pod) of a job, or of one node with --rank."""
     from ddpctl.kube.operate import logs
@@ -29,6 +30,7 @@ def logs_command(
         name,
         kubeconfig=kubeconfig,
         context=context,
+        request_timeout=request_timeout,
         namespace=namespace,
         follow=follow,
         rank=rank,

@@ -3,7 +3,14 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.kube.flags import Format, context_option, kubeconfig_option, namespace_option, timeout_option
+from ddpctl.kube.flags import (
+    Format,
+    context_option,
+    kubeconfig_option,
+    namespace_option,
+    request_timeout_option,
+    timeout_option,
+)
 
 
 def status_command(
@@ -11,6 +18,7 @@ def status_command(
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
+    request_timeout: str | None = request_timeout_option(),
     output: Format | None = typer.Option(None, "--output", "-o", help="yaml or json instead of the summary."),
     wait: bool = typer.Option(
         False, "--wait", "-w", help="Wait until the job finishes; exit 0 on success, 1 on failure."
@@ -24,6 +32,7 @@ def status_command(
         name,
         kubeconfig=kubeconfig,
         context=context,
+        request_timeout=request_timeout,
         namespace=namespace,
         output=output,
         wait=wait,

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import typer
 from ddpctl.config import SpecInput
-from ddpctl.kube.flags import DryRun, Format, context_option, kubeconfig_option, rank_option, timeout_option
+from ddpctl.kube.flags import (
+    DryRun,
+    Format,
+    context_option,
+    kubeconfig_option,
+    rank_option,
+    request_timeout_option,
+    timeout_option,
+)
 from ddpctl.options import spec_options
 
 
@@ -12,6 +20,7 @@ def submit_command(
     spec_input: SpecInput,
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
+    request_timeout: str | None = request_timeout_option(),
     dry_run: DryRun = typer.Option(
         DryRun.none,
         "--dry-run",
@@ -50,6 +59,7 @@ def submit_command(
         spec_input,
         kubeconfig=kubeconfig,
         context=context,
+        request_timeout=request_timeout,
         dry_run=dry_run,
         output=output,
         build=build,

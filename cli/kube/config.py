@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,8 +28,12 @@ FIELD_MANAGER = "ddpctl"
 CONNECT_ATTEMPTS = 3
 CONNECT_TIMEOUT = 5.0
 RETRY_BACKOFF = 0.5  # seconds, doubled after each failed attempt
-READ_TIMEOUT = 60.0  # for ordinary (non-streaming) requests
 SERVICE_ACCOUNT_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+DEFAULT_REQUEST_TIMEOUT = 30.0  # seconds an API request may take; --request-timeout / DDPCTL_REQUEST_TIMEOUT
+WAITING_NOTICE_AFTER = 2.0  # seconds of silence from the server before ddpctl says it is waiting
+REQUEST_TIMEOUT_ENV = "DDPCTL_REQUEST_TIMEOUT"
 
 
 @dataclass(frozen=True)
@@ -35,6 +41,24 @@ class ClusterOptions:
     kubeconfig: str | None = None  # --kubeconfig
     context: str | None = None  # --context
     namespace: str | None = None  # explicit namespace (flag, env, ddp.yaml); None: the context's
+    request_timeout: str | None = None  # --request-timeout (a duration); None: the env, else the default
+
+
+def request_timeout_seconds(flag: str | None, environ: Any = None) -> float:
+    """--request-timeout, else $DDPCTL_REQUEST_TIMEOUT, else DEFAULT_REQUEST_TIMEOUT; `0` is refused
+    (unlike kubectl's "no timeout": a silent server would hang ddpctl)."""
+    from ddpctl.kube.watch import parse_duration
+
+    env = os.environ if environ is None else environ
+    source, text = (
+        ("--request-timeout", flag) if flag is not None else (REQUEST_TIMEOUT_ENV, env.get(REQUEST_TIMEOUT_ENV))
+    )
+    if text is None or not str(text).strip():
+        return DEFAULT_REQUEST_TIMEOUT
+    seconds = parse_duration(text, source)
+    if not seconds:
+        raise UsageError(f"{source}: {text!r} would wait forever; give a duration such as 30s or 2m")
+    return seconds
 
 
 @dataclass
@@ -46,6 +70,7 @@ class Cluster:
     context: str | None
     host: str
     streams: list[Any] = field(default_factory=list)
+    request_timeout: float = DEFAULT_REQUEST_TIMEOUT
 
     @property
     def where(self) -> str:
@@ -108,7 +133,8 @@ class Cluster:
         """One request; returns (HTTP status, parsed JSON). Errors become one-line ddpctl errors."""
         import urllib3
 
-        resp = self._send(method, path, op, query, body, content_type, timeout or (CONNECT_TIMEOUT, READ_TIMEOUT))
+        timeout = timeout or (min(CONNECT_TIMEOUT, self.request_timeout), self.request_timeout)
+        resp = self._send(method, path, op, query, body, content_type, timeout)
         try:
             raw = resp.read()
         except (urllib3.exceptions.HTTPError, OSError) as exc:
@@ -226,10 +252,14 @@ def in_cluster_available() -> bool:
 
 def load(options: ClusterOptions) -> Cluster:
     """Build a client from the kubeconfig (or in-cluster config) without contacting the server."""
+    import urllib3
     from kubernetes import client, config
     from kubernetes.config.config_exception import ConfigException
 
     configuration = client.Configuration()
+    # urllib3 would retry a read that timed out 3 more times, turning --request-timeout 10s into
+    # 40s of silence: reads are not retried (ddpctl retries first contact and watches itself).
+    configuration.retries = urllib3.util.Retry(total=3, read=0, redirect=0, status=0)
     path, label = _kubeconfig_paths(options.kubeconfig)
     if path is None:
         if options.kubeconfig is None and options.context is None and in_cluster_available():
@@ -282,23 +312,78 @@ def _load_in_cluster(configuration: Any, options: ClusterOptions) -> Cluster:
     return Cluster(client.ApiClient(configuration), options.namespace or own or "default", None, configuration.host)
 
 
-def connect(options: ClusterOptions) -> Cluster:
-    """Load the config and make first contact (GET /version), retried briefly on transport errors."""
+def connect(options: ClusterOptions, say: Callable[[str], None] | None = None) -> Cluster:
+    """Load the config and make first contact (GET /version), retried briefly on transport errors.
+
+    A server that accepts the connection and does not answer is reported after a few seconds
+    ("waiting for the API server at ...") and given up on after the request timeout; a server
+    that answers /version with something other than Kubernetes' version is named as such."""
+    timeout = request_timeout_seconds(options.request_timeout)
     cluster = load(options)
+    cluster.request_timeout = timeout
+    say = say or (lambda text: print(text, file=sys.stderr, flush=True))
+    notice = threading.Timer(
+        WAITING_NOTICE_AFTER,
+        lambda: say(f"ddpctl: waiting for the API server at {cluster.host} ({_context_of(cluster)}) to answer ..."),
+    )
+    notice.daemon = True
+    notice.start()
+    try:
+        return _first_contact(cluster, timeout)
+    except BaseException:
+        cluster.close()
+        raise
+    finally:
+        notice.cancel()
+
+
+def _context_of(cluster: Cluster) -> str:
+    return f"context {cluster.context}" if cluster.context else "in-cluster config"
+
+
+def _first_contact(cluster: Cluster, timeout: float) -> Cluster:
     op = E.Op("reach", None)
+    deadline = time.monotonic() + timeout
     delay = RETRY_BACKOFF
     for attempt in range(1, CONNECT_ATTEMPTS + 1):
+        left = max(deadline - time.monotonic(), 0.1)
         try:
-            cluster.call("GET", "/version", op, timeout=(CONNECT_TIMEOUT, CONNECT_TIMEOUT * 2))
-            return cluster
-        except E.ApiError:
-            cluster.close()
-            raise
-        except DdpctlError as exc:  # transport: not reached
-            if attempt == CONNECT_ATTEMPTS:
-                cluster.close()
+            _, version = cluster.call("GET", "/version", op, timeout=(min(CONNECT_TIMEOUT, left), left))
+        except E.ApiError as exc:
+            if exc.code in (401, 403):
+                raise
+            raise _not_kubernetes(cluster, _http_status(exc.code)) from None
+        except DdpctlError as exc:  # transport: not reached, or no answer in time
+            if "timed out" in exc.message and time.monotonic() >= deadline - 0.5:
+                raise ClusterError(
+                    f"the API server at {cluster.host} ({_context_of(cluster)}) did not answer within "
+                    f"{timeout:g}s; check that it is up (`kubectl cluster-info`), or wait longer with "
+                    f"--request-timeout (or {REQUEST_TIMEOUT_ENV})"
+                ) from None
+            if attempt == CONNECT_ATTEMPTS or time.monotonic() + delay >= deadline:
                 tried = f" after {attempt} attempts" if attempt > 1 else ""
                 raise ClusterError(exc.message.replace(f"({cluster.where})", f"({cluster.where}){tried}", 1)) from None
-            time.sleep(delay)  # a retry backoff, bounded by CONNECT_ATTEMPTS
+            time.sleep(delay)  # a retry backoff, bounded by CONNECT_ATTEMPTS and the deadline
             delay *= 2
+            continue
+        if not (isinstance(version, dict) and "gitVersion" in version):
+            raise _not_kubernetes(cluster, "200 OK, but not a Kubernetes version")
+        return cluster
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _http_status(code: int) -> str:
+    from http import HTTPStatus
+
+    try:
+        return f"{code} {HTTPStatus(code).phrase}"
+    except ValueError:
+        return str(code)
+
+
+def _not_kubernetes(cluster: Cluster, answer: str) -> ClusterError:
+    return ClusterError(
+        f"the server at {cluster.host} ({_context_of(cluster)}) answered GET /version with {answer}: is this a "
+        "Kubernetes API server? check the server URL of that context in your kubeconfig "
+        "(`kubectl config view --minify`), or pick another with --context"
+    )

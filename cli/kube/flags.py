@@ -55,6 +55,17 @@ def rank_option(precondition: str = "") -> Any:
     )
 
 
+def request_timeout_option() -> Any:
+    return typer.Option(
+        None,
+        "--request-timeout",
+        help="How long to wait for the API server to answer a request (e.g. 10s, 2m; default "
+        "$DDPCTL_REQUEST_TIMEOUT, else 30s).",
+        rich_help_panel=PANEL,
+        show_default=False,
+    )
+
+
 def timeout_option() -> Any:
     return typer.Option(
         None,

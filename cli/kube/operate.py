@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 import yaml
-from ddpctl.console import StatusLine
+from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, UsageError
 from ddpctl.kube.flags import Format, ListFormat
 
@@ -26,10 +26,10 @@ def _defaults(name: str | None, namespace: str | None, command: str) -> tuple[st
     return str(name), namespace or (str(chosen["namespace"]) if chosen.get("namespace") else None)
 
 
-def _connect(kubeconfig: str | None, context: str | None, namespace: str | None) -> Any:
+def _connect(kubeconfig: str | None, context: str | None, namespace: str | None, request_timeout: str | None) -> Any:
     from ddpctl.kube.config import ClusterOptions, connect
 
-    return connect(ClusterOptions(kubeconfig, context, namespace))
+    return connect(ClusterOptions(kubeconfig, context, namespace, request_timeout))
 
 
 # ------------------------------------------------------------------------------ status
@@ -39,6 +39,7 @@ def status(
     name: str | None,
     *,
     kubeconfig: str | None,
+    request_timeout: str | None = None,
     context: str | None,
     namespace: str | None,
     output: Format | None,
@@ -53,7 +54,7 @@ def status(
 
     timeout_s = W.parse_duration(timeout)
     name, namespace = _defaults(name, namespace, "status")
-    with _connect(kubeconfig, context, namespace) as cluster:
+    with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
         ns = cluster.namespace
         kind, job = find_job(cluster, name, ns)
         if wait:
@@ -155,6 +156,7 @@ def logs(
     name: str | None,
     *,
     kubeconfig: str | None,
+    request_timeout: str | None = None,
     context: str | None,
     namespace: str | None,
     follow: bool,
@@ -176,13 +178,14 @@ def logs(
     if follow and previous:
         raise UsageError("--previous cannot be combined with --follow; drop one of them")
     name, namespace = _defaults(name, namespace, "logs")
-    with _connect(kubeconfig, context, namespace) as cluster:
+    with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
         ns = cluster.namespace
         kind, job = find_job(cluster, name, ns)
         nodes = expected_nodes(kind, job)
         if rank is not None and nodes is not None and rank >= nodes:
             raise UsageError(
-                f"--rank: node rank {rank} is out of range; job {name} has {nodes} node(s), node ranks 0-{nodes - 1}"
+                f"--rank: node rank {rank} is out of range; job {name} has {plural(nodes, 'node')}, "
+                f"node ranks 0-{nodes - 1}"
             )
         notice = rank_notice(job, name, rank) if rank is not None else None
         if notice:
@@ -229,6 +232,7 @@ def logs(
 def list_jobs(
     *,
     kubeconfig: str | None,
+    request_timeout: str | None = None,
     context: str | None,
     namespace: str | None,
     all_namespaces: bool,
@@ -240,7 +244,7 @@ def list_jobs(
 
     if namespace is None and not all_namespaces:
         _, namespace = _defaults("-", None, "list")
-    with _connect(kubeconfig, context, namespace) as cluster:
+    with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
         ns = None if all_namespaces else cluster.namespace
         found = []
         for kind in WORKLOADS:
@@ -326,6 +330,7 @@ def delete(
     names: list[str],
     *,
     kubeconfig: str | None,
+    request_timeout: str | None = None,
     context: str | None,
     namespace: str | None,
     ignore_not_found: bool,
@@ -342,7 +347,7 @@ def delete(
         names = [name]
     elif namespace is None:
         _, namespace = _defaults(names[0], None, "delete")
-    with _connect(kubeconfig, context, namespace) as cluster:
+    with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
         ns = cluster.namespace
         missing = []
         for name in names:

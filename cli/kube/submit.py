@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ddpctl.config import SpecInput
+from ddpctl.console import plural
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.kube.flags import DryRun, Format
 
@@ -28,6 +29,7 @@ def run(
     spec_input: SpecInput,
     *,
     kubeconfig: str | None,
+    request_timeout: str | None = None,
     context: str | None,
     dry_run: DryRun,
     output: Format | None,
@@ -86,7 +88,7 @@ def run(
     spec0 = base.spec(target="job") if auto else base.spec()  # a bad spec fails before any cluster contact
     if rank is not None and rank >= spec0.replicas:  # the node count does not depend on the target
         raise UsageError(
-            f"--rank: node rank {rank} is out of range; job {spec0.name} has {spec0.replicas} node(s), "
+            f"--rank: node rank {rank} is out of range; job {spec0.name} has {plural(spec0.replicas, 'node')}, "
             f"node ranks 0-{spec0.replicas - 1}"
         )
     if build:
@@ -101,7 +103,7 @@ def run(
     from ddpctl.kube.follow import follow_job
     from ddpctl.kube.kinds import BY_TARGET, rank_notice
 
-    with connect(ClusterOptions(kubeconfig, context, chosen.get("namespace"))) as cluster:
+    with connect(ClusterOptions(kubeconfig, context, chosen.get("namespace"), request_timeout)) as cluster:
         engines = discovery.discover(cluster)
         overrides: dict[str, Any] = {}
         if "namespace" not in chosen:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ddpctl.console import StatusLine
+from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster, iter_lines
@@ -346,7 +346,10 @@ def status_line(
             "failed"
         )
     name = job["metadata"]["name"]
-    return f"{name} {state_of(result, pods)} ({nodes if nodes is not None else '?'} nodes) - " + "; ".join(parts)
+    return (
+        f"{name} {state_of(result, pods)} ({plural(nodes, 'node') if nodes is not None else '? nodes'}) - "
+        + "; ".join(parts)
+    )
 
 
 def last_log_lines(cluster: Cluster, kind: Kind, pod: dict[str, Any], tail: int = LOG_TAIL) -> list[str]:
