@@ -339,6 +339,13 @@ def _agent_traceback(state: JobState, node: int, text: str) -> bool:
     if text.startswith((" ", "\t")):
         return True
     state.in_traceback.discard(node)  # the exception line ends the traceback
+    if not text.startswith(
+        (
+            "torch.distributed.elastic.multiprocessing.errors.ChildFailedError",
+            "torch.distributed.elastic.multiprocessing.api.SignalException",
+        )
+    ):
+        state.agent_errors[node] = text  # why an agent died before its workers could fail
     return True
 
 

@@ -84,6 +84,7 @@ class JobState:
     failures: list[Failure] = field(default_factory=list)
     peer_failed_ranks: set[int] = field(default_factory=set)
     last_error: dict[int, str] = field(default_factory=dict)
+    agent_errors: dict[int, str] = field(default_factory=dict)  # node -> the agent's own exception
     in_traceback: set[int] = field(default_factory=set)
     _pending: dict[int, tuple[int, int]] = field(default_factory=dict)
     _pending_time: dict[int, str] = field(default_factory=dict)
@@ -208,6 +209,9 @@ def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> 
             how = f"was killed by {_signal_name(node_code)}"
         else:
             how = f"exited with code {node_code}"
+        agent_error = state.agent_errors.get(node)
+        if agent_error:
+            how += f": {_short_error(agent_error)}"
         return f"job {state.name} failed: node {node} ({ranks}) {how}"
     primary = primary or (state.failures[0] if state.failures else None)
     if primary is None or primary.rank is None:

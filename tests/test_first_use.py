@@ -342,3 +342,89 @@ def test_progress_is_a_live_bar_on_a_terminal_and_a_rerun_says_the_job_was_compl
         "ddp-train was already complete at step 4 (checkpoint ddp-runs/ddp-train/checkpoints/ckpt-00000004.pt), "
         "so nothing was trained; to train it again from the start, add --fresh (logs in ddp-runs/ddp-train/logs)"
     ) in err
+
+
+def test_an_agent_that_dies_on_its_own_is_named_with_its_exception() -> None:
+    """Was: `node 0 (ranks 0-1) exited with code 1` and nothing else (the agent's traceback is kept
+    off the screen); now the agent's exception ends that line."""
+    import io
+
+    from ddpctl.console import Console
+    from ddpctl.local_run import _show
+    from ddpctl.supervise import JobState, describe_failure
+
+    state = JobState("ddp-train", 2, 4)
+    console = Console(io.StringIO(), io.StringIO(), color=False, live_status=False)
+
+    class Agent:
+        index, stopping = 0, False
+
+    for line in [
+        "Traceback (most recent call last):",
+        '  File "torch/distributed/run.py", line 1, in main',
+        "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
+        "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+    ]:
+        _show(console, state, Agent(), line)
+    text = describe_failure(state, 0, 1, 2)
+    assert text.startswith("job ddp-train failed: node 0 (ranks 0-1) exited with code 1: torch.distributed.DistNet")
+    assert "address already in use" in text
+    assert "Traceback" not in console.out.getvalue()  # type: ignore[attr-defined]
+
+
+def _report(node_failures: list[tuple[str, int, int, int]], root: tuple[str, int, int, int]) -> list[str]:
+    """torchrun's FAILED block as an agent prints it: (time, rank, local rank, exit code) entries."""
+
+    def entry(n: int, when: str, rank: int, local: int, code: int) -> list[str]:
+        return [
+            f"[{n}]:",
+            f"  time      : {when}",
+            "  host      : localhost",
+            f"  rank      : {rank} (local_rank: {local})",
+            f"  exitcode  : {code} (pid: 1{rank})",
+            "  error_file: <N/A>",
+        ]
+
+    lines = ["=" * 60, "ddpctl_trainer FAILED", "-" * 60, "Failures:"]
+    for i, failure in enumerate(node_failures, start=1):
+        lines += entry(i, *failure)
+    lines += ["-" * 60, "Root Cause (first observed failure):", *entry(0, *root), "=" * 60]
+    return lines
+
+
+T0, T1 = "2026-12-01_09:57:20", "2026-12-01_09:57:21"
+
+
+@pytest.mark.parametrize(
+    "reports,rank_errors,expected",
+    [
+        pytest.param(  # the issue's `-- --epochs -3`: node 1 reported first, and listed rank 3 first
+            {1: _report([(T0, 3, 1, 2)], (T0, 2, 0, 2)), 0: _report([(T0, 1, 1, 2)], (T0, 0, 0, 2))},
+            {0: "ddpctl-trainer: error: --epochs must be at least 1, got -3"},
+            "rank 0 (node 0, local rank 0) exited with code 2: --epochs must be at least 1, got -3; "
+            "ranks 1, 2, 3 failed too",
+            id="simultaneous-usage-error",
+        ),
+        pytest.param(  # node 1's root cause a second earlier than node 0's
+            {0: _report([], (T1, 0, 0, 1)), 1: _report([], (T0, 3, 1, 1))},
+            {3: "ValueError: bad batch", 0: "ValueError: other"},
+            "rank 3 (node 1, local rank 1) exited with code 1: ValueError: bad batch; rank 0 failed too",
+            id="earliest-across-nodes",
+        ),
+        pytest.param(  # a SIGKILLed rank explains its peers' collective failures
+            {0: _report([], (T0, 0, 0, 1)), 1: _report([(T0, 2, 0, -15)], (T0, 3, 1, -9))},
+            {0: "ddpctl-trainer: error: [rank 0] a collective failed, most likely another rank died: x"},
+            "rank 3 (node 1, local rank 1) was killed by SIGKILL; ranks 0, 2 stopped after it",
+            id="killed-rank",
+        ),
+    ],
+)
+def test_the_failure_summary_blames_torchruns_root_cause(reports, rank_errors, expected) -> None:
+    from ddpctl.supervise import JobState, describe_failure
+
+    state = JobState("ddp-train", 2, 4)
+    for rank, error in rank_errors.items():
+        state.on_rank_line(rank, error)
+    for node, lines in reports.items():
+        assert not any(state.on_node_line(node, line) for line in lines), "the block stays in the log file"
+    assert describe_failure(state, 0, 1, 2) == f"job ddp-train failed: {expected}"
