@@ -36,7 +36,7 @@ _PEER_FAILURE = "a collective failed"
 ALREADY_COMPLETE = re.compile(r"already complete at step (\d+) .*checkpoint (\S+?);")
 _ERROR_LINE = re.compile(r"(error|exception|Error|Exception|Interrupt)\b")
 # torchrun's banner when it sets OMP_NUM_THREADS=1 for its workers: printed by every agent.
-_OMP_BANNER = ("", "*****************************************", "Setting OMP_NUM_THREADS environment variable")
+_OMP_BANNER = ("*****************************************", "Setting OMP_NUM_THREADS environment variable")
 
 # How long the other nodes may go on reporting their own errors after the first node failed,
 # before they are stopped (as the Job controller would delete their pods).
@@ -130,7 +130,7 @@ class JobState:
             return False
         if _AGENT_FAILED.search(text):
             return False
-        if text.startswith(_OMP_BANNER) and self.phase == "starting":
+        if (not text.strip() or text.startswith(_OMP_BANNER)) and self.phase == "starting":
             if self._banner_from is None:
                 self._banner_from = node
             return self._banner_from == node

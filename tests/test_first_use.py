@@ -428,3 +428,18 @@ def test_the_failure_summary_blames_torchruns_root_cause(reports, rank_errors, e
     for node, lines in reports.items():
         assert not any(state.on_node_line(node, line) for line in lines), "the block stays in the log file"
     assert describe_failure(state, 0, 1, 2) == f"job ddp-train failed: {expected}"
+
+
+def test_torchruns_omp_banner_is_shown_once_and_other_agent_lines_stay() -> None:
+    from ddpctl.supervise import JobState
+
+    banner = [
+        "",
+        "*****************************************",
+        "Setting OMP_NUM_THREADS environment variable for each process to be 1 in default, ...",
+        "*****************************************",
+    ]
+    state = JobState("ddp-train", 2, 4)
+    assert [state.on_node_line(0, line) for line in banner] == [True] * 4
+    assert [state.on_node_line(1, line) for line in banner] == [False] * 4
+    assert state.on_node_line(1, "W1201 10:00:00.000000 1 torch/distributed/run.py:1] a warning of node 1")
