@@ -35,6 +35,9 @@ _PEER_FAILURE = "a collective failed"
 # The trainer's line on a rerun of a finished job (ddpctl_trainer.trainer, which imports torch).
 ALREADY_COMPLETE = re.compile(r"already complete at step (\d+) .*checkpoint (\S+?);")
 _ERROR_LINE = re.compile(r"(error|exception|Error|Exception|Interrupt)\b")
+# What a C++ runtime prints before SIGABRT when a process exits with threads still running; with
+# torch.distributed, a script that ends without destroy_process_group() (gloo's threads).
+_UNJOINED_THREAD = "terminate called without an active exception"
 # torchrun's banner when it sets OMP_NUM_THREADS=1 for its workers: printed by every agent.
 _OMP_BANNER = ("*****************************************", "Setting OMP_NUM_THREADS environment variable")
 
@@ -217,9 +220,14 @@ def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> 
     if primary is None or primary.rank is None:
         return f"job {state.name} failed: node {node} exited with code {node_code}"
     how = f"was killed by {_signal_name(primary.code)}" if primary.code < 0 else f"exited with code {primary.code}"
-    error = state.last_error.get(primary.rank) if primary.code > 0 else None
-    if error:
+    error = state.last_error.get(primary.rank)
+    if error and primary.code > 0:
         how += f": {_short_error(error)}"
+    elif error and _UNJOINED_THREAD in error:
+        how += (
+            f' ("{_UNJOINED_THREAD}" at exit: the process group was still alive; '
+            "end the script with torch.distributed.destroy_process_group())"
+        )
     stopped = sorted({f.rank for f in state.failures if f.rank is not None and f.rank != primary.rank and secondary(f)})
     failed = sorted(
         {f.rank for f in state.failures if f.rank is not None and f.rank != primary.rank and not secondary(f)}

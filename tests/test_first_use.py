@@ -417,6 +417,14 @@ T0, T1 = "2026-12-01_09:57:20", "2026-12-01_09:57:21"
             "rank 3 (node 1, local rank 1) was killed by SIGKILL; ranks 0, 2 stopped after it",
             id="killed-rank",
         ),
+        pytest.param(  # a script that ends without destroy_process_group(): gloo's threads at exit
+            {0: _report([(T0, 0, 0, -15)], (T0, 1, 1, -6))},
+            {1: "terminate called without an active exception"},
+            'rank 1 (node 0, local rank 1) was killed by SIGABRT ("terminate called without an active exception" '
+            "at exit: the process group was still alive; end the script with "
+            "torch.distributed.destroy_process_group()); rank 0 stopped after it",
+            id="abort-at-exit",
+        ),
     ],
 )
 def test_the_failure_summary_blames_torchruns_root_cause(reports, rank_errors, expected) -> None:
