@@ -357,3 +357,16 @@ def test_sigterm_while_an_error_is_reported_is_still_one_line_and_exit_143(monke
     assert printed[-1] == "stopped by SIGTERM" and len(printed) == 2, printed
     assert "Traceback" not in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize("rank,printed", [(0, True), (1, False), (3, False)])
+def test_only_rank_0_prints_progress_lines(rank: int, printed: bool, capsys: pytest.CaptureFixture[str]) -> None:
+    """The values are reduced over all ranks: the other ranks would print the same lines again."""
+    from ddpctl_trainer.metrics import Progress
+
+    progress = Progress("lines", rank, epochs=2)
+    progress.report(0, 4, 8, loss=2.3, rate=100.0)
+    progress.line("eval epoch 1/2: loss 2.2")
+    out = capsys.readouterr().out
+    assert (f"[rank {rank}] epoch 1/2 step 4/8 loss 2.3000 100.0 samples/s\n" in out) == printed
+    assert ("eval epoch 1/2" in out) == printed
