@@ -81,6 +81,7 @@ class JobState:
     started: float = field(default_factory=time.monotonic)
     phase: str = "starting"
     nodes_running: int = 0
+    ranks_spoke: bool = False  # some rank printed a line (a container that never started prints none)
     progress: tuple[int, int, int, int] | None = None
     loss: str | None = None
     already_complete: tuple[int, str] | None = None  # (step, checkpoint) of a rerun of a finished job
@@ -96,6 +97,7 @@ class JobState:
     _banner_from: int | None = None
 
     def on_rank_line(self, rank: int, text: str) -> None:
+        self.ranks_spoke = True
         if self.phase == "starting":
             self.phase = "training"
         match = _PROGRESS.search(text)
