@@ -34,7 +34,11 @@ _BLOCK_EDGE = re.compile(r"^=+$")
 _PEER_FAILURE = "a collective failed"
 # The trainer's line on a rerun of a finished job (ddpctl_trainer.trainer, which imports torch).
 ALREADY_COMPLETE = re.compile(r"already complete at step (\d+) .*checkpoint (\S+?);")
-_ERROR_LINE = re.compile(r"(error|exception|Error|Exception|Interrupt)\b")
+# A rank's error: an exception line (torch may prefix `[rankN]: `), the trainer's one-line error,
+# or a C++ runtime's last words.
+_ERROR_LINE = re.compile(
+    r"^(?:\[rank\d+\]: )?(?:[\w.]*(?:Error|Exception|Interrupt)\b|ddpctl-trainer: error: |terminate called)"
+)
 # What a C++ runtime prints before SIGABRT when a process exits with threads still running; with
 # torch.distributed, a script that ends without destroy_process_group() (gloo's threads).
 _UNJOINED_THREAD = "terminate called without an active exception"
@@ -107,7 +111,7 @@ class JobState:
             self.loss = match.group(5)
         if _PEER_FAILURE in text:
             self.peer_failed_ranks.add(rank)
-        if _ERROR_LINE.search(text) and not text.startswith((" ", "\t", "Traceback")):
+        if _ERROR_LINE.match(text):
             self.last_error[rank] = text
         done = ALREADY_COMPLETE.search(text) if rank == 0 else None
         if done:
@@ -247,8 +251,8 @@ def _ranks(ranks: Sequence[int | None]) -> str:
 
 
 def _short_error(line: str) -> str:
-    """The error a rank printed, without the trainer's `ddpctl-trainer: error: [rank R] ` prefix."""
-    line = re.sub(r"^ddpctl-trainer: error: (\[rank \d+\] )?", "", line.strip())
+    """The error a rank printed, without torch's `[rankR]: ` or the trainer's `ddpctl-trainer: error: [rank R] `."""
+    line = re.sub(r"^(\[rank\d+\]: )?(ddpctl-trainer: error: )?(\[rank \d+\] )?", "", line.strip())
     return line if len(line) <= 300 else line[:297] + "..."
 
 
