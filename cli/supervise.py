@@ -43,6 +43,7 @@ _ERROR_LINE = re.compile(
 # torch.distributed, a script that ends without destroy_process_group() (gloo's threads).
 _UNJOINED_THREAD = "terminate called without an active exception"
 # torchrun's banner when it sets OMP_NUM_THREADS=1 for its workers: printed by every agent.
+_TORCH_LOG_PREFIX = re.compile(r"^[DIWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\] ")
 _OMP_BANNER = ("*****************************************", "Setting OMP_NUM_THREADS environment variable")
 
 # How long the other nodes may go on reporting their own errors after the first node failed,
@@ -139,7 +140,8 @@ class JobState:
             return False
         if _AGENT_FAILED.search(text):
             return False
-        if (not text.strip() or text.startswith(_OMP_BANNER)) and self.phase == "starting":
+        body = _TORCH_LOG_PREFIX.sub("", text)  # torch may log the banner as `W1201 10:26:24.8 1 run.py:874] ...`
+        if (not body.strip() or body.startswith(_OMP_BANNER)) and self.phase == "starting":
             if self._banner_from is None:
                 self._banner_from = node
             return self._banner_from == node

@@ -451,3 +451,8 @@ def test_torchruns_omp_banner_is_shown_once_and_other_agent_lines_stay() -> None
     assert [state.on_node_line(0, line) for line in banner] == [True] * 4
     assert [state.on_node_line(1, line) for line in banner] == [False] * 4
     assert state.on_node_line(1, "W1201 10:00:00.000000 1 torch/distributed/run.py:1] a warning of node 1")
+    # torch in an image may log the banner with its log prefix (run --docker)
+    logged = JobState("ddp-train", 2, 4)
+    prefix = "W1201 10:26:24.824000 1 torch/distributed/run.py:874] "
+    assert [logged.on_node_line(0, prefix + line) for line in banner] == [True] * 4
+    assert [logged.on_node_line(1, prefix + line) for line in banner] == [False] * 4
