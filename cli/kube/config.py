@@ -47,7 +47,7 @@ class ClusterOptions:
 def request_timeout_seconds(flag: str | None, environ: Any = None) -> float:
     """--request-timeout, else $DDPCTL_REQUEST_TIMEOUT, else DEFAULT_REQUEST_TIMEOUT; `0` is refused
     (unlike kubectl's "no timeout": a silent server would hang ddpctl)."""
-    from ddpctl.kube.watch import parse_duration
+    from ddpctl.kube.flags import parse_duration
 
     env = os.environ if environ is None else environ
     source, text = (

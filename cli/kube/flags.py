@@ -1,13 +1,15 @@
-"""Typer options shared by the cluster commands (kubectl's names). Imports only typer.
+"""Typer options shared by the cluster commands (kubectl's names), and how their durations read.
 
 Each `*_option()` returns Typer's option marker (Any), used as a parameter's default value."""
 
 from __future__ import annotations
 
+import re
 from enum import Enum
 from typing import Any
 
 import typer
+from ddpctl.errors import UsageError
 
 PANEL = "Cluster"
 
@@ -92,3 +94,17 @@ class DryRun(str, Enum):
     none = "none"
     client = "client"
     server = "server"
+
+
+def parse_duration(text: str | None, flag: str = "--timeout") -> float | None:
+    """`90`, `90s`, `5m`, `1h30m`, `0.5s`, `500ms` -> seconds; None/empty/0 -> no limit."""
+    if text is None or str(text).strip() in ("", "0"):
+        return None
+    t = str(text).strip()
+    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", t):
+        return float(t)
+    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)", t)  # `ms` before `m`: 500ms is not 500m + s
+    if not parts or "".join(n + u for n, u in parts) != t:
+        raise UsageError(f"{flag}: {text!r} is not a duration; write it like 90s, 30m or 1h30m")
+    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    return sum(float(n) * scale[u] for n, u in parts)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import queue
-import re
 import threading
 import time
 from collections import Counter
@@ -14,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpctl.console import StatusLine, plural
-from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, UsageError, WaitTimeout
+from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, WaitTimeout
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster, iter_lines
+from ddpctl.kube.flags import parse_duration  # noqa: F401 - W.parse_duration for the commands
 from ddpctl.kube.kinds import (
     EVENT,
     POD,
@@ -44,20 +44,6 @@ WAIT_PROBLEMS = (
     "RunContainerError",
     "ErrImageNeverPull",
 )
-
-
-def parse_duration(text: str | None, flag: str = "--timeout") -> float | None:
-    """`90`, `90s`, `5m`, `1h30m`, `0.5s`, `500ms` -> seconds; None/empty/0 -> no limit."""
-    if text is None or str(text).strip() in ("", "0"):
-        return None
-    t = str(text).strip()
-    if re.fullmatch(r"[0-9]+(\.[0-9]+)?", t):
-        return float(t)
-    parts = re.findall(r"([0-9]+(?:\.[0-9]+)?)(ms|h|m|s)", t)  # `ms` before `m`: 500ms is not 500m + s
-    if not parts or "".join(n + u for n, u in parts) != t:
-        raise UsageError(f"{flag}: {text!r} is not a duration; write it like 90s, 30m or 1h30m")
-    scale = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
-    return sum(float(n) * scale[u] for n, u in parts)
 
 
 # ------------------------------------------------------------------------------ list + watch
