@@ -401,7 +401,7 @@ def test_flag_errors_are_usage_errors(cli, flags, needle):
     ],
 )
 def test_timeout_durations(text, seconds):
-    from ddpctl.kube.watch import parse_duration
+    from ddpctl.kube.flags import parse_duration
 
     got = parse_duration(text)
     assert got is None if seconds is None else got == pytest.approx(seconds)
@@ -410,7 +410,7 @@ def test_timeout_durations(text, seconds):
 @pytest.mark.parametrize("text", ["soon", "5x", "ms", "1.5.5s", "5 m", "m5", "1sm", "-1s"])
 def test_timeout_durations_that_are_not(text):
     from ddpctl.errors import UsageError
-    from ddpctl.kube.watch import parse_duration
+    from ddpctl.kube.flags import parse_duration
 
     with pytest.raises(UsageError, match="is not a duration"):
         parse_duration(text)

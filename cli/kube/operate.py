@@ -9,7 +9,7 @@ from typing import Any
 import yaml
 from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, UsageError
-from ddpctl.kube.flags import Format, ListFormat
+from ddpctl.kube.flags import Format, ListFormat, parse_duration
 
 
 def _defaults(name: str | None, namespace: str | None, command: str) -> tuple[str, str | None]:
@@ -52,7 +52,7 @@ def status(
     from ddpctl.kube.apply import find_job
     from ddpctl.kube.kinds import POD, expected_nodes, finished, pod_selector
 
-    timeout_s = W.parse_duration(timeout)
+    timeout_s = parse_duration(timeout)
     name, namespace = _defaults(name, namespace, "status")
     with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
         ns = cluster.namespace
@@ -338,10 +338,9 @@ def delete(
     timeout: str | None,
     out: Callable[[str], None],
 ) -> None:
-    from ddpctl.kube import watch as W
     from ddpctl.kube.apply import DELETE_WAIT_SECONDS, delete_job, raise_not_found
 
-    timeout_s = W.parse_duration(timeout) or DELETE_WAIT_SECONDS
+    timeout_s = parse_duration(timeout) or DELETE_WAIT_SECONDS
     if not names:
         name, namespace = _defaults(None, namespace, "delete")
         names = [name]

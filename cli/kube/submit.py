@@ -44,7 +44,7 @@ def run(
 ) -> None:
     from ddpctl import render
     from ddpctl.kube.config import ClusterOptions
-    from ddpctl.kube.watch import parse_duration
+    from ddpctl.kube.flags import parse_duration
 
     timeout_s = parse_duration(timeout)
     if rank is not None and not follow:

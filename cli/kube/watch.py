@@ -16,7 +16,6 @@ from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, WaitTimeout
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster, iter_lines
-from ddpctl.kube.flags import parse_duration  # noqa: F401 - W.parse_duration for the commands
 from ddpctl.kube.kinds import (
     EVENT,
     POD,
