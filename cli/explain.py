@@ -21,7 +21,7 @@ LEFT_TO_ENGINE = {
 def explain(spec: JobSpec) -> str:
     hosts = spec.pod_hostnames
     nproc = spec.nproc_per_node
-    device = f"{spec.gpus_per_node} GPU(s) per node" if spec.gpus_per_node else "CPU only"
+    device = f"{plural(spec.gpus_per_node, 'GPU')} per node" if spec.gpus_per_node else "CPU only"
     if spec.min_nodes is not None:  # elastic
         nodes = f"elastic {spec.min_nodes} to {spec.max_nodes} nodes (pods), {spec.replicas} created"
         world = f"{spec.min_nodes * nproc} to {spec.world_size} = nodes x {plural(nproc, 'process', 'processes')}"

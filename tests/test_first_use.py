@@ -233,6 +233,8 @@ def test_checking_the_trainers_flags_does_not_import_torch(tmp_path: Path) -> No
         (["--nodes", "1", "--procs", "1"], "1 nodes x 1 processes", "1 node x 1 process"),
         (["--nodes", "1", "--procs", "1"], "1 node(s)", "nodes:              1 node (pods)"),
         (["--nodes", "3", "--procs", "2"], "node(s)", "6 = 3 nodes x 2 processes"),
+        (["--gpus", "1"], "1 GPU(s)", "1 (1 GPU per node, backend nccl)"),
+        (["--gpus", "4"], "4 GPU(s)", "4 (4 GPUs per node, backend nccl)"),
     ],
 )
 def test_counts_are_pluralised(cli, argv, old, new) -> None:
