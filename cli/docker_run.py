@@ -92,17 +92,8 @@ class DockerPlan:
 
 
 def dns_names(spec: JobSpec) -> list[tuple[str, ...]]:
-    """Per replica: the names other pods reach it by in the cluster (hostname, and the
-    hostname.subdomain of headless-Service targets)."""
-    names: list[tuple[str, ...]] = []
-    for hostname in spec.pod_hostnames:
-        if spec.target == "pytorchjob":
-            names.append((hostname,))  # one Service per replica, named like the pod
-        elif spec.target == "job":
-            names.append((hostname, f"{hostname}.{spec.service_name}"))
-        else:  # jobset / trainjob: the subdomain is the JobSet's name
-            names.append((hostname, f"{hostname}.{spec.name}"))
-    return names
+    """Per node: the names other pods reach it by in the cluster (its engine's DNS names)."""
+    return [spec.engine.dns_names(spec, node) for node in spec.nodes_layout]
 
 
 def require_engine_cli(engine: str) -> str:
@@ -277,7 +268,8 @@ def plan_docker(
             argv += ["-v", f"{host}:{target}{':ro' if read_only else ''}"]
         for key, value in env.items():
             argv += ["-e", f"{key}={value}"]
-        argv += ["--entrypoint", spec.entrypoint[0], spec.image, *spec.entrypoint[1:], *spec.trainer_args]
+        entry = spec.engine.entrypoint(spec, spec.nodes_layout[index].group)
+        argv += ["--entrypoint", entry[0], spec.image, *entry[1:], *spec.trainer_args]
         containers.append(ContainerPlan(index, name, hostname, names, tuple(argv)))
     return DockerPlan(spec, engine, run_id, network, run_dir, checkpoint_dir, tuple(containers), dirs)
 
@@ -381,7 +373,7 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
             raise RuntimeFailure(
                 f"{engine} run of node {failed.index} failed: see {logs}/{by_index[failed.index].hostname}.log"
             )
-        text = describe_failure(state, failed.index, code, spec.nproc_per_node)
+        text = describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
         if oom:
             text += " (out of memory)"
         raise JobFailed(f"{text} (container {by_index[failed.index].hostname}, exit code {code}; logs in {logs})", code)

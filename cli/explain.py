@@ -5,26 +5,45 @@ from __future__ import annotations
 from ddpctl.console import plural
 from ddpctl.spec import JobSpec
 
-ENGINE_NAMES = {
-    "job": "Indexed Job + headless Service (no operator needed)",
-    "pytorchjob": "Kubeflow PyTorchJob (training operator v1)",
-    "jobset": "JobSet (jobset.x-k8s.io)",
-    "trainjob": "Kubeflow Trainer v2 TrainJob (torch-distributed runtime)",
-}
+MAX_TABLE_ROWS = 16  # a 64-node job shows its first and last nodes, not 64 lines
 
-# Settings a target leaves to its engine (the spec refuses those it cannot honour at all).
-LEFT_TO_ENGINE = {
-    "trainjob": ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished"),
-}
+
+def _ranks(first: int, last: int) -> str:
+    return f"rank {first}" if first == last else f"ranks {first}-{last}"
+
+
+def node_table(spec: JobSpec) -> list[str]:
+    """One line per node: node rank, group, pod, processes, global ranks."""
+    nodes = spec.nodes_layout
+    hosts = spec.pod_hostnames
+    rows = [
+        (f"node {n.rank}", n.group.name, hosts[n.rank], str(n.nproc), _ranks(n.ranks[0], n.ranks[-1])) for n in nodes
+    ]
+    if len(rows) > MAX_TABLE_ROWS:
+        half = MAX_TABLE_ROWS // 2
+        rows = rows[:half] + [("...", "", "", "", "")] + rows[-half:]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return ["    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def explain(spec: JobSpec) -> str:
+    engine = spec.engine
     hosts = spec.pod_hostnames
     nproc = spec.nproc_per_node
-    device = f"{plural(spec.gpus_per_node, 'GPU')} per node" if spec.gpus_per_node else "CPU only"
-    if spec.min_nodes is not None:  # elastic
+    gpus = {g.gpus_per_node for g in spec.groups}
+    if spec.uneven or len(gpus) > 1:
+        per_node = "per node group, see the table"
+        device = "GPUs: one per process" if spec.gpus_per_node else "CPU only"
+    else:
+        per_node = str(nproc)
+        device = f"{plural(spec.gpus_per_node, 'GPU')} per node" if spec.gpus_per_node else "CPU only"
+    if spec.elastic:
         nodes = f"elastic {spec.min_nodes} to {spec.max_nodes} nodes (pods), {spec.replicas} created"
-        world = f"{spec.min_nodes * nproc} to {spec.world_size} = nodes x {plural(nproc, 'process', 'processes')}"
+        world = f"{(spec.min_nodes or 0) * nproc} to {spec.world_size} = nodes x {plural(nproc, 'process', 'processes')}"
+    elif spec.node_groups:
+        groups = ", ".join(f"{g.name}: {g.nodes} x {g.nproc}" for g in spec.groups)
+        nodes = f"{spec.nodes} node(s) (pods) in {len(spec.groups)} group(s) ({groups})"
+        world = f"{spec.world_size} = " + " + ".join(f"{g.nodes} x {g.nproc}" for g in spec.groups) + " processes"
     else:
         nodes = f"{plural(spec.nodes, 'node')} (pods)"
         world = f"{spec.world_size} = {plural(spec.nodes, 'node')} x {plural(nproc, 'process', 'processes')}"
@@ -33,18 +52,26 @@ def explain(spec: JobSpec) -> str:
     else:
         rdzv = f"c10d: every node joins the store at {spec.rdzv_endpoint} (rendezvous id {spec.name})"
     shown = ", ".join(hosts[:3]) + (f", ..., {hosts[-1]}" if len(hosts) > 3 else "")
+    if spec.uneven:
+        global_rank = "the processes of the nodes before it + local_rank (LOCAL_RANK picks the device)"
+    else:
+        global_rank = f"node_rank x {nproc} + local_rank (LOCAL_RANK picks the device)"
+    commands = {" ".join(engine.entrypoint(spec, g) + spec.trainer_args) for g in spec.groups}
     lines = [
-        f"job {spec.name} in namespace {spec.namespace}: {ENGINE_NAMES[spec.target]}",
+        f"job {spec.name} in namespace {spec.namespace}: {engine.title}",
         f"  nodes:              {nodes}: {shown}",
-        f"  processes per node: {nproc} ({device}, backend {spec.resolved_backend})",
+        f"  processes per node: {per_node} ({device}, backend {spec.resolved_backend})",
         f"  world size:         {world}",
         f"  rank 0:             node rank 0 = pod {hosts[0]}, local rank 0",
         f"  rendezvous:         {rdzv}",
         f"  node rank from:     {spec.node_rank_source}",
-        f"  global rank:        node_rank x {nproc} + local_rank (LOCAL_RANK picks the device)",
-        f"  command:            {' '.join(spec.entrypoint + spec.trainer_args)}",
+        f"  global rank:        {global_rank}",
+        *(f"  command:            {c}" for c in sorted(commands)),
     ]
-    ignored = LEFT_TO_ENGINE.get(spec.target, ())
+    ignored = engine.left_to_engine
     if ignored:
         lines.append(f"  note:               {spec.target} leaves {', '.join(ignored)} to the training runtime")
+    if not spec.elastic:  # elastic node ranks come from the rendezvous: no fixed table
+        lines.append("  layout:             node, group, pod, processes, global ranks")
+        lines += node_table(spec)
     return "\n".join(lines) + "\n"

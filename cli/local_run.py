@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from ddpctl.console import Console, make_console, relative_path
+from ddpctl.engines.base import LAUNCHER_PYTHON, NODE_RANK_LAUNCHER
 from ddpctl.errors import UsageError, WaitTimeout
 from ddpctl.run_env import LOOPBACK, cluster_env, inherited_env, loopback_env, loopback_ifname
 from ddpctl.spec import JobSpec
@@ -152,24 +153,17 @@ def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str |
     return port, f"port {wanted} is in use here, using {port} instead"
 
 
-def torchrun_argv(spec: JobSpec, log_dir: Path) -> list[str] | None:
-    """The agent's argv: the spec's `torchrun ...` as `python -m torch.distributed.run` of this
-    interpreter (no PATH needed), with each worker's output tee'd behind a rank marker."""
-    entry = list(spec.entrypoint)
-    if entry[0] != "torchrun":
-        return None
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--tee",
-        "3",
-        "--log-dir",
-        str(log_dir),
-        "--log-line-prefix-template",
-        RANK_TEMPLATE,
-        *entry[1:],
-    ]
+def torchrun_argv(spec: JobSpec, log_dir: Path, index: int = 0) -> list[str] | None:
+    """Node `index`'s agent argv: its pod's `torchrun ...` as `python -m torch.distributed.run` of
+    this interpreter (no PATH needed), or the pod's `python3 -c <node-rank launcher> ...` with this
+    interpreter; each worker's output tee'd behind a rank marker."""
+    entry = list(spec.engine.entrypoint(spec, spec.nodes_layout[index].group))
+    tee = ["--tee", "3", "--log-dir", str(log_dir), "--log-line-prefix-template", RANK_TEMPLATE]
+    if entry[0] == "torchrun":
+        return [sys.executable, "-m", "torch.distributed.run", *tee, *entry[1:]]
+    if entry[:3] == [LAUNCHER_PYTHON, "-c", NODE_RANK_LAUNCHER]:
+        return [sys.executable, "-c", NODE_RANK_LAUNCHER, *tee, *entry[3:]]
+    return None
 
 
 def check_trainer_args(args: Sequence[str], env: Mapping[str, str], world_size: int) -> None:
@@ -236,7 +230,7 @@ def plan_local(
                 env["DDP_TRAINER_CHECKPOINT_DIR"] = given
             checkpoint_dir = (cwd / given).resolve()
         log_dir = run_dir / "logs" / f"node-{index}"
-        argv = torchrun_argv(spec, log_dir) or list(spec.entrypoint)
+        argv = torchrun_argv(spec, log_dir, index) or list(spec.entrypoint)
         nodes.append(NodePlan(index, hostname, tuple(argv + args), dict(sorted(env.items())), log_dir))
     if spec.uses_trainer:
         check_trainer_args(args, nodes[0].env, spec.world_size)
@@ -300,7 +294,8 @@ def run_local(
     if failed is not None:
         code = failed.returncode or 1
         raise JobFailed(
-            describe_failure(state, failed.index, code, spec.nproc_per_node) + f" (exit code {code}; logs in {logs})",
+            describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
+            + f" (exit code {code}; logs in {logs})",
             code,
         )
     finish_note(console, state, plan.checkpoint_dir, plan.cwd, plan.run_dir / "logs")

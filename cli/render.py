@@ -14,16 +14,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from ddpctl.spec import SHM_MOUNT, JobSpec
+from ddpctl.engines.base import COMPLETION_INDEX as COMPLETION_INDEX_ANNOTATION
+from ddpctl.spec import SHM_MOUNT, JobSpec, NodeGroup
 from ddpctl.yamlsafe import finalize, to_yaml
 
 if TYPE_CHECKING:
     import jinja2
 
-COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-CONTAINER_NAMES = {"job": "trainer", "jobset": "trainer", "pytorchjob": "pytorch", "trainjob": "node"}
-PORT_NAMES = {"pytorchjob": "pytorchjob-port"}
+NODE_GROUP_LABEL = "ddpctl.io/node-group"
 
 
 def _bytecode_cache(jinja2: Any) -> Any:
@@ -63,16 +62,16 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _env_list(spec: JobSpec) -> list[dict[str, Any]]:
+def _env_list(spec: JobSpec, group: NodeGroup) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = []
-    if spec.node_rank_from_index:
+    if spec.node_rank_from_index and not spec.node_groups:
         env.append(
             {
                 "name": "PET_NODE_RANK",
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}},
             }
         )
-    env += [{"name": k, "value": v} for k, v in spec.container_env().items()]
+    env += [{"name": k, "value": v} for k, v in spec.container_env(group).items()]
     env += [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
         for k, ref in spec.secret_env.items()
@@ -80,15 +79,21 @@ def _env_list(spec: JobSpec) -> list[dict[str, Any]]:
     return env
 
 
-def _resources(spec: JobSpec) -> dict[str, Any]:
+def _gpu_resource(spec: JobSpec, group: NodeGroup) -> str:
+    return group.gpu_resource or spec.resources.gpu_resource
+
+
+def _resources(spec: JobSpec, group: NodeGroup) -> dict[str, Any]:
     requests: dict[str, str] = {}
     limits: dict[str, Any] = {}
-    if spec.resources.cpu:
-        requests["cpu"] = spec.resources.cpu
-    if spec.resources.memory:
-        requests["memory"] = limits["memory"] = spec.resources.memory
-    if spec.gpus_per_node:
-        limits[spec.resources.gpu_resource] = spec.gpus_per_node
+    cpu = group.resources.get("cpu", spec.resources.cpu)
+    memory = group.resources.get("memory", spec.resources.memory)
+    if cpu:
+        requests["cpu"] = cpu
+    if memory:
+        requests["memory"] = limits["memory"] = memory
+    if group.gpus_per_node:
+        limits[_gpu_resource(spec, group)] = group.gpus_per_node
     out: dict[str, Any] = {}
     if limits:
         out["limits"] = limits
@@ -97,10 +102,10 @@ def _resources(spec: JobSpec) -> dict[str, Any]:
     return out
 
 
-def _tolerations(spec: JobSpec) -> list[dict[str, Any]]:
-    tolerations = [dict(t) for t in spec.tolerations]
-    gpu_key = spec.resources.gpu_resource
-    if spec.gpus_per_node and not any(t.get("key") == gpu_key for t in tolerations):
+def _tolerations(spec: JobSpec, group: NodeGroup) -> list[dict[str, Any]]:
+    tolerations = [dict(t) for t in spec.tolerations] + [dict(t) for t in group.tolerations]
+    gpu_key = _gpu_resource(spec, group)
+    if group.gpus_per_node and not any(t.get("key") == gpu_key for t in tolerations):
         tolerations.append({"key": gpu_key, "operator": "Exists", "effect": "NoSchedule"})
     return tolerations
 
@@ -120,7 +125,10 @@ def _security(spec: JobSpec) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def view(spec: JobSpec) -> dict[str, Any]:
-    """Everything a template needs, derived once from the spec."""
+    """Everything a template needs, derived once from the spec: the job-wide values, and under
+    `groups` one complete view per node group (the uniform layout is the one group; its view is
+    the job-wide view itself, so single-group output is what it always was)."""
+    engine = spec.engine
     pod_sc, container_sc = _security(spec)
     top_labels = dict(spec.object_labels)
     if spec.queue:
@@ -132,30 +140,26 @@ def view(spec: JobSpec) -> dict[str, Any]:
             {"name": vname, "persistentVolumeClaim": {"claimName": vol.claim_name, "readOnly": vol.read_only}}
         )
         mounts.append({"name": vname, "mountPath": vol.mount_path, "readOnly": vol.read_only})
-    return {
+    first = spec.groups[0]
+    base = {
         "name": spec.name,
         "namespace": spec.namespace,
         "top_labels": dict(sorted(top_labels.items())),
         "labels": spec.object_labels,
         "annotations": dict(spec.annotations),
         "selector": spec.selector_labels,
-        "container_name": CONTAINER_NAMES[spec.target],
+        "container_name": engine.container_name,
         "image": spec.image,
         "pull_policy": spec.image_pull_policy,
         "image_pull_secrets": [{"name": s} for s in spec.image_pull_secrets],
-        "command": list(spec.entrypoint),
         "args": list(spec.trainer_args),
-        "env": _env_list(spec),
         "env_from": [{"secretRef": {"name": s}} for s in spec.env_from_secrets],
         "port": spec.master_port,
-        "port_name": PORT_NAMES.get(spec.target, "rendezvous"),
-        "resources": _resources(spec),
+        "port_name": engine.port_name,
         "pod_security_context": pod_sc,
         "container_security_context": container_sc,
         "volumes": volumes,
         "volume_mounts": mounts,
-        "tolerations": _tolerations(spec),
-        "node_selector": dict(spec.node_selector),
         "affinity": dict(spec.affinity),
         "priority_class": spec.priority_class_name,
         "service_account": spec.service_account_name,
@@ -164,18 +168,49 @@ def view(spec: JobSpec) -> dict[str, Any]:
         "ttl": spec.ttl_seconds_after_finished,
         "deadline": spec.active_deadline_seconds,
         "replicas": spec.replicas,
-        # PyTorchJob: a Master plus workers, or (elastic) workers only.
-        "worker_replicas": spec.replicas if spec.elastic else spec.replicas - 1,
         "elastic": spec.elastic,
         "min_nodes": spec.min_nodes,
         "max_nodes": spec.max_nodes,
-        "nproc": spec.nproc_per_node,
-        "nproc_text": str(spec.nproc_per_node),  # PyTorchJob's nprocPerNode is a string
+        "nproc": first.nproc,
         "max_restarts": spec.rendezvous.max_restarts,
         "service_name": spec.service_name,
-        "rjob": spec.replicated_job_name,
-        "subdomain": spec.service_name if spec.target == "job" else None,
+        "subdomain": engine.subdomain(spec),
     }
+    v = dict(base)
+    v["groups"] = [_group_view(spec, base, group) for group in spec.groups]
+    v.update({k: val for k, val in v["groups"][0].items() if k not in ("name", "replicas", "top_labels")})
+    v.update(engine.template_values(spec, dict(zip((g.name for g in spec.groups), v["groups"]))))
+    return v
+
+
+def _group_view(spec: JobSpec, base: dict[str, Any], group: NodeGroup) -> dict[str, Any]:
+    """The view of one group's workload and pods: its object name, node count, command, env,
+    resources and scheduling fields."""
+    engine = spec.engine
+    labels = dict(base["labels"])
+    top_labels = dict(base["top_labels"])
+    if spec.node_groups:
+        labels[NODE_GROUP_LABEL] = top_labels[NODE_GROUP_LABEL] = group.name
+    node_selector = dict(spec.node_selector)
+    node_selector.update(group.node_selector)
+    out = dict(base)
+    out.update(
+        {
+            "name": engine.workload_name(spec, group),
+            "top_labels": dict(sorted(top_labels.items())),
+            "labels": dict(sorted(labels.items())),
+            "group": group.name,
+            "replicas": spec.replicas if not spec.node_groups else group.nodes,
+            "command": list(engine.entrypoint(spec, group)),
+            "env": _env_list(spec, group),
+            "resources": _resources(spec, group),
+            "tolerations": _tolerations(spec, group),
+            "node_selector": dict(sorted(node_selector.items())),
+            "nproc": group.nproc,
+            "rjob": engine.replicated_job_name(spec, group),
+        }
+    )
+    return out
 
 
 def render(spec: JobSpec) -> list[dict[str, Any]]:
@@ -187,7 +222,7 @@ def render(spec: JobSpec) -> list[dict[str, Any]]:
 
 def render_text(spec: JobSpec) -> str:
     """The raw template output (YAML); `render` parses it, tests inspect it."""
-    return _environment().get_template(f"{spec.target}.yaml.j2").render(v=view(spec))
+    return _environment().get_template(spec.engine.template).render(v=view(spec))
 
 
 # ------------------------------------------------------------------------------ output formats

@@ -33,38 +33,12 @@ LOOPBACK = "127.0.0.1"
 
 
 def cluster_env(spec: JobSpec, index: int) -> dict[str, str]:
-    """The literal env of replica `index`'s training container in the cluster: the spec's env
-    plus what the target's engine injects (contracts.md). Secrets are not included."""
-    env = dict(spec.container_env())
-    node = str(index)
-    if spec.target in ("job", "jobset"):
-        env["JOB_COMPLETION_INDEX"] = node
-        if spec.node_rank_from_index:
-            env["PET_NODE_RANK"] = node
-    elif spec.target == "pytorchjob":
-        env["PET_NPROC_PER_NODE"] = str(spec.nproc_per_node)
-        if spec.elastic:
-            env.update(PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=spec.rdzv_endpoint, PET_NNODES=spec.nnodes)
-        else:
-            port = str(spec.master_port)
-            env.update(
-                MASTER_ADDR=spec.rank0_host,
-                PET_MASTER_ADDR=spec.rank0_host,
-                MASTER_PORT=port,
-                PET_MASTER_PORT=port,
-                WORLD_SIZE=str(spec.world_size),
-                RANK=node,
-                PET_NODE_RANK=node,
-                PET_NNODES=str(spec.nodes),
-            )
-    elif spec.target == "trainjob":
-        env.update(
-            PET_NNODES=str(spec.nodes),
-            PET_NPROC_PER_NODE=str(spec.nproc_per_node),
-            PET_NODE_RANK=node,
-            PET_MASTER_ADDR=spec.rank0_host,
-            PET_MASTER_PORT=str(spec.master_port),
-        )
+    """The literal env of node `index`'s training container in the cluster: its group's env from
+    the spec plus what the target's engine injects (see the engine modules in ddpctl.engines).
+    Secrets are not included."""
+    node = spec.nodes_layout[index]
+    env = dict(spec.container_env(node.group))
+    env.update(spec.engine.injected_env(spec, node))
     env.update(spec.env)  # the user's values win, as in the rendered container
     return dict(sorted(env.items()))
 

@@ -15,11 +15,14 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from ddpctl.engines import TARGETS, engine_for
 from ddpctl.errors import SpecError
 
-TARGETS: tuple[str, ...] = ("job", "pytorchjob", "jobset", "trainjob")
+if TYPE_CHECKING:
+    from ddpctl.engines import Engine
+
 BACKENDS: tuple[str, ...] = ("auto", "nccl", "gloo")
 RDZV_MODES: tuple[str, ...] = ("auto", "static", "c10d")
 PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
@@ -246,6 +249,46 @@ def _str_map(field_name: str, value: Any) -> None:
         )
 
 
+def _check_node_selector(field_name: str, selector: Any) -> None:
+    _str_map(field_name, selector)
+    for key, value in selector.items():
+        check_label_key(f"{field_name}.{key}", key)
+        check_label_value(f"{field_name}.{key}", value)
+
+
+def _check_tolerations(field_name: str, tolerations: Any) -> None:
+    """Tolerations as the pod takes them: key, operator, value, effect, tolerationSeconds."""
+    _require(isinstance(tolerations, tuple), field_name, "expected a list", "write it as a YAML list")
+    for i, tol in enumerate(tolerations):
+        _require(
+            isinstance(tol, Mapping), f"{field_name}[{i}]", "must be a map", "use keys key, operator, value, effect"
+        )
+        unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
+        _require(
+            not unknown,
+            f"{field_name}[{i}]",
+            f"unknown key {', '.join(sorted(unknown))}",
+            "use keys key, operator, value, effect, tolerationSeconds",
+        )
+        _require(
+            tol.get("operator", "Equal") in TOLERATION_OPERATORS,
+            f"{field_name}[{i}].operator",
+            f"{tol.get('operator')!r} is not Equal or Exists",
+            "use Equal or Exists",
+        )
+        _require(
+            tol.get("effect", "NoSchedule") in TAINT_EFFECTS,
+            f"{field_name}[{i}].effect",
+            f"{tol.get('effect')!r} is not a taint effect",
+            "use NoSchedule, PreferNoSchedule or NoExecute",
+        )
+        for key in ("key", "value", "operator", "effect"):
+            if key in tol:
+                check_plain_string(f"{field_name}[{i}].{key}", tol[key])
+        if "tolerationSeconds" in tol:
+            _positive_int(f"{field_name}[{i}].tolerationSeconds", tol["tolerationSeconds"], minimum=0)
+
+
 # --------------------------------------------------------------------------------------------
 # The spec's parts.
 # --------------------------------------------------------------------------------------------
@@ -311,6 +354,100 @@ class Resources:
         default="nvidia.com/gpu",
         metadata=doc("Extended resource that counts GPUs (limit = gpusPerNode).", pattern=_RESOURCE_NAME.pattern),
     )
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Nodes of one shape (`nodeGroups[i]`): a node count, GPUs and processes per node, and the
+    scheduling fields that differ per pool (A100 vs L4 nodes). The spec's own nodeSelector,
+    tolerations and resources apply to every group; a group's entries add to or override them."""
+
+    name: str = field(
+        metadata=doc(
+            "Group name, a DNS label unique in the job; names the group's Job/replicatedJob and pods.",
+            minLength=1,
+            maxLength=MAX_DNS_LABEL,
+            pattern=_DNS1123_LABEL.pattern,
+        )
+    )
+    nodes: int = field(metadata=doc("Nodes (pods) of this shape.", minimum=1, maximum=MAX_NODES))
+    gpus_per_node: int = field(metadata=doc("GPUs per node; 0 in every group runs on CPU with gloo.", minimum=0))
+    procs_per_node: int | None = field(
+        default=None, metadata=doc("Processes per node; null = one per GPU (2 on CPU).", minimum=1)
+    )
+    node_selector: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Node labels this group's pods need, added to nodeSelector (the group's win).",
+            **_string_map({"type": "string", "pattern": _bounded(_LABEL_VALUE)}),
+        ),
+    )
+    tolerations: tuple[Mapping[str, Any], ...] = field(
+        default=(),
+        metadata=doc(
+            "Taints this group's pods tolerate, added to tolerations.",
+            items={
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "key": {"type": "string", "pattern": _NO_NUL},
+                    "operator": {"type": "string", "enum": TOLERATION_OPERATORS},
+                    "value": {"type": "string", "pattern": _NO_NUL},
+                    "effect": {"type": "string", "enum": TAINT_EFFECTS},
+                    "tolerationSeconds": {"type": "integer"},
+                },
+            },
+        ),
+    )
+    resources: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "cpu and/or memory of this group's pods, over resources' (GPUs come from gpusPerNode).",
+            properties={k: {"type": "string", "pattern": _QUANTITY_PATTERN} for k in ("cpu", "memory")},
+            additionalProperties=False,
+        ),
+    )
+    gpu_resource: str | None = field(
+        default=None,
+        metadata=doc(
+            "Extended resource that counts this group's GPUs; null: resources.gpuResource.",
+            pattern=_RESOURCE_NAME.pattern,
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("node_selector", "resources"):
+            value = getattr(self, name)
+            if isinstance(value, Mapping):
+                object.__setattr__(self, name, _FrozenDict(sorted(value.items())))
+        if isinstance(self.tolerations, list):
+            object.__setattr__(self, "tolerations", tuple(self.tolerations))
+
+    @property
+    def nproc(self) -> int:
+        """Processes per node of this group: one per GPU, else the CPU process count (2 when not given)."""
+        if self.procs_per_node is not None:
+            return self.procs_per_node
+        return self.gpus_per_node or 2
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node (pod) of the job in rank order: its group, index in the group, processes and ranks."""
+
+    rank: int  # node rank: 0 is the first group's first node
+    group: NodeGroup
+    group_index: int  # which group, in spec order
+    index: int  # the completion index within its group
+    first_rank: int  # global rank of its local rank 0 (ranks are contiguous per node)
+
+    @property
+    def nproc(self) -> int:
+        return self.group.nproc
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.nproc)
 
 
 @dataclass(frozen=True)
@@ -412,6 +549,17 @@ class JobSpec:
         default=None,
         metadata=doc(
             "Processes per node; null = one per GPU (2 on CPU). At most gpusPerNode when GPUs are used.", minimum=1
+        ),
+    )
+    # Heterogeneous layouts: groups of nodes, each of one shape (empty: the uniform layout above
+    # is the one group). With groups, nodes/gpusPerNode are derived from them.
+    node_groups: tuple[NodeGroup, ...] = field(
+        default=(),
+        metadata=doc(
+            "Node groups of different shapes (`ddpctl --layout 4+3` makes them): a list of {name, nodes, "
+            "gpusPerNode, procsPerNode, nodeSelector, tolerations, resources, gpuResource}. Empty: the uniform "
+            "nodes/gpusPerNode/procsPerNode layout above, which non-empty groups replace. Not with target trainjob.",
+            items=NodeGroup,
         ),
     )
     backend: str = field(
@@ -545,7 +693,7 @@ class JobSpec:
     def __post_init__(self) -> None:
         # Normalise containers to immutable, sorted forms so equal specs render byte-identically.
         freeze = object.__setattr__
-        for name in ("image_pull_secrets", "command", "args", "env_from_secrets", "tolerations"):
+        for name in ("image_pull_secrets", "command", "args", "env_from_secrets", "tolerations", "node_groups"):
             value = getattr(self, name)
             if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
                 raise SpecError(camel(name), f"expected a list, got {type(value).__name__}", "write it as a YAML list")
@@ -557,6 +705,12 @@ class JobSpec:
                     camel(name), f"expected a map, got {type(value).__name__}", "write it as key: value pairs"
                 )
             freeze(self, name, _FrozenDict(sorted(value.items())) if name != "affinity" else _FrozenDict(value))
+        if self.node_groups:
+            self._validate_node_groups()
+            # The totals the rest of ddpctl reads (backend choice, notes); per-node values come from `nodes_layout`.
+            freeze(self, "nodes", sum(g.nodes for g in self.node_groups))
+            freeze(self, "gpus_per_node", max(g.gpus_per_node for g in self.node_groups))
+            freeze(self, "procs_per_node", None)
         self._validate()
 
     # ---------------------------------------------------------------- validation
@@ -566,6 +720,7 @@ class JobSpec:
         check_dns_label("name", self.name, rfc1035=True)
         check_dns_label("namespace", self.namespace)
         self._validate_layout()
+        self._validate_target_support()
         longest = self.longest_generated_name
         _require(
             len(longest) <= MAX_DNS_LABEL,
@@ -594,7 +749,6 @@ class JobSpec:
         self._validate_rendezvous()
         self._validate_resources()
         self._validate_pod_fields()
-        self._validate_target_support()
         _one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
         _positive_int("backoffLimit", self.backoff_limit, minimum=0)
         _positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
@@ -602,22 +756,8 @@ class JobSpec:
         _one_of("podSecurity", self.pod_security, POD_SECURITY)
 
     def _validate_target_support(self) -> None:
-        """Settings a target has no field for are refused, never silently dropped."""
-        if self.target != "trainjob":
-            return
-        other = "or use target job, jobset or pytorchjob"
-        _require(
-            not self.priority_class_name,
-            "priorityClassName",
-            "the trainjob target cannot set it (TrainJob has no such field)",
-            f"set it in the training runtime, {other}",
-        )
-        _require(
-            not self.env_from_secrets,
-            "envFromSecrets",
-            "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)",
-            f"list the variables in secretEnv, {other}",
-        )
+        """Settings and layouts a target cannot express are refused, never silently dropped."""
+        self.engine.check(self)
 
     def _validate_entrypoint(self) -> None:
         chosen = [n for n, v in (("module", self.module), ("script", self.script), ("command", self.command)) if v]
@@ -655,12 +795,6 @@ class JobSpec:
             lo, hi = self.min_nodes, self.max_nodes
             assert lo is not None and hi is not None  # _positive_int rejected None
             _require(lo <= hi, "nodes", f"min {lo} is more than max {hi}", "write nodes as MIN:MAX with MIN <= MAX")
-            _require(
-                self.target != "trainjob",
-                "nodes",
-                "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)",
-                "give a fixed count, or use target job, jobset or pytorchjob",
-            )
             _require(hi <= MAX_NODES, "nodes", f"max {hi} is more than {MAX_NODES}", f"use at most {MAX_NODES} nodes")
         else:
             _positive_int("nodes", self.nodes)
@@ -679,6 +813,63 @@ class JobSpec:
                 f"{self.procs_per_node} processes cannot share {self.gpus_per_node} GPUs one each",
                 "leave procsPerNode unset to use one process per GPU",
             )
+
+    def _validate_node_groups(self) -> None:
+        """Each group: a unique DNS-label name, a node count, GPUs and processes per node; GPUs in
+        every group or in none (one backend serves the whole job)."""
+        seen: set[str] = set()
+        for i, group in enumerate(self.node_groups):
+            where = f"nodeGroups[{i}]"
+            _require(isinstance(group, NodeGroup), where, "must be a map", "write it as {name, nodes, gpusPerNode}")
+            check_dns_label(f"{where}.name", group.name)
+            _require(
+                group.name not in seen, f"{where}.name", f"{group.name!r} is used twice", "give each group its own name"
+            )
+            seen.add(group.name)
+            _positive_int(f"{where}.nodes", group.nodes)
+            _positive_int(f"{where}.gpusPerNode", group.gpus_per_node, minimum=0)
+            _positive_int(f"{where}.procsPerNode", group.procs_per_node, allow_none=True)
+            if group.gpus_per_node and group.procs_per_node is not None:
+                _require(
+                    group.procs_per_node <= group.gpus_per_node,
+                    f"{where}.procsPerNode",
+                    f"{group.procs_per_node} processes cannot share {group.gpus_per_node} GPUs one each",
+                    "leave procsPerNode unset to use one process per GPU",
+                )
+            first = self.node_groups[0]
+            _require(
+                bool(group.gpus_per_node) == bool(first.gpus_per_node),
+                f"{where}.gpusPerNode",
+                f"{group.gpus_per_node} GPUs here but {first.gpus_per_node} in nodeGroups[0]: one backend serves the whole job",
+                "give every group GPUs, or none (CPU processes with gloo)",
+            )
+            _check_node_selector(f"{where}.nodeSelector", group.node_selector)
+            _check_tolerations(f"{where}.tolerations", group.tolerations)
+            _require(
+                isinstance(group.resources, Mapping) and set(group.resources) <= {"cpu", "memory"},
+                f"{where}.resources",
+                "only cpu and memory can be set per group",
+                "write it as {cpu: '8', memory: 64Gi}; GPUs come from gpusPerNode and gpuResource",
+            )
+            for key, value in group.resources.items():
+                check_quantity(f"{where}.resources.{key}", value)
+            if group.gpu_resource is not None:
+                _require(
+                    isinstance(group.gpu_resource, str) and bool(_RESOURCE_NAME.fullmatch(group.gpu_resource)),
+                    f"{where}.gpuResource",
+                    f"{group.gpu_resource!r} is not a resource name",
+                    "use a name like 'nvidia.com/gpu'",
+                )
+        _require(
+            self.min_nodes is None and self.max_nodes is None,
+            "nodeGroups",
+            "an elastic job (nodes MIN:MAX) cannot have node groups",
+            "give fixed node counts per group, or drop nodeGroups for an elastic job",
+        )
+        total = sum(g.nodes for g in self.node_groups)
+        _require(
+            total <= MAX_NODES, "nodeGroups", f"{total} nodes in all is more than {MAX_NODES}", f"use at most {MAX_NODES} nodes"
+        )
 
     def _validate_rendezvous(self) -> None:
         rdzv = self.rendezvous
@@ -786,38 +977,8 @@ class JobSpec:
                 "give each volume its own path",
             )
             mounts[vol.mount_path] = vname
-        _str_map("nodeSelector", self.node_selector)
-        for key, value in self.node_selector.items():
-            check_label_key(f"nodeSelector.{key}", key)
-            check_label_value(f"nodeSelector.{key}", value)
-        for i, tol in enumerate(self.tolerations):
-            _require(
-                isinstance(tol, Mapping), f"tolerations[{i}]", "must be a map", "use keys key, operator, value, effect"
-            )
-            unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
-            _require(
-                not unknown,
-                f"tolerations[{i}]",
-                f"unknown key {', '.join(sorted(unknown))}",
-                "use keys key, operator, value, effect, tolerationSeconds",
-            )
-            _require(
-                tol.get("operator", "Equal") in TOLERATION_OPERATORS,
-                f"tolerations[{i}].operator",
-                f"{tol.get('operator')!r} is not Equal or Exists",
-                "use Equal or Exists",
-            )
-            _require(
-                tol.get("effect", "NoSchedule") in TAINT_EFFECTS,
-                f"tolerations[{i}].effect",
-                f"{tol.get('effect')!r} is not a taint effect",
-                "use NoSchedule, PreferNoSchedule or NoExecute",
-            )
-            for key in ("key", "value", "operator", "effect"):
-                if key in tol:
-                    check_plain_string(f"tolerations[{i}].{key}", tol[key])
-            if "tolerationSeconds" in tol:
-                _positive_int(f"tolerations[{i}].tolerationSeconds", tol["tolerationSeconds"], minimum=0)
+        _check_node_selector("nodeSelector", self.node_selector)
+        _check_tolerations("tolerations", self.tolerations)
         for key in self.affinity:
             _require(
                 key in AFFINITY_KINDS,
@@ -860,15 +1021,50 @@ class JobSpec:
 
     @property
     def nproc_per_node(self) -> int:
-        """Processes per node: one per GPU, else the CPU process count (2 when not given)."""
+        """Processes per node of a uniform layout: one per GPU, else the CPU process count (2 when
+        not given). With node groups it is the first group's; per-node counts are in `nodes_layout`."""
+        if self.node_groups:
+            return self.node_groups[0].nproc
         if self.procs_per_node is not None:
             return self.procs_per_node
         return self.gpus_per_node or 2
 
     @property
+    def layout_summary(self) -> str:
+        """`2 nodes x 4 processes`, or per group `1 x 4 + 1 x 3 processes` (node groups)."""
+        if not self.node_groups:
+            return f"{self.nnodes} nodes x {self.nproc_per_node} processes"
+        return " + ".join(f"{g.nodes} x {g.nproc}" for g in self.groups) + " processes"
+
+    @property
+    def groups(self) -> tuple[NodeGroup, ...]:
+        """The node groups: the spec's, or the uniform layout as the one group `node`."""
+        if self.node_groups:
+            return self.node_groups
+        return (NodeGroup("node", self.replicas, self.gpus_per_node, self.procs_per_node),)
+
+    @property
+    def uneven(self) -> bool:
+        """Do nodes run different numbers of processes?"""
+        return len({g.nproc for g in self.groups}) > 1
+
+    @property
+    def nodes_layout(self) -> tuple[Node, ...]:
+        """Every node in rank order: groups in spec order, nodes in completion-index order, and
+        global ranks contiguous per node (as torchrun assigns them: a cumulative sum of the nodes'
+        process counts in node-rank order)."""
+        out: list[Node] = []
+        first_rank = 0
+        for g, group in enumerate(self.groups):
+            for index in range(group.nodes):
+                out.append(Node(len(out), group, g, index, first_rank))
+                first_rank += group.nproc
+        return tuple(out)
+
+    @property
     def world_size(self) -> int:
-        """Total processes: nodes x processes per node (the elastic maximum when elastic)."""
-        return self.replicas * self.nproc_per_node
+        """Total processes: the sum over nodes (the elastic maximum when elastic)."""
+        return sum(g.nodes * g.nproc for g in self.groups)
 
     @property
     def resolved_backend(self) -> str:
@@ -884,30 +1080,23 @@ class JobSpec:
         return "c10d" if self.elastic else "static"
 
     @property
-    def service_name(self) -> str:
-        """The headless Service that gives pods DNS names (Indexed Job and JobSet targets)."""
-        return self.name
+    def engine(self) -> Engine:
+        """The chosen target's engine: every fact about how it names, wires and ranks pods."""
+        return engine_for(self.target)
 
     @property
-    def replicated_job_name(self) -> str:
-        """The JobSet replicatedJob name; Trainer v2's torch runtime names it `node` too."""
-        return "node"
+    def service_name(self) -> str:
+        """The headless Service / subdomain that gives pods DNS names (Indexed Job and JobSet targets)."""
+        return self.name
 
     @property
     def rank0_host(self) -> str:
         """The DNS name the chosen engine gives rank 0's pod: MASTER_ADDR / rendezvous host."""
-        n = self.name
-        if self.target == "job":
-            return f"{n}-0.{self.service_name}"
-        if self.target == "pytorchjob":
-            return f"{n}-worker-0" if self.elastic else f"{n}-master-0"
-        # JobSet and TrainJob (a JobSet underneath): <jobset>-<rjob>-<jobIndex>-<podIndex>.<subdomain>
-        return f"{n}-{self.replicated_job_name}-0-0.{n}"
+        return self.engine.rank0_host(self)
 
     @property
     def master_port(self) -> int:
-        # Trainer v2's torch runtime always uses 29500.
-        return 29500 if self.target == "trainjob" else self.rendezvous.port
+        return self.engine.master_port(self)
 
     @property
     def rdzv_endpoint(self) -> str:
@@ -916,25 +1105,12 @@ class JobSpec:
     @property
     def node_rank_source(self) -> str:
         """Where each pod learns its node rank, for `render --explain`."""
-        return {
-            "job": "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)",
-            "jobset": "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)",
-            "c10d": "the c10d rendezvous, in the order nodes join",
-            "pytorchjob": "the training operator (PET_NODE_RANK: master 0, worker i -> i+1)",
-            "trainjob": "the Trainer v2 torch runtime (PET_NODE_RANK from the completion index)",
-        }["c10d" if self.rdzv_mode == "c10d" and self.target != "trainjob" else self.target]
+        return self.engine.node_rank_source(self)
 
     @property
     def pod_hostnames(self) -> tuple[str, ...]:
         """Every pod's hostname (without the subdomain), rank order."""
-        n, count = self.name, self.replicas
-        if self.target == "job":
-            return tuple(f"{n}-{i}" for i in range(count))
-        if self.target == "pytorchjob":
-            if self.elastic:
-                return tuple(f"{n}-worker-{i}" for i in range(count))
-            return (f"{n}-master-0",) + tuple(f"{n}-worker-{i}" for i in range(count - 1))
-        return tuple(f"{n}-{self.replicated_job_name}-0-{i}" for i in range(count))
+        return self.engine.pod_hostnames(self)
 
     @property
     def longest_generated_name(self) -> str:
@@ -987,32 +1163,15 @@ class JobSpec:
                 extra += ["--data-dir", self.volumes["data"].mount_path]
         return tuple(extra) + self.args
 
-    def torchrun_env(self) -> dict[str, str]:
-        """PET_* variables that wire torchrun; engines that inject their own get only the rest."""
-        env: dict[str, str] = {}
-        operator_wired = self.target in ("pytorchjob", "trainjob")
-        if not operator_wired:
-            env["PET_NNODES"] = self.nnodes
-            env["PET_NPROC_PER_NODE"] = str(self.nproc_per_node)
-            if self.rdzv_mode == "static":
-                env["PET_MASTER_ADDR"] = self.rank0_host
-                env["PET_MASTER_PORT"] = str(self.master_port)
-            else:
-                env["PET_RDZV_BACKEND"] = "c10d"
-                env["PET_RDZV_ENDPOINT"] = self.rdzv_endpoint
-                env["PET_RDZV_ID"] = self.name
-        if self.rdzv_mode == "c10d" and self.target != "pytorchjob":
-            env["PET_RDZV_CONF"] = (
-                f"join_timeout={self.rendezvous.join_timeout},last_call_timeout={self.rendezvous.last_call_timeout}"
-            )
-        if self.target != "pytorchjob" or not self.elastic:
-            # The training operator sets PET_MAX_RESTARTS itself for elastic jobs.
-            env["PET_MAX_RESTARTS"] = str(self.rendezvous.max_restarts)
-        return env
+    def torchrun_env(self, group: NodeGroup | None = None) -> dict[str, str]:
+        """PET_* variables that wire torchrun in `group`'s pods (default: the first group); engines
+        that inject their own get only the rest."""
+        return self.engine.torchrun_env(self, group or self.groups[0])
 
-    def container_env(self) -> dict[str, str]:
-        """Literal env of the training container: wiring first, then the user's (user wins on clash)."""
-        env = self.torchrun_env()
+    def container_env(self, group: NodeGroup | None = None) -> dict[str, str]:
+        """Literal env of the training container (of `group`'s pods): wiring first, then the
+        user's (user wins on clash)."""
+        env = self.torchrun_env(group)
         # The backend for the training code: our trainer reads DDP_TRAINER_<FLAG>, a user's
         # script can read DDP_BACKEND.
         env["DDP_TRAINER_BACKEND" if self.uses_trainer else "DDP_BACKEND"] = self.resolved_backend
@@ -1025,7 +1184,7 @@ class JobSpec:
     def node_rank_from_index(self) -> bool:
         """Static layouts on targets where we (not an operator) map the completion index to
         PET_NODE_RANK; with c10d the rendezvous assigns node ranks."""
-        return self.target in ("job", "jobset") and self.rdzv_mode == "static"
+        return self.engine.node_rank_from_index(self)
 
     # ---------------------------------------------------------------- (de)serialisation
 
@@ -1044,6 +1203,12 @@ class JobSpec:
             value = getattr(self, f.name)
             key = camel(f.name)
             if f.name in ("min_nodes", "max_nodes"):
+                continue
+            if self.node_groups and f.name in ("nodes", "gpus_per_node", "procs_per_node"):
+                continue  # given per group
+            if f.name == "node_groups":
+                if value:
+                    out[key] = [_group_dict(g) for g in value]
                 continue
             if f.name == "nodes":
                 out[key] = self.nnodes if self.elastic else self.nodes
@@ -1073,6 +1238,21 @@ class _FrozenDict(dict[str, Any]):
 
     def __hash__(self) -> int:  # type: ignore[override]  # dict sets __hash__ = None; a frozen map can hash
         return hash(tuple(sorted((k, repr(v)) for k, v in self.items())))
+
+
+def _group_dict(group: NodeGroup) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": group.name, "nodes": group.nodes, "gpusPerNode": group.gpus_per_node}
+    if group.procs_per_node is not None:
+        out["procsPerNode"] = group.procs_per_node
+    if group.node_selector:
+        out["nodeSelector"] = dict(group.node_selector)
+    if group.tolerations:
+        out["tolerations"] = [dict(t) for t in group.tolerations]
+    if group.resources:
+        out["resources"] = dict(group.resources)
+    if group.gpu_resource is not None:
+        out["gpuResource"] = group.gpu_resource
+    return out
 
 
 def _plain(value: Any) -> Any:
@@ -1130,6 +1310,50 @@ def _sub_dataclass(cls: type, field_name: str, data: Any) -> Any:
         raise SpecError(field_name, str(exc), "see `ddpctl init` for the keys") from None
 
 
+_GROUP_KEYS = {
+    "name": "name",
+    "nodes": "nodes",
+    "gpusPerNode": "gpus_per_node",
+    "procsPerNode": "procs_per_node",
+    "nodeSelector": "node_selector",
+    "tolerations": "tolerations",
+    "resources": "resources",
+    "gpuResource": "gpu_resource",
+}
+
+
+def _node_groups(value: Any) -> tuple[NodeGroup, ...]:
+    """nodeGroups: a list of {name, nodes, gpusPerNode, procsPerNode?, nodeSelector?, tolerations?,
+    resources?, gpuResource?}; each error names the group's index and key."""
+    if value is None:
+        return ()
+    if not isinstance(value, (list, tuple)):
+        raise SpecError("nodeGroups", f"expected a list, got {type(value).__name__}", "write it as a YAML list")
+    groups = []
+    for i, item in enumerate(value):
+        where = f"nodeGroups[{i}]"
+        if not isinstance(item, Mapping):
+            raise SpecError(where, f"expected a map, got {type(item).__name__}", "write it as {name, nodes, gpusPerNode}")
+        for key in item:
+            if key not in _GROUP_KEYS:
+                raise SpecError(f"{where}.{key}", "is not a known key", f"use one of {', '.join(_GROUP_KEYS)}")
+        for key in ("name", "nodes", "gpusPerNode"):
+            if key not in item:
+                raise SpecError(f"{where}.{key}", "is missing", f"give every group {key}")
+        kwargs = {_GROUP_KEYS[k]: v for k, v in item.items()}
+        for key in ("node_selector", "resources"):
+            if kwargs.get(key) is None:
+                kwargs[key] = {}
+            elif not isinstance(kwargs[key], Mapping):
+                raise SpecError(f"{where}.{camel(key)}", "expected a map", "write it as key: value pairs")
+        if kwargs.get("tolerations") is None:
+            kwargs["tolerations"] = ()
+        elif not isinstance(kwargs["tolerations"], (list, tuple)):
+            raise SpecError(f"{where}.tolerations", "expected a list", "write it as a YAML list")
+        groups.append(NodeGroup(**kwargs))
+    return tuple(groups)
+
+
 def _env_value(field_name: str, value: Any) -> Any:
     """YAML turns `OMP_NUM_THREADS: 4` into an int; env values are strings, so numbers are kept
     as written. Booleans are refused: YAML's `yes`/`on` would silently become 'True'."""
@@ -1157,6 +1381,8 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
             raise SpecError(str(key), "is not a known key", _key_fix(str(key), _SPEC_KEYS))
         if name == "nodes":
             kwargs["nodes"], kwargs["min_nodes"], kwargs["max_nodes"] = parse_nodes(value)
+        elif name == "node_groups":
+            kwargs[name] = _node_groups(value)
         elif name == "rendezvous":
             kwargs[name] = _sub_dataclass(Rendezvous, key, value)
         elif name == "resources":
@@ -1185,6 +1411,14 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
             kwargs[name] = ()
         else:
             kwargs[name] = value
+    if kwargs.get("node_groups"):
+        both = [camel(k) for k in ("nodes", "gpus_per_node", "procs_per_node") if k in kwargs]
+        if both:
+            raise SpecError(
+                "nodeGroups",
+                f"is set together with {', '.join(both)}",
+                "give nodes, gpusPerNode and procsPerNode in each group, or drop nodeGroups",
+            )
     if kwargs.get("command") or kwargs.get("script"):
         kwargs.setdefault("module", None)  # a file that names a script/command replaces the default module
     return kwargs

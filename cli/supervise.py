@@ -61,7 +61,12 @@ class JobFailed(RuntimeFailure):
 
 
 def layout_phrase(spec: JobSpec, unit: str) -> str:
-    """`2 nodes x 2 processes`, `1 node x 1 process`, `1:4 nodes x 2 processes` (elastic)."""
+    """`2 nodes x 2 processes`, `1 node x 1 process`, `1:4 nodes x 2 processes` (elastic); with node
+    groups `1 node x 2 processes + 1 node x 1 process`."""
+    if spec.node_groups:
+        return " + ".join(
+            f"{plural(g.nodes, unit)} x {plural(g.nproc, 'process', 'processes')}" for g in spec.groups
+        )
     nodes = f"{spec.nnodes} {unit if spec.nnodes == '1' else unit + 's'}"
     return f"{nodes} x {plural(spec.nproc_per_node, 'process', 'processes')}"
 
@@ -197,7 +202,7 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> str:
+def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -> str:
     """One line naming the rank that failed first, with its error (not the ranks that stopped
     because of it): as torchrun's root cause, the earliest failure by time, across all nodes.
 
@@ -212,8 +217,8 @@ def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> 
     candidates.sort(key=lambda f: (f.code >= 0, not f.root_cause, f.time, f.rank if f.rank is not None else 0))
     primary = candidates[0] if candidates else None
     if primary is None and not any(f.node == node for f in state.failures):
-        first, last = node * nproc, node * nproc + nproc - 1
-        ranks = f"rank {first}" if first == last else f"ranks {first}-{last}"
+        first, last = ranks[0], ranks[-1]
+        ranks_text = f"rank {first}" if first == last else f"ranks {first}-{last}"
         if node_code > 128:
             how = f"was killed by {_signal_name(128 - node_code)}"
         elif node_code < 0:
@@ -223,7 +228,7 @@ def describe_failure(state: JobState, node: int, node_code: int, nproc: int) -> 
         agent_error = state.agent_errors.get(node)
         if agent_error:
             how += f": {_short_error(agent_error)}"
-        return f"job {state.name} failed: node {node} ({ranks}) {how}"
+        return f"job {state.name} failed: node {node} ({ranks_text}) {how}"
     primary = primary or (state.failures[0] if state.failures else None)
     if primary is None or primary.rank is None:
         return f"job {state.name} failed: node {node} exited with code {node_code}"

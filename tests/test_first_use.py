@@ -368,7 +368,7 @@ def test_an_agent_that_dies_on_its_own_is_named_with_its_exception() -> None:
         "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
     ]:
         _show(console, state, Agent(), line)
-    text = describe_failure(state, 0, 1, 2)
+    text = describe_failure(state, 0, 1, range(2))
     assert text.startswith("job ddp-train failed: node 0 (ranks 0-1) exited with code 1: torch.distributed.DistNet")
     assert "address already in use" in text
     assert "Traceback" not in console.out.getvalue()  # type: ignore[attr-defined]
@@ -437,7 +437,7 @@ def test_the_failure_summary_blames_torchruns_root_cause(reports, rank_errors, e
         state.on_rank_line(rank, error)
     for node, lines in reports.items():
         assert not any(state.on_node_line(node, line) for line in lines), "the block stays in the log file"
-    assert describe_failure(state, 0, 1, 2) == f"job ddp-train failed: {expected}"
+    assert describe_failure(state, 0, 1, range(2)) == f"job ddp-train failed: {expected}"
 
 
 def test_torchruns_omp_banner_is_shown_once_and_other_agent_lines_stay() -> None:

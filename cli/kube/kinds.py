@@ -1,4 +1,4 @@
-"""The kinds ddpctl creates and reads, and how each engine names and ranks its pods."""
+"""The kinds ddpctl creates and reads; how each engine names and ranks its pods is asked of ddpctl.engines."""
 
 from __future__ import annotations
 
@@ -6,12 +6,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-MANAGED_BY = "app.kubernetes.io/managed-by=ddpctl"
-INSTANCE = "app.kubernetes.io/instance"
-COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
-KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"
-JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+from ddpctl.engines import engine_for
+from ddpctl.engines.base import COMPLETION_INDEX, INSTANCE, MANAGED_BY
+from ddpctl.engines.pytorchjob import REPLICA_INDEX as KF_REPLICA_INDEX
+from ddpctl.engines.pytorchjob import REPLICA_TYPE as KF_REPLICA_TYPE
+from ddpctl.engines.trainjob import JOBSET_NAME
 
 
 @dataclass(frozen=True)
@@ -55,46 +54,18 @@ class Kind:
         return base
 
 
-JOB = Kind(
-    "Job",
-    "batch",
-    "v1",
-    "jobs",
-    target="job",
-    engine="Kubernetes (batch/v1)",
-    success=("Complete",),
-    failure=("Failed",),
-)
-PYTORCHJOB = Kind(
-    "PyTorchJob",
-    "kubeflow.org",
-    "v1",
-    "pytorchjobs",
-    target="pytorchjob",
-    engine="the Kubeflow Training Operator v1",
-    success=("Succeeded",),
-    failure=("Failed",),
-)
-JOBSET = Kind(
-    "JobSet",
-    "jobset.x-k8s.io",
-    "v1alpha2",
-    "jobsets",
-    target="jobset",
-    engine="JobSet",
-    success=("Completed",),
-    failure=("Failed",),
-)
-TRAINJOB = Kind(
-    "TrainJob",
-    "trainer.kubeflow.org",
-    "v1alpha1",
-    "trainjobs",
-    target="trainjob",
-    engine="Kubeflow Trainer v2",
-    success=("Complete",),
-    failure=("Failed",),
-)
+def _workload(target: str) -> Kind:
+    """The Kind of an engine's workload object (the facts live in ddpctl.engines)."""
+    w = engine_for(target).workload
+    return Kind(
+        w.kind, w.group, w.version, w.plural, target=target, engine=w.installed_by, success=w.success, failure=w.failure
+    )
+
+
+JOB = _workload("job")
+PYTORCHJOB = _workload("pytorchjob")
+JOBSET = _workload("jobset")
+TRAINJOB = _workload("trainjob")
 RUNTIME = Kind(
     "ClusterTrainingRuntime",
     "trainer.kubeflow.org",
@@ -129,66 +100,32 @@ def job_selector(name: str) -> str:
 
 
 def pod_selector(kind: Kind, name: str) -> str:
-    """How to find a job's pods. Our labels are on the pod template of job, jobset and pytorchjob;
-    a TrainJob's pods come from its runtime's template, and carry the JobSet (= TrainJob) name."""
-    if kind is TRAINJOB:
-        return f"{JOBSET_NAME}={name}"
-    return job_selector(name)
+    """How to find a job's pods (the engine knows which labels they carry)."""
+    return engine_for(kind.target).pod_selector(name)  # type: ignore[arg-type]
 
 
 def container_name(kind: Kind) -> str:
-    return {"Job": "trainer", "JobSet": "trainer", "PyTorchJob": "pytorch", "TrainJob": "node"}[kind.kind]
+    return engine_for(kind.target).container_name  # type: ignore[arg-type]
 
 
 def replica_type(kind: Kind, pod: dict[str, Any]) -> str:
-    if kind is PYTORCHJOB:
-        replica: str = (pod["metadata"].get("labels") or {}).get(KF_REPLICA_TYPE, "worker")
-        return replica
-    return "node"
+    return engine_for(kind.target).replica_type(pod)  # type: ignore[arg-type]
 
 
-def _int(text: Any) -> int | None:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
+def replica_types(kind: Kind) -> tuple[str, ...]:
+    """The replica types of a kind's pods, the one with rank 0 first."""
+    return engine_for(kind.target).replica_types  # type: ignore[arg-type]
 
 
 def rank_of(kind: Kind, job: dict[str, Any] | None, pod: dict[str, Any]) -> int | None:
-    """Node rank of a pod: the completion index (job, jobset, trainjob); for a PyTorchJob master 0,
-    worker i -> i+1 (i when the job has no Master: elastic)."""
-    md = pod.get("metadata") or {}
-    labels, annotations = md.get("labels") or {}, md.get("annotations") or {}
-    if kind is PYTORCHJOB:
-        index = _int(labels.get(KF_REPLICA_INDEX))
-        if index is None:
-            return None
-        if labels.get(KF_REPLICA_TYPE) == "master":
-            return index
-        specs = ((job or {}).get("spec") or {}).get("pytorchReplicaSpecs") or {}
-        has_master = "Master" in specs if job else True
-        return index + (1 if has_master else 0)
-    return _int(labels.get(COMPLETION_INDEX, annotations.get(COMPLETION_INDEX)))
+    """Node rank of a pod, as its engine numbers them."""
+    return engine_for(kind.target).rank_of(job, pod)  # type: ignore[arg-type]
 
 
 def expected_nodes(kind: Kind, job: dict[str, Any]) -> int | None:
-    spec = job.get("spec") or {}
-    if kind is JOB:
-        return _int(spec.get("completions"))
-    if kind is PYTORCHJOB:
-        specs = spec.get("pytorchReplicaSpecs") or {}
-        return sum(_int((specs.get(r) or {}).get("replicas", 1)) or 0 for r in ("Master", "Worker") if r in specs)
-    if kind is JOBSET:
-        total = 0
-        for rj in spec.get("replicatedJobs") or []:
-            jspec = (rj.get("template") or {}).get("spec") or {}
-            total += (_int(rj.get("replicas", 1)) or 0) * (
-                _int(jspec.get("completions", jspec.get("parallelism", 1))) or 0
-            )
-        return total
-    if kind is TRAINJOB:
-        return _int((spec.get("trainer") or {}).get("numNodes"))
-    return None
+    if kind.target is None:
+        return None
+    return engine_for(kind.target).expected_nodes(job)
 
 
 def rank_notice(job: dict[str, Any], name: str, rank: int) -> str | None:

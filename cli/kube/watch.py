@@ -19,7 +19,6 @@ from ddpctl.kube.config import Cluster, iter_lines
 from ddpctl.kube.kinds import (
     EVENT,
     POD,
-    PYTORCHJOB,
     Kind,
     container_name,
     expected_nodes,
@@ -27,6 +26,7 @@ from ddpctl.kube.kinds import (
     pod_selector,
     rank_of,
     replica_type,
+    replica_types,
 )
 
 WATCH_SECONDS = 300  # server-side timeout of one watch request; it is renewed from the last resourceVersion
@@ -322,7 +322,7 @@ def status_line(
     nodes = expected_nodes(kind, job)
     groups = counts(kind, pods)
     if not groups:
-        groups = {"master" if kind is PYTORCHJOB else "node": Counter()}
+        groups = {replica_types(kind)[0]: Counter()}
     parts = []
     for replica in sorted(groups, key=lambda r: (r != "master", r)):
         c = groups[replica]

@@ -1,0 +1,254 @@
+"""The interface every engine implements, and what the engines that we wire ourselves share.
+
+An engine is everything ddpctl knows about one way of running a multi-node job on Kubernetes: the
+objects it creates and their names, the pods' hostnames and DNS names, where rank 0 listens, the
+env its controller injects into the training container, how a pod learns its node rank, what it
+can run (elastic layouts, node groups), and how `status`/`logs`/`delete` find its pods. Render,
+explain, `run --local`, `run --docker` and the kube commands all ask the engine; none of them
+branches on the target. Each engine module's docstring states its contract, with the upstream
+documentation it comes from.
+
+Engines sit below the JobSpec: they take the spec as an argument and import its types only for
+type checking, so `ddpctl.spec` can ask `engine_for(target)` without an import cycle.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from ddpctl.errors import SpecError
+
+if TYPE_CHECKING:
+    from ddpctl.spec import JobSpec, Node, NodeGroup
+
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+MANAGED_BY = "app.kubernetes.io/managed-by=ddpctl"
+INSTANCE = "app.kubernetes.io/instance"
+NODE_RANK_OFFSET = "PET_NODE_RANK_OFFSET"
+
+# With node groups, each group is its own Indexed Job whose completion index starts at 0, and the
+# downward API cannot add the group's offset. This launcher does, without a shell (restricted pods,
+# images without sh): PET_NODE_RANK = PET_NODE_RANK_OFFSET + JOB_COMPLETION_INDEX (the Job
+# controller sets JOB_COMPLETION_INDEX in every Indexed Job pod), then it is torchrun itself
+# (`torch.distributed.run.main`, which parses the rest of the command line as torchrun does).
+NODE_RANK_LAUNCHER = (
+    "import os, sys; "
+    "os.environ['PET_NODE_RANK'] = str(int(os.environ['PET_NODE_RANK_OFFSET']) + int(os.environ['JOB_COMPLETION_INDEX'])); "
+    "sys.argv[0] = 'torchrun'; "
+    "from torch.distributed.run import main; "
+    "main()"
+)
+LAUNCHER_PYTHON = "python3"
+
+
+@dataclass(frozen=True)
+class WorkloadKind:
+    """The API kind of an engine's top-level workload, and the conditions that end it."""
+
+    kind: str
+    group: str
+    version: str
+    plural: str
+    installed_by: str  # for messages: what the cluster needs installed
+    success: tuple[str, ...]
+    failure: tuple[str, ...]
+
+
+def _int(text: Any) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+class Engine(ABC):
+    """One target. Subclasses set the class attributes and implement the abstract methods."""
+
+    target: ClassVar[str]
+    title: ClassVar[str]  # for `render --explain`
+    workload: ClassVar[WorkloadKind]
+    container_name: ClassVar[str]  # the training container's name in the pod
+    port_name: ClassVar[str] = "rendezvous"
+    restart_semantics: ClassVar[str]  # how a failed pod is handled, for `render --explain`
+    left_to_engine: ClassVar[tuple[str, ...]] = ()  # spec settings the engine's runtime decides
+    supports_elastic: ClassVar[bool] = True
+    replica_types: ClassVar[tuple[str, ...]] = ("node",)  # pod roles, rank 0's first (status lines)
+
+    @property
+    def template(self) -> str:
+        """The Jinja2 template under templates/ that lays out this engine's objects."""
+        return f"{self.target}.yaml.j2"
+
+    # ------------------------------------------------------------ what it can run
+
+    def check(self, spec: JobSpec) -> None:
+        """Refuse, with a field error, what this engine cannot express (never drop it silently)."""
+        if spec.elastic and not self.supports_elastic:
+            raise SpecError(
+                "nodes",
+                f"the {self.target} target has no elastic policy",
+                f"give a fixed count, or use target {self.alternatives('elastic')}",
+            )
+
+    @staticmethod
+    def alternatives(feature: str) -> str:
+        from ddpctl.engines import ENGINES
+
+        able = [e.target for e in ENGINES.values() if e.can(feature)]
+        return ", ".join(able[:-1]) + f" or {able[-1]}" if len(able) > 1 else able[0]
+
+    def can(self, feature: str) -> bool:
+        """`elastic` or `groups` (any node-group layout)."""
+        return self.supports_elastic if feature == "elastic" else True
+
+    # ------------------------------------------------------------ names
+
+    def workload_name(self, spec: JobSpec, group: NodeGroup) -> str:
+        """The name of the object that runs `group`'s pods (one object for all of them by default)."""
+        return spec.name
+
+    def replicated_job_name(self, spec: JobSpec, group: NodeGroup) -> str | None:
+        """The JobSet replicatedJob that runs `group` (JobSet-based engines only)."""
+        return None
+
+    def subdomain(self, spec: JobSpec) -> str | None:
+        """The pods' `spec.subdomain`, where we set it in the pod template."""
+        return None
+
+    def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        """Extra values this engine's template needs, from the per-group views (by group name)."""
+        return {}
+
+    @abstractmethod
+    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
+        """The hostname the engine gives `node`'s pod."""
+
+    def pod_hostnames(self, spec: JobSpec) -> tuple[str, ...]:
+        return tuple(self.pod_hostname(spec, n) for n in spec.nodes_layout)
+
+    @abstractmethod
+    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
+        """The names other pods reach `node`'s pod by; the last is the one ddpctl wires."""
+
+    def rank0_host(self, spec: JobSpec) -> str:
+        """The DNS name of rank 0's pod: MASTER_ADDR, or the c10d store's host."""
+        return self.dns_names(spec, spec.nodes_layout[0])[-1]
+
+    def master_port(self, spec: JobSpec) -> int:
+        return spec.rendezvous.port
+
+    # ------------------------------------------------------------ wiring
+
+    @abstractmethod
+    def node_rank_source(self, spec: JobSpec) -> str:
+        """Where a pod learns its node rank, in words."""
+
+    def node_rank_from_index(self, spec: JobSpec) -> bool:
+        """Do we (not an operator) give PET_NODE_RANK from the completion index (downward API)?"""
+        return False
+
+    @abstractmethod
+    def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
+        """The PET_* env we put in `group`'s pods (what the engine does not inject itself)."""
+
+    def entrypoint(self, spec: JobSpec, group: NodeGroup) -> tuple[str, ...]:
+        """The container command of `group`'s pods."""
+        return spec.entrypoint
+
+    @abstractmethod
+    def injected_env(self, spec: JobSpec, node: Node) -> dict[str, str]:
+        """What the engine's controller adds to the container env of `node`'s pod (so local runs
+        and containers get exactly the pod's env); the later entry wins, as in the pod."""
+
+    # ------------------------------------------------------------ status / logs / delete
+
+    def pod_selector(self, name: str) -> str:
+        """The label selector that finds job NAME's pods: our labels are on every pod template."""
+        return f"{INSTANCE}={name},{MANAGED_BY}"
+
+    def replica_type(self, pod: dict[str, Any]) -> str:
+        return "node"
+
+    def rank_of(self, job: dict[str, Any] | None, pod: dict[str, Any]) -> int | None:
+        """Node rank of a pod: its completion index, plus its group's offset (node groups)."""
+        md = pod.get("metadata") or {}
+        labels, annotations = md.get("labels") or {}, md.get("annotations") or {}
+        index = _int(labels.get(COMPLETION_INDEX, annotations.get(COMPLETION_INDEX)))
+        if index is None:
+            return None
+        return index + (_offset(pod) or 0)
+
+    @abstractmethod
+    def expected_nodes(self, job: dict[str, Any]) -> int | None:
+        """How many node pods the workload object asks for."""
+
+
+def _offset(pod: dict[str, Any]) -> int | None:
+    """PET_NODE_RANK_OFFSET from the pod's training container (node groups on job/jobset)."""
+    for container in (pod.get("spec") or {}).get("containers") or []:
+        for item in container.get("env") or []:
+            if item.get("name") == NODE_RANK_OFFSET:
+                return _int(item.get("value"))
+    return None
+
+
+class IndexedEngine(Engine):
+    """Engines whose pods come from Indexed Jobs that we wire ourselves (job, jobset): torchrun's
+    settings are PET_* env in the pod; the node rank is the completion index (downward API), plus
+    the group's offset through NODE_RANK_LAUNCHER when there are node groups."""
+
+    def check(self, spec: JobSpec) -> None:
+        super().check(spec)
+        if spec.node_groups and spec.rdzv_mode != "static":
+            raise SpecError(
+                "rendezvous.mode",
+                "node groups need static rendezvous (c10d numbers nodes in the order they join, so rank 0 could be anywhere)",
+                "leave rendezvous.mode at auto or static",
+            )
+
+    def node_rank_from_index(self, spec: JobSpec) -> bool:
+        return spec.rdzv_mode == "static"
+
+    def node_rank_source(self, spec: JobSpec) -> str:
+        if spec.rdzv_mode == "c10d":
+            return "the c10d rendezvous, in the order nodes join"
+        if spec.node_groups:
+            return (
+                "the pod's completion index plus its group's first node rank "
+                f"(PET_NODE_RANK = {NODE_RANK_OFFSET} + JOB_COMPLETION_INDEX, added by a python3 -c launcher)"
+            )
+        return "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)"
+
+    def group_offset(self, spec: JobSpec, group: NodeGroup) -> int:
+        return next(n.rank for n in spec.nodes_layout if n.group is group)
+
+    def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
+        env: dict[str, str] = {"PET_NNODES": spec.nnodes, "PET_NPROC_PER_NODE": str(group.nproc)}
+        if spec.rdzv_mode == "static":
+            env["PET_MASTER_ADDR"] = spec.rank0_host
+            env["PET_MASTER_PORT"] = str(spec.master_port)
+            if spec.node_groups:
+                env[NODE_RANK_OFFSET] = str(self.group_offset(spec, group))
+        else:
+            env["PET_RDZV_BACKEND"] = "c10d"
+            env["PET_RDZV_ENDPOINT"] = spec.rdzv_endpoint
+            env["PET_RDZV_ID"] = spec.name
+            env["PET_RDZV_CONF"] = (
+                f"join_timeout={spec.rendezvous.join_timeout},last_call_timeout={spec.rendezvous.last_call_timeout}"
+            )
+        env["PET_MAX_RESTARTS"] = str(spec.rendezvous.max_restarts)
+        return env
+
+    def entrypoint(self, spec: JobSpec, group: NodeGroup) -> tuple[str, ...]:
+        entry = spec.entrypoint
+        if spec.node_groups and entry[0] == "torchrun":
+            return (LAUNCHER_PYTHON, "-c", NODE_RANK_LAUNCHER, *entry[1:])
+        return entry
+
+    def injected_env(self, spec: JobSpec, node: Node) -> dict[str, str]:
+        env = {"JOB_COMPLETION_INDEX": str(node.index)}
+        if self.node_rank_from_index(spec) and not spec.node_groups:
+            env["PET_NODE_RANK"] = str(node.index)  # the downward API field, resolved
+        return env

@@ -1,0 +1,59 @@
+"""Plain Kubernetes: a headless Service plus Indexed Job(s) running torchrun (target `job`).
+
+Contract (Kubernetes documentation, in our words):
+- An Indexed Job (`completionMode: Indexed`) gives each pod a completion index 0..completions-1,
+  as the annotation and label `batch.kubernetes.io/job-completion-index` and the env variable
+  `JOB_COMPLETION_INDEX`; its pod hostname is `<job>-<index>`.
+  https://kubernetes.io/docs/concepts/workloads/controllers/job/#completion-mode
+- With `spec.subdomain: <svc>` and a headless Service of that name (`clusterIP: None`) selecting
+  the pods, a pod resolves as `<hostname>.<svc>`; `publishNotReadyAddresses` makes the name exist
+  before the pod is ready, so workers can reach rank 0 while it starts.
+  https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/#pod-s-hostname-and-subdomain-fields
+- Nothing is injected for torchrun: we set every PET_* variable ourselves (torchrun reads
+  `PET_<OPTION>` as the default of each option), and PET_NODE_RANK from the completion index
+  through the downward API. https://pytorch.org/docs/stable/elastic/run.html
+- `podReplacementPolicy: Failed` keeps two pods of one index from running at once; `backoffLimit`
+  retries the whole job.
+
+Node groups: one headless Service for all of them and one Indexed Job per group, named
+`<job>-<group>` (pods `<job>-<group>-<index>`); a pod's node rank is its group's offset (the nodes
+of the groups before it) plus its completion index, computed by `NODE_RANK_LAUNCHER`; each group's
+PET_NPROC_PER_NODE and GPU limit is its own process count. Rank 0 is the first group's pod 0.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ddpctl.engines.base import IndexedEngine, WorkloadKind, _int
+
+if TYPE_CHECKING:
+    from ddpctl.spec import JobSpec, Node, NodeGroup
+
+
+class JobEngine(IndexedEngine):
+    target = "job"
+    title = "Indexed Job + headless Service (no operator needed)"
+    workload = WorkloadKind("Job", "batch", "v1", "jobs", "Kubernetes (batch/v1)", ("Complete",), ("Failed",))
+    container_name = "trainer"
+    restart_semantics = "a failed pod fails the Job; backoffLimit retries the whole job"
+
+    def workload_name(self, spec: JobSpec, group: NodeGroup) -> str:
+        return f"{spec.name}-{group.name}" if spec.node_groups else spec.name
+
+    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
+        return f"{self.workload_name(spec, node.group)}-{node.index}"
+
+    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
+        host = self.pod_hostname(spec, node)
+        return (host, f"{host}.{spec.service_name}")
+
+    def subdomain(self, spec: JobSpec) -> str:
+        """The pods' `spec.subdomain`: the headless Service's name."""
+        return spec.service_name
+
+    def expected_nodes(self, job: dict[str, Any]) -> int | None:
+        return _int((job.get("spec") or {}).get("completions"))
+
+
+ENGINE = JobEngine()

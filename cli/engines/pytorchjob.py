@@ -1,0 +1,151 @@
+"""Kubeflow Training Operator v1: PyTorchJob (kubeflow.org/v1) (target `pytorchjob`).
+
+Contract (Training Operator documentation and its env setup, in our words):
+- `spec.pytorchReplicaSpecs` has a `Master` (exactly 1 replica) and `Worker` replicas, each with
+  its own pod template; the training container must be named `pytorch`. Pods, and one Service per
+  pod, are named `<job>-master-0` and `<job>-worker-<i>`, so a pod's DNS name is its hostname.
+  https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/
+- The operator injects, after the template's own env (a later duplicate wins, so a template
+  cannot override them): MASTER_ADDR = PET_MASTER_ADDR = `<job>-master-0`, MASTER_PORT =
+  PET_MASTER_PORT = the container port named `pytorchjob-port`, RANK = PET_NODE_RANK = the node
+  index (master 0, worker i -> i+1), PET_NNODES, PET_NPROC_PER_NODE = the job-wide
+  `spec.nprocPerNode`, WORLD_SIZE = replicas x nprocPerNode, PYTHONUNBUFFERED=1.
+  https://github.com/kubeflow/training-operator/blob/master/pkg/controller.v1/pytorch/envvar.go
+- Elastic jobs (`elasticPolicy`) have Workers only and get PET_RDZV_ENDPOINT = `<job>-worker-0:<port>`,
+  PET_RDZV_BACKEND, PET_NNODES = MIN:MAX and PET_MAX_RESTARTS instead of MASTER_*/RANK/WORLD_SIZE.
+- Per-replica `restartPolicy`; `runPolicy.backoffLimit` counts pod restarts of the job.
+
+Node groups: the two templates are the two shapes it can express: Master = the first group when
+that group is one node, Worker = the second group. As PET_NPROC_PER_NODE comes from the job-wide
+nprocPerNode (injected last), each template's process count goes on torchrun's command line
+(`--nproc-per-node`, which beats the env); torchrun sums the nodes' process counts into
+WORLD_SIZE for the workers, whatever the operator's WORLD_SIZE says.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ddpctl.engines.base import Engine, WorkloadKind, _int
+from ddpctl.errors import SpecError
+
+if TYPE_CHECKING:
+    from ddpctl.spec import JobSpec, Node, NodeGroup
+
+REPLICA_TYPE = "training.kubeflow.org/replica-type"
+REPLICA_INDEX = "training.kubeflow.org/replica-index"
+
+
+class PyTorchJobEngine(Engine):
+    target = "pytorchjob"
+    title = "Kubeflow PyTorchJob (training operator v1)"
+    workload = WorkloadKind(
+        "PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", "the Kubeflow Training Operator v1", ("Succeeded",), ("Failed",)
+    )
+    container_name = "pytorch"
+    port_name = "pytorchjob-port"
+    replica_types = ("master", "worker")
+    restart_semantics = "each replica's restartPolicy; runPolicy.backoffLimit counts restarts"
+
+    def can(self, feature: str) -> bool:
+        return feature != "groups"  # only some group shapes: see check()
+
+    def check(self, spec: JobSpec) -> None:
+        super().check(spec)
+        groups = spec.node_groups
+        if len(groups) > 2 or (len(groups) == 2 and groups[0].nodes != 1):
+            raise SpecError(
+                "nodeGroups",
+                "the pytorchjob target has two templates, Master (1 node) and Worker: it runs one group, "
+                "or a first group of 1 node and a second group",
+                "use target job or jobset for this layout",
+            )
+
+    def replica_specs(self, spec: JobSpec) -> list[tuple[str, int, NodeGroup]]:
+        """(replica type, replicas, the group whose pods it makes), Master first."""
+        groups = spec.groups
+        if spec.elastic:
+            return [("Worker", spec.replicas, groups[0])]
+        if len(groups) == 2:
+            return [("Master", 1, groups[0]), ("Worker", groups[1].nodes, groups[1])]
+        out = [("Master", 1, groups[0])]
+        if spec.replicas > 1:
+            out.append(("Worker", spec.replicas - 1, groups[0]))
+        return out
+
+    def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "replica_specs": [
+                {"type": rtype, "replicas": count, "pod": group_views[group.name]}
+                for rtype, count, group in self.replica_specs(spec)
+            ],
+            "nproc_text": str(self.nproc_per_node_field(spec)),  # nprocPerNode is a string
+        }
+
+    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
+        if spec.elastic:
+            return f"{spec.name}-worker-{node.rank}"
+        return f"{spec.name}-master-0" if node.rank == 0 else f"{spec.name}-worker-{node.rank - 1}"
+
+    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
+        return (self.pod_hostname(spec, node),)  # one Service per replica, named like the pod
+
+    def node_rank_source(self, spec: JobSpec) -> str:
+        if spec.rdzv_mode == "c10d":
+            return "the c10d rendezvous, in the order nodes join"
+        return "the training operator (PET_NODE_RANK: master 0, worker i -> i+1)"
+
+    def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
+        # The operator sets the rest, and PET_MAX_RESTARTS itself for elastic jobs.
+        return {} if spec.elastic else {"PET_MAX_RESTARTS": str(spec.rendezvous.max_restarts)}
+
+    def entrypoint(self, spec: JobSpec, group: NodeGroup) -> tuple[str, ...]:
+        entry = spec.entrypoint
+        if spec.node_groups and entry[0] == "torchrun":
+            return ("torchrun", "--nproc-per-node", str(group.nproc), *entry[1:])
+        return entry
+
+    def nproc_per_node_field(self, spec: JobSpec) -> int:
+        """`spec.nprocPerNode`: the first group's count (per-template counts are on the command line)."""
+        return spec.groups[0].nproc
+
+    def injected_env(self, spec: JobSpec, node: Node) -> dict[str, str]:
+        nproc = self.nproc_per_node_field(spec)
+        env = {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": str(nproc)}
+        if spec.elastic:
+            env.update(PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=spec.rdzv_endpoint, PET_NNODES=spec.nnodes)
+            return env
+        port, rank = str(spec.master_port), str(node.rank)
+        env.update(
+            MASTER_ADDR=spec.rank0_host,
+            PET_MASTER_ADDR=spec.rank0_host,
+            MASTER_PORT=port,
+            PET_MASTER_PORT=port,
+            WORLD_SIZE=str(spec.replicas * nproc),
+            RANK=rank,
+            PET_NODE_RANK=rank,
+            PET_NNODES=str(spec.nodes),
+        )
+        return env
+
+    def replica_type(self, pod: dict[str, Any]) -> str:
+        return (pod["metadata"].get("labels") or {}).get(REPLICA_TYPE, "worker")
+
+    def rank_of(self, job: dict[str, Any] | None, pod: dict[str, Any]) -> int | None:
+        """Master 0, worker i -> i+1 (i when the job has no Master: elastic)."""
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        index = _int(labels.get(REPLICA_INDEX))
+        if index is None:
+            return None
+        if labels.get(REPLICA_TYPE) == "master":
+            return index
+        specs = ((job or {}).get("spec") or {}).get("pytorchReplicaSpecs") or {}
+        has_master = "Master" in specs if job else True
+        return index + (1 if has_master else 0)
+
+    def expected_nodes(self, job: dict[str, Any]) -> int | None:
+        specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+        return sum(_int((specs.get(r) or {}).get("replicas", 1)) or 0 for r in ("Master", "Worker") if r in specs)
+
+
+ENGINE = PyTorchJobEngine()

@@ -1,0 +1,115 @@
+"""Kubeflow Trainer v2: TrainJob (trainer.kubeflow.org/v1alpha1) on the `torch-distributed` runtime (target `trainjob`).
+
+Contract (Kubeflow Trainer documentation, in our words):
+- A TrainJob names a (Cluster)TrainingRuntime; `torch-distributed` runs a JobSet whose one
+  replicatedJob is `node`, so pods are `<trainjob>-node-0-<index>` with the subdomain `<trainjob>`.
+  https://www.kubeflow.org/docs/components/trainer/operator-guides/runtime/
+- `spec.trainer` gives image, command, args, env, numNodes, numProcPerNode (one value for every
+  node) and resourcesPerNode; pod fields the trainer has no place for go in a runtime patch.
+- The runtime injects only PET_*: PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the completion
+  index), PET_MASTER_ADDR = `<trainjob>-node-0-0.<trainjob>`, PET_MASTER_PORT = 29500.
+  https://www.kubeflow.org/docs/components/trainer/user-guides/pytorch/
+- No elastic policy, and the runtime decides image pull policy, restart policy, retries and TTL.
+
+Node groups: refused beyond one group -- Trainer v2 has a single numProcPerNode for all nodes.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ddpctl.engines.base import Engine, WorkloadKind, _int
+from ddpctl.errors import SpecError
+
+if TYPE_CHECKING:
+    from ddpctl.spec import JobSpec, Node, NodeGroup
+
+RUNTIME_PORT = 29500
+REPLICATED_JOB = "node"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+
+
+class TrainJobEngine(Engine):
+    target = "trainjob"
+    title = "Kubeflow Trainer v2 TrainJob (torch-distributed runtime)"
+    workload = WorkloadKind(
+        "TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", "Kubeflow Trainer v2", ("Complete",), ("Failed",)
+    )
+    container_name = "node"
+    restart_semantics = "decided by the training runtime"
+    left_to_engine = ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
+    supports_elastic = False
+
+    def can(self, feature: str) -> bool:
+        return False
+
+    def check(self, spec: JobSpec) -> None:
+        other = "or use target job, jobset or pytorchjob"
+        if spec.elastic:
+            raise SpecError(
+                "nodes",
+                "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)",
+                "give a fixed count, or use target job, jobset or pytorchjob",
+            )
+        if len(spec.node_groups) > 1:
+            raise SpecError(
+                "nodeGroups",
+                "the trainjob target cannot run node groups: Trainer v2 has a single numProcPerNode for all nodes",
+                "use target job, jobset or pytorchjob",
+            )
+        if spec.priority_class_name:
+            raise SpecError(
+                "priorityClassName",
+                "the trainjob target cannot set it (TrainJob has no such field)",
+                f"set it in the training runtime, {other}",
+            )
+        if spec.env_from_secrets:
+            raise SpecError(
+                "envFromSecrets",
+                "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)",
+                f"list the variables in secretEnv, {other}",
+            )
+
+    def replicated_job_name(self, spec: JobSpec, group: NodeGroup) -> str:
+        return REPLICATED_JOB
+
+    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
+        return f"{spec.name}-{REPLICATED_JOB}-0-{node.index}"
+
+    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
+        host = self.pod_hostname(spec, node)
+        return (host, f"{host}.{spec.name}")
+
+    def master_port(self, spec: JobSpec) -> int:
+        return RUNTIME_PORT  # the torch runtime always uses it
+
+    def node_rank_source(self, spec: JobSpec) -> str:
+        return "the Trainer v2 torch runtime (PET_NODE_RANK from the completion index)"
+
+    def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
+        env: dict[str, str] = {}
+        if spec.rdzv_mode == "c10d":
+            env["PET_RDZV_CONF"] = (
+                f"join_timeout={spec.rendezvous.join_timeout},last_call_timeout={spec.rendezvous.last_call_timeout}"
+            )
+        env["PET_MAX_RESTARTS"] = str(spec.rendezvous.max_restarts)
+        return env
+
+    def injected_env(self, spec: JobSpec, node: Node) -> dict[str, str]:
+        return {
+            "PET_NNODES": str(spec.nodes),
+            "PET_NPROC_PER_NODE": str(node.nproc),
+            "PET_NODE_RANK": str(node.index),
+            "PET_MASTER_ADDR": spec.rank0_host,
+            "PET_MASTER_PORT": str(spec.master_port),
+        }
+
+    def pod_selector(self, name: str) -> str:
+        """A TrainJob's pods come from its runtime's template: they carry the JobSet (= TrainJob) name."""
+        return f"{JOBSET_NAME}={name}"
+
+    def expected_nodes(self, job: dict[str, Any]) -> int | None:
+        return _int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes"))
+
+
+ENGINE = TrainJobEngine()
