@@ -140,6 +140,27 @@ def merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 
 
 ENTRYPOINT_KEYS = ("module", "script", "command")
+UNIFORM_LAYOUT_KEYS = ("nodes", "procsPerNode")
+
+
+def _resolve_layout(merged: dict[str, Any]) -> None:
+    """Groups from --layout leave gpusPerNode open: one GPU per process, or CPU processes when
+    gpusPerNode (any layer) is 0. Any other GPU count contradicts the layout."""
+    groups = merged.get("nodeGroups")
+    if not isinstance(groups, list):
+        return
+    open_groups = [g for g in groups if isinstance(g, Mapping) and "gpusPerNode" in g and g["gpusPerNode"] is None]
+    if not open_groups:
+        return
+    gpus = merged.pop("gpusPerNode", None)
+    if gpus not in (None, 0):
+        raise UsageError(
+            f"--gpus: {gpus} GPUs per node contradicts --layout, whose numbers are processes per node with one GPU "
+            "each; leave --gpus out, or give --gpus 0 for CPU processes"
+        )
+    merged["nodeGroups"] = [
+        {**g, "gpusPerNode": 0 if gpus == 0 else g.get("procsPerNode")} if g in open_groups else g for g in groups
+    ]
 
 
 def merged_layers(
@@ -148,7 +169,9 @@ def merged_layers(
     """What the user set (file < DDPCTL_* env < flags), merged, without the defaults.
 
     module, script and command are one choice: the highest layer that sets any of them decides,
-    so `--script train.py` over a ddp.yaml holding `module:` is not a conflict.
+    so `--script train.py` over a ddp.yaml holding `module:` is not a conflict. The layout is one
+    choice too: nodeGroups (`--layout`) replaces a lower layer's nodes/procsPerNode, and nodes or
+    procsPerNode replace a lower layer's nodeGroups.
     """
     file_layer, _ = layer_from_file(config)
     layers = [file_layer, layer_from_env(os.environ if environ is None else environ), dict(flags)]
@@ -158,7 +181,13 @@ def merged_layers(
             for key in ENTRYPOINT_KEYS:
                 merged.pop(key, None)
             merged.update({key: None for key in ENTRYPOINT_KEYS if key not in layer})
+        if layer.get("nodeGroups"):
+            for key in UNIFORM_LAYOUT_KEYS:
+                merged.pop(key, None)
+        elif any(key in layer for key in UNIFORM_LAYOUT_KEYS):
+            merged.pop("nodeGroups", None)
         merged = merge(merged, layer)
+    _resolve_layout(merged)
     return merged
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ddpctl.console import plural
+from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.spec import JobSpec
 
 MAX_TABLE_ROWS = 16  # a 64-node job shows its first and last nodes, not 64 lines
@@ -24,6 +25,14 @@ def node_table(spec: JobSpec) -> list[str]:
         rows = rows[:half] + [("...", "", "", "", "")] + rows[-half:]
     widths = [max(len(r[i]) for r in rows) for i in range(5)]
     return ["    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _shown(command: tuple[str, ...]) -> tuple[str, ...]:
+    """The node-rank launcher's code is long: name what it does instead."""
+    return tuple(
+        "'<PET_NODE_RANK = PET_NODE_RANK_OFFSET + JOB_COMPLETION_INDEX; torchrun>'" if c == NODE_RANK_LAUNCHER else c
+        for c in command
+    )
 
 
 def explain(spec: JobSpec) -> str:
@@ -56,7 +65,7 @@ def explain(spec: JobSpec) -> str:
         global_rank = "the processes of the nodes before it + local_rank (LOCAL_RANK picks the device)"
     else:
         global_rank = f"node_rank x {nproc} + local_rank (LOCAL_RANK picks the device)"
-    commands = {" ".join(engine.entrypoint(spec, g) + spec.trainer_args) for g in spec.groups}
+    commands = {" ".join(_shown(engine.entrypoint(spec, g) + spec.trainer_args)) for g in spec.groups}
     lines = [
         f"job {spec.name} in namespace {spec.namespace}: {engine.title}",
         f"  nodes:              {nodes}: {shown}",

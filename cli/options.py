@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -59,6 +60,26 @@ def _toleration(flag: str, text: str) -> dict[str, str]:
     return tol
 
 
+_LAYOUT_TERM = re.compile(r"(?:([0-9]+)x)?([0-9]+)")
+
+
+def parse_layout(flag: str, text: str) -> list[dict[str, Any]]:
+    """`4+3` (a node of 4 processes and one of 3) or `2x8+1x4` (two nodes of 8, one of 4): one
+    node group per term, named g0, g1, ... `gpusPerNode` is left open (None): one GPU per process
+    unless --gpus 0 says CPU processes, decided once every layer is merged (config.merged_layers)."""
+    groups: list[dict[str, Any]] = []
+    for i, term in enumerate(text.replace(" ", "").split("+")):
+        match = _LAYOUT_TERM.fullmatch(term)
+        nodes, procs = (int(match.group(1) or 1), int(match.group(2))) if match else (0, 0)
+        if not match or nodes < 1 or procs < 1:
+            raise UsageError(
+                f"{flag}: {text!r} is not a layout; write processes per node joined by '+', "
+                f"e.g. {flag} 4+3 (one node of 4, one of 3) or {flag} 2x8+1x4 (two nodes of 8, one of 4)"
+            )
+        groups.append({"name": f"g{i}", "nodes": nodes, "gpusPerNode": None, "procsPerNode": procs})
+    return groups
+
+
 @dataclass(frozen=True)
 class Flag:
     """One spec flag: its option names, the spec path it sets, and how to read it."""
@@ -66,7 +87,11 @@ class Flag:
     names: tuple[str, ...]
     path: str
     help: str
-    kind: str = "str"  # str | int | list | map | volumes | secretEnv | tolerations | shell
+    kind: str = "str"  # str | int | list | map | volumes | secretEnv | tolerations | shell | layout
+
+    @property
+    def repeatable(self) -> bool:
+        return self.kind in ("list", "map", "volumes", "secretEnv", "tolerations")
 
     @property
     def param(self) -> str:
@@ -89,6 +114,13 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--command",), "command", "Full container command replacing torchrun (shell-quoted string).", "shell"),
     Flag(("--nodes",), "nodes", "Nodes (pods): N, or MIN:MAX for an elastic job."),
     Flag(("--gpus",), "gpusPerNode", "GPUs per node (0 = CPU with gloo).", "int"),
+    Flag(
+        ("--layout",),
+        "nodeGroups",
+        "Nodes of different sizes: processes per node joined by '+', e.g. 4+3 or 2x8+1x4 "
+        "(one GPU each, or CPU processes with --gpus 0); replaces --nodes/--procs.",
+        "layout",
+    ),
     Flag(("--procs",), "procsPerNode", "Processes per node (default: one per GPU, or 2 on CPU).", "int"),
     Flag(("--backend",), "backend", "auto (nccl with GPUs, gloo without), nccl or gloo."),
     Flag(("--rdzv",), "rendezvous.mode", "Rendezvous: auto, static (master address) or c10d."),
@@ -133,7 +165,7 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
         "--script",
         "--command",
     ),
-    "Layout": ("--nodes", "--gpus", "--procs", "--backend", "--rdzv", "--port"),
+    "Layout": ("--nodes", "--gpus", "--procs", "--layout", "--backend", "--rdzv", "--port"),
     "Resources": ("--cpu", "--memory", "--gpu-resource", "--shm-size"),
     "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume"),
     "Placement": ("--node-selector", "--toleration", "--priority-class", "--queue"),
@@ -155,8 +187,15 @@ def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, 
         if raw is None or raw == []:
             continue
         name = flag.names[0]
-        if flag.kind == "map":
-            value: Any = dict(_split_pair(name, item) for item in raw)
+        if not flag.repeatable:
+            if len(raw) > 1:
+                given = " ".join(f"{name} {v}" for v in raw)
+                raise UsageError(f"{name} was given {len(raw)} times ({given}); give it once")
+            raw = raw[0]
+        if flag.kind == "layout":
+            value: Any = parse_layout(name, raw)
+        elif flag.kind == "map":
+            value = dict(_split_pair(name, item) for item in raw)
         elif flag.kind == "volumes":
             value = dict(_volume(name, item) for item in raw)
         elif flag.kind == "secretEnv":
@@ -209,8 +248,9 @@ def _panel_order(flag: Flag) -> int:
 
 
 def _typer_param(flag: Flag) -> inspect.Parameter:
-    multiple = flag.kind in ("list", "map", "volumes", "secretEnv", "tolerations")
-    annotation: Any = list[str] | None if multiple else int | None if flag.kind == "int" else str | None
+    # Scalar flags are taken as lists too, so that one given twice (`--gpus 4 --gpus 3`) is an
+    # error (flags_to_layer), not silently the last value.
+    annotation: Any = list[int] | None if flag.kind == "int" else list[str] | None
     option = typer.Option(
         None, *flag.names, help=flag.help, rich_help_panel=_PANEL_OF[flag.names[0]], show_default=False
     )

@@ -1333,7 +1333,9 @@ def _node_groups(value: Any) -> tuple[NodeGroup, ...]:
     for i, item in enumerate(value):
         where = f"nodeGroups[{i}]"
         if not isinstance(item, Mapping):
-            raise SpecError(where, f"expected a map, got {type(item).__name__}", "write it as {name, nodes, gpusPerNode}")
+            raise SpecError(
+                where, f"expected a map, got {type(item).__name__}", "write it as {name, nodes, gpusPerNode}"
+            )
         for key in item:
             if key not in _GROUP_KEYS:
                 raise SpecError(f"{where}.{key}", "is not a known key", f"use one of {', '.join(_GROUP_KEYS)}")

@@ -1,5 +1,6 @@
 """What each engine does with our manifests, written from the engines' documented contracts
-(../shared/reference/contracts.md), independently of ddpctl's own derived values.
+(summarised, with links, in the docstrings of cli/engines/*.py), independently of ddpctl's own
+derived values: this file reads only the rendered objects.
 
 `launch(objects)` returns, per pod the engine would create, its DNS name, the env the container
 would see (ours plus whatever the operator injects, with downward-API fields resolved) and the
@@ -9,8 +10,13 @@ size, node ranks and the master address against these, not against the spec's pr
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -26,6 +32,9 @@ class Pod:
     command: list[str]
     args: list[str]
     ports: dict[str, int]
+    gpus: int = 0  # the container's GPU limit
+    owner: str = ""  # the object (Job, replicatedJob, replica type) whose template made it
+    index: int = 0  # its index within that object
 
 
 @dataclass(frozen=True)
@@ -57,12 +66,17 @@ def _resolve_env(container: dict[str, Any], annotations: dict[str, str]) -> dict
     return env
 
 
+def _gpus(container: dict[str, Any]) -> int:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return sum(int(v) for k, v in limits.items() if k.endswith("/gpu"))
+
+
 def _ports(container: dict[str, Any]) -> dict[str, int]:
     return {p.get("name", ""): p["containerPort"] for p in container.get("ports", [])}
 
 
 def _indexed_pods(
-    job_name: str, job_spec: dict[str, Any], subdomain: str, extra_env: dict[str, str] | None = None
+    job_name: str, job_spec: dict[str, Any], subdomain: str, extra_env: dict[str, str] | None = None, owner: str = ""
 ) -> list[Pod]:
     assert job_spec["completionMode"] == "Indexed"
     assert job_spec["completions"] == job_spec["parallelism"], "every node must run at once"
@@ -81,6 +95,9 @@ def _indexed_pods(
                 container["command"],
                 container.get("args", []),
                 _ports(container),
+                _gpus(container),
+                owner or job_name,
+                index,
             )
         )
     return pods
@@ -88,14 +105,18 @@ def _indexed_pods(
 
 def _job_pods(objects: list[dict[str, Any]]) -> list[Pod]:
     (service,) = [o for o in objects if o["kind"] == "Service"]
-    (job,) = [o for o in objects if o["kind"] == "Job"]
-    pod_template = job["spec"]["template"]
-    subdomain = pod_template["spec"]["subdomain"]
-    # A pod gets <hostname>.<subdomain> DNS only through a headless Service of that name that selects it.
-    assert service["metadata"]["name"] == subdomain
-    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
-    assert service["spec"]["selector"].items() <= pod_template["metadata"]["labels"].items()
-    return _indexed_pods(job["metadata"]["name"], job["spec"], subdomain)
+    jobs = [o for o in objects if o["kind"] == "Job"]
+    assert jobs
+    pods: list[Pod] = []
+    for job in jobs:  # one Indexed Job per node group, all behind the one headless Service
+        pod_template = job["spec"]["template"]
+        subdomain = pod_template["spec"]["subdomain"]
+        # A pod gets <hostname>.<subdomain> DNS only through a headless Service of that name that selects it.
+        assert service["metadata"]["name"] == subdomain
+        assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+        assert service["spec"]["selector"].items() <= pod_template["metadata"]["labels"].items()
+        pods += _indexed_pods(job["metadata"]["name"], job["spec"], subdomain)
+    return pods
 
 
 def _jobset_pods(objects: list[dict[str, Any]]) -> list[Pod]:
@@ -107,7 +128,9 @@ def _jobset_pods(objects: list[dict[str, Any]]) -> list[Pod]:
     pods: list[Pod] = []
     for rjob in jobset["spec"]["replicatedJobs"]:
         for job_index in range(rjob.get("replicas", 1)):
-            pods += _indexed_pods(f"{name}-{rjob['name']}-{job_index}", rjob["template"]["spec"], subdomain)
+            pods += _indexed_pods(
+                f"{name}-{rjob['name']}-{job_index}", rjob["template"]["spec"], subdomain, owner=rjob["name"]
+            )
     return pods
 
 
@@ -162,6 +185,9 @@ def _pytorchjob_pods(objects: list[dict[str, Any]]) -> list[Pod]:
                     container["command"],
                     container.get("args", []),
                     _ports(container),
+                    _gpus(container),
+                    rtype,
+                    i,
                 )
             )
             node_rank += 1
@@ -211,8 +237,36 @@ _TORCHRUN_FLAGS = {
 }
 
 
+def run_launcher(code: str, env: dict[str, str], argv: list[str]) -> tuple[dict[str, str], list[str]]:
+    """Run a `python3 -c CODE ...` command's CODE for real, with a stand-in `torch.distributed.run`
+    whose main() reports the env and argv torchrun would have started with."""
+    with tempfile.TemporaryDirectory() as tmp:
+        pkg = Path(tmp) / "torch" / "distributed"
+        pkg.mkdir(parents=True)
+        (Path(tmp) / "torch" / "__init__.py").write_text("")
+        (pkg / "__init__.py").write_text("")
+        (pkg / "run.py").write_text(
+            "import json, os, sys\n"
+            "def main(args=None):\n"
+            "    print(json.dumps({'env': dict(os.environ), 'argv': sys.argv[1:] if args is None else args}))\n"
+        )
+        proc = subprocess.run(
+            [sys.executable, "-c", code, *argv],
+            env={**env, "PYTHONPATH": tmp},
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    out = json.loads(proc.stdout)
+    return {k: v for k, v in out["env"].items() if k != "PYTHONPATH"}, out["argv"]
+
+
 def torchrun_settings(pod: Pod) -> Torchrun:
     """torchrun's view: each option from its flag, else from PET_<OPTION>, else its default."""
+    command = pod.command
+    if command[:2] == ["python3", "-c"]:  # a launcher that ends in torchrun: run it to see what it changes
+        env, rest = run_launcher(command[2], pod.env, command[3:] + pod.args)
+        pod = Pod(pod.hostname, pod.dns_name, env, ["torchrun", *rest], [], pod.ports, pod.gpus, pod.owner, pod.index)
     assert pod.command[0] == "torchrun", pod.command
     flags: dict[str, str] = {}
     argv = pod.command[1:] + pod.args

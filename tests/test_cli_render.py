@@ -236,3 +236,31 @@ def test_only_the_command_being_run_is_built(args: list[str], built: list[str] |
     group = typer.main.get_command(build_app(args))
     assert isinstance(group, click.Group)
     assert list(group.commands) == (built if built is not None else list(COMMANDS))
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--gpus", "4", "--gpus", "3"], ["--nodes", "2", "--nodes", "3"], ["--target", "job", "--target", "jobset"]],
+)
+def test_a_scalar_flag_given_twice_is_a_usage_error(cli, flags: list[str]) -> None:
+    result = cli("render", *flags)
+    assert result.code == 2
+    assert result.err.strip().count("\n") == 0 and f"{flags[0]} was given 2 times" in result.err
+
+
+def test_explain_prints_a_table_of_nodes_for_a_layout(cli) -> None:
+    result = cli("render", "--explain", "--layout", "4+3", "--name", "big")
+    assert result.code == 0, result.err
+    assert "world size:         7 = 1 x 4 + 1 x 3 processes" in result.out
+    rows = [line.split() for line in result.out.splitlines() if line.startswith("    node ")]
+    assert rows == [
+        ["node", "0", "g0", "big-g0-0", "4", "ranks", "0-3"],
+        ["node", "1", "g1", "big-g1-0", "3", "ranks", "4-6"],
+    ]
+
+
+def test_layout_replaces_the_files_uniform_layout(cli, tmp_path: Path) -> None:
+    (tmp_path / "ddp.yaml").write_text("nodes: 4\nprocsPerNode: 2\n")
+    result = cli("render", "--explain", "--layout", "2+1", "--gpus", "0")
+    assert result.code == 0, result.err
+    assert "world size:         3 = 1 x 2 + 1 x 1 processes" in result.out and "CPU only" in result.out

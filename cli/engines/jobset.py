@@ -32,9 +32,7 @@ REPLICATED_JOB = "node"
 class JobSetEngine(IndexedEngine):
     target = "jobset"
     title = "JobSet (jobset.x-k8s.io)"
-    workload = WorkloadKind(
-        "JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", ("Completed",), ("Failed",)
-    )
+    workload = WorkloadKind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", ("Completed",), ("Failed",))
     container_name = "trainer"
     restart_semantics = "a failed child Job restarts the whole set, up to failurePolicy.maxRestarts"
 

@@ -40,7 +40,13 @@ class PyTorchJobEngine(Engine):
     target = "pytorchjob"
     title = "Kubeflow PyTorchJob (training operator v1)"
     workload = WorkloadKind(
-        "PyTorchJob", "kubeflow.org", "v1", "pytorchjobs", "the Kubeflow Training Operator v1", ("Succeeded",), ("Failed",)
+        "PyTorchJob",
+        "kubeflow.org",
+        "v1",
+        "pytorchjobs",
+        "the Kubeflow Training Operator v1",
+        ("Succeeded",),
+        ("Failed",),
     )
     container_name = "pytorch"
     port_name = "pytorchjob-port"
