@@ -519,3 +519,51 @@ def test_port_asked_for_reads_every_layer(tmp_path: Path, monkeypatch: pytest.Mo
     assert port_asked_for({}, None, {"DDPCTL_RENDEZVOUS_PORT": "29500"})  # the default, but asked for
     (tmp_path / "ddp.yaml").write_text("rendezvous:\n  port: 29500\n")
     assert port_asked_for({}, None, {})
+
+
+# --------------------------------------------------------------------------------------------
+# Node groups: uneven process counts per node
+# --------------------------------------------------------------------------------------------
+
+ALLREDUCE_SCRIPT = """
+import json, os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+rank, world = dist.get_rank(), dist.get_world_size()
+total = torch.tensor([float(rank)])
+dist.all_reduce(total)
+print("WIRING " + json.dumps({
+    "rank": rank, "world": world, "sum": total.item(),
+    "local_rank": int(os.environ["LOCAL_RANK"]), "local_world": int(os.environ["LOCAL_WORLD_SIZE"]),
+    "node_rank": int(os.environ["GROUP_RANK"]),
+}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["job", "pytorchjob"])
+@pytest.mark.parametrize("layout,procs", [("2+1", [2, 1]), ("1+2", [1, 2])])
+def test_uneven_layout_all_reduces_over_every_rank(target: str, layout: str, procs: list[int], tmp_path: Path) -> None:
+    """`run --local --layout 2+1 --gpus 0`: agents with 2 and 1 processes meet in one static
+    rendezvous; torchrun sums their local world sizes, every rank 0..2 exists once."""
+    import json
+
+    from ddpctl.procs import free_port
+
+    (tmp_path / "allreduce.py").write_text(ALLREDUCE_SCRIPT)
+    port = str(free_port())  # not the shared default: other jobs on this machine may hold it
+    layout_flags = ["--layout", layout, "--gpus", "0", "-t", target, "--port", port]
+    result = _ddpctl("run", "--local", *layout_flags, "--script", "allreduce.py", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:] + result.stdout[-2000:]
+    rows = [json.loads(line.split("WIRING ", 1)[1]) for line in result.stdout.splitlines() if "WIRING " in line]
+    world = sum(procs)
+    assert sorted(r["rank"] for r in rows) == list(range(world)), "every rank once"
+    assert {r["world"] for r in rows} == {world}
+    assert {r["sum"] for r in rows} == {float(sum(range(world)))}, "the all-reduce spans every rank"
+    for r in rows:
+        node_procs = procs[r["node_rank"]]
+        assert r["local_world"] == node_procs and r["local_rank"] < node_procs
+        assert r["rank"] == sum(procs[: r["node_rank"]]) + r["local_rank"], "ranks contiguous per node, in node order"
