@@ -3,6 +3,8 @@ every rank ends with the same weights, and evaluation counts each sample exactly
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from .conftest import TINY, Run, assert_same_params, launch
@@ -116,3 +118,40 @@ def test_training_moved_the_weights(runs: dict[str, Run]) -> None:
     ref = runs["reference"].final()
     moved = max(float((ref[k] - init[k]).abs().max()) for k in ref)
     assert moved > 1e-3
+
+
+def test_uneven_layout_trains_like_one_process(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """`ddpctl run --local --layout 2+1 --gpus 0`: nodes of 2 and 1 processes (world size 3) give
+    the weights one process gives with the same global batch (12: the world size must divide it)."""
+    import subprocess
+    import sys
+
+    from ddpctl.procs import free_port
+
+    from .conftest import Run, clean_env
+
+    root = tmp_path_factory.mktemp("uneven")
+    uneven = [*COMMON, "--global-batch-size", "12", "--synthetic-samples", "48"]  # 4 steps/epoch, 2 epochs
+    ref = launch(root / "reference", [*uneven, "--save-final", "final.pt"])
+    assert ref.code == 0, ref.explain()
+    workdir = root / "layout"
+    workdir.mkdir()
+    trainer_args = [*uneven, "--save-final", "final-{rank}.pt", "--metrics-file", str(workdir / "metrics.jsonl")]
+    cmd = [sys.executable, "-m", "ddpctl", "run", "--local", "--layout", "2+1", "--gpus", "0"]
+    cmd += ["--port", str(free_port()), "--color", "never", "--", *trainer_args]
+    env = {k: v for k, v in clean_env().items() if not k.startswith("DDPCTL_")}
+    proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True, timeout=300)
+    run = Run(proc.returncode, proc.stdout, proc.stderr, workdir)
+    assert run.code == 0, run.explain()
+    (start,) = run.events("start")
+    assert start["world_size"] == 3 and start["global_batch"] == 12
+    assert run.events("done")[0]["step"] == STEPS
+    assert_same_params(run.final(0), ref.final(), atol=ATOL)
+    for rank in (1, 2):
+        assert_same_params(run.final(rank), run.final(0), atol=0.0)
+
+
+def test_a_global_batch_the_world_size_does_not_divide_is_a_clear_error(tmp_path: Path) -> None:
+    run = launch(tmp_path, [*COMMON], nproc=3)
+    assert run.code != 0
+    assert "--global-batch-size 16 is not divisible by world size x --grad-accum" in run.out + run.err
