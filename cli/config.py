@@ -182,7 +182,9 @@ def merged_layers(
                 merged.pop(key, None)
             merged.update({key: None for key in ENTRYPOINT_KEYS if key not in layer})
         if layer.get("nodeGroups"):
-            for key in UNIFORM_LAYOUT_KEYS:
+            # A lower layer's gpusPerNode described its uniform layout: --layout's GPUs come
+            # from this layer (or a higher one) only.
+            for key in (*UNIFORM_LAYOUT_KEYS, "gpusPerNode"):
                 merged.pop(key, None)
         elif any(key in layer for key in UNIFORM_LAYOUT_KEYS):
             merged.pop("nodeGroups", None)

@@ -1207,8 +1207,7 @@ class JobSpec:
             if self.node_groups and f.name in ("nodes", "gpus_per_node", "procs_per_node"):
                 continue  # given per group
             if f.name == "node_groups":
-                if value:
-                    out[key] = [_group_dict(g) for g in value]
+                out[key] = [_group_dict(g) for g in value]
                 continue
             if f.name == "nodes":
                 out[key] = self.nnodes if self.elastic else self.nodes

@@ -260,7 +260,9 @@ def test_explain_prints_a_table_of_nodes_for_a_layout(cli) -> None:
 
 
 def test_layout_replaces_the_files_uniform_layout(cli, tmp_path: Path) -> None:
-    (tmp_path / "ddp.yaml").write_text("nodes: 4\nprocsPerNode: 2\n")
+    (tmp_path / "ddp.yaml").write_text("nodes: 4\nprocsPerNode: 2\ngpusPerNode: 0\n")
     result = cli("render", "--explain", "--layout", "2+1", "--gpus", "0")
     assert result.code == 0, result.err
     assert "world size:         3 = 1 x 2 + 1 x 1 processes" in result.out and "CPU only" in result.out
+    gpus = cli("render", "--explain", "--layout", "2+1")  # the file's gpusPerNode 0 was for its own layout
+    assert gpus.code == 0 and "GPUs: one per process" in gpus.out and "backend nccl" in gpus.out

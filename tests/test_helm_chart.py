@@ -626,3 +626,27 @@ def test_notes_tell_how_to_follow_logs(chart: Any, target: str) -> None:
     assert all(k in notes for k in kinds)
     assert "release namespace" not in notes
     assert "release namespace" in chart.render(data, namespace="other")["ddp-job/templates/NOTES.txt"]
+
+
+GROUPS = [{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "b", "nodes": 1, "gpusPerNode": 3}]
+
+
+def test_trainjob_with_node_groups_is_refused_by_jobspec_and_chart(chart: Any, helm: Any) -> None:
+    data = {"target": "trainjob", "nodeGroups": copy.deepcopy(GROUPS)}
+    with pytest.raises(SpecError, match="^nodeGroups: .*single numProcPerNode"):
+        JobSpec.from_dict(data)
+    chart.validate_schema(chart.merge_values(copy.deepcopy(data)))  # the schema takes groups ...
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(copy.deepcopy(data))  # ... and the chart refuses them for trainjob, as ddpctl does
+    assert "nodeGroups: the trainjob target cannot run node groups" in str(refused.value)
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob"])
+def test_chart_refuses_node_groups_it_cannot_render_yet(chart: Any, helm: Any, target: str) -> None:
+    """Not parity yet: the chart names the key and points at `ddpctl render` instead of rendering
+    something different from it."""
+    data = {"target": target, "nodeGroups": copy.deepcopy(GROUPS)}
+    assert render(JobSpec.from_dict(data))
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(copy.deepcopy(data))
+    assert "nodeGroups: this chart version renders only the uniform layout" in str(refused.value)

@@ -241,4 +241,4 @@ def test_uniform_layout_is_the_one_group_case() -> None:
     spec = JobSpec(nodes=3, gpus_per_node=2)
     assert [n.nproc for n in spec.nodes_layout] == [2, 2, 2]
     assert [n.ranks for n in spec.nodes_layout] == [range(0, 2), range(2, 4), range(4, 6)]
-    assert "nodeGroups" not in spec.to_dict()
+    assert spec.to_dict()["nodeGroups"] == []

@@ -49,6 +49,15 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $target := $V.target -}}
 {{- $trainer := "ddpctl_trainer" -}}
 
+{{- /* Node groups: Trainer v2 cannot run them (as the trainjob engine says); the other targets'
+   group layouts are rendered by `ddpctl render` only, for now. */ -}}
+{{- if $V.nodeGroups -}}
+{{- if eq $target "trainjob" -}}
+{{- include "ddp-job.fail" (list "nodeGroups" "the trainjob target cannot run node groups: Trainer v2 has a single numProcPerNode for all nodes" "use target job, jobset or pytorchjob") -}}
+{{- end -}}
+{{- include "ddp-job.fail" (list "nodeGroups" "this chart version renders only the uniform layout (nodes, gpusPerNode)" "render node groups with `ddpctl render` (kustomize output), or use the uniform layout") -}}
+{{- end -}}
+
 {{- /* Layout: nodes is N or "MIN:MAX" (JobSpec.parse_nodes). */ -}}
 {{- $elastic := false -}}
 {{- $nodes := 0 -}}
