@@ -641,12 +641,69 @@ def test_trainjob_with_node_groups_is_refused_by_jobspec_and_chart(chart: Any, h
     assert "nodeGroups: the trainjob target cannot run node groups" in str(refused.value)
 
 
-@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob"])
-def test_chart_refuses_node_groups_it_cannot_render_yet(chart: Any, helm: Any, target: str) -> None:
-    """Not parity yet: the chart names the key and points at `ddpctl render` instead of rendering
-    something different from it."""
-    data = {"target": target, "nodeGroups": copy.deepcopy(GROUPS)}
-    assert render(JobSpec.from_dict(data))
+GROUP_SPECS = [
+    {"nodeGroups": GROUPS},
+    {"nodeGroups": [{"name": "g0", "nodes": 1, "gpusPerNode": 1}, {"name": "g1", "nodes": 3, "gpusPerNode": 2}]},
+    {"nodeGroups": [{"name": "g0", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2}, {"name": "g1", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 1}]},
+    {
+        "name": "mixed",
+        "nodeSelector": {"pool": "gpu"},
+        "tolerations": [{"key": "spot", "operator": "Exists"}],
+        "resources": {"cpu": "4", "memory": "16Gi"},
+        "env": {"NCCL_DEBUG": "INFO", "PET_NPROC_PER_NODE": "9"},
+        "secretEnv": {"TOKEN": {"secret": "s", "key": "k"}},
+        "labels": {"team": "a", "ddpctl.io/node-group": "user"},
+        "queue": "q",
+        "activeDeadlineSeconds": 600,
+        "volumes": {"checkpoints": {"claimName": "ck", "mountPath": "/ckpt"}},
+        "nodeGroups": [
+            {"name": "a100", "nodes": 1, "gpusPerNode": 4, "procsPerNode": 2, "nodeSelector": {"gpu": "a100", "pool": "big"}},
+            {
+                "name": "l4",
+                "nodes": 2,
+                "gpusPerNode": 3,
+                "tolerations": [{"key": "l4", "operator": "Exists"}],
+                "resources": {"memory": "8Gi"},
+                "gpuResource": "example.com/gpu",
+            },
+        ],
+    },
+]
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob", "trainjob"])
+@pytest.mark.parametrize("data", GROUP_SPECS, ids=[str(i) for i in range(len(GROUP_SPECS))])
+def test_chart_equals_cli_render_for_node_groups(chart: Any, helm: Any, target: str, data: dict[str, Any]) -> None:
+    """Node groups through the real Helm engine: the same objects as `ddpctl render`, or the same refusal."""
+    values = {**copy.deepcopy(data), "target": target}
+    try:
+        spec = JobSpec.from_dict(values)
+    except SpecError as exc:
+        with pytest.raises(helm.HelmError) as refused:
+            chart.render(copy.deepcopy(values))
+        assert _names_key(str(refused.value), exc.field), str(refused.value)
+        return
+    assert_same_objects(chart, spec, values=copy.deepcopy(values))
+    assert_same_objects(chart, spec)  # from --helm-values (spec.to_dict()) too
+
+
+@pytest.mark.parametrize(
+    "groups,target,key",
+    [
+        ([{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "a", "nodes": 1, "gpusPerNode": 2}], "job", "nodeGroups[1].name"),
+        ([{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "b", "nodes": 1, "gpusPerNode": 0}], "job", "nodeGroups[1].gpusPerNode"),
+        ([{"name": "a", "nodes": 1, "gpusPerNode": 2, "procsPerNode": 3}], "jobset", "nodeGroups[0].procsPerNode"),
+        ([{"name": "a", "nodes": 2, "gpusPerNode": 1}, {"name": "b", "nodes": 1, "gpusPerNode": 1}], "pytorchjob", "nodeGroups"),
+        ([{"name": "a" * 60, "nodes": 1, "gpusPerNode": 1}], "job", "name"),
+    ],
+)
+def test_invalid_node_groups_are_refused_by_jobspec_and_chart(
+    chart: Any, helm: Any, groups: list[dict[str, Any]], target: str, key: str
+) -> None:
+    data = {"target": target, "nodeGroups": groups}
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict(copy.deepcopy(data))
+    assert info.value.field == key
     with pytest.raises(helm.HelmError) as refused:
         chart.render(copy.deepcopy(data))
-    assert "nodeGroups: this chart version renders only the uniform layout" in str(refused.value)
+    assert _names_key(str(refused.value), key), str(refused.value)

@@ -48,21 +48,56 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $name := $V.name -}}
 {{- $target := $V.target -}}
 {{- $trainer := "ddpctl_trainer" -}}
+{{- /* NODE_RANK_LAUNCHER of cli/engines/base.py, verbatim. */ -}}
+{{- $launcher := "import os, sys; os.environ['PET_NODE_RANK'] = str(int(os.environ['PET_NODE_RANK_OFFSET']) + int(os.environ['JOB_COMPLETION_INDEX'])); sys.argv[0] = 'torchrun'; from torch.distributed.run import main; main()" -}}
+{{- $res := default dict $V.resources -}}
+{{- $gpuResource := default "nvidia.com/gpu" $res.gpuResource -}}
 
-{{- /* Node groups: Trainer v2 cannot run them (as the trainjob engine says); the other targets'
-   group layouts are rendered by `ddpctl render` only, for now. */ -}}
-{{- if $V.nodeGroups -}}
-{{- if eq $target "trainjob" -}}
-{{- include "ddp-job.fail" (list "nodeGroups" "the trainjob target cannot run node groups: Trainer v2 has a single numProcPerNode for all nodes" "use target job, jobset or pytorchjob") -}}
-{{- end -}}
-{{- include "ddp-job.fail" (list "nodeGroups" "this chart version renders only the uniform layout (nodes, gpusPerNode)" "render node groups with `ddpctl render` (kustomize output), or use the uniform layout") -}}
-{{- end -}}
-
-{{- /* Layout: nodes is N or "MIN:MAX" (JobSpec.parse_nodes). */ -}}
+{{- /* Layout: node groups (JobSpec.groups), or nodes is N or "MIN:MAX" (JobSpec.parse_nodes). */ -}}
 {{- $elastic := false -}}
 {{- $nodes := 0 -}}
 {{- $min := 0 -}}
 {{- $max := 0 -}}
+{{- $gpus := 0 -}}
+{{- $nproc := 0 -}}
+{{- $groups := list -}}
+{{- $grouped := false -}}
+{{- if $V.nodeGroups -}}
+{{- $grouped = true -}}
+{{- $seen := dict -}}
+{{- $firstGpus := -1 -}}
+{{- range $i, $g := $V.nodeGroups -}}
+{{- $where := printf "nodeGroups[%d]" $i -}}
+{{- if hasKey $seen $g.name -}}
+{{- include "ddp-job.fail" (list (printf "%s.name" $where) (printf "%q is used twice" $g.name) "give each group its own name") -}}
+{{- end -}}
+{{- $_ := set $seen $g.name true -}}
+{{- $gn := int64 $g.nodes -}}
+{{- $gg := int64 $g.gpusPerNode -}}
+{{- $gp := ternary $gg (int64 2) (gt $gg 0) -}}
+{{- if not (kindIs "invalid" $g.procsPerNode) -}}
+{{- $gp = int64 $g.procsPerNode -}}
+{{- if and (gt $gg 0) (gt $gp $gg) -}}
+{{- include "ddp-job.fail" (list (printf "%s.procsPerNode" $where) (printf "%d processes cannot share %d GPUs one each" $gp $gg) "leave procsPerNode unset to use one process per GPU") -}}
+{{- end -}}
+{{- end -}}
+{{- if eq $i 0 -}}{{- $firstGpus = $gg -}}{{- end -}}
+{{- if ne (gt $gg 0) (gt $firstGpus 0) -}}
+{{- include "ddp-job.fail" (list (printf "%s.gpusPerNode" $where) (printf "%d GPUs here but %d in nodeGroups[0]: one backend serves the whole job" $gg $firstGpus) "give every group GPUs, or none (CPU processes with gloo)") -}}
+{{- end -}}
+{{- $groups = append $groups (dict "name" $g.name "nodes" $gn "gpus" $gg "nproc" $gp "nodeSelector" (default dict $g.nodeSelector) "tolerations" (default list $g.tolerations) "resources" (default dict $g.resources) "gpuResource" (default "" $g.gpuResource)) -}}
+{{- $nodes = add $nodes $gn -}}
+{{- if gt $gg $gpus -}}{{- $gpus = $gg -}}{{- end -}}
+{{- end -}}
+{{- if gt $nodes 1024 -}}{{- include "ddp-job.fail" (list "nodeGroups" (printf "%d nodes in all is more than 1024" $nodes) "use at most 1024 nodes") -}}{{- end -}}
+{{- $nproc = (index $groups 0).nproc -}}
+{{- if and (eq $target "trainjob") (gt (len $groups) 1) -}}
+{{- include "ddp-job.fail" (list "nodeGroups" "the trainjob target cannot run node groups: Trainer v2 has a single numProcPerNode for all nodes" "use target job, jobset or pytorchjob") -}}
+{{- end -}}
+{{- if and (eq $target "pytorchjob") (or (gt (len $groups) 2) (and (eq (len $groups) 2) (ne (int64 (index $groups 0).nodes) 1))) -}}
+{{- include "ddp-job.fail" (list "nodeGroups" "the pytorchjob target has two templates, Master (1 node) and Worker: it runs one group, or a first group of 1 node and a second group" "use target job or jobset for this layout") -}}
+{{- end -}}
+{{- else -}}
 {{- if kindIs "string" $V.nodes -}}
 {{- $text := trim $V.nodes -}}
 {{- if regexMatch "^[0-9]+:[0-9]+$" $text -}}
@@ -89,16 +124,18 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- if lt $nodes 1 -}}{{- include "ddp-job.fail" (list "nodes" (printf "%d must be an integer >= 1" $nodes) "set nodes to a whole number of at least 1") -}}{{- end -}}
 {{- if gt $nodes 1024 -}}{{- include "ddp-job.fail" (list "nodes" (printf "%d is more than 1024" $nodes) "use at most 1024 nodes") -}}{{- end -}}
 {{- end -}}
-{{- $replicas := ternary $max $nodes $elastic -}}
-{{- $nnodes := ternary (printf "%d:%d" $min $max) (printf "%d" $nodes) $elastic -}}
-{{- $gpus := int64 (default 0 $V.gpusPerNode) -}}
-{{- $nproc := ternary $gpus (int64 2) (gt $gpus 0) -}}
+{{- $gpus = int64 (default 0 $V.gpusPerNode) -}}
+{{- $nproc = ternary $gpus (int64 2) (gt $gpus 0) -}}
 {{- if not (kindIs "invalid" $V.procsPerNode) -}}
 {{- $nproc = int64 $V.procsPerNode -}}
 {{- if and (gt $gpus 0) (gt $nproc $gpus) -}}
 {{- include "ddp-job.fail" (list "procsPerNode" (printf "%d processes cannot share %d GPUs one each" $nproc $gpus) "leave procsPerNode unset to use one process per GPU") -}}
 {{- end -}}
 {{- end -}}
+{{- $groups = list (dict "name" "node" "nodes" $nodes "gpus" $gpus "nproc" $nproc "nodeSelector" dict "tolerations" list "resources" dict "gpuResource" "") -}}
+{{- end -}}
+{{- $replicas := ternary $max $nodes $elastic -}}
+{{- $nnodes := ternary (printf "%d:%d" $min $max) (printf "%d" $nodes) $elastic -}}
 
 {{- /* Backend and rendezvous. */ -}}
 {{- $backend := $V.backend -}}
@@ -112,14 +149,15 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- end -}}
 {{- $mode := $rdzv.mode -}}
 {{- if eq $mode "auto" -}}{{- $mode = ternary "c10d" "static" $elastic -}}{{- end -}}
+{{- if and $grouped (has $target (list "job" "jobset")) (ne $mode "static") -}}
+{{- include "ddp-job.fail" (list "rendezvous.mode" "node groups need static rendezvous (c10d numbers nodes in the order they join, so rank 0 could be anywhere)" "leave rendezvous.mode at auto or static") -}}
+{{- end -}}
 
-{{- /* Names the engine derives (JobSpec.rank0_host, pod_hostnames). */ -}}
-{{- $rank0 := printf "%s-node-0-0.%s" $name $name -}}
-{{- $longest := printf "%s-node-0-%d" $name (sub $replicas 1) -}}
-{{- if eq $target "job" -}}
-{{- $rank0 = printf "%s-0.%s" $name $name -}}
-{{- $longest = printf "%s-%d" $name (sub $replicas 1) -}}
-{{- else if eq $target "pytorchjob" -}}
+{{- /* Names the engine derives (cli/engines: workload names, pod hostnames, rank 0's DNS name). */ -}}
+{{- $first := index $groups 0 -}}
+{{- $longest := "" -}}
+{{- $rank0 := "" -}}
+{{- if eq $target "pytorchjob" -}}
 {{- if $elastic -}}
 {{- $rank0 = printf "%s-worker-0" $name -}}
 {{- $longest = printf "%s-worker-%d" $name (sub $replicas 1) -}}
@@ -129,6 +167,24 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- if and (gt $replicas 1) (gt (len (printf "%s-worker-%d" $name (sub $replicas 2))) (len $longest)) -}}
 {{- $longest = printf "%s-worker-%d" $name (sub $replicas 2) -}}
 {{- end -}}
+{{- end -}}
+{{- else -}}
+{{- range $i, $g := $groups -}}
+{{- $host := "" -}}
+{{- $host0 := "" -}}
+{{- if eq $target "job" -}}
+{{- $wname := ternary (printf "%s-%s" $name $g.name) $name $grouped -}}
+{{- $_ := set $g "workload" $wname -}}
+{{- $host = printf "%s-%d" $wname (sub (int64 $g.nodes) 1) -}}
+{{- $host0 = printf "%s-0" $wname -}}
+{{- else -}}
+{{- $rjob := ternary $g.name "node" (and $grouped (eq $target "jobset")) -}}
+{{- $_ := set $g "rjob" $rjob -}}
+{{- $host = printf "%s-%s-0-%d" $name $rjob (sub (int64 $g.nodes) 1) -}}
+{{- $host0 = printf "%s-%s-0-0" $name $rjob -}}
+{{- end -}}
+{{- if eq $i 0 -}}{{- $rank0 = printf "%s.%s" $host0 $name -}}{{- end -}}
+{{- if gt (len $host) (len $longest) -}}{{- $longest = $host -}}{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- if gt (len $longest) 63 -}}
@@ -163,11 +219,11 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- end -}}
 {{- end -}}
 
-{{- /* Environment (JobSpec.torchrun_env, container_env; render._env_list). */ -}}
+{{- /* Environment (the engine's torchrun_env, JobSpec.container_env; render._env_list): the job-wide part. */ -}}
+{{- $wiredByUs := has $target (list "job" "jobset") -}}
 {{- $env := dict -}}
-{{- if not (has $target (list "pytorchjob" "trainjob")) -}}
+{{- if $wiredByUs -}}
 {{- $_ := set $env "PET_NNODES" $nnodes -}}
-{{- $_ := set $env "PET_NPROC_PER_NODE" (toString $nproc) -}}
 {{- if eq $mode "static" -}}
 {{- $_ := set $env "PET_MASTER_ADDR" $rank0 -}}
 {{- $_ := set $env "PET_MASTER_PORT" (toString $port) -}}
@@ -187,49 +243,16 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $_ := set $env "DDP_JOB_NAME" $name -}}
 {{- $_ := set $env "PYTHONUNBUFFERED" "1" -}}
 {{- $secretEnv := default dict $V.secretEnv -}}
+{{- $userEnv := dict -}}
 {{- range $key, $value := (default dict $V.env) -}}
 {{- if hasKey $secretEnv $key -}}
 {{- include "ddp-job.fail" (list "secretEnv" (printf "%s is also set in env" $key) "set each variable in one place") -}}
 {{- end -}}
-{{- $_ := set $env $key (include "ddp-job.envValue" $value) -}}
-{{- end -}}
-{{- $envList := list -}}
-{{- if and (has $target (list "job" "jobset")) (eq $mode "static") -}}
-{{- $envList = append $envList (dict "name" "PET_NODE_RANK" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.annotations['batch.kubernetes.io/job-completion-index']"))) -}}
-{{- end -}}
-{{- range $key := keys $env | sortAlpha -}}
-{{- $envList = append $envList (dict "name" $key "value" (get $env $key)) -}}
-{{- end -}}
-{{- range $key, $ref := $secretEnv -}}
-{{- $envList = append $envList (dict "name" $key "valueFrom" (dict "secretKeyRef" (dict "name" $ref.secret "key" $ref.key))) -}}
+{{- $_ := set $userEnv $key (include "ddp-job.envValue" $value) -}}
 {{- end -}}
 {{- $envFrom := list -}}
 {{- range $secret := default list $V.envFromSecrets -}}
 {{- $envFrom = append $envFrom (dict "secretRef" (dict "name" $secret)) -}}
-{{- end -}}
-
-{{- /* Resources (render._resources) and tolerations (render._tolerations). */ -}}
-{{- $res := default dict $V.resources -}}
-{{- $gpuResource := default "nvidia.com/gpu" $res.gpuResource -}}
-{{- $requests := dict -}}
-{{- $limits := dict -}}
-{{- if $res.cpu -}}{{- $_ := set $requests "cpu" $res.cpu -}}{{- end -}}
-{{- if $res.memory -}}
-{{- $_ := set $requests "memory" $res.memory -}}
-{{- $_ := set $limits "memory" $res.memory -}}
-{{- end -}}
-{{- if gt $gpus 0 -}}{{- $_ := set $limits $gpuResource $gpus -}}{{- end -}}
-{{- $resources := dict -}}
-{{- if $limits -}}{{- $_ := set $resources "limits" $limits -}}{{- end -}}
-{{- if $requests -}}{{- $_ := set $resources "requests" $requests -}}{{- end -}}
-{{- $tolerations := list -}}
-{{- $gpuTolerated := false -}}
-{{- range $tol := default list $V.tolerations -}}
-{{- $tolerations = append $tolerations $tol -}}
-{{- if eq (toString (get $tol "key")) $gpuResource -}}{{- $gpuTolerated = true -}}{{- end -}}
-{{- end -}}
-{{- if and (gt $gpus 0) (not $gpuTolerated) -}}
-{{- $tolerations = append $tolerations (dict "key" $gpuResource "operator" "Exists" "effect" "NoSchedule") -}}
 {{- end -}}
 
 {{- /* Pod and container securityContext (render._security). */ -}}
@@ -288,27 +311,22 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
   "image" $V.image
   "pullPolicy" $V.imagePullPolicy
   "imagePullSecrets" $pullSecrets
-  "command" $entrypoint
   "args" (concat $extra $args)
-  "env" $envList
   "envFrom" $envFrom
   "port" $port
   "portName" (ternary "pytorchjob-port" "rendezvous" (eq $target "pytorchjob"))
-  "resources" $resources
   "podSecurityContext" $podSC
   "containerSecurityContext" $containerSC
   "volumes" $podVolumes
   "volumeMounts" $mounts
-  "tolerations" $tolerations
-  "nodeSelector" (default dict $V.nodeSelector)
   "affinity" (default dict $V.affinity)
   "priorityClassName" (default "" $V.priorityClassName)
   "serviceAccountName" (default "" $V.serviceAccountName)
   "restartPolicy" $V.restartPolicy
   "backoffLimit" (int64 $V.backoffLimit)
   "replicas" $replicas
-  "workers" (sub $replicas 1)
   "elastic" $elastic
+  "grouped" $grouped
   "minNodes" $min
   "maxNodes" $max
   "nproc" $nproc
@@ -319,6 +337,98 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 -}}
 {{- if not (kindIs "invalid" $V.ttlSecondsAfterFinished) -}}{{- $_ := set $view "ttl" (int64 $V.ttlSecondsAfterFinished) -}}{{- end -}}
 {{- if not (kindIs "invalid" $V.activeDeadlineSeconds) -}}{{- $_ := set $view "deadline" (int64 $V.activeDeadlineSeconds) -}}{{- end -}}
+
+{{- /* One view per node group (render._group_view): its object, node count, command, env,
+   resources and scheduling fields; the uniform layout is the one group. */ -}}
+{{- $groupViews := list -}}
+{{- $offset := 0 -}}
+{{- range $g := $groups -}}
+{{- $gv := deepCopy $view -}}
+{{- $genv := deepCopy $env -}}
+{{- if $wiredByUs -}}
+{{- $_ := set $genv "PET_NPROC_PER_NODE" (toString (int64 $g.nproc)) -}}
+{{- if and $grouped (eq $mode "static") -}}{{- $_ := set $genv "PET_NODE_RANK_OFFSET" (toString $offset) -}}{{- end -}}
+{{- end -}}
+{{- range $key, $value := $userEnv -}}{{- $_ := set $genv $key $value -}}{{- end -}}
+{{- $envList := list -}}
+{{- if and $wiredByUs (eq $mode "static") (not $grouped) -}}
+{{- $envList = append $envList (dict "name" "PET_NODE_RANK" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.annotations['batch.kubernetes.io/job-completion-index']"))) -}}
+{{- end -}}
+{{- range $key := keys $genv | sortAlpha -}}
+{{- $envList = append $envList (dict "name" $key "value" (get $genv $key)) -}}
+{{- end -}}
+{{- range $key, $ref := $secretEnv -}}
+{{- $envList = append $envList (dict "name" $key "valueFrom" (dict "secretKeyRef" (dict "name" $ref.secret "key" $ref.key))) -}}
+{{- end -}}
+{{- $gcommand := $entrypoint -}}
+{{- if and $grouped (eq (index $entrypoint 0) "torchrun") -}}
+{{- if $wiredByUs -}}
+{{- $gcommand = concat (list "python3" "-c" $launcher) (rest $entrypoint) -}}
+{{- else if eq $target "pytorchjob" -}}
+{{- $gcommand = concat (list "torchrun" "--nproc-per-node" (toString (int64 $g.nproc))) (rest $entrypoint) -}}
+{{- end -}}
+{{- end -}}
+{{- $gres := $g.resources -}}
+{{- $ggpu := default $gpuResource $g.gpuResource -}}
+{{- $requests := dict -}}
+{{- $limits := dict -}}
+{{- $cpu := ternary $gres.cpu $res.cpu (hasKey $gres "cpu") -}}
+{{- $memory := ternary $gres.memory $res.memory (hasKey $gres "memory") -}}
+{{- if $cpu -}}{{- $_ := set $requests "cpu" $cpu -}}{{- end -}}
+{{- if $memory -}}
+{{- $_ := set $requests "memory" $memory -}}
+{{- $_ := set $limits "memory" $memory -}}
+{{- end -}}
+{{- if gt (int64 $g.gpus) 0 -}}{{- $_ := set $limits $ggpu (int64 $g.gpus) -}}{{- end -}}
+{{- $resources := dict -}}
+{{- if $limits -}}{{- $_ := set $resources "limits" $limits -}}{{- end -}}
+{{- if $requests -}}{{- $_ := set $resources "requests" $requests -}}{{- end -}}
+{{- $tolerations := list -}}
+{{- $gpuTolerated := false -}}
+{{- range $tol := concat (default list $V.tolerations) $g.tolerations -}}
+{{- $tolerations = append $tolerations $tol -}}
+{{- if eq (toString (get $tol "key")) $ggpu -}}{{- $gpuTolerated = true -}}{{- end -}}
+{{- end -}}
+{{- if and (gt (int64 $g.gpus) 0) (not $gpuTolerated) -}}
+{{- $tolerations = append $tolerations (dict "key" $ggpu "operator" "Exists" "effect" "NoSchedule") -}}
+{{- end -}}
+{{- $nodeSelector := merge (deepCopy $g.nodeSelector) (default dict $V.nodeSelector) -}}
+{{- if $grouped -}}
+{{- $_ := set $gv "labels" (merge (dict "ddpctl.io/node-group" $g.name) $labels) -}}
+{{- $_ := set $gv "topLabels" (merge (dict "ddpctl.io/node-group" $g.name) $topLabels) -}}
+{{- $_ := set $gv "replicas" (int64 $g.nodes) -}}
+{{- end -}}
+{{- $_ := set $gv "name" (default $name $g.workload) -}}
+{{- $_ := set $gv "rjob" (default "node" $g.rjob) -}}
+{{- $_ := set $gv "group" $g.name -}}
+{{- $_ := set $gv "nproc" (int64 $g.nproc) -}}
+{{- $_ := set $gv "command" $gcommand -}}
+{{- $_ := set $gv "env" $envList -}}
+{{- $_ := set $gv "resources" $resources -}}
+{{- $_ := set $gv "tolerations" $tolerations -}}
+{{- $_ := set $gv "nodeSelector" $nodeSelector -}}
+{{- $groupViews = append $groupViews $gv -}}
+{{- $offset = add $offset (int64 $g.nodes) -}}
+{{- end -}}
+{{- /* The job-wide view takes the first group's pod fields (TrainJob and the Service use it). */ -}}
+{{- $g0 := index $groupViews 0 -}}
+{{- range $key := list "labels" "command" "env" "resources" "tolerations" "nodeSelector" "rjob" "nproc" -}}
+{{- $_ := set $view $key (get $g0 $key) -}}
+{{- end -}}
+{{- $_ := set $view "groups" $groupViews -}}
+{{- /* PyTorchJob: Master = the first group (1 node), Worker = the second, or the rest of the one group. */ -}}
+{{- $replicaSpecs := list -}}
+{{- if $elastic -}}
+{{- $replicaSpecs = list (dict "type" "Worker" "replicas" $replicas "pod" $g0) -}}
+{{- else -}}
+{{- $replicaSpecs = list (dict "type" "Master" "replicas" 1 "pod" $g0) -}}
+{{- if gt (len $groupViews) 1 -}}
+{{- $replicaSpecs = append $replicaSpecs (dict "type" "Worker" "replicas" (int64 (index $groups 1).nodes) "pod" (index $groupViews 1)) -}}
+{{- else if gt $replicas 1 -}}
+{{- $replicaSpecs = append $replicaSpecs (dict "type" "Worker" "replicas" (sub $replicas 1) "pod" $g0) -}}
+{{- end -}}
+{{- end -}}
+{{- $_ := set $view "replicaSpecs" $replicaSpecs -}}
 {{- toJson $view -}}
 {{- end -}}
 
