@@ -644,7 +644,12 @@ def test_trainjob_with_node_groups_is_refused_by_jobspec_and_chart(chart: Any, h
 GROUP_SPECS = [
     {"nodeGroups": GROUPS},
     {"nodeGroups": [{"name": "g0", "nodes": 1, "gpusPerNode": 1}, {"name": "g1", "nodes": 3, "gpusPerNode": 2}]},
-    {"nodeGroups": [{"name": "g0", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2}, {"name": "g1", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 1}]},
+    {
+        "nodeGroups": [
+            {"name": "g0", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2},
+            {"name": "g1", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 1},
+        ]
+    },
     {
         "name": "mixed",
         "nodeSelector": {"pool": "gpu"},
@@ -657,7 +662,13 @@ GROUP_SPECS = [
         "activeDeadlineSeconds": 600,
         "volumes": {"checkpoints": {"claimName": "ck", "mountPath": "/ckpt"}},
         "nodeGroups": [
-            {"name": "a100", "nodes": 1, "gpusPerNode": 4, "procsPerNode": 2, "nodeSelector": {"gpu": "a100", "pool": "big"}},
+            {
+                "name": "a100",
+                "nodes": 1,
+                "gpusPerNode": 4,
+                "procsPerNode": 2,
+                "nodeSelector": {"gpu": "a100", "pool": "big"},
+            },
             {
                 "name": "l4",
                 "nodes": 2,
@@ -690,10 +701,22 @@ def test_chart_equals_cli_render_for_node_groups(chart: Any, helm: Any, target: 
 @pytest.mark.parametrize(
     "groups,target,key",
     [
-        ([{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "a", "nodes": 1, "gpusPerNode": 2}], "job", "nodeGroups[1].name"),
-        ([{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "b", "nodes": 1, "gpusPerNode": 0}], "job", "nodeGroups[1].gpusPerNode"),
+        (
+            [{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "a", "nodes": 1, "gpusPerNode": 2}],
+            "job",
+            "nodeGroups[1].name",
+        ),
+        (
+            [{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "b", "nodes": 1, "gpusPerNode": 0}],
+            "job",
+            "nodeGroups[1].gpusPerNode",
+        ),
         ([{"name": "a", "nodes": 1, "gpusPerNode": 2, "procsPerNode": 3}], "jobset", "nodeGroups[0].procsPerNode"),
-        ([{"name": "a", "nodes": 2, "gpusPerNode": 1}, {"name": "b", "nodes": 1, "gpusPerNode": 1}], "pytorchjob", "nodeGroups"),
+        (
+            [{"name": "a", "nodes": 2, "gpusPerNode": 1}, {"name": "b", "nodes": 1, "gpusPerNode": 1}],
+            "pytorchjob",
+            "nodeGroups",
+        ),
         ([{"name": "a" * 60, "nodes": 1, "gpusPerNode": 1}], "job", "name"),
     ],
 )

@@ -349,3 +349,53 @@ def test_plan_docker_takes_no_port_flag() -> None:
     import inspect
 
     assert "port_explicit" not in inspect.signature(plan_docker).parameters
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_uneven_layout_runs_the_pods_command_in_containers(trainer_image: str, tmp_path: Path) -> None:
+    """`run --docker --layout 2+1 --gpus 0`: each container runs its pod's command, the node-rank
+    launcher (python3 -c) that adds the group offset to the completion index, then torchrun."""
+    job = _job_name()
+    result = _ddpctl(
+        "run", "--docker", "--layout", "2+1", "--gpus", "0", "--name", job, "--image", trainer_image,
+        "--", "--synthetic-samples", "96", "--eval-samples", "30", "--global-batch-size", "12", "--epochs", "1",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    assert f"rank 0 at {job}-g0-0.{job}:29500" in result.stderr and "world size 3" in result.stderr
+    for rank in range(3):
+        assert re.search(rf"^\[rank {rank}\] epoch 1/1 step 8/8 loss ", result.stdout, re.M), result.stdout
+    ckpt = tmp_path / "ddp-runs" / job / "checkpoints" / "ckpt-00000008.pt"
+    import torch
+
+    assert torch.load(ckpt, weights_only=True)["world_size"] == 3
+    assert _left_behind(job) == []
+
+
+def test_docker_plan_of_a_layout_uses_each_groups_command_and_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("ddpctl.docker_run.require_engine_cli", lambda engine: engine)
+    monkeypatch.setattr("ddpctl.docker_run.ensure_image", lambda engine, spec: None)
+    from ddpctl.config import merged_layers
+    from ddpctl.options import parse_layout
+
+    spec = JobSpec.from_dict(
+        merged_layers(
+            {"name": "lay", "nodeGroups": parse_layout("--layout", "2+1"), "gpusPerNode": 0}, Path(os.devnull), {}
+        )
+    )
+    plan = plan_docker(spec, run_id="abc123")
+    first, second = (list(c.argv) for c in plan.containers)
+    assert first[first.index("--hostname") + 1] == "lay-g0-0" and "lay-g0-0.lay" in first
+    assert second[second.index("--hostname") + 1] == "lay-g1-0" and "lay-g1-0.lay" in second
+    assert (
+        "PET_NODE_RANK_OFFSET=1" in second and "JOB_COMPLETION_INDEX=0" in second and "PET_NPROC_PER_NODE=1" in second
+    )
+    assert "PET_NPROC_PER_NODE=2" in first and not any(a.startswith("PET_NODE_RANK=") for a in first + second)
+    entry = second.index("--entrypoint")
+    from ddpctl.engines.base import NODE_RANK_LAUNCHER
+
+    assert second[entry + 1 : entry + 5] == ["python3", spec.image, "-c", NODE_RANK_LAUNCHER]
