@@ -13,6 +13,8 @@ from ddpctl.engines.base import Engine, WorkloadKind
 #: every engine by target name; the order is the order `--help` and the docs list them
 ENGINES: dict[str, Engine] = {e.target: e for e in (job.ENGINE, pytorchjob.ENGINE, jobset.ENGINE, trainjob.ENGINE)}
 TARGETS: tuple[str, ...] = tuple(ENGINES)
+#: the order `--target auto` prefers engines in: the most capable operator first, the plain Job last
+AUTO_PREFERENCE: tuple[str, ...] = ("trainjob", "pytorchjob", "jobset", "job")
 
 
 def engine_for(target: str) -> Engine:
@@ -20,4 +22,4 @@ def engine_for(target: str) -> Engine:
     return ENGINES[target]
 
 
-__all__ = ["ENGINES", "TARGETS", "Engine", "WorkloadKind", "engine_for"]
+__all__ = ["AUTO_PREFERENCE", "ENGINES", "TARGETS", "Engine", "WorkloadKind", "engine_for"]

@@ -74,6 +74,8 @@ class Engine(ABC):
     restart_semantics: ClassVar[str]  # how a failed pod is handled, for `render --explain`
     left_to_engine: ClassVar[tuple[str, ...]] = ()  # spec settings the engine's runtime decides
     supports_elastic: ClassVar[bool] = True
+    builtin: ClassVar[bool] = False  # served by every cluster (no CRD to install)
+    runtime: ClassVar[str | None] = None  # a cluster-scoped runtime object it needs as well
     replica_types: ClassVar[tuple[str, ...]] = ("node",)  # pod roles, rank 0's first (status lines)
 
     @property

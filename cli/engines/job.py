@@ -37,6 +37,7 @@ class JobEngine(IndexedEngine):
     workload = WorkloadKind("Job", "batch", "v1", "jobs", "Kubernetes (batch/v1)", ("Complete",), ("Failed",))
     container_name = "trainer"
     restart_semantics = "a failed pod fails the Job; backoffLimit retries the whole job"
+    builtin = True
 
     def workload_name(self, spec: JobSpec, group: NodeGroup) -> str:
         return f"{spec.name}-{group.name}" if spec.node_groups else spec.name

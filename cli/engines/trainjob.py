@@ -39,6 +39,7 @@ class TrainJobEngine(Engine):
     restart_semantics = "decided by the training runtime"
     left_to_engine = ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
     supports_elastic = False
+    runtime = "torch-distributed"  # the ClusterTrainingRuntime it names in spec.runtimeRef
 
     def can(self, feature: str) -> bool:
         return False

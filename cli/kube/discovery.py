@@ -1,29 +1,31 @@
 """Which training engines the cluster serves, and `--target auto`.
 
-Preference: TrainJob when trainer.kubeflow.org/v1alpha1 trainjobs are served AND the
-`torch-distributed` ClusterTrainingRuntime exists; else PyTorchJob (kubeflow.org/v1); else JobSet
-(jobset.x-k8s.io/v1alpha2); else the plain Indexed Job, which every cluster serves.
+Preference (ddpctl.engines.AUTO_PREFERENCE): TrainJob when trainer.kubeflow.org/v1alpha1
+trainjobs are served AND the `torch-distributed` ClusterTrainingRuntime exists; else PyTorchJob
+(kubeflow.org/v1); else JobSet (jobset.x-k8s.io/v1alpha2); else the plain Indexed Job, which every
+cluster serves. What each engine needs (its kind, a runtime object, nothing) is asked of its engine.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ddpctl.engines import AUTO_PREFERENCE, engine_for
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster
-from ddpctl.kube.kinds import JOBSET, PYTORCHJOB, RUNTIME, TORCH_RUNTIME, TRAINJOB, WORKLOADS, Kind
+from ddpctl.kube.kinds import BY_TARGET, RUNTIME, WORKLOADS, Kind
 
 
 @dataclass(frozen=True)
 class Engines:
-    """What discovery found: the workload kinds served and whether the torch runtime exists."""
+    """What discovery found: the workload kinds served and whether the runtime an engine needs exists."""
 
     served: frozenset[str]  # targets
-    runtime: bool | None  # the torch-distributed ClusterTrainingRuntime exists (None: could not tell)
+    runtime: bool | None  # the needed runtime (torch-distributed) exists (None: could not tell)
 
     def usable(self, target: str) -> bool:
-        if target == "trainjob":
-            return "trainjob" in self.served and self.runtime is True
+        if engine_for(target).runtime:
+            return target in self.served and self.runtime is True
         return target in self.served
 
 
@@ -33,9 +35,9 @@ def discover(cluster: Cluster) -> Engines:
     versions = {
         g.get("name"): {v.get("version") for v in g.get("versions") or []} for g in (groups or {}).get("groups") or []
     }
-    served = {"job"}
-    for kind in (TRAINJOB, PYTORCHJOB, JOBSET):
-        if kind.version not in versions.get(kind.group, set()):
+    served = {k.target for k in WORKLOADS if engine_for(k.target).builtin}  # type: ignore[arg-type]
+    for kind in WORKLOADS:
+        if kind.target in served or kind.version not in versions.get(kind.group, set()):
             continue
         try:
             _, resources = cluster.call("GET", f"/apis/{kind.group}/{kind.version}", op)
@@ -43,12 +45,13 @@ def discover(cluster: Cluster) -> Engines:
             if exc.code == 404:
                 continue
             raise
-        if kind.target and any(r.get("name") == kind.plural for r in (resources or {}).get("resources") or []):
-            served.add(kind.target)
+        if any(r.get("name") == kind.plural for r in (resources or {}).get("resources") or []):
+            served.add(kind.target)  # type: ignore[arg-type]
     runtime: bool | None = False
-    if "trainjob" in served:
+    needed = [engine_for(t).runtime for t in served if engine_for(t).runtime]
+    if needed:
         try:
-            runtime = cluster.get_or_none(RUNTIME, TORCH_RUNTIME, None) is not None
+            runtime = cluster.get_or_none(RUNTIME, needed[0], None) is not None
         except E.ApiError as exc:
             if exc.code != 403:
                 raise
@@ -56,35 +59,38 @@ def discover(cluster: Cluster) -> Engines:
     return Engines(frozenset(served), runtime)
 
 
+def _runtime_missing(engines: Engines, target: str) -> str:
+    name = engine_for(target).runtime
+    return f"the {name} ClusterTrainingRuntime " + ("was not found" if engines.runtime is False else "cannot be read")
+
+
 def pick(engines: Engines) -> tuple[str, str]:
-    """(target, why) for `--target auto`."""
-    if engines.usable("trainjob"):
-        return "trainjob", (
-            f"{TRAINJOB.resource}/{TRAINJOB.version} is served and the {TORCH_RUNTIME} "
-            "ClusterTrainingRuntime exists (Kubeflow Trainer v2)"
-        )
-    skipped = []
-    if "trainjob" in engines.served:
-        skipped.append(
-            f"{TRAINJOB.resource} is served but the {TORCH_RUNTIME} ClusterTrainingRuntime "
-            + ("was not found" if engines.runtime is False else "cannot be read")
-        )
-    for kind in (PYTORCHJOB, JOBSET):
-        if kind.target and kind.target in engines.served:
-            why = f"{kind.resource}/{kind.version} is served ({kind.engine})"
-            return kind.target, why + (f"; {skipped[0]}" if skipped else "")
-    return "job", (
-        "no training CRD (TrainJob, PyTorchJob, JobSet) is served, so a plain Indexed Job and "
-        "headless Service" + (f"; {skipped[0]}" if skipped else "")
-    )
+    """(target, why) for `--target auto`: the first usable engine in AUTO_PREFERENCE."""
+    skipped: list[str] = []
+    for target in AUTO_PREFERENCE:
+        engine, kind = engine_for(target), BY_TARGET[target]
+        if engines.usable(target):
+            if engine.runtime:
+                why = (
+                    f"{kind.resource}/{kind.version} is served and the {engine.runtime} "
+                    f"ClusterTrainingRuntime exists ({kind.engine})"
+                )
+            elif engine.builtin:
+                crds = ", ".join(k.kind for k in WORKLOADS if not engine_for(k.target).builtin)  # type: ignore[arg-type]
+                why = f"no training CRD ({crds}) is served, so a plain Indexed Job and headless Service"
+            else:
+                why = f"{kind.resource}/{kind.version} is served ({kind.engine})"
+            return target, why + (f"; {skipped[0]}" if skipped else "")
+        if engine.runtime and target in engines.served:
+            skipped.append(f"{kind.resource} is served but {_runtime_missing(engines, target)}")
+    raise AssertionError("an engine that every cluster serves is always usable")
 
 
 def candidates(engines: Engines) -> list[tuple[str, str]]:
     """Every usable target, best first, each with why (`--target auto` takes the first the spec fits)."""
-    order = ["trainjob", "pytorchjob", "jobset", "job"]
     first, why = pick(engines)
     out = [(first, why)]
-    for target in order[order.index(first) + 1 :]:  # each target once, only those after the first
+    for target in AUTO_PREFERENCE[AUTO_PREFERENCE.index(first) + 1 :]:  # each target once, only those after the first
         if engines.usable(target):
             out.append((target, f"the next engine this cluster serves ({target})"))
     return out
@@ -96,13 +102,14 @@ def require(engines: Engines, target: str) -> None:
         return
     from ddpctl.errors import ClusterError
 
-    kind: Kind = next(k for k in WORKLOADS if k.target == target)
+    kind: Kind = BY_TARGET[target]
+    runtime = engine_for(target).runtime
     alternative, _ = pick(engines)
-    if target == "trainjob" and "trainjob" in engines.served:
+    if runtime and target in engines.served:
         problem = (
-            f"the {TORCH_RUNTIME} ClusterTrainingRuntime "
+            f"the {runtime} ClusterTrainingRuntime "
             + ("does not exist" if engines.runtime is False else "cannot be read")
-            + " (Kubeflow Trainer v2 installs it with its runtimes)"
+            + f" ({kind.engine} installs it with its runtimes)"
         )
     else:
         problem = f"the cluster does not serve {kind.resource}/{kind.version} ({kind.engine} is not installed)"

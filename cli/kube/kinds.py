@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from ddpctl.engines import engine_for
+from ddpctl.engines import AUTO_PREFERENCE, engine_for
 from ddpctl.engines.base import COMPLETION_INDEX, INSTANCE, MANAGED_BY
 from ddpctl.engines.pytorchjob import REPLICA_INDEX as KF_REPLICA_INDEX
 from ddpctl.engines.pytorchjob import REPLICA_TYPE as KF_REPLICA_TYPE
@@ -79,12 +79,12 @@ POD = Kind("Pod", "", "v1", "pods")
 EVENT = Kind("Event", "", "v1", "events")
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", namespaced=False)
 
+BY_TARGET = {k.target: k for k in (JOB, PYTORCHJOB, JOBSET, TRAINJOB)}
 #: the workloads, in the order `--target auto` prefers them (job last: always served)
-WORKLOADS: tuple[Kind, ...] = (TRAINJOB, PYTORCHJOB, JOBSET, JOB)
-BY_TARGET = {k.target: k for k in WORKLOADS}
+WORKLOADS: tuple[Kind, ...] = tuple(BY_TARGET[t] for t in AUTO_PREFERENCE)
 #: every kind a job's top-level objects can have (`delete`, `--replace`)
 JOB_OBJECT_KINDS: tuple[Kind, ...] = WORKLOADS + (SERVICE,)
-TORCH_RUNTIME = "torch-distributed"
+TORCH_RUNTIME = engine_for("trainjob").runtime
 
 
 def kind_of(obj: dict[str, Any]) -> Kind:
