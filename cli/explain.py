@@ -48,7 +48,9 @@ def explain(spec: JobSpec) -> str:
         device = f"{plural(spec.gpus_per_node, 'GPU')} per node" if spec.gpus_per_node else "CPU only"
     if spec.elastic:
         nodes = f"elastic {spec.min_nodes} to {spec.max_nodes} nodes (pods), {spec.replicas} created"
-        world = f"{(spec.min_nodes or 0) * nproc} to {spec.world_size} = nodes x {plural(nproc, 'process', 'processes')}"
+        world = (
+            f"{(spec.min_nodes or 0) * nproc} to {spec.world_size} = nodes x {plural(nproc, 'process', 'processes')}"
+        )
     elif spec.node_groups:
         groups = ", ".join(f"{g.name}: {g.nodes} x {g.nproc}" for g in spec.groups)
         nodes = f"{spec.nodes} node(s) (pods) in {len(spec.groups)} group(s) ({groups})"

@@ -176,10 +176,11 @@ def view(spec: JobSpec) -> dict[str, Any]:
         "service_name": spec.service_name,
         "subdomain": engine.subdomain(spec),
     }
+    group_views = [_group_view(spec, base, group) for group in spec.groups]
     v = dict(base)
-    v["groups"] = [_group_view(spec, base, group) for group in spec.groups]
-    v.update({k: val for k, val in v["groups"][0].items() if k not in ("name", "replicas", "top_labels")})
-    v.update(engine.template_values(spec, dict(zip((g.name for g in spec.groups), v["groups"]))))
+    v["groups"] = group_views
+    v.update({k: val for k, val in group_views[0].items() if k not in ("name", "replicas", "top_labels")})
+    v.update(engine.template_values(spec, {g.name: gv for g, gv in zip(spec.groups, group_views)}))
     return v
 
 

@@ -376,3 +376,24 @@ def test_delete_of_a_missing_job(cli, make_cluster):
     one_error(cli("delete", "ghost", *c.args, "-n", NS), 1, 'no job "ghost" in namespace "team"')
     r = cli("delete", "ghost", *c.args, "-n", NS, "--ignore-not-found")
     assert r.code == 0 and r.out == ""
+
+
+# --------------------------------------------------------------------------- node groups
+
+
+def test_status_logs_and_delete_of_a_job_with_node_groups(cli, make_cluster):
+    """The `job` target makes one Job per node group: status ranks every group's pods (offset +
+    completion index), counts the job's nodes, and delete removes every Job."""
+    c = make_cluster()
+    submit(cli, c, "--layout", "2+1", "--gpus", "0")
+    d = c.double
+    assert sorted(o["metadata"]["name"] for o in d.objects("Job", NS)) == [f"{NAME}-g0", f"{NAME}-g1"]
+    d.start_pods("Job", f"{NAME}-g0", NS)
+    d.start_pods("Job", f"{NAME}-g1", NS)
+    doc = json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)
+    assert doc["nodes"] == 2 and doc["state"] == "Running"
+    pods = [(p["node"], p["pod"].rsplit("-", 1)[0]) for p in doc["pods"]]  # pod names end in a random suffix
+    assert pods == [(0, f"{NAME}-g0-0"), (1, f"{NAME}-g1-0")]
+    r = cli("delete", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert objects_left(c.double) == [] and c.double.objects("Pod", NS) == []

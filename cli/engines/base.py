@@ -182,6 +182,10 @@ class Engine(ABC):
             return None
         return index + (_offset(pod) or 0)
 
+    def first_node_rank(self, workload: dict[str, Any]) -> int:
+        """The node rank of a workload object's first pod: its node group's offset (0 without groups)."""
+        return _offset((workload.get("spec") or {}).get("template") or {}) or 0
+
     @abstractmethod
     def expected_nodes(self, job: dict[str, Any]) -> int | None:
         """How many node pods the workload object asks for."""

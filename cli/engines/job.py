@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import IndexedEngine, WorkloadKind, _int
+from ddpctl.engines.base import NODE_RANK_OFFSET, IndexedEngine, WorkloadKind, _int
 
 if TYPE_CHECKING:
     from ddpctl.spec import JobSpec, Node, NodeGroup
@@ -54,7 +54,13 @@ class JobEngine(IndexedEngine):
         return spec.service_name
 
     def expected_nodes(self, job: dict[str, Any]) -> int | None:
-        return _int((job.get("spec") or {}).get("completions"))
+        """The Job's completions; with node groups (one Job per group) the job's PET_NNODES."""
+        spec = job.get("spec") or {}
+        for container in ((spec.get("template") or {}).get("spec") or {}).get("containers") or []:
+            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+            if NODE_RANK_OFFSET in env:
+                return _int(env.get("PET_NNODES"))
+        return _int(spec.get("completions"))
 
 
 ENGINE = JobEngine()

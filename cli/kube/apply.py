@@ -79,9 +79,18 @@ def find_job(cluster: Cluster, name: str, namespace: str) -> tuple[Kind, dict[st
     if not workloads:
         raise_not_found(cluster, name, namespace)
     if len(workloads) > 1:
-        # two submits with different targets: the newest wins, say so
+        # two submits with different targets: the newest wins; of one submit's objects (a Job
+        # per node group), the one that runs rank 0
+        workloads.sort(key=lambda ko: _first_rank(ko[0], ko[1]))
         workloads.sort(key=lambda ko: ko[1]["metadata"].get("creationTimestamp") or "", reverse=True)
     return workloads[0]
+
+
+def _first_rank(kind: Kind, obj: dict[str, Any]) -> int:
+    """The node rank of a workload object's first pod (0 unless it runs a later node group)."""
+    from ddpctl.engines import engine_for
+
+    return engine_for(kind.target).first_node_rank(obj) if kind.target else 0
 
 
 def raise_not_found(cluster: Cluster, name: str, namespace: str) -> None:

@@ -35,9 +35,10 @@ def discover(cluster: Cluster) -> Engines:
     versions = {
         g.get("name"): {v.get("version") for v in g.get("versions") or []} for g in (groups or {}).get("groups") or []
     }
-    served = {k.target for k in WORKLOADS if engine_for(k.target).builtin}  # type: ignore[arg-type]
-    for kind in WORKLOADS:
-        if kind.target in served or kind.version not in versions.get(kind.group, set()):
+    served = {t for t in AUTO_PREFERENCE if engine_for(t).builtin}
+    for target in AUTO_PREFERENCE:
+        kind = BY_TARGET[target]
+        if target in served or kind.version not in versions.get(kind.group, set()):
             continue
         try:
             _, resources = cluster.call("GET", f"/apis/{kind.group}/{kind.version}", op)
@@ -46,9 +47,9 @@ def discover(cluster: Cluster) -> Engines:
                 continue
             raise
         if any(r.get("name") == kind.plural for r in (resources or {}).get("resources") or []):
-            served.add(kind.target)  # type: ignore[arg-type]
+            served.add(target)
     runtime: bool | None = False
-    needed = [engine_for(t).runtime for t in served if engine_for(t).runtime]
+    needed = [r for r in (engine_for(t).runtime for t in served) if r]
     if needed:
         try:
             runtime = cluster.get_or_none(RUNTIME, needed[0], None) is not None

@@ -99,6 +99,13 @@ def job_selector(name: str) -> str:
     return f"{INSTANCE}={name},{MANAGED_BY}"
 
 
+def job_name_of(obj: dict[str, Any]) -> str:
+    """The ddpctl job a workload object belongs to: its instance label (with node groups, the
+    `job` target makes one Job per group, `<job>-<group>`), else its own name."""
+    md = obj.get("metadata") or {}
+    return (md.get("labels") or {}).get(INSTANCE) or md["name"]
+
+
 def pod_selector(kind: Kind, name: str) -> str:
     """How to find a job's pods (the engine knows which labels they carry)."""
     return engine_for(kind.target).pod_selector(name)  # type: ignore[arg-type]

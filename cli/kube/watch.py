@@ -23,6 +23,7 @@ from ddpctl.kube.kinds import (
     container_name,
     expected_nodes,
     finished,
+    job_name_of,
     pod_selector,
     rank_of,
     replica_type,
@@ -138,12 +139,13 @@ class JobMonitor:
         self.cluster, self.kind, self.job = cluster, kind, job
         md = job["metadata"]
         self.name, self.namespace = md["name"], md.get("namespace") or cluster.namespace
+        self.job_name = job_name_of(job)  # node groups: several workload objects, one job's pods
         self.pods: dict[str, dict[str, Any]] = {}
         self.events: queue.Queue[Any] = queue.Queue()
         self.synced: set[str] = set()
         self.watchers = [
             Watcher(cluster, kind, self.namespace, "job", self.events, field_selector=f"metadata.name={self.name}"),
-            Watcher(cluster, POD, self.namespace, "pod", self.events, selector=pod_selector(kind, self.name)),
+            Watcher(cluster, POD, self.namespace, "pod", self.events, selector=pod_selector(kind, self.job_name)),
         ]
         self._scheduler_messages: dict[str, str] = {}
 
@@ -201,7 +203,7 @@ class JobMonitor:
     def refresh_pods(self) -> None:
         """Re-list the pods: the job's final condition can arrive before the pods' last updates
         (two watch streams), and the final line and the failure reasons must see the end state."""
-        items = self.cluster.list(POD, self.namespace, pod_selector(self.kind, self.name)).get("items") or []
+        items = self.cluster.list(POD, self.namespace, pod_selector(self.kind, self.job_name)).get("items") or []
         self.pods = {p["metadata"]["name"]: p for p in items}
 
     def wait_synced(self, deadline: float | None) -> bool:
