@@ -67,7 +67,11 @@ def explain(spec: JobSpec) -> str:
         global_rank = "the processes of the nodes before it + local_rank (LOCAL_RANK picks the device)"
     else:
         global_rank = f"node_rank x {nproc} + local_rank (LOCAL_RANK picks the device)"
-    commands = {" ".join(_shown(engine.entrypoint(spec, g) + spec.trainer_args)) for g in spec.groups}
+    commands = {g.name: " ".join(_shown(engine.entrypoint(spec, g) + spec.trainer_args)) for g in spec.groups}
+    if len(set(commands.values())) == 1:
+        command_lines = [f"  command:            {next(iter(commands.values()))}"]
+    else:
+        command_lines = [f"  command ({name}):{' ' * max(1, 11 - len(name))}{c}" for name, c in commands.items()]
     lines = [
         f"job {spec.name} in namespace {spec.namespace}: {engine.title}",
         f"  nodes:              {nodes}: {shown}",
@@ -76,8 +80,9 @@ def explain(spec: JobSpec) -> str:
         f"  rank 0:             node rank 0 = pod {hosts[0]}, local rank 0",
         f"  rendezvous:         {rdzv}",
         f"  node rank from:     {spec.node_rank_source}",
+        f"  on failure:         {engine.restart_semantics}",
         f"  global rank:        {global_rank}",
-        *(f"  command:            {c}" for c in sorted(commands)),
+        *command_lines,
     ]
     ignored = engine.left_to_engine
     if ignored:

@@ -643,6 +643,7 @@ def test_trainjob_with_node_groups_is_refused_by_jobspec_and_chart(chart: Any, h
 
 GROUP_SPECS = [
     {"nodeGroups": GROUPS},
+    {"nodeGroups": [{"name": "solo", "nodes": 3, "gpusPerNode": 2, "nodeSelector": {"gpu": "x"}}]},
     {"nodeGroups": [{"name": "g0", "nodes": 1, "gpusPerNode": 1}, {"name": "g1", "nodes": 3, "gpusPerNode": 2}]},
     {
         "nodeGroups": [

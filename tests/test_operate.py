@@ -394,6 +394,8 @@ def test_status_logs_and_delete_of_a_job_with_node_groups(cli, make_cluster):
     assert doc["nodes"] == 2 and doc["state"] == "Running"
     pods = [(p["node"], p["pod"].rsplit("-", 1)[0]) for p in doc["pods"]]  # pod names end in a random suffix
     assert pods == [(0, f"{NAME}-g0-0"), (1, f"{NAME}-g1-0")]
+    rows = [line.split() for line in cli("list", *c.args, "-n", NS).out.splitlines()[1:]]
+    assert [r[:3] for r in rows] == [[NAME, "job", "2"]], "one row per job, not per node group"
     r = cli("delete", NAME, *c.args, "-n", NS)
     assert r.code == 0, r.err
     assert objects_left(c.double) == [] and c.double.objects("Pod", NS) == []

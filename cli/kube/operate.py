@@ -240,7 +240,8 @@ def list_jobs(
     out: Callable[[str], None],
 ) -> None:
     from ddpctl.kube import errors as E
-    from ddpctl.kube.kinds import MANAGED_BY, WORKLOADS, age, expected_nodes, finished
+    from ddpctl.engines import engine_for
+    from ddpctl.kube.kinds import MANAGED_BY, WORKLOADS, age, expected_nodes, finished, job_name_of
 
     if namespace is None and not all_namespaces:
         _, namespace = _defaults("-", None, "list")
@@ -290,9 +291,11 @@ def list_jobs(
         rows = []
         for kind, obj in found:
             md = obj["metadata"]
+            if kind.target and engine_for(kind.target).first_node_rank(obj) > 0:
+                continue  # a later node group's Job: the job's row is its rank-0 group's
             result = finished(kind, obj)[0] or _active_state(kind, obj)
             row = ([md.get("namespace", "")] if all_namespaces else []) + [
-                md["name"],
+                job_name_of(obj),
                 kind.target or "",
                 str(expected_nodes(kind, obj) or "?"),
                 result,
