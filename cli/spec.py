@@ -12,6 +12,7 @@ The serialised form (``ddp.yaml``, Helm values) uses camelCase keys; `JobSpec.fr
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -1036,7 +1037,7 @@ class JobSpec:
             return f"{self.nnodes} nodes x {self.nproc_per_node} processes"
         return " + ".join(f"{g.nodes} x {g.nproc}" for g in self.groups) + " processes"
 
-    @property
+    @functools.cached_property
     def groups(self) -> tuple[NodeGroup, ...]:
         """The node groups: the spec's, or the uniform layout as the one group `node`."""
         if self.node_groups:
@@ -1048,7 +1049,7 @@ class JobSpec:
         """Do nodes run different numbers of processes?"""
         return len({g.nproc for g in self.groups}) > 1
 
-    @property
+    @functools.cached_property
     def nodes_layout(self) -> tuple[Node, ...]:
         """Every node in rank order: groups in spec order, nodes in completion-index order, and
         global ranks contiguous per node (as torchrun assigns them: a cumulative sum of the nodes'
@@ -1107,15 +1108,34 @@ class JobSpec:
         """Where each pod learns its node rank, for `render --explain`."""
         return self.engine.node_rank_source(self)
 
-    @property
+    @functools.cached_property
     def pod_hostnames(self) -> tuple[str, ...]:
         """Every pod's hostname (without the subdomain), rank order."""
         return self.engine.pod_hostnames(self)
 
     @property
     def longest_generated_name(self) -> str:
-        """The longest hostname/Service name the engine derives; it must fit a DNS label."""
-        return max(self.pod_hostnames, key=len)
+        """The longest hostname/Service name the engine derives; it must fit a DNS label. Names
+        differ only by index within a group, so each group's first and last node are enough
+        (validating a 1024-node spec must not build 1024 names)."""
+        return max((self.engine.pod_hostname(self, n) for n in self._edge_nodes()), key=len)
+
+    @property
+    def first_node(self) -> Node:
+        """Node rank 0: the first group's first node."""
+        return Node(0, self.groups[0], 0, 0, 0)
+
+    def _edge_nodes(self) -> list[Node]:
+        """The first and last node of every group, without laying out the nodes between."""
+        out: list[Node] = []
+        rank = first_rank = 0
+        for g, group in enumerate(self.groups):
+            out.append(Node(rank, group, g, 0, first_rank))
+            last = group.nodes - 1
+            out.append(Node(rank + last, group, g, last, first_rank + last * group.nproc))
+            rank += group.nodes
+            first_rank += group.nodes * group.nproc
+        return out
 
     @property
     def recommended_labels(self) -> dict[str, str]:

@@ -136,7 +136,7 @@ class Engine(ABC):
 
     def rank0_host(self, spec: JobSpec) -> str:
         """The DNS name of rank 0's pod: MASTER_ADDR, or the c10d store's host."""
-        return self.dns_names(spec, spec.nodes_layout[0])[-1]
+        return self.dns_names(spec, spec.first_node)[-1]
 
     def master_port(self, spec: JobSpec) -> int:
         return spec.rendezvous.port
@@ -228,7 +228,12 @@ class IndexedEngine(Engine):
         return "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)"
 
     def group_offset(self, spec: JobSpec, group: NodeGroup) -> int:
-        return next(n.rank for n in spec.nodes_layout if n.group is group)
+        offset = 0
+        for other in spec.groups:
+            if other is group:
+                return offset
+            offset += other.nodes
+        raise ValueError(f"{group.name} is not a group of this spec")
 
     def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
         env: dict[str, str] = {"PET_NNODES": spec.nnodes, "PET_NPROC_PER_NODE": str(group.nproc)}
