@@ -2,8 +2,9 @@
 
 Every renderer, builder, local runner and submitter consumes one frozen `JobSpec`. It is validated
 on construction (each error names the field and the fix) and every derived value -- world size,
-node-rank source, the rank-0 address each engine gives, object names -- is a property computed
-here, once, in Python, never in a template.
+the nodes in rank order (`nodes_layout`, node groups included), node-rank source, the rank-0
+address, object names -- is a property computed in Python, never in a template. What depends on
+the target is asked of its engine (`ddpctl.engines`, `spec.engine`).
 
 The serialised form (``ddp.yaml``, Helm values) uses camelCase keys; `JobSpec.from_dict` and
 `JobSpec.to_dict` convert between the two.
