@@ -721,3 +721,43 @@ def test_output_json_without_dry_run_prints_the_created_objects(cli, make_cluste
     doc = json.loads(r.out)
     assert doc["kind"] == "List" and [o["kind"] for o in doc["items"]] == ["Service", "Job"]
     assert all(o["metadata"]["uid"] for o in doc["items"])
+
+
+def test_wait_on_node_groups_fails_when_a_later_groups_job_fails(cli, make_cluster):
+    """`--layout 2+1` on the job target is a Job per group: the wait watches them all, so a
+    failure in the second group ends it (rank 0's Job would only fail at a collective timeout)."""
+    c = make_cluster()
+
+    def fail_second_group(d, obj):
+        if obj["metadata"]["name"] != f"{NAME}-g1":
+            return
+        (g0,) = d.pod_names_for("Job", f"{NAME}-g0", NS)
+        (g1,) = d.pod_names_for("Job", f"{NAME}-g1", NS)
+        d.start_container(g0, NS)
+        d.start_container(g1, NS)
+        d.terminate_container(g1, NS, exit_code=1)
+        d.finish("Job", f"{NAME}-g1", NS, succeeded=False)
+
+    c.double.after_create("Job", fail_second_group)
+    r = cli("submit", *c.args, "-n", NS, "--layout", "2+1", "--gpus", "0", "--wait", "--timeout", "2m")
+    (g1,) = c.double.pod_names_for("Job", f"{NAME}-g1", NS)
+    one_error(r, 1, f'job "{NAME}" failed: node 1 (pod {g1}): Error (exit code 1)')
+    assert f"job.batch/{NAME}-g1 failed: BackoffLimitExceeded" in r.err
+
+
+def test_wait_on_node_groups_succeeds_when_every_groups_job_did(cli, make_cluster):
+    c = make_cluster()
+
+    def run_ok(d, obj):
+        if obj["metadata"]["name"] != f"{NAME}-g1":
+            return
+        for job in (f"{NAME}-g0", f"{NAME}-g1"):
+            for p in d.pod_names_for("Job", job, NS):
+                d.start_container(p, NS)
+                d.terminate_container(p, NS, exit_code=0)
+            d.finish("Job", job, NS, succeeded=True)
+
+    c.double.after_create("Job", run_ok)
+    r = cli("submit", *c.args, "-n", NS, "--layout", "2+1", "--gpus", "0", "--wait", "--timeout", "2m")
+    assert r.code == 0, r.err
+    assert "Succeeded (2 nodes) - node: 0 pending, 0 running, 2 succeeded, 0 failed" in r.err

@@ -24,6 +24,7 @@ from ddpctl.kube.kinds import (
     expected_nodes,
     finished,
     job_name_of,
+    job_selector,
     pod_selector,
     rank_of,
     replica_type,
@@ -139,12 +140,21 @@ class JobMonitor:
         self.cluster, self.kind, self.job = cluster, kind, job
         md = job["metadata"]
         self.name, self.namespace = md["name"], md.get("namespace") or cluster.namespace
-        self.job_name = job_name_of(job)  # node groups: several workload objects, one job's pods
+        self.job_name = job_name_of(job)
+        # Node groups on the `job` target: one Job per group (`<job>-<group>`), all watched; the
+        # job failed when one failed, succeeded when all did. Otherwise one object, by name.
+        self.grouped = self.job_name != self.name
+        self.jobs: dict[str, dict[str, Any]] = {self.name: job}
         self.pods: dict[str, dict[str, Any]] = {}
         self.events: queue.Queue[Any] = queue.Queue()
         self.synced: set[str] = set()
+        job_filter = (
+            {"selector": job_selector(self.job_name)}
+            if self.grouped
+            else {"field_selector": f"metadata.name={self.name}"}
+        )
         self.watchers = [
-            Watcher(cluster, kind, self.namespace, "job", self.events, field_selector=f"metadata.name={self.name}"),
+            Watcher(cluster, kind, self.namespace, "job", self.events, **job_filter),
             Watcher(cluster, POD, self.namespace, "pod", self.events, selector=pod_selector(kind, self.job_name)),
         ]
         self._scheduler_messages: dict[str, str] = {}
@@ -184,13 +194,18 @@ class JobMonitor:
                         'watching it'
                     )
                 self.job = mine[0]
+                if self.grouped:
+                    self.jobs = {o["metadata"]["name"]: o for o in payload if not o["metadata"].get("ownerReferences")}
             elif typ == "DELETED":
+                gone = payload["metadata"]["name"]
                 raise ClusterError(
-                    f'{self.kind.ref(self.name)} in namespace "{self.namespace}" was deleted while ddpctl was '
+                    f'{self.kind.ref(gone)} in namespace "{self.namespace}" was deleted while ddpctl was '
                     'watching it'
                 )
             else:
-                self.job = payload
+                self.jobs[payload["metadata"]["name"]] = payload
+                if payload["metadata"]["name"] == self.name:
+                    self.job = payload
             return
         if typ == "SYNC":
             self.synced.add("pod")
@@ -218,7 +233,18 @@ class JobMonitor:
 
     @property
     def result(self) -> str | None:
-        return finished(self.kind, self.job)[0]
+        return finished(self.kind, self.decisive_job)[0]
+
+    @property
+    def decisive_job(self) -> dict[str, Any]:
+        """The object whose state is the job's: a failed node group's Job, else (until every
+        group's Job succeeded) one still running, else the rank-0 group's."""
+        if not self.grouped:
+            return self.job
+        states = [(finished(self.kind, j)[0], j) for j in self.jobs.values()]
+        failed = [j for state, j in states if state == "Failed"]
+        running = [j for state, j in states if state is None]
+        return (failed or running or [self.job])[0]
 
     def ranked_pods(self) -> list[tuple[int | None, dict[str, Any]]]:
         return ranked(self.kind, self.job, self.pods.values())
@@ -379,6 +405,7 @@ def wait(
     deadline = None if timeout is None else time.monotonic() + timeout
     reported: set[tuple[str, str]] = set()
     name, ns = job["metadata"]["name"], job["metadata"].get("namespace") or cluster.namespace
+    job_name = job_name_of(job)
     with JobMonitor(cluster, kind, job) as mon:
         synced = mon.wait_synced(deadline)
         while True:
@@ -392,7 +419,7 @@ def wait(
                     on_pods(mon)
                 if mon.result:
                     status.end()
-                    return Outcome(mon.result, mon.job, pods)
+                    return Outcome(mon.result, mon.decisive_job, pods)
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
                 status.end()
@@ -408,7 +435,7 @@ def wait(
                 raise WaitTimeout(
                     f'timed out after {_fmt_seconds(timeout)} waiting for {kind.ref(name)} in namespace "{ns}"'
                     f" ({state_of(mon.result, pods)}{': ' + why if why else ''}); it keeps running: see "
-                    f"`ddpctl status {name} -n {ns}`, or `ddpctl delete {name} -n {ns}`"
+                    f"`ddpctl status {job_name} -n {ns}`, or `ddpctl delete {job_name} -n {ns}`"
                 )
             if not mon.next(left):
                 continue
@@ -460,10 +487,10 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
     """Print why the job failed (the failing pods, their termination reasons, their last log lines)
     and return the one-line error to exit with."""
     job = outcome.job
-    name, ns = job["metadata"]["name"], job["metadata"].get("namespace") or cluster.namespace
+    name, ns = job_name_of(job), job["metadata"].get("namespace") or cluster.namespace
     _, cond = finished(kind, job)
     headline = (
-        f"{kind.ref(name)} failed"
+        f"{kind.ref(job['metadata']['name'])} failed"
         + (f": {cond.get('reason')}" if cond and cond.get("reason") else "")
         + (f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
     )
