@@ -731,3 +731,17 @@ def test_invalid_node_groups_are_refused_by_jobspec_and_chart(
     with pytest.raises(helm.HelmError) as refused:
         chart.render(copy.deepcopy(data))
     assert _names_key(str(refused.value), key), str(refused.value)
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob"])
+def test_notes_name_each_node_group(chart: Any, target: str) -> None:
+    notes = chart.render({"name": "bert", "target": target, "nodeGroups": copy.deepcopy(GROUPS)})[
+        "ddp-job/templates/NOTES.txt"
+    ]
+    if target == "job":
+        assert "Job/bert-a      Indexed Job of node group a, 1 pods x 4 processes" in notes
+        assert "Job/bert-b      Indexed Job of node group b, 1 pods x 3 processes" in notes
+        assert "(rank 0: bert-a-0.bert)" in notes
+    else:
+        assert "Node groups: a 1 x 4 + b 1 x 3 processes." in notes
+    assert "--max-log-requests 2" in notes
