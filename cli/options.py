@@ -17,6 +17,7 @@ from typing import Any
 
 import typer
 from ddpctl.config import SpecInput, set_path
+from ddpctl.engines import TARGETS
 from ddpctl.errors import UsageError
 from typer.core import TyperCommand
 
@@ -104,7 +105,7 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(
         ("--target", "-t"),
         "target",
-        "Engine: job (Indexed Job + Service), pytorchjob, jobset, trainjob; submit also takes auto (its default).",
+        f"Engine: {', '.join(TARGETS)} (job: Indexed Job + Service); submit also takes auto (its default).",
     ),
     Flag(("--image",), "image", "Trainer container image."),
     Flag(("--image-pull-policy",), "imagePullPolicy", "Always, IfNotPresent or Never."),

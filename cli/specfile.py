@@ -5,13 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from ddpctl.config import describe_sources
+from ddpctl.engines import TARGETS
 from ddpctl.spec import JobSpec
 from ddpctl.yamlsafe import dump_portable
 
 FIELD_DOCS: dict[str, str] = {
     "name": "Job name: a DNS-1035 label; pods and Services are named after it.",
     "namespace": "Namespace of every object.",
-    "target": "Engine: job (Indexed Job + headless Service, no operator), pytorchjob, jobset or trainjob.",
+    "target": f"Engine: {', '.join(TARGETS)} (job: Indexed Job + headless Service, no operator).",
     "image": "Trainer image (`ddpctl build` makes one from the Dockerfile).",
     "imagePullPolicy": "Always, IfNotPresent or Never.",
     "imagePullSecrets": "Names of Secrets used to pull the image.",

@@ -7,10 +7,7 @@ from typing import Any
 from urllib.parse import quote
 
 from ddpctl.engines import AUTO_PREFERENCE, engine_for
-from ddpctl.engines.base import COMPLETION_INDEX, INSTANCE, MANAGED_BY
-from ddpctl.engines.pytorchjob import REPLICA_INDEX as KF_REPLICA_INDEX
-from ddpctl.engines.pytorchjob import REPLICA_TYPE as KF_REPLICA_TYPE
-from ddpctl.engines.trainjob import JOBSET_NAME
+from ddpctl.engines.base import INSTANCE, MANAGED_BY
 
 
 @dataclass(frozen=True)
@@ -84,7 +81,6 @@ BY_TARGET = {k.target: k for k in (JOB, PYTORCHJOB, JOBSET, TRAINJOB)}
 WORKLOADS: tuple[Kind, ...] = tuple(BY_TARGET[t] for t in AUTO_PREFERENCE)
 #: every kind a job's top-level objects can have (`delete`, `--replace`)
 JOB_OBJECT_KINDS: tuple[Kind, ...] = WORKLOADS + (SERVICE,)
-TORCH_RUNTIME = engine_for("trainjob").runtime
 
 
 def kind_of(obj: dict[str, Any]) -> Kind:
