@@ -422,8 +422,9 @@ class NodeGroup:
             value = getattr(self, name)
             if isinstance(value, Mapping):
                 object.__setattr__(self, name, _FrozenDict(sorted(value.items())))
-        if isinstance(self.tolerations, list):
-            object.__setattr__(self, "tolerations", tuple(self.tolerations))
+        tolerations: Any = self.tolerations  # a list when built from YAML
+        if isinstance(tolerations, list):
+            object.__setattr__(self, "tolerations", tuple(tolerations))
 
     @property
     def nproc(self) -> int:
@@ -842,7 +843,8 @@ class JobSpec:
             _require(
                 bool(group.gpus_per_node) == bool(first.gpus_per_node),
                 f"{where}.gpusPerNode",
-                f"{group.gpus_per_node} GPUs here but {first.gpus_per_node} in nodeGroups[0]: one backend serves the whole job",
+                f"{group.gpus_per_node} GPUs here but {first.gpus_per_node} in nodeGroups[0]: "
+                "one backend serves the whole job",
                 "give every group GPUs, or none (CPU processes with gloo)",
             )
             _check_node_selector(f"{where}.nodeSelector", group.node_selector)

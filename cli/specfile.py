@@ -23,7 +23,10 @@ FIELD_DOCS: dict[str, str] = {
     "nodes": "Nodes (pods): N, or \"MIN:MAX\" for an elastic job (c10d rendezvous).",
     "gpusPerNode": "GPUs per node; 0 runs on CPU with gloo.",
     "procsPerNode": "Processes per node; null = one per GPU (2 on CPU).",
-    "nodeGroups": "Node groups of different shapes instead of nodes/gpusPerNode/procsPerNode: [{name, nodes, gpusPerNode, procsPerNode?, nodeSelector?, tolerations?, resources?, gpuResource?}] (or --layout 4+3).",
+    "nodeGroups": (
+        "Node groups of different shapes instead of nodes/gpusPerNode/procsPerNode: [{name, nodes, "
+        "gpusPerNode, procsPerNode?, nodeSelector?, tolerations?, resources?, gpuResource?}] (or --layout 4+3)."
+    ),
     "backend": "auto (nccl with GPUs, gloo without), nccl or gloo.",
     "rendezvous": "How ranks find rank 0: mode auto|static|c10d, port, timeouts (s), torchrun maxRestarts.",
     "resources": "Per-pod cpu and memory requests (memory is also the limit); gpuResource names the GPU.",

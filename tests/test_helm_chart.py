@@ -633,7 +633,7 @@ GROUPS = [{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "b", "nodes": 1,
 
 def test_trainjob_with_node_groups_is_refused_by_jobspec_and_chart(chart: Any, helm: Any) -> None:
     data = {"target": "trainjob", "nodeGroups": copy.deepcopy(GROUPS)}
-    with pytest.raises(SpecError, match="^nodeGroups: .*single numProcPerNode"):
+    with pytest.raises(SpecError, match=r"^nodeGroups: .*single numProcPerNode"):
         JobSpec.from_dict(data)
     chart.validate_schema(chart.merge_values(copy.deepcopy(data)))  # the schema takes groups ...
     with pytest.raises(helm.HelmError) as refused:

@@ -128,7 +128,7 @@ def test_node_group_wiring(target: str, layout: str) -> None:
     from tests.k8s_schemas import require_crds, validate_object
 
     if not _supported(target, layout):
-        with pytest.raises(SpecError, match="^nodeGroups: the pytorchjob target .*use target job or jobset"):
+        with pytest.raises(SpecError, match=r"^nodeGroups: the pytorchjob target .*use target job or jobset"):
             _layout_spec(target, layout)
         return
     objects = render(_layout_spec(target, layout))
@@ -163,7 +163,7 @@ def test_cpu_layout_has_no_gpu_limits(target: str) -> None:
 
 
 def test_trainjob_refuses_node_groups() -> None:
-    with pytest.raises(SpecError, match="^nodeGroups: .*Trainer v2 has a single numProcPerNode"):
+    with pytest.raises(SpecError, match=r"^nodeGroups: .*Trainer v2 has a single numProcPerNode"):
         _layout_spec("trainjob", "4+3")
 
 
@@ -195,9 +195,9 @@ def test_node_group_errors_name_the_field(groups: list, field: str) -> None:
 
 def test_node_groups_with_uniform_keys_or_elastic_are_refused() -> None:
     groups = [{"name": "a", "nodes": 1, "gpusPerNode": 4}]
-    with pytest.raises(SpecError, match="^nodeGroups: is set together with nodes"):
+    with pytest.raises(SpecError, match=r"^nodeGroups: is set together with nodes"):
         JobSpec.from_dict({"nodeGroups": groups, "nodes": 2})
-    with pytest.raises(SpecError, match="^rendezvous.mode: node groups need static rendezvous"):
+    with pytest.raises(SpecError, match=r"^rendezvous.mode: node groups need static rendezvous"):
         JobSpec.from_dict({"nodeGroups": groups, "rendezvous": {"mode": "c10d"}})
 
 
@@ -240,5 +240,5 @@ def test_group_scheduling_fields_reach_their_pods_only() -> None:
 def test_uniform_layout_is_the_one_group_case() -> None:
     spec = JobSpec(nodes=3, gpus_per_node=2)
     assert [n.nproc for n in spec.nodes_layout] == [2, 2, 2]
-    assert [n.ranks for n in spec.nodes_layout] == [range(0, 2), range(2, 4), range(4, 6)]
+    assert [n.ranks for n in spec.nodes_layout] == [range(2), range(2, 4), range(4, 6)]
     assert spec.to_dict()["nodeGroups"] == []

@@ -35,7 +35,8 @@ NODE_RANK_OFFSET = "PET_NODE_RANK_OFFSET"
 # (`torch.distributed.run.main`, which parses the rest of the command line as torchrun does).
 NODE_RANK_LAUNCHER = (
     "import os, sys; "
-    "os.environ['PET_NODE_RANK'] = str(int(os.environ['PET_NODE_RANK_OFFSET']) + int(os.environ['JOB_COMPLETION_INDEX'])); "
+    "os.environ['PET_NODE_RANK'] = str(int(os.environ['PET_NODE_RANK_OFFSET']) "
+    "+ int(os.environ['JOB_COMPLETION_INDEX'])); "
     "sys.argv[0] = 'torchrun'; "
     "from torch.distributed.run import main; "
     "main()"
@@ -210,7 +211,8 @@ class IndexedEngine(Engine):
         if spec.node_groups and spec.rdzv_mode != "static":
             raise SpecError(
                 "rendezvous.mode",
-                "node groups need static rendezvous (c10d numbers nodes in the order they join, so rank 0 could be anywhere)",
+                "node groups need static rendezvous "
+                "(c10d numbers nodes in the order they join, so rank 0 could be anywhere)",
                 "leave rendezvous.mode at auto or static",
             )
 

@@ -135,7 +135,7 @@ class PyTorchJobEngine(Engine):
         return env
 
     def replica_type(self, pod: dict[str, Any]) -> str:
-        return (pod["metadata"].get("labels") or {}).get(REPLICA_TYPE, "worker")
+        return str((pod["metadata"].get("labels") or {}).get(REPLICA_TYPE, "worker"))
 
     def rank_of(self, job: dict[str, Any] | None, pod: dict[str, Any]) -> int | None:
         """Master 0, worker i -> i+1 (i when the job has no Master: elastic)."""

@@ -7,7 +7,8 @@ from typing import Any
 from urllib.parse import quote
 
 from ddpctl.engines import AUTO_PREFERENCE, engine_for
-from ddpctl.engines.base import INSTANCE, MANAGED_BY
+from ddpctl.engines.base import INSTANCE as INSTANCE
+from ddpctl.engines.base import MANAGED_BY as MANAGED_BY
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ def job_name_of(obj: dict[str, Any]) -> str:
     """The ddpctl job a workload object belongs to: its instance label (with node groups, the
     `job` target makes one Job per group, `<job>-<group>`), else its own name."""
     md = obj.get("metadata") or {}
-    return (md.get("labels") or {}).get(INSTANCE) or md["name"]
+    return str((md.get("labels") or {}).get(INSTANCE) or md["name"])
 
 
 def pod_selector(kind: Kind, name: str) -> str:

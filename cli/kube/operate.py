@@ -239,8 +239,8 @@ def list_jobs(
     output: ListFormat,
     out: Callable[[str], None],
 ) -> None:
-    from ddpctl.kube import errors as E
     from ddpctl.engines import engine_for
+    from ddpctl.kube import errors as E
     from ddpctl.kube.kinds import MANAGED_BY, WORKLOADS, age, expected_nodes, finished, job_name_of
 
     if namespace is None and not all_namespaces:

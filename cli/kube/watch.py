@@ -199,8 +199,7 @@ class JobMonitor:
             elif typ == "DELETED":
                 gone = payload["metadata"]["name"]
                 raise ClusterError(
-                    f'{self.kind.ref(gone)} in namespace "{self.namespace}" was deleted while ddpctl was '
-                    'watching it'
+                    f'{self.kind.ref(gone)} in namespace "{self.namespace}" was deleted while ddpctl was watching it'
                 )
             else:
                 self.jobs[payload["metadata"]["name"]] = payload
