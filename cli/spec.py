@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines import TARGETS, engine_for
+from ddpctl.engines import TARGETS as TARGETS  # re-exported: the spec names the targets it accepts
+from ddpctl.engines import engine_for
 from ddpctl.errors import SpecError
 
 if TYPE_CHECKING:
@@ -872,7 +873,10 @@ class JobSpec:
         )
         total = sum(g.nodes for g in self.node_groups)
         _require(
-            total <= MAX_NODES, "nodeGroups", f"{total} nodes in all is more than {MAX_NODES}", f"use at most {MAX_NODES} nodes"
+            total <= MAX_NODES,
+            "nodeGroups",
+            f"{total} nodes in all is more than {MAX_NODES}",
+            f"use at most {MAX_NODES} nodes",
         )
 
     def _validate_rendezvous(self) -> None:
