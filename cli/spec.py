@@ -86,6 +86,19 @@ def _bounded(regex: re.Pattern[str]) -> str:
 _LABEL_KEY_PATTERN = f"^({_DNS1123_SUBDOMAIN.pattern[1:-1]}/)?{_bounded(_LABEL_NAME)[1:-1]}$"
 
 
+_TOLERATION = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {
+        "key": {"type": "string", "pattern": _NO_NUL},
+        "operator": {"type": "string", "enum": TOLERATION_OPERATORS},
+        "value": {"type": "string", "pattern": _NO_NUL},
+        "effect": {"type": "string", "enum": TAINT_EFFECTS},
+        "tolerationSeconds": {"type": "integer"},
+    },
+}
+
+
 def _string_map(value: dict[str, Any], keys: str = _LABEL_KEY_PATTERN) -> dict[str, Any]:
     """A map whose keys match `keys` and whose values match `value`; any other key is refused."""
     return {"patternProperties": {keys: value}, "additionalProperties": False}
@@ -389,17 +402,7 @@ class NodeGroup:
         default=(),
         metadata=doc(
             "Taints this group's pods tolerate, added to tolerations.",
-            items={
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "key": {"type": "string", "pattern": _NO_NUL},
-                    "operator": {"type": "string", "enum": TOLERATION_OPERATORS},
-                    "value": {"type": "string", "pattern": _NO_NUL},
-                    "effect": {"type": "string", "enum": TAINT_EFFECTS},
-                    "tolerationSeconds": {"type": "integer"},
-                },
-            },
+            items=_TOLERATION,
         ),
     )
     resources: Mapping[str, str] = field(
@@ -619,17 +622,7 @@ class JobSpec:
         default=(),
         metadata=doc(
             "Taints the pods tolerate: a list of {key, operator, value, effect, tolerationSeconds}.",
-            items={
-                "type": "object",
-                "additionalProperties": False,
-                "properties": {
-                    "key": {"type": "string", "pattern": _NO_NUL},
-                    "operator": {"type": "string", "enum": TOLERATION_OPERATORS},
-                    "value": {"type": "string", "pattern": _NO_NUL},
-                    "effect": {"type": "string", "enum": TAINT_EFFECTS},
-                    "tolerationSeconds": {"type": "integer"},
-                },
-            },
+            items=_TOLERATION,
         ),
     )
     affinity: Mapping[str, Any] = field(
