@@ -64,9 +64,7 @@ def layout_phrase(spec: JobSpec, unit: str) -> str:
     """`2 nodes x 2 processes`, `1 node x 1 process`, `1:4 nodes x 2 processes` (elastic); with node
     groups `1 node x 2 processes + 1 node x 1 process`."""
     if spec.node_groups:
-        return " + ".join(
-            f"{plural(g.nodes, unit)} x {plural(g.nproc, 'process', 'processes')}" for g in spec.groups
-        )
+        return " + ".join(f"{plural(g.nodes, unit)} x {plural(g.nproc, 'process', 'processes')}" for g in spec.groups)
     nodes = f"{spec.nnodes} {unit if spec.nnodes == '1' else unit + 's'}"
     return f"{nodes} x {plural(spec.nproc_per_node, 'process', 'processes')}"
 
