@@ -760,4 +760,4 @@ def test_wait_on_node_groups_succeeds_when_every_groups_job_did(cli, make_cluste
     c.double.after_create("Job", run_ok)
     r = cli("submit", *c.args, "-n", NS, "--layout", "2+1", "--gpus", "0", "--wait", "--timeout", "2m")
     assert r.code == 0, r.err
-    assert "Succeeded (2 nodes) - node: 0 pending, 0 running, 2 succeeded, 0 failed" in r.err
+    assert f"{NAME} Succeeded (2 nodes) - node: 0 pending, 0 running, 2 succeeded, 0 failed" in r.err

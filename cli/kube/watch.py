@@ -357,7 +357,7 @@ def status_line(
             f"{replica}: {c['Pending']} pending, {c['Running']} running, {c['Succeeded']} succeeded, {c['Failed']} "
             "failed"
         )
-    name = job["metadata"]["name"]
+    name = job_name_of(job)  # the job's, also when each node group has a Job of its own
     return (
         f"{name} {state_of(result, pods)} ({plural(nodes, 'node') if nodes is not None else '? nodes'}) - "
         + "; ".join(parts)
