@@ -88,6 +88,7 @@ class TrainConfig:
     log_every: int = 10
     progress: str = "auto"
     timeout_s: int = 1800
+    stall_timeout: float = 300.0
 
     @property
     def save_every_steps(self) -> int:
@@ -214,6 +215,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="auto: a bar on rank 0 when stderr is a terminal, plain lines otherwise",
     )
     g.add_argument("--timeout-s", type=int, default=1800, help="process-group timeout")
+    g.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=300.0,
+        help="seconds without progress on any rank before the job is stopped with a summary of who "
+        "stalled and where (exit code 200); 0: off. Must exceed the longest checkpoint write or eval batch",
+    )
     return p
 
 
@@ -306,6 +314,13 @@ def validate_static(cfg: TrainConfig) -> None:
             raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory{hint}")
     if cfg.resume not in ("auto", "never") and not cfg.resume:
         raise UsageError("--resume must be 'auto', 'never' or a checkpoint path")
+    if not cfg.stall_timeout >= 0:  # also NaN
+        raise UsageError(f"--stall-timeout must be 0 (off) or a number of seconds, got {cfg.stall_timeout:g}")
+    if cfg.stall_timeout >= cfg.timeout_s:
+        raise UsageError(
+            f"--stall-timeout {cfg.stall_timeout:g} is not below --timeout-s {cfg.timeout_s}: the process-group "
+            "timeout would end a hung job first, without a summary; lower it (or 0 to turn the watchdog off)"
+        )
 
 
 def validate_for_world(cfg: TrainConfig, world_size: int) -> None:

@@ -33,12 +33,14 @@ from torch.distributed.checkpoint.state_dict import (
 
 from . import checkpoint as ckpt
 from . import dist as d
+from . import watchdog
 from .config import TrainConfig
 from .data import build_data
 from .dist import DistContext
 from .errors import CheckpointError, TrainerError, TrainerFailure
 from .metrics import ALREADY_COMPLETE, MetricsLog, Progress
 from .models import build_model
+from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
 FAULT_AT_STEP_ENV = "DDP_TRAINER_FAULT_AT_STEP"
 FAULT_RANK_ENV = "DDP_TRAINER_FAULT_RANK"
@@ -129,6 +131,7 @@ class Trainer:
         self.metrics = MetricsLog(cfg.metrics_file, ctx.is_main)
         self.progress = Progress(cfg.progress, ctx.rank, cfg.epochs)
         self.started = time.time()
+        self.beacon = Beacon()  # where this rank is, for the stall watchdog (trainer/watchdog.py)
 
     # ----------------------------------------------------------------------------- setup
     def _wrap(self, raw: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -303,8 +306,9 @@ class Trainer:
         t_last = time.perf_counter()
         self._cpu_last = time.process_time()
         try:
-            for x, y in self.data.train_loader:
+            for x, y in self.beacon.batches(self.data.train_loader):
                 x, y = self._to_device(x, y)
+                self.beacon.mark(FORWARD)
                 group = (i // accum) * accum
                 group_len = min(accum, nb - group)
                 last = i - group == group_len - 1
@@ -312,6 +316,7 @@ class Trainer:
                     with self.autocast:
                         out = self.model(x)
                         loss = F.cross_entropy(out, y)
+                    self.beacon.mark(BACKWARD)
                     (loss / group_len if group_len > 1 else loss).backward()
                 with torch.no_grad():
                     n = y.shape[0]
@@ -326,7 +331,9 @@ class Trainer:
                 self.batches_done = i
                 if not last:
                     continue
+                self.beacon.mark(OPTIMIZER)
                 self._optimizer_step()
+                self.beacon.step_done(self.step)
                 if not self._first_step_logged:
                     self._first_step_logged = True
                     self.metrics.emit("first_step", step=self.step, since_start_s=time.time() - self.started)
@@ -394,7 +401,7 @@ class Trainer:
         model = self.raw_model if self.cfg.strategy == "ddp" else self.model
         model.eval()
         totals = torch.zeros(3, dtype=torch.float64, device=self.device)
-        for x, y, valid in self.data.eval_loader:
+        for x, y, valid in self.beacon.batches(self.data.eval_loader, EVAL):
             x, y = self._to_device(x, y)
             valid = valid.to(self.device)
             with self.autocast:
@@ -429,6 +436,7 @@ class Trainer:
 
     def save_checkpoint(self) -> None:
         """Write a checkpoint of the current position (collective: every rank calls it)."""
+        self.beacon.mark(CHECKPOINT)
         sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
         rngs = d.all_gather_object(rng_state())
         payload: dict[str, Any] = {
@@ -597,8 +605,14 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
     if error is not None:
         raise error
     assert trainer is not None
-    trainer.resume()
-    trainer.fit()
+    watch = watchdog.start(trainer.beacon, cfg.stall_timeout, ctx)
+    try:
+        trainer.resume()
+        trainer.beacon.step = trainer.step
+        trainer.fit()
+    finally:
+        if watch is not None:
+            watch.stop()
 
 
 __all__ = ["Trainer", "TrainerFailure", "run_trainer"]

@@ -1,0 +1,510 @@
+"""Stall watchdog: when the job stops making progress, say which rank stopped, where, and end it.
+
+A hang in DDP looks the same on every rank: one rank stops (a dead data loader, a deadlock, a
+``time.sleep`` in the wrong place) and all others wait inside a collective until the process-group
+timeout, with nothing in the logs that says who. The watchdog turns that into one summary and a
+distinct exit code (``EXIT_STALLED``) after ``--stall-timeout`` seconds.
+
+How it works, and why it is cheap:
+
+* The training loop marks phase changes on a ``Beacon`` (a few attribute writes, no I/O, no lock):
+  data, forward, backward+all-reduce, optimizer, logging, checkpoint, eval.
+* A background thread per rank wakes every ``interval`` seconds and talks to the c10d store the
+  job already has (torchrun's agent store at MASTER_ADDR:MASTER_PORT, over a connection of its
+  own): when its rank moved since the last wake-up it publishes a small heartbeat and adds 1 to a
+  job-wide progress counter; otherwise it only reads the counter. So a healthy job costs two store
+  operations per rank per interval, and nothing grows with the world size.
+* When the counter has not moved for ``timeout`` seconds, no rank has made progress: every rank
+  dumps its Python stacks (``faulthandler``) to its log and publishes its main thread's stack; the
+  lowest rank that answered decides who is behind (``analyse``), the lowest rank that is not
+  behind prints the summary, and every rank exits with ``EXIT_STALLED``.
+
+Ranks run in lockstep (every rank marks the same phases in the same order, since every phase
+ends in a collective), so a rank's count of phase marks (``seq``) is a position comparable across
+ranks: the ranks with the smallest one are those the others wait for.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import json
+import os
+import socket
+import sys
+import sysconfig
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+from .errors import PROG
+
+# A worker that the watchdog stops exits with this code (documented in the README). It is above
+# 128 so restart rules that retry "signal-like" codes (PyTorchJob restartPolicy ExitCode) retry a
+# hang, and above 128 + 64 so it is never read as "killed by signal N".
+EXIT_STALLED = 200
+
+SETUP = "setup"
+DATA = "data"
+FORWARD = "forward"
+BACKWARD = "backward+all-reduce"
+OPTIMIZER = "optimizer"
+LOGGING = "logging"
+CHECKPOINT = "checkpoint"
+EVAL = "eval"
+DONE = "done"
+
+STORE_PREFIX = "ddpctl_watchdog"
+SUMMARY_TAG = f"{PROG}: stalled:"  # every summary line starts with it (runners grep for it)
+_USER_FRAMES = 3  # frames of a behind rank's stack shown in the summary
+
+T = TypeVar("T")
+
+
+class Beacon:
+    """The main thread's side: where this rank is. Written by the training loop, read by the
+    watchdog thread; plain attribute writes, so a phase change costs well under a microsecond."""
+
+    __slots__ = ("phase", "seq", "since", "step")
+
+    def __init__(self) -> None:
+        self.phase = SETUP
+        self.seq = 0  # phase marks so far: a position comparable across ranks (see module doc)
+        self.since = time.monotonic()
+        self.step = 0
+
+    def mark(self, phase: str) -> None:
+        self.phase = phase
+        self.seq += 1
+        self.since = time.monotonic()
+
+    def step_done(self, step: int) -> None:
+        """An optimizer step finished; what follows it (metrics all-reduce) is the logging phase."""
+        self.step = step
+        self.mark(LOGGING)
+
+    def batches(self, loader: Iterable[T], phase: str = DATA) -> Iterator[T]:
+        """Iterate ``loader`` with ``phase`` marked before each fetch, so a loader that never
+        returns a batch is caught in the data phase (or eval) with its own stack."""
+        self.mark(phase)
+        it = iter(loader)
+        while True:
+            try:
+                item = next(it)
+            except StopIteration:
+                return
+            yield item
+            self.mark(phase)
+
+
+# --------------------------------------------------------------------------------------------
+# What a rank publishes, and the decision (pure functions: unit-tested with fake heartbeats)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """One rank's last published position."""
+
+    rank: int
+    node: int
+    local_rank: int
+    host: str
+    step: int
+    phase: str
+    seq: int
+    since: float  # wall time the phase began (comparable across hosts)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Heartbeat:
+        return cls(**json.loads(text))
+
+
+@dataclass(frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Group:
+    """Ranks at the same position."""
+
+    ranks: tuple[int, ...]
+    step: int
+    phase: str
+    since: float
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """Who the job waits for. ``behind`` empty: every rank is at the same place (a hang inside a
+    collective, or the same blocking call everywhere)."""
+
+    behind: tuple[Heartbeat, ...]
+    waiting: tuple[Group, ...]
+    silent: tuple[int, ...]  # ranks that never published a heartbeat
+    reporter: int  # the rank that prints the summary: the lowest one that is not behind
+    frames: Mapping[int, tuple[Frame, ...]] = field(default_factory=dict)
+
+
+def analyse(
+    world_size: int, beats: Mapping[int, Heartbeat], stacks: Mapping[int, Sequence[Frame]], answered: Iterable[int]
+) -> Analysis:
+    """Split the ranks into those behind (the smallest position, when positions differ, plus any
+    rank without a heartbeat) and those waiting for them, grouped by position."""
+    answered = sorted(set(answered))
+    silent = tuple(r for r in range(world_size) if r not in beats)
+    seqs = {b.seq for b in beats.values()}
+    if len(seqs) > 1:
+        front = max(seqs)
+        behind = tuple(sorted((b for b in beats.values() if b.seq < front), key=lambda b: (b.seq, b.rank)))
+    else:
+        behind = ()
+    behind_ranks = {b.rank for b in behind} | set(silent)
+    groups: dict[int, list[Heartbeat]] = {}
+    for b in beats.values():
+        if b.rank not in behind_ranks:
+            groups.setdefault(b.seq, []).append(b)
+    waiting = tuple(
+        Group(tuple(sorted(b.rank for b in members)), members[0].step, members[0].phase, min(b.since for b in members))
+        for _, members in sorted(groups.items())
+    )
+    healthy = [r for r in answered if r not in behind_ranks]
+    reporter = healthy[0] if healthy else (answered[0] if answered else 0)
+    return Analysis(behind, waiting, silent, reporter, {r: tuple(f) for r, f in stacks.items()})
+
+
+def _library_roots() -> tuple[str, ...]:
+    """Directories whose frames are not the user's code: the standard library and this trainer
+    package (installed packages are recognised by their site-packages/dist-packages folder)."""
+    roots = {str(Path(__file__).resolve().parent) + os.sep}
+    for key in ("stdlib", "platstdlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            roots.add(str(Path(path).resolve()) + os.sep)
+    return tuple(sorted(roots))
+
+
+def is_library(file: str, roots: Sequence[str]) -> bool:
+    parts = Path(file).parts
+    return file.startswith(("<", *roots)) or "site-packages" in parts or "dist-packages" in parts
+
+
+def user_frames(frames: Sequence[Frame], roots: Sequence[str], limit: int = _USER_FRAMES) -> list[Frame]:
+    """The innermost ``limit`` frames of the user's code (innermost first); if the stack has none,
+    the innermost frames of whatever it is (a hang inside a library is still shown)."""
+    inner_first = list(reversed(frames))
+    mine = [f for f in inner_first if not is_library(f.file, roots)]
+    return (mine or inner_first)[:limit]
+
+
+_IN_STEP = (DATA, FORWARD, BACKWARD, OPTIMIZER)
+
+
+def position(step: int, phase: str) -> str:
+    """Where a rank is, in words: ``step`` counts finished optimizer steps."""
+    if phase in _IN_STEP:
+        return f"in {phase} of step {step + 1}"
+    if phase == SETUP:
+        return "in setup (resuming, before the first step)"
+    return f"in {phase} after step {step}"
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _seconds(now: float, since: float) -> str:
+    return f"{max(now - since, 0.0):.0f} s"
+
+
+def summary_lines(
+    analysis: Analysis,
+    beats: Mapping[int, Heartbeat],
+    now: float,
+    timeout: float,
+    roots: Sequence[str],
+) -> list[str]:
+    """The summary, one string per line, each starting with ``SUMMARY_TAG``."""
+    first = f"no rank made progress for {timeout:g} s (--stall-timeout {timeout:g}); stopping the job"
+    lines = [f"{first} (exit code {EXIT_STALLED})"]
+
+    def where(rank: int, header: str) -> None:
+        frames = analysis.frames.get(rank)
+        if frames is None:
+            lines.append(f"{header}; its stack did not come (the process is frozen or holds the GIL)")
+            return
+        shown = user_frames(frames, roots)
+        lines.append(header + (":" if shown else ""))
+        for f in shown:
+            lines.append(f"    at {f.file}:{f.line} in {f.function}" + (f": {f.source}" if f.source else ""))
+
+    for b in analysis.behind:
+        where(
+            b.rank,
+            f"rank {b.rank} (node {b.node}, local rank {b.local_rank}, host {b.host}) stopped "
+            f"{_seconds(now, b.since)} ago {position(b.step, b.phase)}",
+        )
+    for r in analysis.silent:
+        lines.append(
+            f"rank {r} never sent a heartbeat (it stopped before its watchdog started, or cannot reach the store)"
+        )
+    if analysis.behind or analysis.silent:
+        them = "them" if len(analysis.behind) + len(analysis.silent) > 1 else "it"
+        for g in analysis.waiting:
+            nodes = sorted({beats[r].node for r in g.ranks})
+            lines.append(
+                f"{_ranks_text(g.ranks)} (node{'s' if len(nodes) > 1 else ''} {', '.join(map(str, nodes))}) "
+                f"wait for {them} {position(g.step, g.phase)} (for {_seconds(now, g.since)})"
+            )
+    else:
+        g = analysis.waiting[0]
+        where(
+            g.ranks[0],
+            f"every rank stopped {position(g.step, g.phase)} {_seconds(now, g.since)} ago: a collective that "
+            f"never completes, or the same blocking call on every rank; rank {g.ranks[0]}",
+        )
+    lines.append("every rank's Python stacks are in its log (faulthandler)")
+    return [f"{SUMMARY_TAG} {line}" for line in lines]
+
+
+# --------------------------------------------------------------------------------------------
+# The stall clock (pure: the thread feeds it counter readings and its clock)
+# --------------------------------------------------------------------------------------------
+
+
+class StallClock:
+    """Decides "no rank made progress for ``timeout`` seconds" from readings of the job-wide
+    progress counter: a reading that differs from the previous one is progress."""
+
+    def __init__(self, timeout: float, now: float) -> None:
+        self.timeout = timeout
+        self.last_count: int | None = None
+        self.last_change = now
+
+    def observe(self, count: int, now: float) -> bool:
+        """Feed one reading; True when the job is stalled."""
+        if count != self.last_count:
+            self.last_count = count
+            self.last_change = now
+            return False
+        return now - self.last_change >= self.timeout
+
+
+# --------------------------------------------------------------------------------------------
+# The thread
+# --------------------------------------------------------------------------------------------
+
+
+class Store(Protocol):
+    """The part of ``torch.distributed.Store`` the watchdog uses."""
+
+    def set(self, key: str, value: str) -> None: ...
+    def get(self, key: str) -> bytes: ...
+    def add(self, key: str, amount: int) -> int: ...
+    def check(self, keys: list[str]) -> bool: ...
+    def compare_set(self, key: str, expected: str, desired: str) -> bytes: ...
+
+
+def interval_for(timeout: float) -> float:
+    """Wake-ups: often enough to decide within ~10 % of the timeout, at most every 5 s."""
+    return min(max(timeout / 10.0, 0.2), 5.0)
+
+
+def capture_stack(thread_id: int | None) -> list[Frame]:
+    """The stack of another thread of this process (outermost first), from its live frames."""
+    import linecache
+
+    frame = sys._current_frames().get(thread_id) if thread_id is not None else None
+    out: list[Frame] = []
+    while frame is not None:
+        code = frame.f_code
+        source = linecache.getline(code.co_filename, frame.f_lineno).strip()
+        out.append(Frame(code.co_filename, frame.f_lineno, code.co_name, source[:160]))
+        frame = frame.f_back
+    out.reverse()
+    return out
+
+
+class Watchdog:
+    """The per-rank background thread. ``exit`` and ``clock`` are injectable for tests."""
+
+    def __init__(
+        self,
+        beacon: Beacon,
+        store: Store,
+        *,
+        rank: int,
+        world_size: int,
+        node: int,
+        local_rank: int,
+        timeout: float,
+        interval: float | None = None,
+        host: str | None = None,
+        out: Any = None,
+        exit: Callable[[int], None] = os._exit,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.beacon = beacon
+        self.store = store
+        self.rank, self.world_size, self.node, self.local_rank = rank, world_size, node, local_rank
+        self.timeout = timeout
+        self.interval = interval if interval is not None else interval_for(timeout)
+        self.host = host or socket.gethostname()
+        self.out = out
+        self._exit = exit
+        self._clock = clock
+        self._main_id = threading.main_thread().ident
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ddpctl-stall-watchdog", daemon=True)
+        self._published_seq = -1
+        self.stalled = False
+
+    # -- lifecycle
+    def start(self) -> Watchdog:
+        self._publish()  # every rank has a heartbeat before anyone can look for one
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and threading.current_thread() is not self._thread:
+            self._thread.join(timeout=self.interval + 5)
+
+    # -- the loop
+    def _run(self) -> None:
+        clock = StallClock(self.timeout, self._clock())
+        try:
+            while not self._stop.wait(self.interval):
+                moved = self.beacon.seq != self._published_seq
+                if moved:
+                    self._publish()
+                count = self.store.add("progress", 1 if moved else 0)
+                if clock.observe(count, self._clock()) and not self._stop.is_set():
+                    self._on_stall()
+                    return
+        except Exception:  # noqa: BLE001 - the store went away (the job is ending): stop watching
+            return
+
+    def _publish(self) -> None:
+        b = self.beacon
+        seq, phase, step, since = b.seq, b.phase, b.step, b.since  # one consistent-enough snapshot
+        wall = time.time() - (time.monotonic() - since)
+        beat = Heartbeat(self.rank, self.node, self.local_rank, self.host, step, phase, seq, wall)
+        self.store.set(f"hb/{self.rank}", beat.to_json())
+        self._published_seq = seq
+
+    # -- the stall
+    def _on_stall(self) -> None:
+        """Dump, publish, gather, let one rank print, exit: every rank runs this."""
+        self.stalled = True
+        out = self.out or sys.stderr
+        self._publish()
+        frames = capture_stack(self._main_id)
+        self.store.set(f"stack/{self.rank}", json.dumps([asdict(f) for f in frames]))
+        try:
+            out.flush()
+            faulthandler.dump_traceback(file=out, all_threads=True)
+        except (AttributeError, ValueError, OSError):  # no real file descriptor (tests)
+            pass
+        self.store.add("answered", 1)
+        deadline = self._clock() + 3 * self.interval + 1.0
+        while self.store.add("answered", 0) < self.world_size and self._clock() < deadline:
+            time.sleep(self.interval / 4)
+        # The lowest rank that answered decides (normally rank 0: every other rank checks one key).
+        lowest = next((r for r in range(self.rank) if self.store.check([f"stack/{r}"])), self.rank)
+        if lowest == self.rank:
+            self._decide([r for r in range(self.world_size) if self.store.check([f"stack/{r}"])])
+        deadline = self._clock() + 2 * self.interval + 5.0
+        summary = self._wait_for("summary", deadline)
+        if summary is not None and summary["reporter"] == self.rank:
+            print("\n".join(summary["lines"]), file=out, flush=True)
+            self.store.set("printed", "1")
+        self._wait_for("printed", deadline)
+        try:
+            sys.stdout.flush()
+            out.flush()
+        finally:
+            self._exit(EXIT_STALLED)
+
+    def _decide(self, answered: list[int]) -> None:
+        beats = {
+            r: Heartbeat.from_json(self.store.get(f"hb/{r}"))
+            for r in range(self.world_size)
+            if self.store.check([f"hb/{r}"])
+        }
+        stacks = {r: [Frame(**f) for f in json.loads(self.store.get(f"stack/{r}"))] for r in answered}
+        analysis = analyse(self.world_size, beats, stacks, answered)
+        lines = summary_lines(analysis, beats, time.time(), self.timeout, _library_roots())
+        # compare_set: a rank that answers after the gather window must not replace the summary
+        self.store.compare_set("summary", "", json.dumps({"reporter": analysis.reporter, "lines": lines}))
+
+    def _wait_for(self, key: str, deadline: float) -> Any:
+        while self._clock() < deadline:
+            if self.store.check([key]):
+                raw = self.store.get(key)
+                return json.loads(raw) if raw.startswith(b"{") else raw
+            time.sleep(self.interval / 4)
+        return None
+
+
+def connect_store(world_size: int, restart_count: int, env: Mapping[str, str] | None = None) -> Store:
+    """A store every rank of this attempt shares: its own client connection to the store the job
+    already runs (torchrun's agent store, or rank 0's env:// store, at MASTER_ADDR:MASTER_PORT), so
+    the watchdog thread never shares a socket with the process group. One process: an in-memory
+    store."""
+    import datetime
+
+    import torch.distributed as dist
+
+    env = os.environ if env is None else env
+    if world_size == 1 or not env.get("MASTER_ADDR"):
+        base: Any = dist.HashStore()
+    else:
+        base = dist.TCPStore(
+            env["MASTER_ADDR"],
+            int(env["MASTER_PORT"]),
+            is_master=False,
+            timeout=datetime.timedelta(seconds=60),
+            wait_for_workers=False,
+        )
+    return dist.PrefixStore(f"{STORE_PREFIX}/attempt_{restart_count}", base)  # type: ignore[return-value]
+
+
+def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
+    """Start watching this rank (``ctx``: the trainer's DistContext); None when turned off."""
+    if timeout <= 0:
+        return None
+    store = connect_store(ctx.world_size, ctx.restart_count)
+    return Watchdog(
+        beacon,
+        store,
+        rank=ctx.rank,
+        world_size=ctx.world_size,
+        node=ctx.node_rank,
+        local_rank=ctx.local_rank,
+        timeout=timeout,
+    ).start()
+
+
+__all__ = [
+    "EXIT_STALLED",
+    "Analysis",
+    "Beacon",
+    "Frame",
+    "Heartbeat",
+    "StallClock",
+    "Watchdog",
+    "analyse",
+    "start",
+    "summary_lines",
+    "user_frames",
+]
