@@ -31,6 +31,7 @@ _INT_FIELDS = {
     "backoffLimit",
     "ttlSecondsAfterFinished",
     "activeDeadlineSeconds",
+    "stallTimeout",
     "rendezvous.port",
     "rendezvous.joinTimeout",
     "rendezvous.lastCallTimeout",

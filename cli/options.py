@@ -152,6 +152,12 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--ttl",), "ttlSecondsAfterFinished", "Seconds to keep a finished job.", "int"),
     Flag(("--deadline",), "activeDeadlineSeconds", "Seconds before a running job is stopped.", "int"),
     Flag(("--pod-security",), "podSecurity", "Pod Security profile: restricted (default) or baseline."),
+    Flag(
+        ("--stall-timeout",),
+        "stallTimeout",
+        "Seconds without progress on any rank before the trainer stops a hung job and names the rank (0: off).",
+        "int",
+    ),
 )
 
 

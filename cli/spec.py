@@ -686,6 +686,15 @@ class JobSpec:
         default="restricted",
         metadata=doc("Pod Security profile the pods meet: restricted (default) or baseline.", enum=POD_SECURITY),
     )
+    # The trainer's stall watchdog (DDP_TRAINER_STALL_TIMEOUT); None: the trainer's default (300).
+    stall_timeout: int | None = field(
+        default=None,
+        metadata=doc(
+            "Seconds without progress on any rank before the trainer stops a hung job and names the rank "
+            "(exit code 200); null: the trainer's 300, 0: off.",
+            minimum=0,
+        ),
+    )
 
     def __post_init__(self) -> None:
         # Normalise containers to immutable, sorted forms so equal specs render byte-identically.
@@ -751,6 +760,7 @@ class JobSpec:
         _positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
         _positive_int("activeDeadlineSeconds", self.active_deadline_seconds, minimum=1, allow_none=True)
         _one_of("podSecurity", self.pod_security, POD_SECURITY)
+        _positive_int("stallTimeout", self.stall_timeout, minimum=0, allow_none=True)
 
     def _validate_target_support(self) -> None:
         """Settings and layouts a target cannot express are refused, never silently dropped."""
@@ -1197,6 +1207,18 @@ class JobSpec:
         env["DDP_TRAINER_BACKEND" if self.uses_trainer else "DDP_BACKEND"] = self.resolved_backend
         env["DDP_JOB_NAME"] = self.name
         env["PYTHONUNBUFFERED"] = "1"
+        # Hang evidence (issue 13): the trainer's stall watchdog, and on GPUs PyTorch's NCCL flight
+        # recorder (a ring buffer of recent collectives, dumped on a timeout or by the watchdog),
+        # written next to the checkpoints when there is a volume for them. Legacy TORCH_NCCL_* names:
+        # read by the image's torch 2.5 and, as fallbacks, by newer ones.
+        if self.stall_timeout is not None:
+            env["DDP_TRAINER_STALL_TIMEOUT"] = str(self.stall_timeout)
+        if self.gpus_per_node:
+            env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "2000"
+            env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+            if "checkpoints" in self.volumes:
+                mount = self.volumes["checkpoints"].mount_path.rstrip("/")
+                env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = f"{mount}/nccl_trace_rank_"
         env.update(self.env)
         return dict(sorted(env.items()))
 

@@ -48,6 +48,7 @@ FIELD_DOCS: dict[str, str] = {
     "ttlSecondsAfterFinished": "Seconds a finished job is kept before cleanup (null: forever).",
     "activeDeadlineSeconds": "Seconds before a running job is stopped (null: no limit).",
     "podSecurity": "Pod Security profile the pods meet: restricted (default) or baseline.",
+    "stallTimeout": "Seconds without progress on any rank before the trainer stops a hung job (null: 300, 0: off).",
 }
 
 

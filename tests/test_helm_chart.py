@@ -206,6 +206,10 @@ SPECIAL: dict[str, dict[str, Any]] = {
     "longest-name-job": {"name": "j" * 61, "nodes": 10},
     "longest-name-pytorchjob": {"name": "p" * 54, "target": "pytorchjob", "nodes": 11},
     "unicode": {"env": {"GREETING": "grüß dich ✓ 🚀"}, "annotations": {"example.com/t": "\u2028\u0085\x7f\x1b"}},
+    "stall-timeout": {"stallTimeout": 120, "target": "jobset"},
+    "stall-timeout-off": {"stallTimeout": 0},
+    # the NCCL flight recorder dumps next to the checkpoints (trailing slash on the mount path)
+    "gpu-flight-recorder": {"gpusPerNode": 4, "volumes": {"checkpoints": {"claimName": "c", "mountPath": "/ckpt/"}}},
 }
 
 
@@ -496,6 +500,7 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"ttlSecondsAfterFinished": -1}, "ttlSecondsAfterFinished"),
     ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds"),
     ({"podSecurity": "privileged"}, "podSecurity"),
+    ({"stallTimeout": -5}, "stallTimeout"),
     ({"unknownKey": 1}, "unknownKey"),
 ]
 

@@ -32,6 +32,8 @@ def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) ->
         ({"nodes": "two"}, "nodes"),
         ({"nodes": True}, "nodes"),
         ({"gpusPerNode": -1}, "gpusPerNode"),
+        ({"stallTimeout": -1}, "stallTimeout"),
+        ({"stallTimeout": "5m"}, "stallTimeout"),
         ({"gpusPerNode": 2, "procsPerNode": 3}, "procsPerNode"),
         ({"procsPerNode": 0}, "procsPerNode"),
         ({"name": "Resnet"}, "name"),
@@ -141,3 +143,32 @@ def test_to_dict_round_trips(data: dict) -> None:
 def test_backend_and_rendezvous_auto(data: dict, backend: str, mode: str) -> None:
     spec = JobSpec.from_dict(data)
     assert (spec.resolved_backend, spec.rdzv_mode) == (backend, mode)
+
+
+_FR = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        pytest.param({}, {}, id="cpu-defaults-nothing"),
+        pytest.param({"stallTimeout": 90}, {"DDP_TRAINER_STALL_TIMEOUT": "90"}, id="stall-timeout"),
+        pytest.param({"stallTimeout": 0}, {"DDP_TRAINER_STALL_TIMEOUT": "0"}, id="stall-watchdog-off"),
+        pytest.param({"gpusPerNode": 2}, _FR, id="gpu-flight-recorder-default-dump-file"),
+        pytest.param(
+            {"gpusPerNode": 2, "volumes": {"checkpoints": {"claimName": "c", "mountPath": "/ckpt/"}}},
+            {**_FR, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/ckpt/nccl_trace_rank_"},
+            id="gpu-flight-recorder-dumps-next-to-checkpoints",
+        ),
+        pytest.param(
+            {"gpusPerNode": 2, "env": {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}},
+            {**_FR, "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"},
+            id="user-env-turns-it-off",
+        ),
+    ],
+)
+def test_hang_evidence_env(data: dict, expected: dict) -> None:
+    """The stall watchdog's timeout and, on GPUs, the NCCL flight recorder reach the container env."""
+    env = JobSpec.from_dict(data).container_env()
+    got = {k: v for k, v in env.items() if k == "DDP_TRAINER_STALL_TIMEOUT" or k.startswith("TORCH_NCCL_")}
+    assert got == expected

@@ -242,6 +242,16 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $_ := set $env (ternary "DDP_TRAINER_BACKEND" "DDP_BACKEND" $usesTrainer) $backend -}}
 {{- $_ := set $env "DDP_JOB_NAME" $name -}}
 {{- $_ := set $env "PYTHONUNBUFFERED" "1" -}}
+{{- if not (kindIs "invalid" $V.stallTimeout) -}}
+{{- $_ := set $env "DDP_TRAINER_STALL_TIMEOUT" (toString (int64 $V.stallTimeout)) -}}
+{{- end -}}
+{{- if gt $gpus 0 -}}
+{{- $_ := set $env "TORCH_NCCL_TRACE_BUFFER_SIZE" "2000" -}}
+{{- $_ := set $env "TORCH_NCCL_DUMP_ON_TIMEOUT" "1" -}}
+{{- if hasKey $volumes "checkpoints" -}}
+{{- $_ := set $env "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" (printf "%s/nccl_trace_rank_" (trimSuffix "/" (get $volumes "checkpoints").mountPath)) -}}
+{{- end -}}
+{{- end -}}
 {{- $secretEnv := default dict $V.secretEnv -}}
 {{- $userEnv := dict -}}
 {{- range $key, $value := (default dict $V.env) -}}
