@@ -334,6 +334,39 @@ def capture_stack(thread_id: int | None) -> list[Frame]:
     return out
 
 
+FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # PyTorch's own default for the dump file
+
+
+def flight_recorder_prefix(env: Mapping[str, str]) -> str | None:
+    """Where this rank's NCCL flight-recorder trace goes (PyTorch's variables, new names first),
+    or None when the recorder is off (no ring buffer)."""
+    size = env.get("TORCH_FR_BUFFER_SIZE") or env.get("TORCH_NCCL_TRACE_BUFFER_SIZE") or "0"
+    if not size.strip().isdigit() or int(size) == 0:
+        return None
+    return env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE") or FR_DEFAULT_PREFIX
+
+
+def dump_flight_recorder(rank: int, backend: str | None, env: Mapping[str, str]) -> Path | None:
+    """Write the NCCL flight recorder's ring buffer (recent collectives, with their state) where
+    PyTorch writes it on a collective timeout: the watchdog ends a hung job before that timeout,
+    so without this a hang inside NCCL would leave no trace. Only on NCCL jobs with the recorder
+    on; any failure just means no file (the summary still comes)."""
+    prefix = flight_recorder_prefix(env)
+    if prefix is None or backend != "nccl":
+        return None
+    try:
+        from torch._C._distributed_c10d import _dump_nccl_trace  # type: ignore[attr-defined]
+
+        data = _dump_nccl_trace()
+        path = Path(f"{prefix}{rank}")
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except Exception:  # noqa: BLE001 - evidence is best effort; the summary matters more
+        return None
+    return path
+
+
 class Watchdog:
     """The per-rank background thread. ``exit`` and ``clock`` are injectable for tests."""
 
@@ -352,6 +385,7 @@ class Watchdog:
         out: Any = None,
         exit: Callable[[int], None] = os._exit,
         clock: Callable[[], float] = time.monotonic,
+        backend: str | None = None,
     ) -> None:
         self.beacon = beacon
         self.store = store
@@ -361,6 +395,7 @@ class Watchdog:
         self.host = host or socket.gethostname()
         self.out = out
         self._exit = exit
+        self.backend = backend
         self._clock = clock
         self._main_id = threading.main_thread().ident
         self._stop = threading.Event()
@@ -415,6 +450,9 @@ class Watchdog:
             faulthandler.dump_traceback(file=out, all_threads=True)
         except (AttributeError, ValueError, OSError):  # no real file descriptor (tests)
             pass
+        trace = dump_flight_recorder(self.rank, self.backend, os.environ)
+        if trace is not None:
+            print(f"{PROG}: rank {self.rank}: NCCL flight recorder trace written to {trace}", file=out, flush=True)
         self.store.add("answered", 1)
         deadline = self._clock() + 3 * self.interval + 1.0
         while self.store.add("answered", 0) < self.world_size and self._clock() < deadline:
@@ -426,6 +464,8 @@ class Watchdog:
         deadline = self._clock() + 2 * self.interval + 5.0
         summary = self._wait_for("summary", deadline)
         if summary is not None and summary["reporter"] == self.rank:
+            # a moment for log shippers (torchrun's tee) to pass on the other ranks' dumps first
+            self._stop.wait(min(self.interval, 1.0))
             print("\n".join(summary["lines"]), file=out, flush=True)
             self.store.set("printed", "1")
         self._wait_for("printed", deadline)
@@ -483,7 +523,10 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
     """Start watching this rank (``ctx``: the trainer's DistContext); None when turned off."""
     if timeout <= 0:
         return None
+    import torch.distributed as dist
+
     store = connect_store(ctx.world_size, ctx.restart_count)
+    backend = str(dist.get_backend()) if dist.is_initialized() else None
     return Watchdog(
         beacon,
         store,
@@ -492,6 +535,7 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
         node=ctx.node_rank,
         local_rank=ctx.local_rank,
         timeout=timeout,
+        backend=backend,
     ).start()
 
 

@@ -24,6 +24,11 @@ def _rank() -> int:
     return int(os.environ.get("RANK", "0"))
 
 
+def _stall_rank() -> int:
+    """-1 (no rank) when unset: the model then trains normally."""
+    return int(os.environ.get("STALL_RANK", "-1"))
+
+
 class _Small(nn.Module):
     """A tiny classifier for any image size; ``hook`` runs at the start of each training forward."""
 
@@ -44,14 +49,14 @@ class _Small(nn.Module):
 
 class Blocking(_Small):
     def hook(self) -> None:
-        if _rank() == int(os.environ["STALL_RANK"]) and self.steps == int(os.environ["STALL_AT_STEP"]):
+        if _rank() == _stall_rank() and self.steps == int(os.environ["STALL_AT_STEP"]):
             print(f"[stall-test] rank {_rank()} blocks in forward at step {self.steps}", file=sys.stderr, flush=True)
             threading.Event().wait()  # a lock nobody releases: the blocking frame the summary must name
 
 
 class Slowing(_Small):
     def hook(self) -> None:
-        if _rank() == int(os.environ["STALL_RANK"]):
+        if _rank() == _stall_rank():
             time.sleep(float(os.environ["SLOW_STEP_S"]) * self.steps)
 
 

@@ -28,6 +28,7 @@ from ddpctl_trainer.watchdog import (
     Watchdog,
     analyse,
     capture_stack,
+    dump_flight_recorder,
     position,
     summary_lines,
     user_frames,
@@ -296,3 +297,33 @@ def test_flag_help_names_the_exit_code() -> None:
     from ddpctl_trainer.config import build_parser
 
     assert f"exit code {EXIT_STALLED}" in " ".join(build_parser().format_help().split())
+
+
+# --------------------------------------------------------------------------------------------
+# The NCCL flight recorder, dumped by the watchdog (it ends the job before NCCL's own timeout)
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("backend", "env", "written"),
+    [
+        pytest.param("nccl", {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, True, id="legacy-names"),
+        pytest.param("nccl", {"TORCH_FR_BUFFER_SIZE": "100"}, True, id="new-names"),
+        pytest.param("nccl", {}, False, id="recorder-off"),
+        pytest.param("nccl", {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}, False, id="recorder-size-0"),
+        pytest.param("gloo", {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, False, id="not-nccl"),
+    ],
+)
+def test_flight_recorder_dump(tmp_path, backend: str, env: dict[str, str], written: bool) -> None:
+    import pickle
+
+    names = ("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "TORCH_FR_DUMP_TEMP_FILE")
+    prefix_var = names[1] if "TORCH_FR_BUFFER_SIZE" in env else names[0]
+    env = {**env, prefix_var: f"{tmp_path}/nccl_trace_rank_"}
+    path = dump_flight_recorder(3, backend, env)
+    if not written:
+        assert path is None and list(tmp_path.iterdir()) == []
+        return
+    assert path == tmp_path / "nccl_trace_rank_3"
+    assert "entries" in pickle.loads(path.read_bytes())  # PyTorch's trace format (empty here: no NCCL)
+    assert [p.name for p in tmp_path.iterdir()] == ["nccl_trace_rank_3"]  # no temp file left
