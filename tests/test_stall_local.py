@@ -1,0 +1,262 @@
+"""Hangs name their rank: real gloo jobs through `ddpctl run --local` (2 nodes x 2 processes, the
+ddpctl trainer) in which one rank stops, and one in which a rank only gets slower.
+
+* a custom model (`--model tests.trainer.stall_models:blocking`) blocks forever in rank 2's forward;
+* an image-folder dataset whose one file is a FIFO nobody writes: the rank that draws it hangs in
+  its data loader exactly as on a dead network filesystem;
+* a custom model whose rank 1 sleeps longer at every step, but finishes each one.
+
+Each waits on output lines and the process's exit (bounded), never on sleeps: after the block is
+seen, the job must end within --stall-timeout + 30 s.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+MODELS = REPO / "tests" / "trainer" / "stall_models.py"
+START_TIMEOUT = 240  # seconds until the block happens (starting 4 processes on a busy machine)
+STALL_TIMEOUT = 6
+SUMMARY = "ddpctl-trainer: stalled:"
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DDPCTL_", "DDP_TRAINER_"))}
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
+    env["NO_COLOR"] = "1"
+    return env
+
+
+@pytest.fixture
+def ddpctl() -> Iterator:
+    """Start `ddpctl ARGS` in the background; anything still running at the end is stopped the way a
+    user does (Ctrl-C), then killed with every process of its tree."""
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ddpctl", *args],
+            cwd=cwd,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(proc)
+        return proc
+
+    yield start
+    from ddpctl.procs import descendant_starts, kill_if_same
+
+    for proc in procs:
+        if proc.poll() is None:
+            tree = descendant_starts(proc.pid)
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                tree.update(descendant_starts(proc.pid))
+                proc.kill()
+                proc.communicate()
+            for pid, started in tree.items():
+                kill_if_same(pid, started)
+
+
+def _read_until(proc: subprocess.Popen[str], pattern: str, timeout: float) -> list[str]:
+    """stdout lines up to and including the first that matches ``pattern`` (fails after ``timeout``)."""
+    assert proc.stdout is not None
+    seen: list[str] = []
+    sel = selectors.DefaultSelector()
+    sel.register(proc.stdout, selectors.EVENT_READ)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and sel.select(timeout=max(0.0, deadline - time.monotonic())):
+        line = proc.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        if re.search(pattern, line):
+            return seen
+    pytest.fail(f"no line matching {pattern!r} within {timeout}s; got:\n{''.join(seen)[-3000:]}")
+
+
+def _finish(proc: subprocess.Popen[str], before: list[str], timeout: float) -> tuple[list[str], str]:
+    """Wait for the job's end (bounded) and return all its stdout lines and its stderr."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the stalled job did not end within {timeout} s (--stall-timeout {STALL_TIMEOUT} + 30 s)")
+    return before + out.splitlines(keepends=True), err
+
+
+_DUMP_LINE = re.compile(r"^\[rank \d+\] (Thread 0x|Current thread 0x|  File |$)")
+
+
+def _rank_lines(lines: list[str]) -> list[str]:
+    """The training processes' own lines (`[rank R] ...`), without torchrun's `[node N]` report and
+    without the faulthandler dumps (every rank's comes before the summary, but through separate
+    tee'd files whose lines the runner may interleave)."""
+    return [line.rstrip("\n") for line in lines if line.startswith("[rank ") and not _DUMP_LINE.match(line)]
+
+
+def _line_of(path: Path, text: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if text in line)
+
+
+def _summary(lines: list[str]) -> list[str]:
+    """The watchdog's summary: it must be the last lines any rank printed, all from one rank."""
+    ranks = _rank_lines(lines)
+    tail: list[str] = []
+    for line in reversed(ranks):
+        if SUMMARY not in line:
+            break
+        tail.insert(0, line)
+    assert tail, "\n".join(ranks[-40:])
+    assert len({line.split("]", 1)[0] for line in tail}) == 1, tail  # printed once, by one rank
+    assert all(SUMMARY not in line for line in ranks[: -len(tail)]), "the summary is printed only once"
+    return tail
+
+
+def _assert_every_rank_dumped_its_stacks(lines: list[str]) -> None:
+    for rank in range(4):
+        assert any(line.startswith(f"[rank {rank}] Thread 0x") for line in lines), f"rank {rank}: no faulthandler dump"
+
+
+@pytest.mark.slow
+def test_a_rank_blocked_in_forward_is_named_with_its_node_phase_and_frame(ddpctl, tmp_path: Path) -> None:
+    proc = ddpctl(
+        "run",
+        "--local",
+        "-e",
+        "STALL_RANK=2",
+        "-e",
+        "STALL_AT_STEP=3",
+        "--",
+        "--model",
+        "tests.trainer.stall_models:blocking",
+        "--stall-timeout",
+        str(STALL_TIMEOUT),
+        "--image-size",
+        "8",
+        "--synthetic-samples",
+        "256",
+        "--eval-samples",
+        "32",
+        "--epochs",
+        "3",
+        cwd=tmp_path,
+    )
+    before = _read_until(proc, r"^\[rank 2\] \[stall-test\] rank 2 blocks in forward", START_TIMEOUT)
+    lines, err = _finish(proc, before, STALL_TIMEOUT + 30)
+    assert proc.returncode != 0, err
+    summary = _summary(lines)
+    assert summary[0].startswith("[rank 0] ")  # rank 0 is healthy: it reports
+    assert f"no rank made progress for {STALL_TIMEOUT} s" in summary[0] and "exit code 200" in summary[0]
+    assert "rank 2 (node 1, local rank 0, host " in summary[1] and summary[1].endswith("in forward of step 3:")
+    blocking_line = _line_of(MODELS, "threading.Event().wait()")
+    assert f"at {MODELS}:{blocking_line} in hook: threading.Event().wait()" in summary[2]
+    waiting = [line for line in summary if "wait for it" in line]
+    assert waiting and "ranks 0, 1, 3 (nodes 0, 1) wait for it in backward+all-reduce of step 3" in waiting[0]
+    _assert_every_rank_dumped_its_stacks(lines)
+    assert re.search(r"exitcode\s*:\s*200", "".join(lines)), "the workers exit with the documented code"
+
+
+def _image_folder(root: Path, per_class: int = 16) -> list[Path]:
+    """``root/train/{a,b}/NN.png``: tiny RGB images, in the order ImageFolder indexes them."""
+    from PIL import Image
+
+    paths = []
+    for cls in ("a", "b"):
+        (root / "train" / cls).mkdir(parents=True)
+        for i in range(per_class):
+            path = root / "train" / cls / f"{i:02d}.png"
+            Image.new("RGB", (8, 8), (i * 8, 100 if cls == "a" else 200, 50)).save(path)
+            paths.append(path)
+    return paths
+
+
+@pytest.mark.slow
+def test_a_rank_whose_data_loader_hangs_is_named_in_the_data_phase(ddpctl, tmp_path: Path) -> None:
+    """One image is a FIFO nobody writes: opening it blocks like a read from a dead filesystem.
+    Which rank draws it, and in which step, follows from the trainer's sampler (epoch 0, seed 0)."""
+    pytest.importorskip("torchvision")
+    from ddpctl_trainer.data import ResumableDistributedSampler
+
+    paths = _image_folder(tmp_path / "data")
+    batch, rank, step = 2, 2, 3
+    order = list(ResumableDistributedSampler(list(range(len(paths))), 4, rank, shuffle=True, seed=0))
+    stuck = paths[order[(step - 1) * batch]]  # the first sample of rank 2's third batch
+    stuck.unlink()
+    os.mkfifo(stuck)
+    proc = ddpctl(
+        "run",
+        "--local",
+        "--",
+        "--dataset",
+        "imagefolder",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--model",
+        "tests.trainer.stall_models:blocking",  # never blocks here: STALL_RANK is unset
+        "--image-size",
+        "8",
+        "--batch-size",
+        str(batch),
+        "--log-every",
+        "1",
+        "--stall-timeout",
+        str(STALL_TIMEOUT),
+        cwd=tmp_path,
+    )
+    before = _read_until(proc, r"^\[rank 0\] epoch 1/2 step 2/4 ", START_TIMEOUT)  # the steps before it ran
+    lines, err = _finish(proc, before, STALL_TIMEOUT + 30 + 60)  # + the time step 2 may take to get here
+    assert proc.returncode != 0, err
+    summary = _summary(lines)
+    assert "rank 2 (node 1, local rank 0, host " in summary[1] and summary[1].endswith("in data of step 3:")
+    assert "torchvision/datasets/folder.py" in summary[2] and "in pil_loader: with open(path" in summary[2]
+    assert any("ranks 0, 1, 3 (nodes 0, 1) wait for it in backward+all-reduce of step 3" in s for s in summary)
+    _assert_every_rank_dumped_its_stacks(lines)
+
+
+@pytest.mark.slow
+def test_a_slow_but_progressing_rank_is_not_reported_and_no_stall_prints_nothing(ddpctl, tmp_path: Path) -> None:
+    """Rank 1 sleeps 0.4 s x the step number in every forward (up to 3.2 s, the whole run ~15 s
+    longer than the others'), always under the 8 s stall timeout: the job must simply finish."""
+    proc = ddpctl(
+        "run",
+        "--local",
+        "-e",
+        "STALL_RANK=1",
+        "-e",
+        "SLOW_STEP_S=0.4",
+        "--",
+        "--model",
+        "tests.trainer.stall_models:slowing",
+        "--stall-timeout",
+        "8",
+        "--image-size",
+        "8",
+        "--synthetic-samples",
+        "256",
+        "--eval-samples",
+        "32",
+        "--batch-size",
+        "8",
+        "--epochs",
+        "1",
+        cwd=tmp_path,
+    )
+    out, err = proc.communicate(timeout=START_TIMEOUT)
+    assert proc.returncode == 0, err[-2000:] + out[-3000:]
+    assert "[rank 1] epoch 1/1 step 8/8 " in out  # every step ran, the slowest last
+    assert "stalled" not in out + err and "Thread 0x" not in out
