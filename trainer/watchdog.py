@@ -439,20 +439,39 @@ class Watchdog:
 
     # -- the stall
     def _on_stall(self) -> None:
-        """Dump, publish, gather, let one rank print, exit: every rank runs this."""
+        """Dump, publish, gather, let one rank print, exit: every rank runs this, and every rank
+        exits with ``EXIT_STALLED`` whatever fails on the way (a store that went away included)."""
         self.stalled = True
         out = self.out or sys.stderr
-        self._publish()
-        frames = capture_stack(self._main_id)
-        self.store.set(f"stack/{self.rank}", json.dumps([asdict(f) for f in frames]))
+        printed = False
         try:
-            out.flush()
-            faulthandler.dump_traceback(file=out, all_threads=True)
-        except (AttributeError, ValueError, OSError):  # no real file descriptor (tests)
-            pass
-        trace = dump_flight_recorder(self.rank, self.backend, os.environ)
-        if trace is not None:
-            print(f"{PROG}: rank {self.rank}: NCCL flight recorder trace written to {trace}", file=out, flush=True)
+            frames = capture_stack(self._main_id)
+            try:
+                out.flush()
+                faulthandler.dump_traceback(file=out, all_threads=True)
+            except (AttributeError, ValueError, OSError):  # no real file descriptor (tests)
+                pass
+            trace = dump_flight_recorder(self.rank, self.backend, os.environ)
+            if trace is not None:
+                print(f"{PROG}: rank {self.rank}: NCCL flight recorder trace written to {trace}", file=out, flush=True)
+            printed = self._agree(frames, out)
+        except Exception as exc:  # noqa: BLE001 - the store failed mid-way: say what this rank knows
+            self._say_alone(out, f"the watchdogs could not agree ({type(exc).__name__}: {exc})")
+            printed = True
+        finally:
+            if not printed:
+                self._say_alone(out, "no rank printed the job's summary in time")
+            try:
+                sys.stdout.flush()
+                out.flush()
+            finally:
+                self._exit(EXIT_STALLED)
+
+    def _agree(self, frames: list[Frame], out: Any) -> bool:
+        """The store protocol: publish, wait for the others, decide, print once. Returns True when
+        a summary was printed (by any rank)."""
+        self._publish()
+        self.store.set(f"stack/{self.rank}", json.dumps([asdict(f) for f in frames]))
         self.store.add("answered", 1)
         deadline = self._clock() + 3 * self.interval + 1.0
         while self.store.add("answered", 0) < self.world_size and self._clock() < deadline:
@@ -468,12 +487,18 @@ class Watchdog:
             self._stop.wait(min(self.interval, 1.0))
             print("\n".join(summary["lines"]), file=out, flush=True)
             self.store.set("printed", "1")
-        self._wait_for("printed", deadline)
-        try:
-            sys.stdout.flush()
-            out.flush()
-        finally:
-            self._exit(EXIT_STALLED)
+        return self._wait_for("printed", deadline) is not None
+
+    def _say_alone(self, out: Any, why: str) -> None:
+        """This rank's own line when no job summary comes."""
+        b = self.beacon
+        print(
+            f"{SUMMARY_TAG} no rank made progress for {self.timeout:g} s; {why}. This is rank {self.rank} "
+            f"(node {self.node}, local rank {self.local_rank}, host {self.host}), {position(b.step, b.phase)}; "
+            f"stopping (exit code {EXIT_STALLED})",
+            file=out,
+            flush=True,
+        )
 
     def _decide(self, answered: list[int]) -> None:
         beats = {
@@ -525,7 +550,14 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
         return None
     import torch.distributed as dist
 
-    store = connect_store(ctx.world_size, ctx.restart_count)
+    try:
+        store = connect_store(ctx.world_size, ctx.restart_count)
+    except Exception as exc:  # noqa: BLE001 - training goes on without the watchdog
+        print(
+            f"{PROG}: warning: [rank {ctx.rank}] stall watchdog off: cannot reach the job's store ({exc})",
+            file=sys.stderr,
+        )
+        return None
     backend = str(dist.get_backend()) if dist.is_initialized() else None
     return Watchdog(
         beacon,

@@ -327,3 +327,53 @@ def test_flight_recorder_dump(tmp_path, backend: str, env: dict[str, str], writt
     assert path == tmp_path / "nccl_trace_rank_3"
     assert "entries" in pickle.loads(path.read_bytes())  # PyTorch's trace format (empty here: no NCCL)
     assert [p.name for p in tmp_path.iterdir()] == ["nccl_trace_rank_3"]  # no temp file left
+
+
+class _StoreThatDiesAtTheStall:
+    """A store that works until the first stack is published, then fails like a lost connection."""
+
+    def __init__(self) -> None:
+        self.inner = dist.HashStore()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def set(self, key: str, value: str) -> None:
+        if key.startswith("stack/"):
+            raise RuntimeError("Connection reset by peer")
+        self.inner.set(key, value)
+
+
+def test_a_store_lost_at_the_stall_still_ends_the_rank_with_its_own_line() -> None:
+    out = io.StringIO()
+    exited = threading.Event()
+    codes: list[int] = []
+
+    def exit_(code: int) -> None:
+        codes.append(code)
+        exited.set()
+
+    beacon = Beacon()
+    beacon.step = 9
+    beacon.mark(FORWARD)
+    dog = Watchdog(
+        beacon,
+        _StoreThatDiesAtTheStall(),
+        rank=5,
+        world_size=8,
+        node=2,
+        local_rank=1,
+        timeout=0.3,
+        interval=0.05,
+        host="pod-2",
+        out=out,
+        exit=exit_,
+    )
+    dog.start()
+    assert exited.wait(timeout=60)
+    assert codes == [EXIT_STALLED]
+    line = [x for x in out.getvalue().splitlines() if x.startswith(SUMMARY_TAG)]
+    assert len(line) == 1 and "the watchdogs could not agree (RuntimeError: Connection reset by peer)" in line[0]
+    assert (
+        "This is rank 5 (node 2, local rank 1, host pod-2), in forward of step 10; stopping (exit code 200)" in line[0]
+    )
