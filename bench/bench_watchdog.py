@@ -10,8 +10,10 @@ time:
     default  --stall-timeout 300  the default: a wake-up every 5 s
     eager    --stall-timeout 2    a wake-up every 0.2 s: 25x the default's store traffic
 
-Also measured in this process: the cost of one phase mark (``Beacon.mark``), the only work the
-watchdog adds to the training loop itself, against the measured step time. Target: the watchdog
+Also measured in this process, where load matters far less: the cost of one phase mark
+(``Beacon.mark``), the only work the watchdog adds to the training loop itself, against the measured
+step time; and the cost of one watchdog wake-up (publish a heartbeat, add to the progress counter)
+against a TCPStore on loopback, as a share of one core at the default and eager wake-up rates. Target: the watchdog
 costs < 1 % (within noise). Usage:
 
     python bench/bench_watchdog.py [--repeats 3] [--steps 150] [--json out.json]
@@ -23,6 +25,7 @@ import argparse
 import json
 import statistics
 import sys
+import time
 import timeit
 from pathlib import Path
 
@@ -38,6 +41,33 @@ def mark_cost_s() -> float:
     beacon = Beacon()
     n = 1_000_000
     return min(timeit.repeat(lambda: beacon.mark(FORWARD), number=n, repeat=5)) / n
+
+
+def wakeup_cost_s() -> float:
+    """Seconds of one watchdog wake-up when the rank moved: a heartbeat ``set`` plus a counter
+    ``add`` on a TCPStore over loopback (median of 2000)."""
+    import datetime
+    import socket
+
+    import torch.distributed as dist
+    from ddpctl_trainer.watchdog import Beacon, Watchdog
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = dist.TCPStore("127.0.0.1", port, is_master=True, timeout=datetime.timedelta(seconds=30))
+    client = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=datetime.timedelta(seconds=30))
+    beacon = Beacon()
+    dog = Watchdog(beacon, dist.PrefixStore("bench", client), rank=0, world_size=1, node=0, local_rank=0, timeout=300)
+    times = []
+    for _ in range(2000):
+        beacon.mark("forward")
+        t0 = time.perf_counter()
+        dog._publish()  # what _run does on a wake-up after progress
+        dog.store.add("progress", 1)
+        times.append(time.perf_counter() - t0)
+    del server
+    return statistics.median(times)
 
 
 def main() -> None:
@@ -83,9 +113,17 @@ def main() -> None:
     step_s = 32 * 2 / statistics.median(runs["off"]["wall"])  # one optimizer step of the whole job
     report["mark_ns"] = mark * 1e9
     report["marks_share_of_step"] = MARKS_PER_STEP * mark / step_s
+    wake = wakeup_cost_s()
+    report["wakeup_us"] = wake * 1e6
+    report["core_share_default"] = wake / 5.0
+    report["core_share_eager"] = wake / 0.2
     print(
         f"phase marks: {report['mark_ns']:.0f} ns each, {MARKS_PER_STEP} per step = "
         f"{report['marks_share_of_step']:.4%} of a {step_s * 1e3:.1f} ms step"
+    )
+    print(
+        f"one wake-up (heartbeat + counter, TCPStore on loopback): {wake * 1e6:.0f} us = "
+        f"{wake / 5.0:.4%} of a core at the default 5 s, {wake / 0.2:.3%} at the eager 0.2 s"
     )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
