@@ -15,13 +15,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import selectors
 import signal
 import subprocess
 import sys
-import time
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -39,13 +39,61 @@ def _env() -> dict[str, str]:
     return env
 
 
+class Job:
+    """A running `ddpctl` whose stdout and stderr are read line by line by two threads, so a wait
+    for a line never misses one already read and a full pipe never blocks the job."""
+
+    def __init__(self, proc: subprocess.Popen[str]) -> None:
+        self.proc = proc
+        self.out: list[str] = []
+        self.err: list[str] = []
+        self._closed = 0
+        self._cond = threading.Condition()
+        self._threads = [
+            threading.Thread(target=self._pump, args=(stream, into), daemon=True)
+            for stream, into in ((proc.stdout, self.out), (proc.stderr, self.err))
+        ]
+        for t in self._threads:
+            t.start()
+
+    def _pump(self, stream: IO[str], into: list[str]) -> None:
+        for line in stream:
+            with self._cond:
+                into.append(line)
+                self._cond.notify_all()
+        with self._cond:
+            self._closed += 1
+            self._cond.notify_all()
+
+    def wait_for(self, pattern: str, timeout: float) -> None:
+        """Until a stdout line matches ``pattern`` (fails after ``timeout`` or at the job's end)."""
+
+        def seen() -> bool:
+            return any(re.search(pattern, line) for line in self.out)
+
+        with self._cond:
+            self._cond.wait_for(lambda: seen() or self._closed == 2, timeout)
+            if seen():
+                return
+        pytest.fail(f"no line matching {pattern!r} within {timeout}s; got:\n{''.join(self.out)[-3000:]}")
+
+    def finish(self, timeout: float) -> None:
+        """Until the job has ended and its output is read (fails after ``timeout``)."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the job did not end within {timeout} s")
+        for t in self._threads:
+            t.join(timeout=30)
+
+
 @pytest.fixture
 def ddpctl() -> Iterator:
     """Start `ddpctl ARGS` in the background; anything still running at the end is stopped the way a
     user does (Ctrl-C), then killed with every process of its tree."""
-    procs: list[subprocess.Popen[str]] = []
+    jobs: list[Job] = []
 
-    def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
+    def start(*args: str, cwd: Path) -> Job:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ddpctl", *args],
             cwd=cwd,
@@ -54,50 +102,25 @@ def ddpctl() -> Iterator:
             stderr=subprocess.PIPE,
             text=True,
         )
-        procs.append(proc)
-        return proc
+        jobs.append(Job(proc))
+        return jobs[-1]
 
     yield start
     from ddpctl.procs import descendant_starts, kill_if_same
 
-    for proc in procs:
+    for job in jobs:
+        proc = job.proc
         if proc.poll() is None:
             tree = descendant_starts(proc.pid)
             proc.send_signal(signal.SIGINT)
             try:
-                proc.communicate(timeout=60)
+                proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 tree.update(descendant_starts(proc.pid))
                 proc.kill()
-                proc.communicate()
+                proc.wait()
             for pid, started in tree.items():
                 kill_if_same(pid, started)
-
-
-def _read_until(proc: subprocess.Popen[str], pattern: str, timeout: float) -> list[str]:
-    """stdout lines up to and including the first that matches ``pattern`` (fails after ``timeout``)."""
-    assert proc.stdout is not None
-    seen: list[str] = []
-    sel = selectors.DefaultSelector()
-    sel.register(proc.stdout, selectors.EVENT_READ)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and sel.select(timeout=max(0.0, deadline - time.monotonic())):
-        line = proc.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        if re.search(pattern, line):
-            return seen
-    pytest.fail(f"no line matching {pattern!r} within {timeout}s; got:\n{''.join(seen)[-3000:]}")
-
-
-def _finish(proc: subprocess.Popen[str], before: list[str], timeout: float) -> tuple[list[str], str]:
-    """Wait for the job's end (bounded) and return all its stdout lines and its stderr."""
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"the stalled job did not end within {timeout} s")
-    return before + out.splitlines(keepends=True), err
 
 
 _DUMP_LINE = re.compile(r"^\[rank \d+\] (Thread 0x|Current thread 0x|  File |$)")
@@ -135,7 +158,7 @@ def _assert_every_rank_dumped_its_stacks(lines: list[str]) -> None:
 
 @pytest.mark.slow
 def test_a_rank_blocked_in_forward_is_named_with_its_node_phase_and_frame(ddpctl, tmp_path: Path) -> None:
-    proc = ddpctl(
+    job = ddpctl(
         "run",
         "--local",
         "-e",
@@ -157,9 +180,10 @@ def test_a_rank_blocked_in_forward_is_named_with_its_node_phase_and_frame(ddpctl
         "3",
         cwd=tmp_path,
     )
-    before = _read_until(proc, r"^\[rank 2\] \[stall-test\] rank 2 blocks in forward", START_TIMEOUT)
-    lines, err = _finish(proc, before, STALL_TIMEOUT + 30)
-    assert proc.returncode != 0, err
+    job.wait_for(r"^\[rank 2\] \[stall-test\] rank 2 blocks in forward", START_TIMEOUT)
+    job.finish(STALL_TIMEOUT + 30)
+    lines = job.out
+    assert job.proc.returncode != 0, "".join(job.err)
     summary = _summary(lines)
     assert summary[0].startswith("[rank 0] ")  # rank 0 is healthy: it reports
     assert f"no rank made progress for {STALL_TIMEOUT} s" in summary[0] and "exit code 200" in summary[0]
@@ -199,7 +223,7 @@ def test_a_rank_whose_data_loader_hangs_is_named_in_the_data_phase(ddpctl, tmp_p
     stuck = paths[order[(step - 1) * batch]]  # the first sample of rank 2's third batch
     stuck.unlink()
     os.mkfifo(stuck)
-    proc = ddpctl(
+    job = ddpctl(
         "run",
         "--local",
         "--",
@@ -218,9 +242,10 @@ def test_a_rank_whose_data_loader_hangs_is_named_in_the_data_phase(ddpctl, tmp_p
         cwd=tmp_path,
     )
     # (no line marks the moment the open() blocks: the bound here is on the summary, then the end)
-    before = _read_until(proc, re.escape(SUMMARY) + " no rank made progress", START_TIMEOUT)
-    lines, err = _finish(proc, before, 30)
-    assert proc.returncode != 0, err
+    job.wait_for(re.escape(SUMMARY) + " no rank made progress", START_TIMEOUT)
+    job.finish(30)
+    lines = job.out
+    assert job.proc.returncode != 0, "".join(job.err)
     summary = _summary(lines)
     assert "rank 2 (node 1, local rank 0, host " in summary[1] and summary[1].endswith("in data of step 3:")
     assert "torchvision/datasets/folder.py" in summary[2] and "in pil_loader: with open(path" in summary[2]
@@ -232,7 +257,7 @@ def test_a_rank_whose_data_loader_hangs_is_named_in_the_data_phase(ddpctl, tmp_p
 def test_a_slow_but_progressing_rank_is_not_reported_and_no_stall_prints_nothing(ddpctl, tmp_path: Path) -> None:
     """Rank 1 sleeps 0.4 s x the step number in every forward (up to 3.2 s, the whole run ~15 s
     longer than the others'), always under the 8 s stall timeout: the job must simply finish."""
-    proc = ddpctl(
+    job = ddpctl(
         "run",
         "--local",
         "-e",
@@ -258,8 +283,9 @@ def test_a_slow_but_progressing_rank_is_not_reported_and_no_stall_prints_nothing
         str(tmp_path / "metrics.jsonl"),
         cwd=tmp_path,
     )
-    out, err = proc.communicate(timeout=START_TIMEOUT)
-    assert proc.returncode == 0, err[-2000:] + out[-3000:]
+    job.finish(START_TIMEOUT)
+    out, err = "".join(job.out), "".join(job.err)
+    assert job.proc.returncode == 0, err[-2000:] + out[-3000:]
     done = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()][-1]
     assert done["event"] == "done" and done["step"] == 8  # every step ran, each slower than the last
     assert "stalled" not in out + err and "Thread 0x" not in out

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from types import FrameType
 
 from .errors import EXIT_FAILURE, EXIT_OK, EXIT_SIGTERM, Terminated, TrainerError, TrainerFailure, print_error
+from .watchdog import stalling
 
 _armed = False  # True while a SIGTERM should interrupt the run
 
@@ -18,7 +19,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     """The first SIGTERM stops the run; later ones (or one during teardown) are ignored, so the
     error report and teardown are never interrupted by a second exception."""
     global _armed
-    if _armed:
+    if _armed and not stalling():  # a stalled process is already on its way out (exit code 200)
         _armed = False
         raise Terminated()
 

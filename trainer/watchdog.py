@@ -62,6 +62,14 @@ _USER_FRAMES = 3  # frames of a behind rank's stack shown in the summary
 
 T = TypeVar("T")
 
+_stalling = threading.Event()  # set once this process's watchdog has declared a stall
+
+
+def stalling() -> bool:
+    """True once the watchdog is ending this process: a SIGTERM from the launcher (which stops a
+    node's other workers as soon as one exits) must then not add an error line after the summary."""
+    return _stalling.is_set()
+
 
 class Beacon:
     """The main thread's side: where this rank is. Written by the training loop, read by the
@@ -442,6 +450,7 @@ class Watchdog:
         """Dump, publish, gather, let one rank print, exit: every rank runs this, and every rank
         exits with ``EXIT_STALLED`` whatever fails on the way (a store that went away included)."""
         self.stalled = True
+        _stalling.set()
         out = self.out or sys.stderr
         printed = False
         try:

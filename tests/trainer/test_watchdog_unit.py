@@ -10,6 +10,7 @@ import threading
 
 import pytest
 import torch.distributed as dist
+from ddpctl_trainer import watchdog
 from ddpctl_trainer.config import parse_args
 from ddpctl_trainer.errors import UsageError
 from ddpctl_trainer.watchdog import (
@@ -33,6 +34,14 @@ from ddpctl_trainer.watchdog import (
     summary_lines,
     user_frames,
 )
+
+
+@pytest.fixture(autouse=True)
+def _process_not_left_stalling():
+    """The watchdogs here run in the test process: its "stalling" flag must not outlive a test."""
+    yield
+    watchdog._stalling.clear()
+
 
 ROOTS = ("/usr/lib/python3.11/", "/opt/ddpctl_trainer/")
 USER_FRAME = Frame("/work/model.py", 88, "forward", "self.lock.acquire()")
@@ -291,6 +300,7 @@ def test_three_ranks_agree_on_one_summary_printed_once_and_all_exit() -> None:
     assert "rank 1 (node 1, local rank 0, host " in summary[1] and "in forward of step 5" in summary[1]
     assert "ranks 0, 2 (nodes 0, 2) wait for it in backward+all-reduce of step 5" in summary[-2]
     assert json.loads(store.get("summary"))["reporter"] == 0
+    assert watchdog.stalling()  # main's SIGTERM handler now lets the process end quietly
 
 
 def test_flag_help_names_the_exit_code() -> None:
