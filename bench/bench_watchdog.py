@@ -2,9 +2,9 @@
 
 2 processes under torchrun (gloo, one thread each), the default conv net at batch 32: short steps,
 so a per-step cost would show. Three settings, alternating A B C, B C A, C A B ... so drifting
-machine load hits all alike and none always runs first; each figure is the median of its repeats, on process CPU time (every thread of the
-training processes, the watchdog's included: robust when other work shares the CPUs) and on wall
-time:
+machine load hits all alike and none always runs first; each figure is the median of its repeats,
+on process CPU time (every thread of the training processes, the watchdog's included: steadier
+when other work shares the CPUs) and on wall time:
 
     off      --stall-timeout 0    no thread, no store traffic (the loop's phase marks remain)
     default  --stall-timeout 300  the default: a wake-up every 5 s

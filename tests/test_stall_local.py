@@ -106,7 +106,9 @@ def ddpctl() -> Iterator:
         return jobs[-1]
 
     yield start
-    from ddpctl.procs import descendant_starts, kill_if_same
+    from ddpctl.procs import kill_if_same
+
+    from tests.procs_helpers import descendant_starts
 
     for job in jobs:
         proc = job.proc

@@ -342,7 +342,7 @@ def capture_stack(thread_id: int | None) -> list[Frame]:
     return out
 
 
-FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # PyTorch's own default for the dump file
+FR_DEFAULT_PREFIX = "/tmp/nccl_trace_rank_"  # noqa: S108 - PyTorch's own default, kept as PyTorch writes it
 
 
 def flight_recorder_prefix(env: Mapping[str, str]) -> str | None:
@@ -550,7 +550,7 @@ def connect_store(world_size: int, restart_count: int, env: Mapping[str, str] | 
             timeout=datetime.timedelta(seconds=60),
             wait_for_workers=False,
         )
-    return dist.PrefixStore(f"{STORE_PREFIX}/attempt_{restart_count}", base)  # type: ignore[return-value]
+    return dist.PrefixStore(f"{STORE_PREFIX}/attempt_{restart_count}", base)
 
 
 def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
