@@ -1,0 +1,55 @@
+"""The trainer's stall summary, read back from a job's output: one line that says who stopped and where.
+
+When no rank makes progress for ``--stall-timeout`` seconds, the trainer's watchdog prints a summary
+whose every line starts with ``SUMMARY_TAG`` (see trainer/watchdog.py) and the ranks exit with
+``EXIT_STALLED``. Runners (`run --local/--docker`) and cluster commands (`status`, `logs`,
+`submit --follow`) read logs, not the trainer, so this module condenses those lines into a failure
+reason. It imports nothing from the trainer (the CLI never imports torch or the trainer); a test
+checks that both sides use the same tag and exit code.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+
+SUMMARY_TAG = "ddpctl-trainer: stalled:"
+EXIT_STALLED = 200
+_FIRST = "no rank made progress"
+_FRAME = re.compile(r"^at (?P<where>\S+:\d+ in [^\s:]+)")
+
+
+def summary_lines(lines: Iterable[str]) -> list[str]:
+    """The last summary in ``lines`` (any ``[rank R]``-style prefix removed), tag stripped."""
+    block: list[str] = []
+    for raw in lines:
+        _, tag, rest = raw.rstrip("\n").partition(SUMMARY_TAG)
+        if not tag:
+            continue
+        text = rest.strip()
+        if text.startswith(_FIRST):
+            block = []  # a later summary (another attempt) replaces an earlier one
+        block.append(text)
+    return block
+
+
+def stall_reason(lines: Iterable[str]) -> str | None:
+    """One line from the last summary: the ranks behind with their innermost frame, then who waits;
+    None when ``lines`` hold no summary."""
+    block = summary_lines(lines)
+    if not block:
+        return None
+    parts: list[str] = []
+    for i, line in enumerate(block[1:], 1):
+        if _FRAME.match(line) or line.startswith("every rank's Python stacks"):
+            continue
+        text = line.rstrip(":")
+        following = block[i + 1] if i + 1 < len(block) else ""
+        frame = _FRAME.match(following)
+        if frame and line.endswith(":"):
+            text += f" at {frame['where']}"
+        parts.append(text)
+    return "; ".join(parts) if parts else block[0]
+
+
+__all__ = ["EXIT_STALLED", "SUMMARY_TAG", "stall_reason", "summary_lines"]
