@@ -1,7 +1,8 @@
 """Hangs name their rank: real gloo jobs through `ddpctl run --local` (2 nodes x 2 processes, the
 ddpctl trainer) in which one rank stops, and one in which a rank only gets slower.
 
-* a custom model (`--model tests.trainer.stall_models:blocking`) blocks forever in rank 2's forward;
+* a custom model (`--model tests.trainer.stall_models:blocking`) blocks forever in rank 2's forward
+  (rank 0 prints the summary), and in rank 0's (then rank 1, the lowest healthy rank, prints it);
 * an image-folder dataset whose one file is a FIFO nobody writes: the rank that draws it hangs in
   its data loader exactly as on a dead network filesystem;
 * a custom model whose rank 1 sleeps longer at every step, but finishes each one.
@@ -196,6 +197,37 @@ def test_a_rank_blocked_in_forward_is_named_with_its_node_phase_and_frame(ddpctl
     assert waiting and "ranks 0, 1, 3 (nodes 0, 1) wait for it in backward+all-reduce of step 3" in waiting[0]
     _assert_every_rank_dumped_its_stacks(lines)
     assert re.search(r"exitcode\s*:\s*200", "".join(lines)), "the workers exit with the documented code"
+
+
+@pytest.mark.slow
+def test_when_rank_0_is_the_one_behind_the_lowest_healthy_rank_reports(ddpctl, tmp_path: Path) -> None:
+    job = ddpctl(
+        "run",
+        "--local",
+        "-e",
+        "STALL_RANK=0",
+        "-e",
+        "STALL_AT_STEP=2",
+        "--",
+        "--model",
+        "tests.trainer.stall_models:blocking",
+        "--stall-timeout",
+        str(STALL_TIMEOUT),
+        "--image-size",
+        "8",
+        "--synthetic-samples",
+        "256",
+        "--eval-samples",
+        "32",
+        cwd=tmp_path,
+    )
+    job.wait_for(r"^\[rank 0\] \[stall-test\] rank 0 blocks in forward", START_TIMEOUT)
+    job.finish(STALL_TIMEOUT + 30)
+    assert job.proc.returncode != 0, "".join(job.err)
+    summary = _summary(job.out)
+    assert all(line.startswith("[rank 1] ") for line in summary), summary
+    assert "rank 0 (node 0, local rank 0, host " in summary[1] and summary[1].endswith("in forward of step 2:")
+    assert any("ranks 1, 2, 3 (nodes 0, 1) wait for it in backward+all-reduce of step 2" in s for s in summary)
 
 
 def _image_folder(root: Path, per_class: int = 16) -> list[Path]:
