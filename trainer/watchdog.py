@@ -171,7 +171,9 @@ def analyse(
     answered = sorted(set(answered))
     silent = tuple(r for r in range(world_size) if r not in beats)
     seqs = {b.seq for b in beats.values()}
-    if len(seqs) > 1:
+    if world_size == 1:  # one process: it is the one that stopped, nobody waits
+        behind = tuple(beats.values())
+    elif len(seqs) > 1:
         front = max(seqs)
         behind = tuple(sorted((b for b in beats.values() if b.seq < front), key=lambda b: (b.seq, b.rank)))
     else:

@@ -148,6 +148,11 @@ def test_analyse(
     assert result.reporter == reporter
 
 
+def test_one_process_is_the_one_behind() -> None:
+    result = analyse(1, {0: beat(0, 7, FORWARD)}, {}, [0])
+    assert [b.rank for b in result.behind] == [0] and result.waiting == () and result.reporter == 0
+
+
 @pytest.mark.parametrize(
     ("step", "phase", "words"),
     [
