@@ -31,6 +31,7 @@ from ddpctl.supervise import (
     JobFailed,
     JobState,
     describe_failure,
+    failure_code,
     finish_note,
     layout_phrase,
     start_failure,
@@ -368,7 +369,7 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
         )
     if failed is not None:
         code, oom = exit_states.get(failed.index, (None, False))
-        code = code if code is not None else (failed.returncode or 1)
+        code = failure_code(state, code if code is not None else (failed.returncode or 1))
         if code == 125 and not state.ranks_spoke:
             raise RuntimeFailure(
                 f"{engine} run of node {failed.index} failed: see {logs}/{by_index[failed.index].hostname}.log"

@@ -36,6 +36,7 @@ from ddpctl.supervise import (
     JobFailed,
     JobState,
     describe_failure,
+    failure_code,
     finish_note,
     layout_phrase,
     start_failure,
@@ -292,7 +293,7 @@ def run_local(
             f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})"
         )
     if failed is not None:
-        code = failed.returncode or 1
+        code = failure_code(state, failed.returncode or 1)
         raise JobFailed(
             describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
             + f" (exit code {code}; logs in {logs})",

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ddpctl.console import Console, plural, relative_path
 from ddpctl.errors import RuntimeFailure, UsageError
+from ddpctl.stall import EXIT_STALLED, SUMMARY_TAG, stall_reason
 
 if TYPE_CHECKING:
     from ddpctl.procs import Child
@@ -98,6 +99,7 @@ class JobState:
     last_error: dict[int, str] = field(default_factory=dict)
     agent_errors: dict[int, str] = field(default_factory=dict)  # node -> the agent's own exception
     in_traceback: set[int] = field(default_factory=set)
+    stall_lines: list[str] = field(default_factory=list)  # the trainer watchdog's summary (issue 13)
     _pending: dict[int, tuple[int, int]] = field(default_factory=dict)
     _pending_time: dict[int, str] = field(default_factory=dict)
     _in_root: set[int] = field(default_factory=set)
@@ -117,6 +119,8 @@ class JobState:
             self.peer_failed_ranks.add(rank)
         if _ERROR_LINE.match(text):
             self.last_error[rank] = text
+        if SUMMARY_TAG in text:
+            self.stall_lines.append(text)
         done = ALREADY_COMPLETE.search(text) if rank == 0 else None
         if done:
             self.already_complete = (int(done.group(1)), done.group(2))
@@ -200,12 +204,22 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
+def failure_code(state: JobState, node_code: int) -> int:
+    """The job's exit code: the trainer's stall code when its watchdog stopped the job (torchrun
+    itself exits 1), else the failing node's."""
+    return EXIT_STALLED if stall_reason(state.stall_lines) is not None else node_code
+
+
 def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -> str:
     """One line naming the rank that failed first, with its error (not the ranks that stopped
     because of it): as torchrun's root cause, the earliest failure by time, across all nodes.
 
     torchrun's failure report names ranks; a node that died as a whole (a killed agent or
-    container) reports nothing, so then the node and the ranks it ran are named."""
+    container) reports nothing, so then the node and the ranks it ran are named. A job the
+    trainer's watchdog stopped is described by its summary: who stopped, where, who waited."""
+    stalled = stall_reason(state.stall_lines)
+    if stalled is not None:
+        return f"job {state.name} stalled: {stalled}"
 
     def secondary(f: Failure) -> bool:
         return f.rank in state.peer_failed_ranks or f.code in (-15, 143)

@@ -196,7 +196,13 @@ def test_a_rank_blocked_in_forward_is_named_with_its_node_phase_and_frame(ddpctl
     waiting = [line for line in summary if "wait for it" in line]
     assert waiting and "ranks 0, 1, 3 (nodes 0, 1) wait for it in backward+all-reduce of step 3" in waiting[0]
     _assert_every_rank_dumped_its_stacks(lines)
-    assert re.search(r"exitcode\s*:\s*200", "".join(lines)), "the workers exit with the documented code"
+    agent_logs = "".join(p.read_text() for p in (tmp_path / "ddp-runs" / "ddp-train" / "logs").glob("node-*.log"))
+    assert re.search(r"exitcode\s*:\s*200", agent_logs), "the workers exit with the documented code"
+    # ddpctl's own closing line is the summary in one line, and the job's exit code the stall code
+    error = [line for line in job.err if line.startswith("ddpctl: error:")]
+    assert len(error) == 1 and error[0].startswith("ddpctl: error: job ddp-train stalled: rank 2 (node 1, "), error
+    assert f"in forward of step 3 at {MODELS}:{blocking_line} in hook; ranks 0, 1, 3 (nodes 0, 1) wait" in error[0]
+    assert job.proc.returncode == 200
 
 
 @pytest.mark.slow
