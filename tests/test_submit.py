@@ -534,6 +534,39 @@ def test_wait_failure_prints_why_and_exits_1(cli, make_cluster, code, reason, sh
     assert "    | RuntimeError: CUDA out of memory" in r.err and "last 2 log lines of node 1" in r.err
 
 
+def test_wait_failure_of_a_stalled_job_is_the_watchdogs_summary(cli, make_cluster):
+    """The trainer's watchdog stopped the job (torchrun exits 1 on every node): the error is its summary."""
+    c = make_cluster()
+    summary = [
+        "[rank 0] ddpctl-trainer: stalled: no rank made progress for 300 s (--stall-timeout 300); stopping the job",
+        "[rank 0] ddpctl-trainer: stalled: rank 2 (node 1, local rank 0, host p-1) stopped 301 s ago "
+        "in data of step 9:",
+        "[rank 0] ddpctl-trainer: stalled:     at /app/data.py:12 in __getitem__: return read(path)",
+        "[rank 0] ddpctl-trainer: stalled: ranks 0, 1, 3 (nodes 0, 1) wait for it in backward+all-reduce of step 9",
+        "[rank 0] ddpctl-trainer: stalled: every rank's Python stacks are in its log (faulthandler)",
+    ]
+
+    def stall(d, obj):
+        p0, p1 = _pods(d)
+        d.start_container(p0, NS)
+        d.start_container(p1, NS)
+        d.append_log(p0, *summary, namespace=NS)
+        d.append_log(p1, "Thread 0x00007f (most recent call first):", namespace=NS)
+        d.terminate_container(p0, NS, exit_code=1)
+        d.terminate_container(p1, NS, exit_code=1)
+        d.finish("Job", NAME, NS, succeeded=False)
+
+    c.double.after_create("Job", stall)
+    r = cli("submit", *c.args, "-n", NS, "--wait")
+    one_error(
+        r,
+        1,
+        f'job "{NAME}" failed: node 0 reported a stall: rank 2 (node 1, local rank 0, host p-1) stopped 301 s ago '
+        "in data of step 9 at /app/data.py:12 in __getitem__; ranks 0, 1, 3 (nodes 0, 1) wait for it",
+        f"ddpctl logs {NAME} -n {NS} --rank 0",
+    )
+
+
 def test_wait_timeout_exits_3_and_says_why_it_stalls_image_pull(cli, make_cluster):
     c = make_cluster()
     c.double.after_create("Job", lambda d, obj: d.set_container_waiting(_pods(d)[0], NS, reason="ImagePullBackOff"))

@@ -30,6 +30,7 @@ from ddpctl.kube.kinds import (
     replica_type,
     replica_types,
 )
+from ddpctl.stall import stall_reason
 
 WATCH_SECONDS = 300  # server-side timeout of one watch request; it is renewed from the last resourceVersion
 RECONNECT_ATTEMPTS = 3
@@ -497,6 +498,7 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
     failing = [(r, p, pp) for r, p in outcome.pods if (pp := pod_problem(kind, p))]
     failing.sort(key=lambda t: (not t[2][1],))  # final failures first
     first = None
+    stalled: tuple[int | None, str] | None = None  # the trainer watchdog's summary, when a pod has it
     for rank, pod, (text, _) in failing[:3]:
         if text.startswith("Unschedulable"):
             msg = scheduler_event(cluster, ns, pod["metadata"]["name"])
@@ -504,10 +506,20 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
         say(f"  node {rank} (pod {pod['metadata']['name']}): {text}")
         first = first or (rank, pod, text)
         lines = last_log_lines(cluster, kind, pod)
+        reason = stall_reason(lines)
+        if reason is not None and stalled is None:
+            stalled = (rank, reason)
+            say(f"  node {rank} reported a stall: {reason}")
         if lines:
             say(f"  last {len(lines)} log lines of node {rank}:")
             for line in lines:
                 say(f"    | {line}")
+    if stalled:
+        rank, reason = stalled
+        return RuntimeFailure(
+            f'job "{name}" failed: node {rank} reported a stall: {reason}; '
+            f"see `ddpctl logs {name} -n {ns} --rank {rank}`"
+        )
     if first:
         rank, pod, text = first
         return RuntimeFailure(
