@@ -251,3 +251,33 @@ def test_a_silent_server_is_reported_then_given_up_on(
 def test_request_timeout_must_be_a_finite_duration(cli, make_cluster, value):
     c = make_cluster()
     one_error(cli("list", *c.args, "--request-timeout", value), 2, "--request-timeout")
+
+
+# --------------------------------------------------------------------------- retries
+
+
+@pytest.mark.parametrize(
+    ("method", "error_name", "retried"),
+    [
+        ("GET", "timeout", False),  # a silent server: --request-timeout is the whole wait
+        ("GET", "dropped", True),  # a pooled keep-alive connection the server closed: try a fresh one
+        ("PATCH", "dropped", False),  # apply is not idempotent to urllib3: never sent twice
+    ],
+)
+def test_only_a_dropped_connection_is_retried(method: str, error_name: str, retried: bool) -> None:
+    import http.client
+
+    import urllib3
+    from ddpctl.kube.config import retry_policy
+    from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError
+
+    policy = retry_policy(urllib3)
+    error = {
+        "timeout": ReadTimeoutError(None, "/api/v1/pods", "Read timed out."),  # type: ignore[arg-type]
+        "dropped": ProtocolError("Connection aborted.", http.client.RemoteDisconnected("closed")),
+    }[error_name]
+    if retried:
+        assert policy.increment(method, "/api/v1/pods", error=error).total == policy.total - 1
+    else:
+        with pytest.raises((MaxRetryError, ProtocolError)):
+            policy.increment(method, "/api/v1/pods", error=error)

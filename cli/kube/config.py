@@ -250,6 +250,27 @@ def in_cluster_available() -> bool:
     )
 
 
+def retry_policy(urllib3: Any) -> Any:
+    """urllib3's retries, minus one: a read that timed out is final.
+
+    Retrying it would turn `--request-timeout 10s` into 40 s of silence. A pooled keep-alive
+    connection that the server (or a proxy) closed meanwhile is also a "read error" to urllib3
+    (ProtocolError: RemoteDisconnected); that one is retried on a fresh connection, as kubectl's
+    client does, but only for idempotent verbs (urllib3's allowed_methods: no POST/PATCH)."""
+    from urllib3.exceptions import ReadTimeoutError
+
+    retry_cls = urllib3.util.Retry
+
+    class SilenceIsFinal(retry_cls):  # type: ignore[misc,valid-type]  # urllib3 is imported lazily
+        def increment(self, *args: Any, **kwargs: Any) -> Any:
+            error = kwargs.get("error", args[3] if len(args) > 3 else None)
+            if isinstance(error, ReadTimeoutError):
+                return retry_cls.increment(self.new(read=0), *args, **kwargs)
+            return super().increment(*args, **kwargs)
+
+    return SilenceIsFinal(total=3, redirect=0, status=0)
+
+
 def load(options: ClusterOptions) -> Cluster:
     """Build a client from the kubeconfig (or in-cluster config) without contacting the server."""
     import urllib3
@@ -257,9 +278,7 @@ def load(options: ClusterOptions) -> Cluster:
     from kubernetes.config.config_exception import ConfigException
 
     configuration = client.Configuration()
-    # urllib3 would retry a read that timed out 3 more times, turning --request-timeout 10s into
-    # 40s of silence: reads are not retried (ddpctl retries first contact and watches itself).
-    configuration.retries = urllib3.util.Retry(total=3, read=0, redirect=0, status=0)
+    configuration.retries = retry_policy(urllib3)
     path, label = _kubeconfig_paths(options.kubeconfig)
     if path is None:
         if options.kubeconfig is None and options.context is None and in_cluster_available():
