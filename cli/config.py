@@ -32,6 +32,7 @@ _INT_FIELDS = {
     "ttlSecondsAfterFinished",
     "activeDeadlineSeconds",
     "stallTimeout",
+    "collectiveTimeout",
     "rendezvous.port",
     "rendezvous.joinTimeout",
     "rendezvous.lastCallTimeout",

@@ -151,6 +151,12 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--backoff-limit",), "backoffLimit", "Retries of the whole job before it fails.", "int"),
     Flag(("--ttl",), "ttlSecondsAfterFinished", "Seconds to keep a finished job.", "int"),
     Flag(("--deadline",), "activeDeadlineSeconds", "Seconds before a running job is stopped.", "int"),
+    Flag(
+        ("--collective-timeout",),
+        "collectiveTimeout",
+        "Seconds a trainer rank waits in a collective before failing (default 600).",
+        "int",
+    ),
     Flag(("--pod-security",), "podSecurity", "Pod Security profile: restricted (default) or baseline."),
     Flag(
         ("--stall-timeout",),

@@ -682,6 +682,16 @@ class JobSpec:
     active_deadline_seconds: int | None = field(
         default=None, metadata=doc("Seconds before a running job is stopped; null: no limit.", minimum=1)
     )
+    collective_timeout: int | None = field(
+        default=None,
+        metadata=doc(
+            "Seconds a rank of the ddpctl trainer waits in one collective (its process-group timeout, "
+            "DDP_TRAINER_TIMEOUT_S) before failing, so the group stops and restarts when a peer died "
+            "mid-collective; null: the trainer's default (600). Keep it above the longest checkpoint write "
+            "(ranks wait in a barrier meanwhile) and the stall watchdog's timeout.",
+            minimum=1,
+        ),
+    )
     pod_security: str = field(
         default="restricted",
         metadata=doc("Pod Security profile the pods meet: restricted (default) or baseline.", enum=POD_SECURITY),
@@ -759,6 +769,7 @@ class JobSpec:
         _positive_int("backoffLimit", self.backoff_limit, minimum=0)
         _positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
         _positive_int("activeDeadlineSeconds", self.active_deadline_seconds, minimum=1, allow_none=True)
+        _positive_int("collectiveTimeout", self.collective_timeout, minimum=1, allow_none=True)
         _one_of("podSecurity", self.pod_security, POD_SECURITY)
         _positive_int("stallTimeout", self.stall_timeout, minimum=0, allow_none=True)
 
@@ -1219,6 +1230,8 @@ class JobSpec:
             if "checkpoints" in self.volumes:
                 mount = self.volumes["checkpoints"].mount_path.rstrip("/")
                 env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = f"{mount}/nccl_trace_rank_"
+        if self.collective_timeout is not None and self.uses_trainer:
+            env["DDP_TRAINER_TIMEOUT_S"] = str(self.collective_timeout)  # the trainer's process-group timeout
         env.update(self.env)
         return dict(sorted(env.items()))
 

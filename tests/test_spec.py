@@ -79,6 +79,7 @@ def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) ->
         ({"restartPolicy": "Always"}, "restartPolicy"),
         ({"backoffLimit": -1}, "backoffLimit"),
         ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds"),
+        ({"collectiveTimeout": 0}, "collectiveTimeout"),
         ({"podSecurity": "privileged"}, "podSecurity"),
         ({"target": "trainjob", "priorityClassName": "high"}, "priorityClassName"),
         ({"target": "trainjob", "envFromSecrets": ["hf-token"]}, "envFromSecrets"),
@@ -172,3 +173,15 @@ def test_hang_evidence_env(data: dict, expected: dict) -> None:
     env = JobSpec.from_dict(data).container_env()
     got = {k: v for k, v in env.items() if k == "DDP_TRAINER_STALL_TIMEOUT" or k.startswith("TORCH_NCCL_")}
     assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({}, None),  # unset: the trainer's own default
+        ({"collectiveTimeout": 900}, "900"),
+        ({"collectiveTimeout": 900, "module": None, "script": "train.py"}, None),  # only our trainer reads it
+    ],
+)
+def test_collective_timeout_reaches_the_trainer_as_its_process_group_timeout(data: dict, expected: str | None) -> None:
+    assert JobSpec.from_dict(data).container_env().get("DDP_TRAINER_TIMEOUT_S") == expected

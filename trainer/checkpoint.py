@@ -28,6 +28,7 @@ _TMP = re.compile(r"^\.ckpt-\d{8,}(\.pt)?\.tmp")
 STATE_FILE = "trainer_state.pt"
 
 FAULT_IN_CHECKPOINT_ENV = "DDP_TRAINER_FAULT_IN_CHECKPOINT"
+FAULT_SIGNAL_ENV = "DDP_TRAINER_FAULT_IN_CHECKPOINT_SIGNAL"  # KILL (default) or TERM
 
 
 def checkpoint_path(directory: Path, step: int, sharded: bool = False) -> Path:
@@ -49,10 +50,12 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def _fault_hook(step: int, restart_count: int) -> Callable[[Any], None] | None:
-    """Test hook: die with SIGKILL half-way through writing the checkpoint of step K (first attempt only)."""
+    """Test hook: signal this process (SIGKILL, or SIGTERM: the grace period's end or a second
+    SIGTERM) half-way through writing the checkpoint of step K (first attempt only)."""
     raw = os.environ.get(FAULT_IN_CHECKPOINT_ENV)
     if not raw or int(raw) != step or restart_count != 0:
         return None
+    sig = signal.SIGTERM if os.environ.get(FAULT_SIGNAL_ENV, "KILL") == "TERM" else signal.SIGKILL
 
     def die(f: Any) -> None:
         f.flush()
@@ -60,8 +63,8 @@ def _fault_hook(step: int, restart_count: int) -> Callable[[Any], None] | None:
         f.truncate(size // 2)
         f.flush()
         os.fsync(f.fileno())
-        print(f"[fault] killing rank during checkpoint write of step {step}", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
+        print(f"[fault] {sig.name} to rank during checkpoint write of step {step}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), sig)
 
     return die
 

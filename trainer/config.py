@@ -87,7 +87,7 @@ class TrainConfig:
     metrics_file: str | None = None
     log_every: int = 10
     progress: str = "auto"
-    timeout_s: int = 1800
+    timeout_s: int = 600
     stall_timeout: float = 300.0
 
     @property
@@ -214,7 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
         choices=PROGRESS,
         help="auto: a bar on rank 0 when stderr is a terminal, plain lines otherwise",
     )
-    g.add_argument("--timeout-s", type=int, default=1800, help="process-group timeout")
+    g.add_argument(
+        "--timeout-s",
+        type=int,
+        default=600,
+        help="process-group timeout: seconds a collective waits for a peer before this rank fails (so a rank "
+        "that died mid-collective stops the group instead of hanging it); keep it above the longest checkpoint "
+        "write",
+    )
     g.add_argument(
         "--stall-timeout",
         type=float,

@@ -14,6 +14,10 @@ EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_SIGTERM = 128 + 15
+# Stopped on SIGTERM after writing a checkpoint at a step boundary: every rank exits with it, and
+# the next start resumes at exactly that step. The same value as death by SIGTERM, so launchers
+# and operators that retry "killed by a signal" (PyTorchJob ExitCode, podFailurePolicy) retry it.
+EXIT_PREEMPTED = EXIT_SIGTERM
 
 
 class TrainerError(Exception):
@@ -40,6 +44,12 @@ class TrainerFailure(TrainerError):
 
 class CheckpointError(TrainerFailure):
     """A checkpoint file that cannot be read or does not hold a trainer checkpoint."""
+
+
+class Preempted(TrainerError):
+    """The run stopped on SIGTERM at a step boundary, after its checkpoint became durable."""
+
+    exit_code = EXIT_PREEMPTED
 
 
 class Terminated(BaseException):

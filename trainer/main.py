@@ -9,17 +9,29 @@ import traceback
 from collections.abc import Sequence
 from types import FrameType
 
-from .errors import EXIT_FAILURE, EXIT_OK, EXIT_SIGTERM, Terminated, TrainerError, TrainerFailure, print_error
+from . import stop
+from .errors import (
+    EXIT_FAILURE,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_SIGTERM,
+    EXIT_USAGE,
+    Terminated,
+    TrainerError,
+    TrainerFailure,
+    print_error,
+)
 from .watchdog import stalling
 
 _armed = False  # True while a SIGTERM should interrupt the run
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
-    """The first SIGTERM stops the run; later ones (or one during teardown) are ignored, so the
-    error report and teardown are never interrupted by a second exception."""
+    """During training the first SIGTERM asks for a checkpoint at the next step boundary (see
+    ``stop``); otherwise, or on a second SIGTERM, the run stops at once. Once stopping, later
+    signals are ignored, so the error report and teardown are never interrupted."""
     global _armed
-    if _armed and not stalling():  # a stalled process is already on its way out (exit code 200)
+    if _armed and not stalling() and stop.on_signal():  # a stalled process is already on its way out (exit 200)
         _armed = False
         raise Terminated()
 
@@ -40,7 +52,9 @@ def _is_peer_failure(exc: BaseException) -> bool:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the trainer; returns the process exit code (0 ok, 1 failure, 2 usage, 143 SIGTERM)."""
+    """Run the trainer; returns the process exit code: 0 ok, 1 failure, 2 usage, 143 SIGTERM
+    (``EXIT_PREEMPTED``: after a checkpoint at a step boundary, or without one when the signal
+    came outside the training loop or twice)."""
     global _armed
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     label = [""]  # "[rank R] " once the rank is known
@@ -48,10 +62,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _run(argv, label)
     except Terminated:  # also when it lands while an error is being reported
-        print_error("stopped by SIGTERM", label[0])
+        if stop.requested():  # the second signal: the checkpoint in progress is abandoned
+            print_error(
+                "stopped by a second SIGTERM before the checkpoint was written; the previous one is kept", label[0]
+            )
+        else:
+            print_error("stopped by SIGTERM", label[0])
         return EXIT_SIGTERM
     finally:
         _armed = False
+        stop.defer(False)
         if "torch" in sys.modules:  # nothing to tear down before torch was even imported
             from .dist import teardown
 
@@ -85,9 +105,10 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         run_trainer(cfg, ctx, device, backend)
         return EXIT_OK
     except TrainerError as exc:
-        # Usage errors are the same on every rank: one line per node is enough.
-        if exc.exit_code != 2 or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
-            print_error(str(exc), rank_label if exc.exit_code != 2 else "")
+        # Usage errors and a preemption stop are the same on every rank: one line per node is enough.
+        per_node = exc.exit_code in (EXIT_USAGE, EXIT_PREEMPTED)
+        if not per_node or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
+            print_error(str(exc), rank_label if exc.exit_code != EXIT_USAGE else "")
         return exc.exit_code
     except KeyboardInterrupt:
         print_error("interrupted", rank_label)

@@ -33,17 +33,24 @@ from torch.distributed.checkpoint.state_dict import (
 
 from . import checkpoint as ckpt
 from . import dist as d
+from . import stop
 from . import watchdog
 from .config import TrainConfig
 from .data import build_data
 from .dist import DistContext
-from .errors import CheckpointError, TrainerError, TrainerFailure
+from .errors import CheckpointError, Preempted, TrainerError, TrainerFailure
 from .metrics import ALREADY_COMPLETE, MetricsLog, Progress
 from .models import build_model
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
 FAULT_AT_STEP_ENV = "DDP_TRAINER_FAULT_AT_STEP"
 FAULT_RANK_ENV = "DDP_TRAINER_FAULT_RANK"
+# Test hook: after step K (first attempt, rank R) create this file and wait there for a SIGTERM,
+# so a test can signal between two known steps without sleeping.
+HOLD_AT_STEP_ENV = "DDP_TRAINER_HOLD_AT_STEP"
+HOLD_RANK_ENV = "DDP_TRAINER_HOLD_RANK"
+HOLD_FILE_ENV = "DDP_TRAINER_HOLD_FILE"
+HOLD_LIMIT_S = 120.0
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -127,6 +134,11 @@ class Trainer:
         self._cpu_last = time.process_time()
         self._fault_step = int(os.environ.get(FAULT_AT_STEP_ENV, "0") or 0)
         self._fault_rank = int(os.environ.get(FAULT_RANK_ENV, "0") or 0)
+        self._hold_step = int(os.environ.get(HOLD_AT_STEP_ENV, "0") or 0)
+        self._hold_rank = int(os.environ.get(HOLD_RANK_ENV, "0") or 0)
+        # The stop flag's all-reduce runs on a CPU (gloo) group: with nccl it would otherwise make
+        # the host wait for the GPU once per step. Created in fit(), where every rank arrives.
+        self._control_group: Any = None
         self.ckpt_dir = Path(cfg.checkpoint_dir)
         self.metrics = MetricsLog(cfg.metrics_file, ctx.is_main)
         self.progress = Progress(cfg.progress, ctx.rank, cfg.epochs)
@@ -253,16 +265,24 @@ class Trainer:
                 f"batch {self.batch}/process = {self.global_batch} global, {self.steps_per_epoch} steps/epoch"
             )
         self.model.train()
+        if self.backend == "nccl" and d.group_active():
+            self._control_group = dist.new_group(backend="gloo")
         t0 = time.perf_counter()
         steps0 = self.step
         done = self._max_steps_reached()
-        while self.epoch < cfg.epochs and not done:
-            done = self._train_epoch()
-            if self.batches_done == 0:  # the epoch ended (not cut short by --max-steps)
-                if self.data.eval_loader is not None:
-                    self.evaluate()
-                self.epoch += 1
-                self.save_checkpoint()
+        stop.defer(True)
+        try:
+            while self.epoch < cfg.epochs and not done:
+                done = self._train_epoch()
+                if self.batches_done == 0:  # the epoch ended (not cut short by --max-steps)
+                    if self.data.eval_loader is not None:
+                        self.evaluate()
+                    self.epoch += 1
+                    self.save_checkpoint()
+                    if self.epoch < cfg.epochs and not done and self._stop_agreed():
+                        self._stop()
+        finally:
+            stop.defer(False)
         elapsed = time.perf_counter() - t0
         if self.step != self._last_saved_step:
             self.save_checkpoint()
@@ -344,10 +364,15 @@ class Trainer:
                 if i == nb:  # position: the start of the next epoch
                     self.batches_done = 0
                 self._maybe_fault()
+                self._maybe_hold()
                 if cfg.save_every_steps and self.step % cfg.save_every_steps == 0 and self.batches_done != 0:
                     self.save_checkpoint()
                 if self._max_steps_reached():
                     return True
+                # At an epoch's last step the position is only complete after eval and the epoch
+                # count move on: fit() checks there instead.
+                if self.batches_done != 0 and self._stop_agreed():
+                    self._stop()
         finally:
             self.progress.end_epoch()
         self.batches_done = 0
@@ -391,6 +416,51 @@ class Trainer:
         ):
             print(f"[fault] killing rank {self.ctx.rank} at step {self.step}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
+
+    def _maybe_hold(self) -> None:
+        """Test hook: wait after step K on rank R (first attempt) until this rank gets a SIGTERM."""
+        if not (self._hold_step and self.step == self._hold_step and self.ctx.rank == self._hold_rank):
+            return
+        if self.ctx.restart_count != 0:
+            return
+        marker = os.environ.get(HOLD_FILE_ENV)
+        if marker:
+            Path(marker).write_text(str(self.step))
+        if not stop.wait(HOLD_LIMIT_S):
+            raise TrainerFailure(f"test hook: no SIGTERM arrived within {HOLD_LIMIT_S:g}s of step {self.step}")
+
+    # ----------------------------------------------------------------------------- stopping
+    def _stop_agreed(self) -> bool:
+        """Whether any rank was asked to stop: called by every rank after the same step, so all
+        of them stop after that step together (one 1-element all-reduce)."""
+        local = stop.requested()
+        if not d.group_active():
+            return local
+        device = torch.device("cpu") if self._control_group is not None else self.device
+        flag = torch.tensor([1.0 if local else 0.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._control_group)
+        return bool(flag.item() > 0)
+
+    def _stop(self) -> None:
+        """Write a checkpoint of this step boundary (unless one exists) and stop every rank."""
+        if self.step != self._last_saved_step:
+            self.save_checkpoint()
+        sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
+        path = ckpt.checkpoint_path(self.ckpt_dir, self.step, sharded)
+        since = stop.seconds_since_signal()
+        self.metrics.emit(
+            "preempted",
+            step=self.step,
+            epoch=self.epoch,
+            path=str(path),
+            signal_to_durable_s=since,
+            signalled=since is not None,
+        )
+        self.metrics.close()
+        who = "SIGTERM" if stop.requested() else "SIGTERM to another rank"
+        raise Preempted(
+            f"stopped by {who} after step {self.step}; checkpoint {path} written, the next start resumes there"
+        )
 
     # ----------------------------------------------------------------------------- eval
     @torch.no_grad()

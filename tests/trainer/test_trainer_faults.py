@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import PY, Run, assert_same_params, clean_env, kill_tree, launch, start
+from .conftest import PY, Run, assert_same_params, clean_env, free_port, kill_tree, launch, start, wait_all
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -102,7 +102,7 @@ def test_kill_during_checkpoint_write_keeps_previous_loadable(baselines: dict[st
         env={"DDP_TRAINER_FAULT_IN_CHECKPOINT": "6"},
     )
     assert run.code == 0, run.explain()
-    assert "killing rank during checkpoint write of step 6" in run.err
+    assert "SIGKILL to rank during checkpoint write of step 6" in run.err
     (resume,) = _resumes(run)
     assert resume["step"] == 3  # the half-written step-6 file never became a checkpoint
     assert_same_params(run.final(), baselines["ddp"].final(), atol=0.0)
@@ -179,34 +179,156 @@ def test_corrupt_and_partial_checkpoints_are_skipped_with_a_warning(tmp_path: Pa
     ], names
 
 
-def test_sigterm_tears_down_cleanly(tmp_path: Path) -> None:
-    metrics = tmp_path / "metrics.jsonl"
-    cmd = [
-        PY,
-        "-m",
-        "ddpctl_trainer",
-        "--epochs",
-        "100000",
-        "--image-size",
-        "8",
-        "--progress",
-        "none",
-        "--checkpoint-dir",
-        str(tmp_path / "ckpt"),
-        "--metrics-file",
-        str(metrics),
-    ]
-    proc = start(cmd, tmp_path, clean_env())
+def _start_nodes(workdir: Path, args: list[str], env: dict[str, str], nnodes: int = 2) -> list:
+    """``nnodes`` torchrun agents of one process each, wired by hand with the static rendezvous
+    (as each pod's torchrun is on a cluster); returns their Popen objects."""
+    port = str(free_port())
+    workdir.mkdir(parents=True, exist_ok=True)
+    procs = []
+    for node in range(nnodes):
+        cmd = [
+            PY,
+            "-m",
+            "torch.distributed.run",
+            "--nnodes",
+            str(nnodes),
+            "--node-rank",
+            str(node),
+            "--nproc-per-node",
+            "1",
+            "--master-addr",
+            "127.0.0.1",
+            "--master-port",
+            port,
+            "-m",
+            "ddpctl_trainer",
+            "--checkpoint-dir",
+            str(workdir / "ckpt"),
+            "--metrics-file",
+            str(workdir / "metrics.jsonl"),
+            *args,
+        ]
+        procs.append(start(cmd, workdir, clean_env(env)))
+    return procs
+
+
+def _wait_for_file(path: Path, procs: list, limit: float = 180) -> None:
+    """Wait until a test hook has created ``path`` (polling a file the trainer writes)."""
+    deadline = time.monotonic() + limit
+    while not path.exists():
+        for p in procs:
+            assert p.poll() is None, f"exited early with {p.returncode}: {p.communicate()}"
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def _run_nodes(workdir: Path, args: list[str], env: dict[str, str] | None = None) -> Run:
+    procs = _start_nodes(workdir, args, env or {})
+    results = wait_all(procs, 300)
+    codes = [p.returncode for p in procs]
+    return Run(max(codes, key=abs), "".join(o for o, _ in results), "".join(e for _, e in results), workdir)
+
+
+def test_sigterm_to_one_nodes_agent_checkpoints_that_step_and_resumes_with_zero_steps_lost(
+    baselines: dict[str, Run], tmp_path: Path
+) -> None:
+    """Preemption of node 1: its agent forwards SIGTERM to its worker, which finishes step 5; both
+    ranks agree to stop after step 5, rank 0 (on the other node) writes ckpt-5, every worker exits
+    143. The whole group then starts again (as the engine restarts it) and resumes at step 5."""
+    hold = tmp_path / "held"
+    env = {"DDP_TRAINER_HOLD_AT_STEP": "5", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(hold)}
+    args = [*COMMON, "--strategy", "ddp"]
+    procs = _start_nodes(tmp_path, args, env)
     try:
-        deadline = time.monotonic() + 120
-        while '"first_step"' not in (metrics.read_text() if metrics.exists() else ""):  # wait for an event
-            assert proc.poll() is None, proc.communicate()
-            assert time.monotonic() < deadline, "the trainer never reached its first step"
-            time.sleep(0.05)
+        _wait_for_file(hold, procs)  # rank 1 has finished step 5 and waits for a signal
+        procs[1].send_signal(signal.SIGTERM)  # node 1's torchrun agent, as the kubelet would
+        results = wait_all(procs, 120)
+    finally:
+        for p in procs:
+            kill_tree(p.tag)  # type: ignore[attr-defined]
+    node0_err, node1_err = results[0][1], results[1][1]
+    assert all(p.returncode != 0 for p in procs), results
+    assert "error: [rank 1] stopped by SIGTERM after step 5; checkpoint" in node1_err, node1_err
+    assert "error: [rank 0] stopped by SIGTERM to another rank after step 5" in node0_err, node0_err
+    assert "exitcode  : 143" in node0_err, node0_err  # torchrun's report of the worker's code
+    first = Run(1, "", node0_err + node1_err, tmp_path)
+    (preempted,) = first.events("preempted")
+    assert preempted["step"] == 5 and not preempted["signalled"]  # rank 0 wrote it for rank 1
+    assert ckpt_loadable(tmp_path / "ckpt" / "ckpt-00000005.pt")
+    again = _run_nodes(tmp_path, args)  # no hold: the group restarts from the checkpoint
+    assert again.code == 0, again.explain()
+    (resume,) = again.events("resume")
+    assert (resume["step"], resume["epoch"], resume["batches_done"]) == (5, 0, 5)  # 0 steps lost
+    assert again.events("done")[-1]["step"] == 16
+    assert_same_params(again.final(), baselines["ddp"].final(), atol=0.0)
+
+
+def test_sigkill_of_one_nodes_worker_then_group_restart_loses_only_steps_since_last_save(
+    baselines: dict[str, Run], tmp_path: Path
+) -> None:
+    """Node loss: node 1's worker is SIGKILLed after step 5 (no chance to save); rank 0 sees its
+    collective fail and stops; the group restarts from ckpt-3 (--save-every 3) and ends equal."""
+    args = [*COMMON, "--strategy", "ddp"]
+    first = _run_nodes(tmp_path, args, {"DDP_TRAINER_FAULT_AT_STEP": "5", "DDP_TRAINER_FAULT_RANK": "1"})
+    assert first.code != 0 and "[fault] killing rank 1 at step 5" in first.err, first.explain()
+    assert not first.events("preempted")
+    again = _run_nodes(tmp_path, args)
+    assert again.code == 0, again.explain()
+    (resume,) = again.events("resume")
+    assert resume["step"] == 3  # the newest save before the kill: steps 4 and 5 are trained again
+    assert_same_params(again.final(), baselines["ddp"].final(), atol=0.0)
+
+
+SINGLE = [*COMMON, "--save-every", "2", "--no-eval"]
+
+
+def _signal_when_held(tmp_path: Path, args: list[str], env: dict[str, str]) -> tuple[int, str]:
+    """One process, held after a known step; SIGTERM it there and collect (exit code, stderr)."""
+    hold = tmp_path / "held"
+    cmd = [PY, "-m", "ddpctl_trainer", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    cmd += ["--metrics-file", str(tmp_path / "metrics.jsonl"), *args]
+    proc = start(cmd, tmp_path, clean_env({"DDP_TRAINER_HOLD_FILE": str(hold), **env}))
+    try:
+        _wait_for_file(hold, [proc])
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=60)
     finally:
         kill_tree(proc.tag)  # type: ignore[attr-defined]
-    assert proc.returncode == 128 + signal.SIGTERM, err
-    assert err.strip().splitlines()[-1] == "ddpctl-trainer: error: stopped by SIGTERM"
+    return proc.returncode, err
+
+
+def test_sigterm_mid_epoch_writes_that_step_and_exits_143(tmp_path: Path) -> None:
+    code, err = _signal_when_held(tmp_path, SINGLE, {"DDP_TRAINER_HOLD_AT_STEP": "3"})
+    assert code == 128 + signal.SIGTERM, err
+    assert err.strip().splitlines()[-1].startswith("ddpctl-trainer: error: stopped by SIGTERM after step 3;"), err
     assert "Traceback" not in err
+    assert ckpt_loadable(tmp_path / "ckpt" / "ckpt-00000003.pt")
+    (preempted,) = Run(code, "", err, tmp_path).events("preempted")
+    assert preempted["signalled"] and preempted["signal_to_durable_s"] > 0
+
+
+def test_second_sigterm_during_the_save_keeps_the_previous_checkpoint_loadable(tmp_path: Path) -> None:
+    """The grace period's end (or a second SIGTERM) half-way through the stop checkpoint: the
+    temp file is dropped and the newest loadable checkpoint is the one before."""
+    env = {
+        "DDP_TRAINER_HOLD_AT_STEP": "3",
+        "DDP_TRAINER_FAULT_IN_CHECKPOINT": "3",
+        "DDP_TRAINER_FAULT_IN_CHECKPOINT_SIGNAL": "TERM",
+    }
+    code, err = _signal_when_held(tmp_path, SINGLE, env)
+    assert code == 128 + signal.SIGTERM, err
+    assert "SIGTERM to rank during checkpoint write of step 3" in err
+    assert "stopped by a second SIGTERM before the checkpoint was written; the previous one is kept" in err
+    assert "Traceback" not in err
+    names = sorted(p.name for p in (tmp_path / "ckpt").iterdir())
+    assert names == ["ckpt-00000002.pt"], names  # no temp file, no partial ckpt-3
+    assert ckpt_loadable(tmp_path / "ckpt" / "ckpt-00000002.pt")
+    again = launch(tmp_path, [*SINGLE, "--max-steps", "4"])
+    assert again.code == 0, again.explain()
+    assert again.events("resume")[-1]["step"] == 2
+
+
+def ckpt_loadable(path: Path) -> bool:
+    from ddpctl_trainer.checkpoint import is_loadable
+
+    return path.is_file() and is_loadable(path)

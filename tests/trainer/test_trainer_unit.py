@@ -370,3 +370,26 @@ def test_only_rank_0_prints_progress_lines(rank: int, printed: bool, capsys: pyt
     out = capsys.readouterr().out
     assert (f"[rank {rank}] epoch 1/2 step 4/8 loss 2.3000 100.0 samples/s\n" in out) == printed
     assert ("eval epoch 1/2" in out) == printed
+
+
+@pytest.mark.parametrize(
+    ("deferring", "signals", "stop_at_once"),
+    [
+        (False, 1, [True]),  # start-up or teardown: the first SIGTERM stops the process
+        (True, 1, [False]),  # training: recorded, the loop stops at the next step boundary
+        (True, 2, [False, True]),  # a second SIGTERM abandons the stop checkpoint
+    ],
+)
+def test_sigterm_is_deferred_only_inside_the_training_loop(
+    deferring: bool, signals: int, stop_at_once: list[bool]
+) -> None:
+    from ddpctl_trainer import stop
+
+    stop.reset()
+    try:
+        stop.defer(deferring)
+        assert [stop.on_signal() for _ in range(signals)] == stop_at_once
+        assert stop.requested() is deferring
+        assert (stop.seconds_since_signal() is not None) is deferring
+    finally:
+        stop.reset()
