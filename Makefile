@@ -78,6 +78,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_render.py
 	$(PY) bench/bench_trainer.py
 	$(PY) bench/bench_first_step.py
+	$(PY) bench/bench_preemption.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
