@@ -33,6 +33,7 @@ _INT_FIELDS = {
     "activeDeadlineSeconds",
     "stallTimeout",
     "collectiveTimeout",
+    "gracePeriod",
     "rendezvous.port",
     "rendezvous.joinTimeout",
     "rendezvous.lastCallTimeout",

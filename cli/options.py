@@ -151,6 +151,7 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--backoff-limit",), "backoffLimit", "Retries of the whole job before it fails.", "int"),
     Flag(("--ttl",), "ttlSecondsAfterFinished", "Seconds to keep a finished job.", "int"),
     Flag(("--deadline",), "activeDeadlineSeconds", "Seconds before a running job is stopped.", "int"),
+    Flag(("--grace-period",), "gracePeriod", "Seconds from a pod's SIGTERM to its SIGKILL (default 120).", "int"),
     Flag(
         ("--collective-timeout",),
         "collectiveTimeout",

@@ -167,6 +167,7 @@ def view(spec: JobSpec) -> dict[str, Any]:
         "backoff_limit": spec.backoff_limit,
         "ttl": spec.ttl_seconds_after_finished,
         "deadline": spec.active_deadline_seconds,
+        "grace_period": spec.grace_period,
         "replicas": spec.replicas,
         "elastic": spec.elastic,
         "min_nodes": spec.min_nodes,

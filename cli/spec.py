@@ -57,6 +57,13 @@ _CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
 _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 
 
+# Preemption (issue 11): the pods' grace period by default, its least value, and how much of it
+# torchrun leaves for itself after its workers' shutdown wait.
+DEFAULT_GRACE_PERIOD = 120
+GRACE_MARGIN = 10
+MIN_GRACE_PERIOD = GRACE_MARGIN + 5
+
+
 def doc(text: str, **schema: Any) -> dict[str, Any]:
     """A field's contract, kept on the field: `text` documents the key (the comments of
     charts/ddp-job/values.yaml) and `schema` holds its JSON-Schema keywords (values.schema.json),
@@ -682,6 +689,16 @@ class JobSpec:
     active_deadline_seconds: int | None = field(
         default=None, metadata=doc("Seconds before a running job is stopped; null: no limit.", minimum=1)
     )
+    grace_period: int = field(
+        default=DEFAULT_GRACE_PERIOD,
+        metadata=doc(
+            "Seconds from a pod's SIGTERM (preemption, drain, delete) to its SIGKILL: the pods' "
+            "terminationGracePeriodSeconds. The ddpctl trainer uses it to finish its step and write a checkpoint; "
+            f"torchrun waits up to {GRACE_MARGIN} s less for its workers (TORCH_ELASTIC_SHUTDOWN_TIMEOUT), so it "
+            "reports before the kubelet kills the pod.",
+            minimum=MIN_GRACE_PERIOD,
+        ),
+    )
     collective_timeout: int | None = field(
         default=None,
         metadata=doc(
@@ -770,6 +787,7 @@ class JobSpec:
         _positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
         _positive_int("activeDeadlineSeconds", self.active_deadline_seconds, minimum=1, allow_none=True)
         _positive_int("collectiveTimeout", self.collective_timeout, minimum=1, allow_none=True)
+        _positive_int("gracePeriod", self.grace_period, minimum=MIN_GRACE_PERIOD)
         _one_of("podSecurity", self.pod_security, POD_SECURITY)
         _positive_int("stallTimeout", self.stall_timeout, minimum=0, allow_none=True)
 
@@ -1230,6 +1248,9 @@ class JobSpec:
             if "checkpoints" in self.volumes:
                 mount = self.volumes["checkpoints"].mount_path.rstrip("/")
                 env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = f"{mount}/nccl_trace_rank_"
+        # torchrun forwards SIGTERM to its workers and SIGKILLs them after this wait (default 30 s):
+        # fitted inside the pod's grace period so a checkpoint in progress can finish.
+        env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(self.grace_period - GRACE_MARGIN)
         if self.collective_timeout is not None and self.uses_trainer:
             env["DDP_TRAINER_TIMEOUT_S"] = str(self.collective_timeout)  # the trainer's process-group timeout
         env.update(self.env)

@@ -47,6 +47,7 @@ FIELD_DOCS: dict[str, str] = {
     "backoffLimit": "Retries of the whole job before it is marked failed.",
     "ttlSecondsAfterFinished": "Seconds a finished job is kept before cleanup (null: forever).",
     "activeDeadlineSeconds": "Seconds before a running job is stopped (null: no limit).",
+    "gracePeriod": "Seconds from a pod's SIGTERM to its SIGKILL (time to write a checkpoint).",
     "collectiveTimeout": "Seconds a trainer rank waits in a collective before failing (null: the trainer's 600).",
     "podSecurity": "Pod Security profile the pods meet: restricted (default) or baseline.",
     "stallTimeout": "Seconds without progress on any rank before the trainer stops a hung job (null: 300, 0: off).",

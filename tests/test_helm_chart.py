@@ -197,6 +197,8 @@ SPECIAL: dict[str, dict[str, Any]] = {
     "user-label-loses": {"labels": {"app.kubernetes.io/name": "mine", "app.kubernetes.io/part-of": "vision"}},
     "baseline": {"podSecurity": "baseline", "target": "jobset"},
     "deadline-zero-ttl": {"ttlSecondsAfterFinished": 0, "activeDeadlineSeconds": 1, "target": "pytorchjob"},
+    "preemption-keys": {"gracePeriod": 15, "collectiveTimeout": 900, "target": "jobset"},
+    "collective-timeout-user-script": {"collectiveTimeout": 900, "script": "train.py", "module": None},
     "big-numbers": {
         "ttlSecondsAfterFinished": 10_000_000,
         "activeDeadlineSeconds": 123_456_789,

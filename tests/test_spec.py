@@ -80,6 +80,7 @@ def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) ->
         ({"backoffLimit": -1}, "backoffLimit"),
         ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds"),
         ({"collectiveTimeout": 0}, "collectiveTimeout"),
+        ({"gracePeriod": 14}, "gracePeriod"),
         ({"podSecurity": "privileged"}, "podSecurity"),
         ({"target": "trainjob", "priorityClassName": "high"}, "priorityClassName"),
         ({"target": "trainjob", "envFromSecrets": ["hf-token"]}, "envFromSecrets"),

@@ -242,6 +242,10 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $_ := set $env (ternary "DDP_TRAINER_BACKEND" "DDP_BACKEND" $usesTrainer) $backend -}}
 {{- $_ := set $env "DDP_JOB_NAME" $name -}}
 {{- $_ := set $env "PYTHONUNBUFFERED" "1" -}}
+{{- $_ := set $env "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" (toString (sub (int64 $V.gracePeriod) 10)) -}}
+{{- if and $usesTrainer (not (kindIs "invalid" $V.collectiveTimeout)) -}}
+{{- $_ := set $env "DDP_TRAINER_TIMEOUT_S" (toString (int64 $V.collectiveTimeout)) -}}
+{{- end -}}
 {{- if not (kindIs "invalid" $V.stallTimeout) -}}
 {{- $_ := set $env "DDP_TRAINER_STALL_TIMEOUT" (toString (int64 $V.stallTimeout)) -}}
 {{- end -}}
@@ -334,6 +338,7 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
   "serviceAccountName" (default "" $V.serviceAccountName)
   "restartPolicy" $V.restartPolicy
   "backoffLimit" (int64 $V.backoffLimit)
+  "gracePeriod" (int64 $V.gracePeriod)
   "replicas" $replicas
   "elastic" $elastic
   "grouped" $grouped
@@ -473,6 +478,7 @@ volumeMounts: {{ include "ddp-job.jsonList" .volumeMounts }}
 {{/* ddp-job.podSpecFields: pod-level fields shared by every target (also TrainJob's runtime patch). */}}
 {{- define "ddp-job.podSpecFields" -}}
 securityContext: {{ include "ddp-job.json" .podSecurityContext }}
+terminationGracePeriodSeconds: {{ .gracePeriod }}
 {{- if .serviceAccountName }}
 serviceAccountName: {{ include "ddp-job.json" .serviceAccountName }}
 {{- end }}
