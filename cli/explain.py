@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ddpctl.console import plural
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
-from ddpctl.spec import JobSpec
+from ddpctl.spec import GRACE_MARGIN, JobSpec
 
 MAX_TABLE_ROWS = 16  # a 64-node job shows its first and last nodes, not 64 lines
 
@@ -84,6 +84,14 @@ def explain(spec: JobSpec) -> str:
         f"  global rank:        {global_rank}",
         *command_lines,
     ]
+    lines.append(
+        f"  on SIGTERM:         {spec.grace_period} s to stop (terminationGracePeriodSeconds); torchrun waits "
+        f"{spec.grace_period - GRACE_MARGIN} s for its workers"
+        + ("; the trainer checkpoints the step it is in and exits 143" if spec.uses_trainer else "")
+    )
+    warning = spec.restart_starts_from_scratch
+    if warning:
+        lines.append(f"  warning:            {warning}")
     ignored = engine.left_to_engine
     if ignored:
         lines.append(f"  note:               {spec.target} leaves {', '.join(ignored)} to the training runtime")

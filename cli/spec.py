@@ -62,6 +62,10 @@ _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 DEFAULT_GRACE_PERIOD = 120
 GRACE_MARGIN = 10
 MIN_GRACE_PERIOD = GRACE_MARGIN + 5
+NO_CHECKPOINT_VOLUME = (
+    "no `checkpoints` volume: the trainer's checkpoints stay in the pod's own file system, so a restart "
+    "(preemption, node loss) starts from scratch; add one, e.g. --volume checkpoints=CLAIM:/checkpoints"
+)
 
 
 def doc(text: str, **schema: Any) -> dict[str, Any]:
@@ -1210,6 +1214,14 @@ class JobSpec:
             return ("torchrun", "-m", self.module)
         assert self.script is not None  # validation requires one of module, script and command
         return ("torchrun", self.script)
+
+    @property
+    def restart_starts_from_scratch(self) -> str | None:
+        """A warning when the ddpctl trainer's checkpoints live in the container's own file system:
+        a restarted pod (after preemption or a node loss) then finds none. None when they persist."""
+        if not self.uses_trainer or "checkpoints" in self.volumes or "--checkpoint-dir" in self.args:
+            return None
+        return NO_CHECKPOINT_VOLUME
 
     @property
     def trainer_args(self) -> tuple[str, ...]:

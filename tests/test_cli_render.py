@@ -86,6 +86,21 @@ def test_explain_states_the_layout(cli) -> None:
     assert "MASTER_ADDR=big-0.big" in result.out and "backend nccl" in result.out
 
 
+@pytest.mark.parametrize(
+    ("flags", "warned"),
+    [
+        ([], True),
+        (["--volume", "checkpoints=ckpt-pvc:/checkpoints"], False),
+        (["--script", "train.py"], False),
+    ],
+)
+def test_explain_states_preemption_and_warns_without_a_checkpoints_volume(cli, flags: list[str], warned: bool) -> None:
+    result = cli("render", "--explain", "--grace-period", "300", *flags)
+    assert result.code == 0, result.err
+    assert "on SIGTERM:         300 s to stop (terminationGracePeriodSeconds); torchrun waits 290 s" in result.out
+    assert ("warning:            no `checkpoints` volume" in result.out) is warned, result.out
+
+
 def test_init_writes_a_spec_that_round_trips(cli, tmp_path: Path) -> None:
     assert cli("init", "--nodes", "3", "--gpus", "1", "--name", "from-init").code == 0
     text = (tmp_path / "ddp.yaml").read_text()

@@ -752,3 +752,23 @@ def test_notes_name_each_node_group(chart: Any, target: str) -> None:
     else:
         assert "Node groups: a 1 x 4 + b 1 x 3 processes." in notes
     assert "--max-log-requests 2" in notes
+
+
+@pytest.mark.parametrize(
+    ("data", "warned"),
+    [
+        ({}, True),  # the trainer, checkpoints in the container: a restart starts from scratch
+        ({"volumes": {"checkpoints": {"claimName": "c", "mountPath": "/c"}}}, False),
+        (
+            {"args": ["--checkpoint-dir", "/data/ckpt"], "volumes": {"data": {"claimName": "d", "mountPath": "/data"}}},
+            False,
+        ),
+        ({"module": None, "script": "train.py"}, False),  # the user's script keeps its own state
+    ],
+)
+def test_notes_warn_when_a_restart_starts_from_scratch(chart: Any, data: dict[str, Any], warned: bool) -> None:
+    from ddpctl.spec import JobSpec
+
+    notes = chart.render(data)["ddp-job/templates/NOTES.txt"]
+    assert ("a restart (preemption, node loss) starts from scratch" in " ".join(notes.split())) is warned, notes
+    assert (JobSpec.from_dict(data).restart_starts_from_scratch is not None) is warned

@@ -133,6 +133,10 @@ def test_submit_uses_server_side_apply_with_field_manager_ddpctl(cli, make_clust
     job = c.double.get("Job", NAME, NS)
     assert ("ddpctl", "Apply") in [(m["manager"], m["operation"]) for m in job["metadata"]["managedFields"]]
     assert job["spec"]["completions"] == 3 and len(c.double.pods_for("Job", NAME, NS)) == 3
+    assert "ddpctl: warning: no `checkpoints` volume" in r.err  # the trainer without a volume: said once
+    assert r.err.count("starts from scratch") == 1
+    kept = cli("submit", *c.args, "-n", NS, "--target", "job", "-v", "checkpoints=ckpt:/ckpt", "--name", "kept")
+    assert kept.code == 0 and "warning" not in kept.err, kept.err
 
 
 @pytest.mark.parametrize(

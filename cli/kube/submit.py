@@ -116,6 +116,8 @@ def run(
             discovery.require(engines, spec.target)
             objects = render.render(spec)
         server_dry = dry_run is DryRun.server
+        if spec.restart_starts_from_scratch:
+            say(f"ddpctl: warning: {spec.restart_starts_from_scratch}")
         applied = A.submit(
             cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say
         )

@@ -339,6 +339,7 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
   "restartPolicy" $V.restartPolicy
   "backoffLimit" (int64 $V.backoffLimit)
   "gracePeriod" (int64 $V.gracePeriod)
+  "restartFromScratch" (and $usesTrainer (not (hasKey $volumes "checkpoints")) (not (has "--checkpoint-dir" $args)))
   "replicas" $replicas
   "elastic" $elastic
   "grouped" $grouped
