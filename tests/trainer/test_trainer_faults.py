@@ -179,9 +179,12 @@ def test_corrupt_and_partial_checkpoints_are_skipped_with_a_warning(tmp_path: Pa
     ], names
 
 
-def _start_nodes(workdir: Path, args: list[str], env: dict[str, str], nnodes: int = 2) -> list:
+def _start_nodes(
+    workdir: Path, args: list[str], env: dict[str, str], nnodes: int = 2, launcher: str = "torch.distributed.run"
+) -> list:
     """``nnodes`` torchrun agents of one process each, wired by hand with the static rendezvous
-    (as each pod's torchrun is on a cluster); returns their Popen objects."""
+    (as each pod's torchrun is on a cluster); returns their Popen objects. ``launcher``: torchrun,
+    or ``ddpctl_trainer.launch`` (torchrun with exit codes that keep the workers' reason)."""
     port = str(free_port())
     workdir.mkdir(parents=True, exist_ok=True)
     procs = []
@@ -189,7 +192,7 @@ def _start_nodes(workdir: Path, args: list[str], env: dict[str, str], nnodes: in
         cmd = [
             PY,
             "-m",
-            "torch.distributed.run",
+            launcher,
             "--nnodes",
             str(nnodes),
             "--node-rank",
@@ -238,7 +241,7 @@ def test_sigterm_to_one_nodes_agent_checkpoints_that_step_and_resumes_with_zero_
     hold = tmp_path / "held"
     env = {"DDP_TRAINER_HOLD_AT_STEP": "5", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(hold)}
     args = [*COMMON, "--strategy", "ddp"]
-    procs = _start_nodes(tmp_path, args, env)
+    procs = _start_nodes(tmp_path, args, env, launcher="ddpctl_trainer.launch")
     try:
         _wait_for_file(hold, procs)  # rank 1 has finished step 5 and waits for a signal
         procs[1].send_signal(signal.SIGTERM)  # node 1's torchrun agent, as the kubelet would
@@ -247,7 +250,9 @@ def test_sigterm_to_one_nodes_agent_checkpoints_that_step_and_resumes_with_zero_
         for p in procs:
             kill_tree(p.tag)  # type: ignore[attr-defined]
     node0_err, node1_err = results[0][1], results[1][1]
-    assert all(p.returncode != 0 for p in procs), results
+    # the launcher keeps the reason: node 1's agent was sent SIGTERM, node 0's worker exited 143
+    assert [p.returncode for p in procs] == [143, 143], results
+    assert "ddpctl-trainer.launch: stopped by SIGTERM; exit 143" in node1_err, node1_err
     assert "error: [rank 1] stopped by SIGTERM after step 5; checkpoint" in node1_err, node1_err
     assert "error: [rank 0] stopped by SIGTERM to another rank after step 5" in node0_err, node0_err
     assert "exitcode  : 143" in node0_err, node0_err  # torchrun's report of the worker's code
@@ -261,6 +266,17 @@ def test_sigterm_to_one_nodes_agent_checkpoints_that_step_and_resumes_with_zero_
     assert (resume["step"], resume["epoch"], resume["batches_done"]) == (5, 0, 5)  # 0 steps lost
     assert again.events("done")[-1]["step"] == 16
     assert_same_params(again.final(), baselines["ddp"].final(), atol=0.0)
+
+
+def test_launcher_exits_2_on_a_usage_error_where_torchrun_exits_1(tmp_path: Path) -> None:
+    """A pod's exit code is what failure rules see: a usage error must not look retriable."""
+    bad = [*COMMON, "--global-batch-size", "1"]  # smaller than the world size: exit 2 on every rank
+    plain = _run_nodes(tmp_path / "torchrun", bad)
+    assert plain.code == 1, plain.explain()
+    procs = _start_nodes(tmp_path / "launch", bad, {}, launcher="ddpctl_trainer.launch")
+    results = wait_all(procs, 120)
+    assert [p.returncode for p in procs] == [2, 2], results
+    assert "ddpctl-trainer.launch: workers failed; exit 2" in results[0][1]
 
 
 def test_sigkill_of_one_nodes_worker_then_group_restart_loses_only_steps_since_last_save(

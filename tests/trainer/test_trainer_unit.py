@@ -393,3 +393,20 @@ def test_sigterm_is_deferred_only_inside_the_training_loop(
         assert (stop.seconds_since_signal() is not None) is deferring
     finally:
         stop.reset()
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [
+        ([1], 1),  # a runtime failure
+        ([143, 143], 143),  # preempted: every worker checkpointed and stopped
+        ([-9, 1], 137),  # the first to fail was SIGKILLed (node loss), its peer then failed
+        ([1, 2], 2),  # any usage error wins: retrying cannot help
+        ([0], 1),  # torchrun reported a failure: never exit 0 for it
+        ([], 1),
+    ],
+)
+def test_launcher_exit_code_keeps_the_reason(codes: list[int], expected: int) -> None:
+    from ddpctl_trainer.launch import exit_code_for
+
+    assert exit_code_for(codes) == expected
