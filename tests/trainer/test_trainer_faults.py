@@ -348,3 +348,15 @@ def ckpt_loadable(path: Path) -> bool:
     from ddpctl_trainer.checkpoint import is_loadable
 
     return path.is_file() and is_loadable(path)
+
+
+def test_collective_timeout_ends_a_wait_for_a_hung_rank(tmp_path: Path) -> None:
+    """Rank 1 hangs after step 3 (the hold hook: alive, never joining the next collective); with
+    --timeout-s 5 rank 0's collective fails instead of waiting PyTorch's 30 minutes (or our 600 s),
+    and the job ends: the test's own 120 s limit would fail it otherwise."""
+    args = [*COMMON, "--strategy", "ddp", "--timeout-s", "5"]
+    env = {"DDP_TRAINER_HOLD_AT_STEP": "3", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(tmp_path / "h")}
+    run = launch(tmp_path, args, nproc=2, env=env, timeout=120)
+    assert run.code != 0, run.explain()
+    assert "[rank 0] a collective failed, most likely another rank died" in run.err, run.explain()
+    assert not run.events("done")
