@@ -21,6 +21,7 @@ import os
 import re
 import shutil
 import sys
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import TYPE_CHECKING, TextIO
 from ddpctl.console import Console, make_console, relative_path
 from ddpctl.engines.base import LAUNCHER_PYTHON, NODE_RANK_LAUNCHER
 from ddpctl.errors import UsageError, WaitTimeout
+from ddpctl.restarts import latest_step, restart_limit, retriable, what_happened
 from ddpctl.run_env import LOOPBACK, cluster_env, inherited_env, loopback_env, loopback_ifname
 from ddpctl.spec import JobSpec
 from ddpctl.supervise import (
@@ -154,6 +156,10 @@ def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str |
     return port, f"port {wanted} is in use here, using {port} instead"
 
 
+# What ddpctl_trainer.launch prints when its agent was sent SIGTERM (the node was preempted).
+PREEMPTED_AGENT = "ddpctl-trainer.launch: stopped by SIGTERM"
+
+
 def torchrun_argv(spec: JobSpec, log_dir: Path, index: int = 0) -> list[str] | None:
     """Node `index`'s agent argv: its pod's `torchrun ...` as `python -m torch.distributed.run` of
     this interpreter (no PATH needed), or the pod's `python3 -c <node-rank launcher> ...` with this
@@ -161,7 +167,10 @@ def torchrun_argv(spec: JobSpec, log_dir: Path, index: int = 0) -> list[str] | N
     entry = list(spec.engine.entrypoint(spec, spec.nodes_layout[index].group))
     tee = ["--tee", "3", "--log-dir", str(log_dir), "--log-line-prefix-template", RANK_TEMPLATE]
     if entry[0] == "torchrun":
-        return [sys.executable, "-m", "torch.distributed.run", *tee, *entry[1:]]
+        # The built-in trainer runs under ddpctl_trainer.launch: torchrun with exit codes that keep
+        # the reason (2 usage, 143 preempted), so a node's code says whether a restart can help.
+        launcher = "ddpctl_trainer.launch" if spec.uses_trainer else "torch.distributed.run"
+        return [sys.executable, "-m", launcher, *tee, *entry[1:]]
     if entry[:3] == [LAUNCHER_PYTHON, "-c", NODE_RANK_LAUNCHER]:
         return [sys.executable, "-c", NODE_RANK_LAUNCHER, *tee, *entry[3:]]
     return None
@@ -284,21 +293,42 @@ def run_local(
     def stop(children: list[Child]) -> None:
         procs.stop_children([c for c in children if c.poll() is None], grace_s=STOP_GRACE_S)
 
-    failed, timed_out = supervise(
-        start, state, console, show=lambda c, t: _show(console, state, c, t), stop=stop, timeout=timeout
-    )
-    logs = relative_path(plan.run_dir / "logs", plan.cwd)
-    if timed_out:
-        raise WaitTimeout(
-            f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})"
-        )
-    if failed is not None:
+    limit = restart_limit(spec)
+    restarts = 0
+    deadline = time.monotonic() + timeout if timeout else None
+    while True:
+        preempted: set[int] = set()
+
+        def show(child: Child, text: str, state: JobState = state, preempted: set[int] = preempted) -> None:
+            if PREEMPTED_AGENT in text:  # the launcher of a node whose agent got SIGTERM
+                preempted.add(child.index)
+            _show(console, state, child, text)
+
+        left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
+        failed, timed_out = supervise(start, state, console, show=show, stop=stop, timeout=left)
+        logs = relative_path(plan.run_dir / "logs", plan.cwd)
+        if timed_out:
+            raise WaitTimeout(
+                f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})"
+            )
+        if failed is None:
+            break
         code = failure_code(state, failed.returncode or 1)
-        raise JobFailed(
-            describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
-            + f" (exit code {code}; logs in {logs})",
-            code,
+        node = min(preempted) if preempted else failed.index
+        if not retriable(code) or restarts >= limit:
+            raise JobFailed(
+                describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
+                + f" (exit code {code}; logs in {logs})",
+                code,
+            )
+        restarts += 1
+        step = latest_step(plan.checkpoint_dir)
+        console.note(
+            f"{what_happened(node, code, node in preempted)}; restarting all {len(plan.nodes)} nodes "
+            + (f"from step {step}" if step is not None else "from scratch (no checkpoint yet)")
+            + f" (restart {restarts} of {limit})"
         )
+        state = JobState(spec.name, len(plan.nodes), spec.world_size)
     finish_note(console, state, plan.checkpoint_dir, plan.cwd, plan.run_dir / "logs")
     return 0
 

@@ -183,7 +183,16 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Resources": ("--cpu", "--memory", "--gpu-resource", "--shm-size"),
     "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume"),
     "Placement": ("--node-selector", "--toleration", "--priority-class", "--queue"),
-    "Lifecycle": ("--max-restarts", "--restart-policy", "--backoff-limit", "--ttl", "--deadline", "--stall-timeout"),
+    "Lifecycle": (
+        "--max-restarts",
+        "--restart-policy",
+        "--backoff-limit",
+        "--ttl",
+        "--deadline",
+        "--grace-period",
+        "--collective-timeout",
+        "--stall-timeout",
+    ),
     "Security": ("--pod-security", "--service-account"),
 }
 _PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}

@@ -117,7 +117,9 @@ def _trainer_pids(root: int) -> list[int]:
     return [
         pid
         for pid in descendants(root)
-        if "-m ddpctl_trainer" in (cmd := _cmdline(pid)) and "torch.distributed.run" not in cmd
+        if "-m ddpctl_trainer" in (cmd := _cmdline(pid))
+        and "torch.distributed.run" not in cmd
+        and "ddpctl_trainer.launch" not in cmd
     ]
 
 
@@ -292,7 +294,8 @@ def test_each_node_gets_its_pods_env_with_rank0_on_loopback(target: str, tmp_pat
         assert env["DDP_TRAINER_BACKEND"] == "gloo"
         assert env["KEEP"] == "1" and env.get("RANK") != "7"  # the shell's wiring never leaks in
         assert env["DDP_TRAINER_CHECKPOINT_DIR"] == str(tmp_path / "ddp-runs" / "w" / "checkpoints")
-        assert node.argv[:3] == (sys.executable, "-m", "torch.distributed.run") and node.argv[-2:] == (
+        # torchrun under ddpctl_trainer.launch: a node's exit code keeps the reason (2 usage, 143 preempted)
+        assert node.argv[:3] == (sys.executable, "-m", "ddpctl_trainer.launch") and node.argv[-2:] == (
             "-m",
             "ddpctl_trainer",
         )
@@ -567,3 +570,92 @@ def test_uneven_layout_all_reduces_over_every_rank(target: str, layout: str, pro
         node_procs = procs[r["node_rank"]]
         assert r["local_world"] == node_procs and r["local_rank"] < node_procs
         assert r["rank"] == sum(procs[: r["node_rank"]]) + r["local_rank"], "ranks contiguous per node, in node order"
+
+
+# Restarts: the target's rules, as in the cluster
+# --------------------------------------------------------------------------------------------
+
+RESTART_ARGS = [
+    "--",
+    "--synthetic-samples",
+    "128",
+    "--eval-samples",
+    "32",
+    "--global-batch-size",
+    "16",
+    "--epochs",
+    "2",
+    "--save-every",
+    "3",
+    "--dtype",
+    "float64",
+    "--save-final",
+    "final.pt",
+]
+
+
+def _node_agent(root: int, node: int) -> int:
+    """The torchrun agent (ddpctl_trainer.launch) of node `node` under ddpctl process `root`."""
+    for pid in descendants(root):
+        if "ddpctl_trainer.launch" not in _cmdline(pid):
+            continue
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"PET_NODE_RANK={node}".encode() in env:
+            return pid
+    raise AssertionError(f"no agent of node {node} among {[_cmdline(p) for p in descendants(root)]}")
+
+
+@pytest.mark.slow
+def test_a_preempted_node_restarts_the_group_which_resumes_at_that_step(started, tmp_path: Path) -> None:
+    """SIGTERM to node 1's agent after step 5: both ranks stop after step 5 with a checkpoint, the
+    whole group restarts (backoffLimit 3) and ends with the weights of an uninterrupted run."""
+    needs_proc()
+    layout = ["run", "--local", "--nodes", "2", "--procs", "1", "--backoff-limit", "3"]
+    (tmp_path / "plain").mkdir()
+    plain = _ddpctl(*layout, *RESTART_ARGS, cwd=tmp_path / "plain")
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    hold = tmp_path / "held"
+    hook = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e", f"DDP_TRAINER_HOLD_FILE={hold}"]
+    (tmp_path / "preempted").mkdir()
+    proc = started(*layout, *hook, *RESTART_ARGS, cwd=tmp_path / "preempted")
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not hold.exists():  # rank 1 finished step 5 and waits for a signal (the trainer's test hook)
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "rank 1 never reached step 5"
+        time.sleep(0.05)
+    os.kill(_node_agent(proc.pid, 1), signal.SIGTERM)  # as the kubelet does to a preempted pod
+    out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, err[-3000:]
+    assert "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (restart 1 of 3)" in err, err
+    assert "resumed from" in out and "(epoch 1, step 5)" in out, out
+    import torch
+
+    ours = torch.load(tmp_path / "preempted" / "final.pt", weights_only=True)["model"]
+    theirs = torch.load(tmp_path / "plain" / "final.pt", weights_only=True)["model"]
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key  # bit-identical: 0 steps lost, same data order
+
+
+@pytest.mark.slow
+def test_a_usage_error_at_run_time_is_not_retried(tmp_path: Path) -> None:
+    """A model factory that does not exist is found by every rank (exit 2): restarting cannot help."""
+    result = _ddpctl(
+        "run",
+        "--local",
+        "--nodes",
+        "2",
+        "--procs",
+        "1",
+        "--backoff-limit",
+        "3",
+        "--",
+        "--model",
+        "nosuchmod:f",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "restarting" not in result.stderr and "nosuchmod" in result.stderr, result.stderr
