@@ -9,8 +9,9 @@ The env comes from `ddpctl.run_env`, the supervision from `ddpctl.supervise`, th
 output from `ddpctl.console`. Agents run in their own sessions (see `ddpctl.procs`); their output
 is streamed line by line with a `[rank R]` prefix (torchrun tees each worker's output with a
 marker we replace) or `[node N]` for the agent's own lines; a status line tells the job's state;
-the first failing node stops the job (like a Job with backoffLimit 0) and its exit code is the
-job's.
+the first failing node stops the job, and the target's restart rules (`ddpctl.restarts`) either
+restart the whole group (the trainer resumes from its checkpoint) or end the run with that node's
+exit code.
 
 Nothing here imports torch: the agents do.
 """
