@@ -1,6 +1,8 @@
-"""What a failed node does to the job, the same locally as in the cluster: the whole group restarts
+"""What a failed node does to a local run, following the target's limits: the whole group restarts
 (torchrun's static rendezvous cannot admit a lone replacement) up to the target's limit, unless the
 failure is a usage error (exit 2: retrying cannot help), and the trainer resumes from its checkpoint.
+The rendered manifests do not yet fail a usage error at once (no podFailurePolicy / failurePolicy
+rules, and torchrun in the pod exits 1 for it): locally it is already never retried.
 
 The limits follow the rendered objects: `backoffLimit` on job (the Job's retries) and jobset
 (`failurePolicy.maxRestarts`); pytorchjob restarts only with `restartPolicy: OnFailure`; trainjob
