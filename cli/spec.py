@@ -60,6 +60,7 @@ _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 # Preemption (issue 11): the pods' grace period by default, its least value, and how much of it
 # torchrun leaves for itself after its workers' shutdown wait.
 DEFAULT_GRACE_PERIOD = 120
+TRAINER_STALL_TIMEOUT = 300  # the trainer's --stall-timeout default: collectiveTimeout must exceed it
 GRACE_MARGIN = 10
 MIN_GRACE_PERIOD = GRACE_MARGIN + 5
 NO_CHECKPOINT_VOLUME = (
@@ -794,6 +795,15 @@ class JobSpec:
         _positive_int("gracePeriod", self.grace_period, minimum=MIN_GRACE_PERIOD)
         _one_of("podSecurity", self.pod_security, POD_SECURITY)
         _positive_int("stallTimeout", self.stall_timeout, minimum=0, allow_none=True)
+        if self.collective_timeout is not None and self.uses_trainer:
+            stall = TRAINER_STALL_TIMEOUT if self.stall_timeout is None else self.stall_timeout
+            _require(
+                stall == 0 or stall < self.collective_timeout,
+                "collectiveTimeout",
+                f"{self.collective_timeout} is not above the stall watchdog's {stall} s (stallTimeout): the trainer "
+                "would refuse to start",
+                f"set collectiveTimeout above {stall}, or lower stallTimeout",
+            )
 
     def _validate_target_support(self) -> None:
         """Settings and layouts a target cannot express are refused, never silently dropped."""

@@ -198,7 +198,8 @@ SPECIAL: dict[str, dict[str, Any]] = {
     "baseline": {"podSecurity": "baseline", "target": "jobset"},
     "deadline-zero-ttl": {"ttlSecondsAfterFinished": 0, "activeDeadlineSeconds": 1, "target": "pytorchjob"},
     "preemption-keys": {"gracePeriod": 15, "collectiveTimeout": 900, "target": "jobset"},
-    "collective-timeout-user-script": {"collectiveTimeout": 900, "script": "train.py", "module": None},
+    "collective-timeout-user-script": {"collectiveTimeout": 60, "script": "train.py", "module": None},
+    "collective-timeout-watchdog-off": {"collectiveTimeout": 60, "stallTimeout": 0},
     "big-numbers": {
         "ttlSecondsAfterFinished": 10_000_000,
         "activeDeadlineSeconds": 123_456_789,
@@ -503,6 +504,8 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds"),
     ({"podSecurity": "privileged"}, "podSecurity"),
     ({"stallTimeout": -5}, "stallTimeout"),
+    ({"collectiveTimeout": 300}, "collectiveTimeout"),  # not above the trainer's default stall watchdog
+    ({"collectiveTimeout": 120, "stallTimeout": 120}, "collectiveTimeout"),
     ({"unknownKey": 1}, "unknownKey"),
 ]
 

@@ -80,6 +80,8 @@ def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) ->
         ({"backoffLimit": -1}, "backoffLimit"),
         ({"activeDeadlineSeconds": 0}, "activeDeadlineSeconds"),
         ({"collectiveTimeout": 0}, "collectiveTimeout"),
+        ({"collectiveTimeout": 300}, "collectiveTimeout"),  # not above the trainer's stall watchdog (300 s)
+        ({"collectiveTimeout": 120, "stallTimeout": 120}, "collectiveTimeout"),
         ({"gracePeriod": 14}, "gracePeriod"),
         ({"podSecurity": "privileged"}, "podSecurity"),
         ({"target": "trainjob", "priorityClassName": "high"}, "priorityClassName"),
@@ -181,6 +183,7 @@ def test_hang_evidence_env(data: dict, expected: dict) -> None:
     [
         ({}, None),  # unset: the trainer's own default
         ({"collectiveTimeout": 900}, "900"),
+        ({"collectiveTimeout": 60, "stallTimeout": 0}, "60"),  # the watchdog off: any timeout
         ({"collectiveTimeout": 900, "module": None, "script": "train.py"}, None),  # only our trainer reads it
     ],
 )

@@ -33,8 +33,7 @@ from torch.distributed.checkpoint.state_dict import (
 
 from . import checkpoint as ckpt
 from . import dist as d
-from . import stop
-from . import watchdog
+from . import stop, watchdog
 from .config import TrainConfig
 from .data import build_data
 from .dist import DistContext

@@ -354,7 +354,7 @@ def test_collective_timeout_ends_a_wait_for_a_hung_rank(tmp_path: Path) -> None:
     """Rank 1 hangs after step 3 (the hold hook: alive, never joining the next collective); with
     --timeout-s 5 rank 0's collective fails instead of waiting PyTorch's 30 minutes (or our 600 s),
     and the job ends: the test's own 120 s limit would fail it otherwise."""
-    args = [*COMMON, "--strategy", "ddp", "--timeout-s", "5"]
+    args = [*COMMON, "--strategy", "ddp", "--timeout-s", "5", "--stall-timeout", "0"]  # no watchdog: the timeout acts
     env = {"DDP_TRAINER_HOLD_AT_STEP": "3", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(tmp_path / "h")}
     run = launch(tmp_path, args, nproc=2, env=env, timeout=120)
     assert run.code != 0, run.explain()

@@ -244,6 +244,11 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $_ := set $env "PYTHONUNBUFFERED" "1" -}}
 {{- $_ := set $env "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" (toString (sub (int64 $V.gracePeriod) 10)) -}}
 {{- if and $usesTrainer (not (kindIs "invalid" $V.collectiveTimeout)) -}}
+{{- $stall := 300 -}}
+{{- if not (kindIs "invalid" $V.stallTimeout) -}}{{- $stall = int64 $V.stallTimeout -}}{{- end -}}
+{{- if and (ne (int64 $stall) 0) (ge (int64 $stall) (int64 $V.collectiveTimeout)) -}}
+{{- include "ddp-job.fail" (list "collectiveTimeout" (printf "%d is not above the stall watchdog's %d s (stallTimeout): the trainer would refuse to start" (int64 $V.collectiveTimeout) (int64 $stall)) (printf "set collectiveTimeout above %d, or lower stallTimeout" (int64 $stall))) -}}
+{{- end -}}
 {{- $_ := set $env "DDP_TRAINER_TIMEOUT_S" (toString (int64 $V.collectiveTimeout)) -}}
 {{- end -}}
 {{- if not (kindIs "invalid" $V.stallTimeout) -}}
