@@ -798,3 +798,36 @@ def test_wait_on_node_groups_succeeds_when_every_groups_job_did(cli, make_cluste
     r = cli("submit", *c.args, "-n", NS, "--layout", "2+1", "--gpus", "0", "--wait", "--timeout", "2m")
     assert r.code == 0, r.err
     assert f"{NAME} Succeeded (2 nodes) - node: 0 pending, 0 running, 2 succeeded, 0 failed" in r.err
+
+
+def test_status_of_a_stalled_job_names_the_node_and_the_watchdogs_summary(cli, make_cluster):
+    """Plain `ddpctl status` (no --wait) of a job the watchdog stopped shows its summary, in text and JSON."""
+    c = make_cluster()
+    summary = [
+        "[rank 0] ddpctl-trainer: stalled: no rank made progress for 60 s (--stall-timeout 60); stopping the job",
+        "[rank 0] ddpctl-trainer: stalled: rank 3 (node 1, local rank 1, host p-1) stopped 61 s ago "
+        "in forward of step 4:",
+        "[rank 0] ddpctl-trainer: stalled:     at /app/model.py:88 in forward: x = self.block(x)",
+        "[rank 0] ddpctl-trainer: stalled: ranks 0, 1, 2 (nodes 0, 1) wait for it in backward+all-reduce of step 4",
+    ]
+
+    def stall(d, obj):
+        p0, p1 = _pods(d)
+        d.start_container(p0, NS)
+        d.start_container(p1, NS)
+        d.append_log(p0, *summary, namespace=NS)
+        d.terminate_container(p0, NS, exit_code=1)
+        d.terminate_container(p1, NS, exit_code=1)
+        d.finish("Job", NAME, NS, succeeded=False)
+
+    c.double.after_create("Job", stall)
+    assert cli("submit", *c.args, "-n", NS).code == 0
+    expected = (
+        "rank 3 (node 1, local rank 1, host p-1) stopped 61 s ago in forward of step 4 at /app/model.py:88 in forward; "
+        "ranks 0, 1, 2 (nodes 0, 1) wait for it in backward+all-reduce of step 4"
+    )
+    text = cli("status", NAME, *c.args, "-n", NS)
+    assert text.code == 0, text.err
+    assert f"Stalled:     node 0 stalled: {expected}" in text.out
+    as_json = cli("status", NAME, *c.args, "-n", NS, "-o", "json")
+    assert json.loads(as_json.out)["stall"] == {"node": 0, "summary": expected}

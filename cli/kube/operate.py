@@ -83,6 +83,7 @@ def status(
                     **({"lastTermination": f"{last.get('reason')} (exit code {last.get('exitCode')})"} if last else {}),
                 }
             )
+        stalled = W.stalled_node(cluster, kind, [(r, p) for r, p in pods if W.pod_problem(kind, p)])
         groups = W.counts(kind, pods)
         summary = {
             "name": name,
@@ -100,6 +101,7 @@ def status(
                 for c in (job.get("status") or {}).get("conditions") or []
             ],
             "pods": rows,
+            **({"stall": {"node": stalled[0], "summary": stalled[1]}} if stalled else {}),
         }
         if output is Format.json:
             out(json.dumps(summary, indent=2))
@@ -121,6 +123,8 @@ def status(
             + "; ".join(f"{r}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for r, c in summary["replicas"].items())
         )
         out(f"Age:         {age(job['metadata'].get('creationTimestamp'))}")
+        if stalled:
+            out(f"Stalled:     node {stalled[0]} stalled: {stalled[1]}")
         if rows:
             out("")
             out(

@@ -483,6 +483,18 @@ def _fmt_seconds(seconds: float | None) -> str:
     return f"{seconds:g}s" if seconds < 120 else f"{seconds / 60:g}m"
 
 
+def stalled_node(
+    cluster: Cluster, kind: Kind, failing: list[tuple[int | None, dict[str, Any]]]
+) -> tuple[int | None, str] | None:
+    """The first failed pod whose last log lines hold the trainer watchdog's summary: (node, summary).
+    Reads logs of failed pods only, so a healthy job costs no extra request."""
+    for rank, pod in failing:
+        reason = stall_reason(last_log_lines(cluster, kind, pod))
+        if reason is not None:
+            return rank, reason
+    return None
+
+
 def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callable[[str], None]) -> RuntimeFailure:
     """Print why the job failed (the failing pods, their termination reasons, their last log lines)
     and return the one-line error to exit with."""
