@@ -24,12 +24,8 @@ _CHECKPOINT = re.compile(r"^ckpt-(\d{8,})(\.pt)?$")
 
 
 def restart_limit(spec: JobSpec) -> int:
-    """How many times the target restarts the whole group after a node fails."""
-    if spec.target in ("job", "jobset"):
-        return spec.backoff_limit
-    if spec.target == "pytorchjob" and spec.restart_policy == "OnFailure":
-        return spec.backoff_limit
-    return 0
+    """How many times the target restarts the whole group after a node fails (the engine's rule)."""
+    return spec.engine.restart_limit(spec)
 
 
 def retriable(code: int) -> bool:

@@ -61,6 +61,7 @@ _SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 # torchrun leaves for itself after its workers' shutdown wait.
 DEFAULT_GRACE_PERIOD = 120
 TRAINER_STALL_TIMEOUT = 300  # the trainer's --stall-timeout default: collectiveTimeout must exceed it
+TRAINER_COLLECTIVE_TIMEOUT = 600  # the trainer's --timeout-s default: stallTimeout must stay below it
 GRACE_MARGIN = 10
 MIN_GRACE_PERIOD = GRACE_MARGIN + 5
 NO_CHECKPOINT_VOLUME = (
@@ -795,7 +796,7 @@ class JobSpec:
         _positive_int("gracePeriod", self.grace_period, minimum=MIN_GRACE_PERIOD)
         _one_of("podSecurity", self.pod_security, POD_SECURITY)
         _positive_int("stallTimeout", self.stall_timeout, minimum=0, allow_none=True)
-        if self.collective_timeout is not None and self.uses_trainer:
+        if self.uses_trainer and self.collective_timeout is not None:
             stall = TRAINER_STALL_TIMEOUT if self.stall_timeout is None else self.stall_timeout
             _require(
                 stall == 0 or stall < self.collective_timeout,
@@ -803,6 +804,14 @@ class JobSpec:
                 f"{self.collective_timeout} is not above the stall watchdog's {stall} s (stallTimeout): the trainer "
                 "would refuse to start",
                 f"set collectiveTimeout above {stall}, or lower stallTimeout",
+            )
+        elif self.uses_trainer and self.stall_timeout:
+            _require(
+                self.stall_timeout < TRAINER_COLLECTIVE_TIMEOUT,
+                "stallTimeout",
+                f"{self.stall_timeout} is not below the trainer's process-group timeout of "
+                f"{TRAINER_COLLECTIVE_TIMEOUT} s (collectiveTimeout): the trainer would refuse to start",
+                f"set stallTimeout below {TRAINER_COLLECTIVE_TIMEOUT}, or raise collectiveTimeout",
             )
 
     def _validate_target_support(self) -> None:

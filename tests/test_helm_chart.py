@@ -506,6 +506,7 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"stallTimeout": -5}, "stallTimeout"),
     ({"collectiveTimeout": 300}, "collectiveTimeout"),  # not above the trainer's default stall watchdog
     ({"collectiveTimeout": 120, "stallTimeout": 120}, "collectiveTimeout"),
+    ({"stallTimeout": 600}, "stallTimeout"),
     ({"unknownKey": 1}, "unknownKey"),
 ]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from ddpctl.errors import SpecError
@@ -82,6 +83,7 @@ def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) ->
         ({"collectiveTimeout": 0}, "collectiveTimeout"),
         ({"collectiveTimeout": 300}, "collectiveTimeout"),  # not above the trainer's stall watchdog (300 s)
         ({"collectiveTimeout": 120, "stallTimeout": 120}, "collectiveTimeout"),
+        ({"stallTimeout": 600}, "stallTimeout"),  # not below the trainer's default process-group timeout
         ({"gracePeriod": 14}, "gracePeriod"),
         ({"podSecurity": "privileged"}, "podSecurity"),
         ({"target": "trainjob", "priorityClassName": "high"}, "priorityClassName"),
@@ -189,3 +191,29 @@ def test_hang_evidence_env(data: dict, expected: dict) -> None:
 )
 def test_collective_timeout_reaches_the_trainer_as_its_process_group_timeout(data: dict, expected: str | None) -> None:
     assert JobSpec.from_dict(data).container_env().get("DDP_TRAINER_TIMEOUT_S") == expected
+
+
+def test_the_spec_knows_the_trainers_timeout_defaults() -> None:
+    """The spec checks stallTimeout against collectiveTimeout with the trainer's own defaults."""
+    from ddpctl.spec import TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT
+    from ddpctl_trainer.config import TrainConfig
+
+    defaults = TrainConfig()
+    assert (defaults.timeout_s, defaults.stall_timeout) == (TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT)
+
+
+@pytest.mark.parametrize(
+    ("changes", "limit"),
+    [
+        ({"target": "job", "backoffLimit": 3}, 3),
+        ({"target": "jobset", "backoffLimit": 2}, 2),
+        ({"target": "pytorchjob", "backoffLimit": 3}, 0),  # restartPolicy Never: the operator retries nothing
+        ({"target": "pytorchjob", "backoffLimit": 3, "restartPolicy": "OnFailure"}, 3),
+        ({"target": "trainjob", "backoffLimit": 3}, 0),  # the training runtime decides
+    ],
+)
+def test_restart_limit_is_the_engines_rule(changes: dict[str, Any], limit: int) -> None:
+    """`run --local` restarts a failed group as often as the target's controller would."""
+    from ddpctl.restarts import restart_limit
+
+    assert restart_limit(JobSpec.from_dict(changes)) == limit

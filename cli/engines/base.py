@@ -106,6 +106,11 @@ class Engine(ABC):
         """`elastic` or `groups` (any node-group layout)."""
         return self.supports_elastic if feature == "elastic" else True
 
+    def restart_limit(self, spec: JobSpec) -> int:
+        """How many times this engine restarts the whole group after a node fails (`run --local`
+        plays the same rule). Plain Jobs and JobSets retry up to backoffLimit."""
+        return spec.backoff_limit
+
     # ------------------------------------------------------------ names
 
     def workload_name(self, spec: JobSpec, group: NodeGroup) -> str:

@@ -53,6 +53,10 @@ class PyTorchJobEngine(Engine):
     replica_types = ("master", "worker")
     restart_semantics = "each replica's restartPolicy; runPolicy.backoffLimit counts restarts"
 
+    def restart_limit(self, spec: JobSpec) -> int:
+        """The operator restarts failed replicas only under restartPolicy OnFailure."""
+        return spec.backoff_limit if spec.restart_policy == "OnFailure" else 0
+
     def can(self, feature: str) -> bool:
         return feature != "groups"  # only some group shapes: see check()
 

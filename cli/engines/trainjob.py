@@ -41,6 +41,10 @@ class TrainJobEngine(Engine):
     supports_elastic = False
     runtime = "torch-distributed"  # the ClusterTrainingRuntime it names in spec.runtimeRef
 
+    def restart_limit(self, spec: JobSpec) -> int:
+        """Restarts are the training runtime's to decide; a local run does not guess them."""
+        return 0
+
     def can(self, feature: str) -> bool:
         return False
 

@@ -487,8 +487,9 @@ def stalled_node(
     cluster: Cluster, kind: Kind, failing: list[tuple[int | None, dict[str, Any]]]
 ) -> tuple[int | None, str] | None:
     """The first failed pod whose last log lines hold the trainer watchdog's summary: (node, summary).
-    Reads logs of failed pods only, so a healthy job costs no extra request."""
-    for rank, pod in failing:
+    Reads the logs of at most three failed pods (as the failure explanation does), so a healthy job
+    costs no extra request and a failed 1000-node job three."""
+    for rank, pod in failing[:3]:
         reason = stall_reason(last_log_lines(cluster, kind, pod))
         if reason is not None:
             return rank, reason

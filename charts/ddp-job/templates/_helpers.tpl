@@ -250,6 +250,10 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- include "ddp-job.fail" (list "collectiveTimeout" (printf "%d is not above the stall watchdog's %d s (stallTimeout): the trainer would refuse to start" (int64 $V.collectiveTimeout) (int64 $stall)) (printf "set collectiveTimeout above %d, or lower stallTimeout" (int64 $stall))) -}}
 {{- end -}}
 {{- $_ := set $env "DDP_TRAINER_TIMEOUT_S" (toString (int64 $V.collectiveTimeout)) -}}
+{{- else if and $usesTrainer (not (kindIs "invalid" $V.stallTimeout)) -}}
+{{- if ge (int64 $V.stallTimeout) 600 -}}
+{{- include "ddp-job.fail" (list "stallTimeout" (printf "%d is not below the trainer's process-group timeout of 600 s (collectiveTimeout): the trainer would refuse to start" (int64 $V.stallTimeout)) "set stallTimeout below 600, or raise collectiveTimeout") -}}
+{{- end -}}
 {{- end -}}
 {{- if not (kindIs "invalid" $V.stallTimeout) -}}
 {{- $_ := set $env "DDP_TRAINER_STALL_TIMEOUT" (toString (int64 $V.stallTimeout)) -}}
