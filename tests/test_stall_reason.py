@@ -63,3 +63,11 @@ def test_the_cli_and_the_trainer_agree_on_the_tag_and_exit_code() -> None:
     from ddpctl_trainer import watchdog
 
     assert (SUMMARY_TAG, EXIT_STALLED) == (watchdog.SUMMARY_TAG, watchdog.EXIT_STALLED)
+
+
+def test_the_cli_and_the_trainer_agree_on_the_usage_exit_code() -> None:
+    """`run --local` never retries a usage error: it must know the trainer's code for one."""
+    from ddpctl.restarts import EXIT_USAGE
+    from ddpctl_trainer import errors
+
+    assert EXIT_USAGE == errors.EXIT_USAGE
