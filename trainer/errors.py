@@ -60,6 +60,7 @@ class Terminated(BaseException):
 
 
 def print_error(message: str, rank_label: str = "") -> None:
-    """Print the single error line on stderr."""
-    prefix = f"{PROG}: error: {rank_label}"
-    print(f"{prefix}{message}", file=sys.stderr, flush=True)
+    """Print the single error line on stderr, in one write: ranks that share the stream (torchrun's)
+    may print at once, and print() writes the text and its newline separately."""
+    sys.stderr.write(f"{PROG}: error: {rank_label}{message}\n")
+    sys.stderr.flush()

@@ -105,8 +105,10 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         run_trainer(cfg, ctx, device, backend)
         return EXIT_OK
     except TrainerError as exc:
-        # Usage errors and a preemption stop are the same on every rank: one line per node is enough.
-        per_node = exc.exit_code in (EXIT_USAGE, EXIT_PREEMPTED)
+        # A preemption stop is the same on every rank: one line per node is enough. A usage error is
+        # printed by every rank that finds it: torchrun stops a node's other ranks as soon as one
+        # exits, so the rank that would have printed it for the node may be gone before it could.
+        per_node = exc.exit_code == EXIT_PREEMPTED
         if not per_node or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
             print_error(str(exc), rank_label if exc.exit_code != EXIT_USAGE else "")
         return exc.exit_code
