@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import textwrap
+
 from ddpctl.console import plural
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.spec import GRACE_MARGIN, JobSpec
@@ -33,6 +35,11 @@ def _shown(command: tuple[str, ...]) -> tuple[str, ...]:
         "'<PET_NODE_RANK = PET_NODE_RANK_OFFSET + JOB_COMPLETION_INDEX; torchrun>'" if c == NODE_RANK_LAUNCHER else c
         for c in command
     )
+
+
+def _wrapped(label: str, text: str, width: int = 110) -> list[str]:
+    """`label` + `text`, long text continued under the text's first column."""
+    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label))
 
 
 def explain(spec: JobSpec) -> str:
@@ -80,7 +87,7 @@ def explain(spec: JobSpec) -> str:
         f"  rank 0:             node rank 0 = pod {hosts[0]}, local rank 0",
         f"  rendezvous:         {rdzv}",
         f"  node rank from:     {spec.node_rank_source}",
-        f"  on failure:         {engine.restart_semantics}",
+        *_wrapped("  on failure:         ", engine.failure_handling(spec)),
         f"  global rank:        {global_rank}",
         *command_lines,
     ]

@@ -167,11 +167,13 @@ def torchrun_argv(spec: JobSpec, log_dir: Path, index: int = 0) -> list[str] | N
     interpreter; each worker's output tee'd behind a rank marker."""
     entry = list(spec.engine.entrypoint(spec, spec.nodes_layout[index].group))
     tee = ["--tee", "3", "--log-dir", str(log_dir), "--log-line-prefix-template", RANK_TEMPLATE]
+    if spec.uses_launcher and tuple(entry[:3]) == spec.launcher:
+        # The built-in trainer runs under ddpctl_trainer.launch, as in the pods: torchrun with exit
+        # codes that keep the reason (2 usage, 143 preempted), so a node's code says whether a
+        # restart can help.
+        return [sys.executable, *entry[1:3], *tee, *entry[3:]]
     if entry[0] == "torchrun":
-        # The built-in trainer runs under ddpctl_trainer.launch: torchrun with exit codes that keep
-        # the reason (2 usage, 143 preempted), so a node's code says whether a restart can help.
-        launcher = "ddpctl_trainer.launch" if spec.uses_trainer else "torch.distributed.run"
-        return [sys.executable, "-m", launcher, *tee, *entry[1:]]
+        return [sys.executable, "-m", "torch.distributed.run", *tee, *entry[1:]]
     if entry[:3] == [LAUNCHER_PYTHON, "-c", NODE_RANK_LAUNCHER]:
         return [sys.executable, "-c", NODE_RANK_LAUNCHER, *tee, *entry[3:]]
     return None

@@ -163,7 +163,7 @@ def view(spec: JobSpec) -> dict[str, Any]:
         "affinity": dict(spec.affinity),
         "priority_class": spec.priority_class_name,
         "service_account": spec.service_account_name,
-        "restart_policy": spec.restart_policy,
+        "restart_policy": engine.pod_restart_policy(spec),
         "backoff_limit": spec.backoff_limit,
         "ttl": spec.ttl_seconds_after_finished,
         "deadline": spec.active_deadline_seconds,

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpctl.engines import TARGETS as TARGETS  # re-exported: the spec names the targets it accepts
 from ddpctl.engines import engine_for
+from ddpctl.engines.base import LAUNCHER_PYTHON
 from ddpctl.errors import SpecError
 
 if TYPE_CHECKING:
@@ -29,9 +30,13 @@ if TYPE_CHECKING:
 BACKENDS: tuple[str, ...] = ("auto", "nccl", "gloo")
 RDZV_MODES: tuple[str, ...] = ("auto", "static", "c10d")
 PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
-RESTART_POLICIES: tuple[str, ...] = ("Never", "OnFailure")
+RESTART_POLICIES: tuple[str, ...] = ("Never", "OnFailure", "ExitCode")
 POD_SECURITY: tuple[str, ...] = ("restricted", "baseline")
 TRAINER_MODULE = "ddpctl_trainer"
+# torchrun with an exit code that keeps the reason (2 usage, 138 lost a peer, 143 preempted): what
+# the pods run when the image holds the ddpctl trainer, so that failure rules can read the code.
+TRAINER_LAUNCHER = "ddpctl_trainer.launch"
+DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_IMAGE = "ddpctl-trainer:latest"
 MAX_DNS_LABEL = 63
 MAX_NODES = 1024
@@ -683,11 +688,17 @@ class JobSpec:
             pattern=_bounded(_LABEL_VALUE),
         ),
     )
-    restart_policy: str = field(
-        default="Never", metadata=doc("Pod restart policy: Never or OnFailure.", enum=RESTART_POLICIES)
+    restart_policy: str | None = field(
+        default=None,
+        metadata=doc(
+            "Pod restart policy: Never, OnFailure, or ExitCode (pytorchjob); null: the target's "
+            "(Never plus failure rules; ExitCode on pytorchjob running the ddpctl trainer).",
+            enum=(*RESTART_POLICIES, None),
+        ),
     )
     backoff_limit: int = field(
-        default=0, metadata=doc("Retries of the whole job before it is marked failed.", minimum=0)
+        default=DEFAULT_BACKOFF_LIMIT,
+        metadata=doc("Restarts after failures before the job is marked failed (preemptions do not count).", minimum=0),
     )
     ttl_seconds_after_finished: int | None = field(
         default=86400, metadata=doc("Seconds a finished job is kept before cleanup; null: forever.", minimum=0)
@@ -788,7 +799,8 @@ class JobSpec:
         self._validate_rendezvous()
         self._validate_resources()
         self._validate_pod_fields()
-        _one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
+        if self.restart_policy is not None:
+            _one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
         _positive_int("backoffLimit", self.backoff_limit, minimum=0)
         _positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
         _positive_int("activeDeadlineSeconds", self.active_deadline_seconds, minimum=1, allow_none=True)
@@ -1225,14 +1237,27 @@ class JobSpec:
         return self.module == TRAINER_MODULE
 
     @property
+    def uses_launcher(self) -> bool:
+        """Whether the pods run torchrun through ddpctl_trainer.launch, whose exit code says why a
+        node stopped (2 usage, 138 lost a peer, 143 preempted) for the failure rules to read. Only
+        when the job runs the ddpctl trainer do we know the image holds it; other modules and
+        scripts run plain torchrun, which exits 1 for every failure."""
+        return self.uses_trainer and not self.command
+
+    @property
+    def launcher(self) -> tuple[str, ...]:
+        """The torchrun the pods run: `python3 -m ddpctl_trainer.launch` (same arguments) or `torchrun`."""
+        return (LAUNCHER_PYTHON, "-m", TRAINER_LAUNCHER) if self.uses_launcher else ("torchrun",)
+
+    @property
     def entrypoint(self) -> tuple[str, ...]:
         """The container's command: torchrun of the module/script (layout comes from PET_* env)."""
         if self.command:
             return self.command
         if self.module:
-            return ("torchrun", "-m", self.module)
+            return (*self.launcher, "-m", self.module)
         assert self.script is not None  # validation requires one of module, script and command
-        return ("torchrun", self.script)
+        return (*self.launcher, self.script)
 
     @property
     def restart_starts_from_scratch(self) -> str | None:

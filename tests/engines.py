@@ -267,6 +267,22 @@ def torchrun_settings(pod: Pod) -> Torchrun:
     if command[:2] == ["python3", "-c"]:  # a launcher that ends in torchrun: run it to see what it changes
         env, rest = run_launcher(command[2], pod.env, command[3:] + pod.args)
         pod = Pod(pod.hostname, pod.dns_name, env, ["torchrun", *rest], [], pod.ports, pod.gpus, pod.owner, pod.index)
+    if command[:3] == ["python3", "-m", "ddpctl_trainer.launch"]:  # torchrun's arguments, plus the group offset
+        from ddpctl_trainer.launch import set_node_rank
+
+        env = dict(pod.env)
+        set_node_rank(env)
+        pod = Pod(
+            pod.hostname,
+            pod.dns_name,
+            env,
+            ["torchrun", *command[3:]],
+            pod.args,
+            pod.ports,
+            pod.gpus,
+            pod.owner,
+            pod.index,
+        )
     assert pod.command[0] == "torchrun", pod.command
     flags: dict[str, str] = {}
     argv = pod.command[1:] + pod.args

@@ -397,6 +397,5 @@ def test_docker_plan_of_a_layout_uses_each_groups_command_and_names(
     )
     assert "PET_NPROC_PER_NODE=2" in first and not any(a.startswith("PET_NODE_RANK=") for a in first + second)
     entry = second.index("--entrypoint")
-    from ddpctl.engines.base import NODE_RANK_LAUNCHER
-
-    assert second[entry + 1 : entry + 5] == ["python3", spec.image, "-c", NODE_RANK_LAUNCHER]
+    # the trainer's launcher adds the group's offset to the completion index itself (as in the pods)
+    assert second[entry + 1 : entry + 6] == ["python3", spec.image, "-m", "ddpctl_trainer.launch", "-m"]

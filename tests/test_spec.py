@@ -207,7 +207,9 @@ def test_the_spec_knows_the_trainers_timeout_defaults() -> None:
     [
         ({"target": "job", "backoffLimit": 3}, 3),
         ({"target": "jobset", "backoffLimit": 2}, 2),
-        ({"target": "pytorchjob", "backoffLimit": 3}, 0),  # restartPolicy Never: the operator retries nothing
+        ({"target": "pytorchjob", "backoffLimit": 3}, 3),  # the trainer: restartPolicy ExitCode
+        ({"target": "pytorchjob", "backoffLimit": 3, "restartPolicy": "Never"}, 0),  # the operator retries nothing
+        ({"target": "pytorchjob", "backoffLimit": 3, "module": "mypkg.train"}, 0),  # plain torchrun: Never
         ({"target": "pytorchjob", "backoffLimit": 3, "restartPolicy": "OnFailure"}, 3),
         ({"target": "trainjob", "backoffLimit": 3}, 0),  # the training runtime decides
     ],
@@ -217,3 +219,44 @@ def test_restart_limit_is_the_engines_rule(changes: dict[str, Any], limit: int) 
     from ddpctl.restarts import restart_limit
 
     assert restart_limit(JobSpec.from_dict(changes)) == limit
+
+
+@pytest.mark.parametrize(
+    ("changes", "codes"),
+    [
+        # job and jobset: every failure but a usage error
+        ({"target": "job"}, {1: True, 2: False, 137: True, 138: True, 143: True, 200: True}),
+        ({"target": "jobset"}, {1: True, 2: False, 138: True, 200: True}),
+        # pytorchjob ExitCode: what Kubeflow's operator retries (130, 137, 138, 143), nothing else
+        ({"target": "pytorchjob"}, {1: False, 2: False, 130: True, 137: True, 138: True, 143: True, 200: False}),
+        ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, {1: True, 2: True, 143: True}),
+        ({"target": "pytorchjob", "restartPolicy": "Never"}, {1: False, 143: False}),
+        ({"target": "trainjob"}, {1: False, 143: False}),  # the runtime's to decide
+    ],
+)
+def test_which_exit_codes_the_engines_retry(changes: dict[str, Any], codes: dict[int, bool]) -> None:
+    spec = JobSpec.from_dict(changes)
+    assert {code: spec.engine.retriable(spec, code) for code in codes} == codes
+
+
+@pytest.mark.parametrize(
+    ("changes", "policy"),
+    [
+        ({"target": "job"}, "Never"),
+        ({"target": "jobset"}, "Never"),
+        ({"target": "pytorchjob"}, "ExitCode"),
+        ({"target": "pytorchjob", "module": "mypkg.train"}, "Never"),
+        ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, "OnFailure"),
+        ({"target": "job", "restartPolicy": "OnFailure"}, "OnFailure"),
+    ],
+)
+def test_the_pods_restart_policy_is_the_engines_default_unless_given(changes: dict[str, Any], policy: str) -> None:
+    spec = JobSpec.from_dict(changes)
+    assert spec.engine.pod_restart_policy(spec) == policy
+
+
+@pytest.mark.parametrize("target", ["job", "jobset"])
+def test_exit_code_restart_policy_is_refused_where_no_operator_reads_it(target: str) -> None:
+    with pytest.raises(SpecError) as err:
+        JobSpec.from_dict({"target": target, "restartPolicy": "ExitCode"})
+    assert err.value.field == "restartPolicy" and "pytorchjob" in str(err.value)

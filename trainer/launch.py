@@ -4,7 +4,8 @@ torchrun exits 1 whenever a worker fails, whatever the worker's own code, and wi
 when it is itself sent SIGTERM. A pod's exit code is all that Kubernetes failure rules see
 (``podFailurePolicy`` ``onExitCodes``, PyTorchJob's ``restartPolicy: ExitCode``), so with plain
 torchrun a usage error (exit 2: retrying cannot help) looks like any retriable failure. This
-launcher takes the same arguments and environment (``PET_*``) as torchrun and exits with:
+launcher takes the same arguments and environment (``PET_*``) as torchrun (plus the node-group
+offset, see ``set_node_rank``) and exits with:
 
 * 0 when every worker succeeded;
 * 2 when any worker exited 2 (``EXIT_USAGE``: bad input, the same on every rank);
@@ -16,8 +17,9 @@ launcher takes the same arguments and environment (``PET_*``) as torchrun and ex
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 
 from .errors import EXIT_FAILURE, EXIT_USAGE
 
@@ -37,11 +39,25 @@ def exit_code_for(codes_in_failure_order: Sequence[int]) -> int:
     return codes[0] or EXIT_FAILURE
 
 
+NODE_RANK_OFFSET = "PET_NODE_RANK_OFFSET"
+
+
+def set_node_rank(env: MutableMapping[str, str]) -> None:
+    """Node groups: each group is its own Indexed Job whose completion index starts at 0, and the
+    downward API cannot add the group's first node rank, so the pod carries it as
+    PET_NODE_RANK_OFFSET and the node rank is PET_NODE_RANK_OFFSET + JOB_COMPLETION_INDEX (the Job
+    controller sets JOB_COMPLETION_INDEX). Without an offset, PET_NODE_RANK is left as given."""
+    offset = env.get(NODE_RANK_OFFSET)
+    if offset is not None and "JOB_COMPLETION_INDEX" in env:
+        env["PET_NODE_RANK"] = str(int(offset) + int(env["JOB_COMPLETION_INDEX"]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run
 
+    set_node_rank(os.environ)
     args = parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         run(args)

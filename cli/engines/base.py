@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from ddpctl import exit_codes
 from ddpctl.errors import SpecError
 
 if TYPE_CHECKING:
@@ -72,7 +73,6 @@ class Engine(ABC):
     workload: ClassVar[WorkloadKind]
     container_name: ClassVar[str]  # the training container's name in the pod
     port_name: ClassVar[str] = "rendezvous"
-    restart_semantics: ClassVar[str]  # how a failed pod is handled, for `render --explain`
     left_to_engine: ClassVar[tuple[str, ...]] = ()  # spec settings the engine's runtime decides
     supports_elastic: ClassVar[bool] = True
     builtin: ClassVar[bool] = False  # served by every cluster (no CRD to install)
@@ -88,6 +88,7 @@ class Engine(ABC):
 
     def check(self, spec: JobSpec) -> None:
         """Refuse, with a field error, what this engine cannot express (never drop it silently)."""
+        self.check_restart_policy(spec)
         if spec.elastic and not self.supports_elastic:
             raise SpecError(
                 "nodes",
@@ -110,6 +111,28 @@ class Engine(ABC):
         """How many times this engine restarts the whole group after a node fails (`run --local`
         plays the same rule). Plain Jobs and JobSets retry up to backoffLimit."""
         return spec.backoff_limit
+
+    def retriable(self, spec: JobSpec, code: int) -> bool:
+        """Whether a node that exited `code` is restarted (with its group) under the rendered
+        rules: every failure but a usage error, which fails the job at once."""
+        return code not in (0, exit_codes.USAGE)
+
+    def pod_restart_policy(self, spec: JobSpec) -> str:
+        """The pods' restartPolicy: the spec's, else Never (a Job's podFailurePolicy needs it)."""
+        return spec.restart_policy or "Never"
+
+    @abstractmethod
+    def failure_handling(self, spec: JobSpec) -> str:
+        """What the rendered objects do when a pod fails or is preempted, in words (`--explain`)."""
+
+    def check_restart_policy(self, spec: JobSpec) -> None:
+        if spec.restart_policy == "ExitCode":
+            raise SpecError(
+                "restartPolicy",
+                f"ExitCode is the PyTorchJob operator's policy; the {self.target} target's pods take Never "
+                "or OnFailure",
+                "leave restartPolicy unset (failure rules are rendered for you), or use target pytorchjob",
+            )
 
     # ------------------------------------------------------------ names
 
@@ -223,6 +246,22 @@ class IndexedEngine(Engine):
 
     def node_rank_from_index(self, spec: JobSpec) -> bool:
         return spec.rdzv_mode == "static"
+
+    def exit_code_rule(self, action: str, codes: tuple[int, ...]) -> dict[str, Any]:
+        """A podFailurePolicy rule on the training container's exit code (values sorted, as the API wants)."""
+        return {
+            "action": action,
+            "onExitCodes": {"containerName": self.container_name, "operator": "In", "values": sorted(codes)},
+        }
+
+    @staticmethod
+    def disruption_rule(action: str) -> dict[str, Any]:
+        """A podFailurePolicy rule for a pod the cluster took away (preemption, eviction, node drain or loss)."""
+        return {"action": action, "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+
+    def failure_rules_apply(self, spec: JobSpec) -> bool:
+        """podFailurePolicy needs restartPolicy Never (OnFailure restarts containers in place instead)."""
+        return self.pod_restart_policy(spec) == "Never"
 
     def node_rank_source(self, spec: JobSpec) -> str:
         if spec.rdzv_mode == "c10d":

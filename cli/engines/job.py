@@ -13,7 +13,16 @@ Contract (Kubernetes documentation, in our words):
   `PET_<OPTION>` as the default of each option), and PET_NODE_RANK from the completion index
   through the downward API. https://pytorch.org/docs/stable/elastic/run.html
 - `podReplacementPolicy: Failed` keeps two pods of one index from running at once; `backoffLimit`
-  retries the whole job.
+  counts failed pods; `podFailurePolicy` (restartPolicy Never only) decides per failed pod, first
+  matching rule wins: FailJob ends the Job at once, Ignore replaces the pod without counting it,
+  a pod with condition DisruptionTarget was preempted, evicted or lost with its node.
+  https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy
+
+Failures: a usage error (exit 2) fails the Job; a preempted pod, and the peers that stopped with it
+(exit 143) or lost it (exit 138), are replaced without counting; any other failed pod counts. A
+failed pod's peers fail too (their collectives break at once, or the stall watchdog ends them), so
+every index is recreated and the whole group meets again at a fresh rendezvous (a lone replacement
+could not join a static rendezvous whose other members still run).
 
 Node groups: one headless Service for all of them and one Indexed Job per group, named
 `<job>-<group>` (pods `<job>-<group>-<index>`); a pod's node rank is its group's offset (the nodes
@@ -25,6 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ddpctl import exit_codes
 from ddpctl.engines.base import NODE_RANK_OFFSET, IndexedEngine, WorkloadKind, _int
 
 if TYPE_CHECKING:
@@ -36,8 +46,41 @@ class JobEngine(IndexedEngine):
     title = "Indexed Job + headless Service (no operator needed)"
     workload = WorkloadKind("Job", "batch", "v1", "jobs", "Kubernetes (batch/v1)", ("Complete",), ("Failed",))
     container_name = "trainer"
-    restart_semantics = "a failed pod fails the Job; backoffLimit retries the whole job"
     builtin = True
+
+    def pod_failure_policy(self, spec: JobSpec) -> dict[str, Any] | None:
+        """The Job's podFailurePolicy: usage errors fail at once; preemption and its knock-on stops
+        do not use up backoffLimit (exit-code rules only where the pods run ddpctl's launcher)."""
+        if not self.failure_rules_apply(spec):
+            return None
+        rules = [self.disruption_rule("Ignore")]
+        if spec.uses_launcher:
+            rules.insert(0, self.exit_code_rule("FailJob", (exit_codes.USAGE,)))
+            rules.append(self.exit_code_rule("Ignore", exit_codes.CAUSED_BY_A_PEER))
+        return {"rules": rules}
+
+    def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return {"pod_failure_policy": self.pod_failure_policy(spec)}
+
+    def failure_handling(self, spec: JobSpec) -> str:
+        limit = f"backoffLimit {spec.backoff_limit}"
+        if not self.failure_rules_apply(spec):
+            return (
+                f"restartPolicy {self.pod_restart_policy(spec)}: the kubelet restarts a failed container in place "
+                f"(any exit code, usage errors too), counted against {limit}; no podFailurePolicy "
+                "(Kubernetes allows it only with restartPolicy Never)"
+            )
+        if not spec.uses_launcher:
+            return (
+                f"a preempted or evicted pod (DisruptionTarget) is replaced without counting; any other failed pod "
+                f"counts against {limit} (plain torchrun exits 1 for every failure, so a usage error is retried too)"
+            )
+        return (
+            "a usage error (exit 2) fails the Job at once; a preempted or evicted pod (DisruptionTarget) and the "
+            "peers that stopped with it (143) or lost it (138) are replaced without counting; any other failed pod "
+            f"counts against {limit}. A pod's failure fails its peers, so every pod is recreated and the whole "
+            "group resumes from the last checkpoint"
+        )
 
     def workload_name(self, spec: JobSpec, group: NodeGroup) -> str:
         return f"{spec.name}-{group.name}" if spec.node_groups else spec.name

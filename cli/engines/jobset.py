@@ -10,7 +10,19 @@ Contract (JobSet documentation, in our words):
 - Each child Job's pods carry their own completion index (annotation/label
   `batch.kubernetes.io/job-completion-index`, env JOB_COMPLETION_INDEX), starting at 0 per Job.
 - Nothing is injected for torchrun: we set PET_* ourselves, as for the plain Indexed Job.
-- `failurePolicy.maxRestarts` recreates every child Job (the whole group restarts together).
+- `failurePolicy.maxRestarts` recreates every child Job (the whole group restarts together) when
+  one fails; `failurePolicy.rules` (first match wins) match the failed child Job's reason and
+  message: `FailJobSet`, or `RestartJobSetAndIgnoreMaxRestarts` for a restart that does not count.
+  A child Job failed by its podFailurePolicy has reason `PodFailurePolicy` and a message ending
+  `matching FailJob rule at index N` (Kubernetes' Job controller).
+  https://jobset.sigs.k8s.io/docs/concepts/#failure-policy
+
+Failures: each child Job (backoffLimit 0) fails at the first failed pod, with a FailJob rule for a
+usage error (exit 2) and for preemption (DisruptionTarget, or exit 143: every rank stopped after a
+peer's SIGTERM); the JobSet fails at once on the first and restarts without counting on the others.
+Anything else (a crash, a lost peer: 138, a stall: 200) restarts the JobSet up to maxRestarts. A
+lost peer is counted on purpose: which pod of a child Job fails first is a race, and the root cause
+(an OOM kill, say) must not hide behind its peers' 138 forever.
 
 Node groups: one replicatedJob per group (named after the group, replicas 1, completions = the
 group's nodes); node rank = group offset + completion index (`NODE_RANK_LAUNCHER`). Without
@@ -21,6 +33,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ddpctl import exit_codes
 from ddpctl.engines.base import IndexedEngine, WorkloadKind, _int
 
 if TYPE_CHECKING:
@@ -34,7 +47,54 @@ class JobSetEngine(IndexedEngine):
     title = "JobSet (jobset.x-k8s.io)"
     workload = WorkloadKind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", ("Completed",), ("Failed",))
     container_name = "trainer"
-    restart_semantics = "a failed child Job restarts the whole set, up to failurePolicy.maxRestarts"
+
+    def pod_failure_policy(self, spec: JobSpec) -> dict[str, Any] | None:
+        """Each child Job's podFailurePolicy: FailJob for a usage error and for preemption, so that
+        the JobSet's rules can tell them apart by the rule's index."""
+        if not self.failure_rules_apply(spec):
+            return None
+        rules = [self.disruption_rule("FailJob")]
+        if spec.uses_launcher:
+            rules.insert(0, self.exit_code_rule("FailJob", (exit_codes.USAGE,)))
+            rules.append(self.exit_code_rule("FailJob", (exit_codes.PREEMPTED,)))
+        return {"rules": rules}
+
+    def failure_policy(self, spec: JobSpec) -> dict[str, Any]:
+        """The JobSet's failurePolicy: maxRestarts, plus rules where the child Jobs have them."""
+        policy: dict[str, Any] = {"maxRestarts": spec.backoff_limit}
+        child = self.pod_failure_policy(spec)
+        if child is None:
+            return policy
+        preempted = [str(i) for i, rule in enumerate(child["rules"]) if not _is_usage_rule(rule)]
+        rules: list[dict[str, Any]] = [
+            {
+                "name": "Preempted",
+                "action": "RestartJobSetAndIgnoreMaxRestarts",
+                "onJobFailureReasons": ["PodFailurePolicy"],
+                "onJobFailureMessagePatterns": [f"matching FailJob rule at index ({'|'.join(preempted)})$"],
+            }
+        ]
+        if spec.uses_launcher:  # the only other FailJob rule: a usage error
+            rules.append({"name": "UsageError", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]})
+        policy["rules"] = rules
+        return policy
+
+    def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return {"pod_failure_policy": self.pod_failure_policy(spec), "failure_policy": self.failure_policy(spec)}
+
+    def failure_handling(self, spec: JobSpec) -> str:
+        limit = f"failurePolicy.maxRestarts {spec.backoff_limit}"
+        if not self.failure_rules_apply(spec):
+            return (
+                f"restartPolicy {self.pod_restart_policy(spec)}: containers restart in place; a failed child Job "
+                f"restarts the whole set, up to {limit}"
+            )
+        usage = "a usage error (exit 2) fails the JobSet at once; " if spec.uses_launcher else ""
+        stopped = " and the peers that stopped with it (143)" if spec.uses_launcher else ""
+        return (
+            f"{usage}a preempted or evicted pod (DisruptionTarget){stopped} restart the whole set without counting; "
+            f"any other failure restarts the whole set, up to {limit}, and it resumes from the last checkpoint"
+        )
 
     def replicated_job_name(self, spec: JobSpec, group: NodeGroup) -> str:
         return group.name if spec.node_groups else REPLICATED_JOB
@@ -54,6 +114,10 @@ class JobSetEngine(IndexedEngine):
                 _int(jspec.get("completions", jspec.get("parallelism", 1))) or 0
             )
         return total
+
+
+def _is_usage_rule(rule: dict[str, Any]) -> bool:
+    return exit_codes.USAGE in (rule.get("onExitCodes") or {}).get("values", [])
 
 
 ENGINE = JobSetEngine()

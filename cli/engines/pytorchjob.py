@@ -13,7 +13,17 @@ Contract (Training Operator documentation and its env setup, in our words):
   https://github.com/kubeflow/training-operator/blob/master/pkg/controller.v1/pytorch/envvar.go
 - Elastic jobs (`elasticPolicy`) have Workers only and get PET_RDZV_ENDPOINT = `<job>-worker-0:<port>`,
   PET_RDZV_BACKEND, PET_NNODES = MIN:MAX and PET_MAX_RESTARTS instead of MASTER_*/RANK/WORLD_SIZE.
-- Per-replica `restartPolicy`; `runPolicy.backoffLimit` counts pod restarts of the job.
+- Per-replica `restartPolicy`: Never, OnFailure (the kubelet restarts the container in place),
+  or ExitCode: the pod gets restartPolicy Never and the operator recreates a failed pod when its
+  exit code is retryable (130, 137, 143, and 138, which Kubeflow reserves for a user's
+  "retryable" error), else fails the job (kubeflow/common pkg/util/train IsRetryableExitCode).
+  `runPolicy.backoffLimit` bounds the restarts.
+
+Failures: with ddpctl's launcher in the pods (the ddpctl trainer) the default is ExitCode: a
+preempted node (143, after a checkpoint; its peers stop at the same step with 143), a killed one
+(137) and a node that lost its peer (138) are recreated; a usage error (2), a crash (1) and a stall
+(200) fail the job. Each failed pod is recreated, and every pod fails when one does, so the whole
+group meets again.
 
 Node groups: the two templates are the two shapes it can express: Master = the first group when
 that group is one node, Worker = the second group. As PET_NPROC_PER_NODE comes from the job-wide
@@ -26,6 +36,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ddpctl import exit_codes
 from ddpctl.engines.base import Engine, WorkloadKind, _int
 from ddpctl.errors import SpecError
 
@@ -51,11 +62,37 @@ class PyTorchJobEngine(Engine):
     container_name = "pytorch"
     port_name = "pytorchjob-port"
     replica_types = ("master", "worker")
-    restart_semantics = "each replica's restartPolicy; runPolicy.backoffLimit counts restarts"
+
+    def pod_restart_policy(self, spec: JobSpec) -> str:
+        """ExitCode where the launcher's exit codes say what a restart can cure, else Never."""
+        return spec.restart_policy or ("ExitCode" if spec.uses_launcher else "Never")
+
+    def check_restart_policy(self, spec: JobSpec) -> None:
+        """Every policy is the operator's to apply."""
 
     def restart_limit(self, spec: JobSpec) -> int:
-        """The operator restarts failed replicas only under restartPolicy OnFailure."""
-        return spec.backoff_limit if spec.restart_policy == "OnFailure" else 0
+        """The operator restarts failed replicas under restartPolicy OnFailure and ExitCode."""
+        return spec.backoff_limit if self.pod_restart_policy(spec) in ("OnFailure", "ExitCode") else 0
+
+    def retriable(self, spec: JobSpec, code: int) -> bool:
+        policy = self.pod_restart_policy(spec)
+        if policy == "ExitCode":
+            return code in exit_codes.KUBEFLOW_RETRYABLE
+        return policy == "OnFailure" and code != 0
+
+    def failure_handling(self, spec: JobSpec) -> str:
+        policy, limit = self.pod_restart_policy(spec), f"runPolicy.backoffLimit {spec.backoff_limit}"
+        if policy == "ExitCode":
+            return (
+                "restartPolicy ExitCode: the operator recreates a pod that was preempted (143, checkpoint written), "
+                f"killed (137) or lost a peer (138), up to {limit}; a usage error (2), a crash (1) or a stall (200) "
+                "fails the job"
+            )
+        if policy == "OnFailure":
+            return (
+                f"restartPolicy OnFailure: the kubelet restarts a failed container in place (any code), up to {limit}"
+            )
+        return "restartPolicy Never: a failed pod fails the job (set restartPolicy OnFailure to retry)"
 
     def can(self, feature: str) -> bool:
         return feature != "groups"  # only some group shapes: see check()
@@ -111,8 +148,11 @@ class PyTorchJobEngine(Engine):
 
     def entrypoint(self, spec: JobSpec, group: NodeGroup) -> tuple[str, ...]:
         entry = spec.entrypoint
-        if spec.node_groups and entry[0] == "torchrun":
-            return ("torchrun", "--nproc-per-node", str(group.nproc), *entry[1:])
+        if not spec.node_groups:
+            return entry
+        for launcher in (spec.launcher, ("torchrun",)):  # a user command may be torchrun too
+            if entry[: len(launcher)] == launcher:
+                return (*launcher, "--nproc-per-node", str(group.nproc), *entry[len(launcher) :])
         return entry
 
     def nproc_per_node_field(self, spec: JobSpec) -> int:

@@ -36,7 +36,6 @@ class TrainJobEngine(Engine):
         "TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", "Kubeflow Trainer v2", ("Complete",), ("Failed",)
     )
     container_name = "node"
-    restart_semantics = "decided by the training runtime"
     left_to_engine = ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
     supports_elastic = False
     runtime = "torch-distributed"  # the ClusterTrainingRuntime it names in spec.runtimeRef
@@ -45,8 +44,15 @@ class TrainJobEngine(Engine):
         """Restarts are the training runtime's to decide; a local run does not guess them."""
         return 0
 
-    def can(self, feature: str) -> bool:
+    def retriable(self, spec: JobSpec, code: int) -> bool:
         return False
+
+    def failure_handling(self, spec: JobSpec) -> str:
+        return (
+            f"decided by the {self.runtime} runtime, not per TrainJob: the JobSet it makes carries the runtime's "
+            "failurePolicy and podFailurePolicy (the upstream runtime sets none, so a failed pod fails the job); a "
+            "platform team can add the rules ddpctl renders for target jobset to the ClusterTrainingRuntime"
+        )
 
     def check(self, spec: JobSpec) -> None:
         other = "or use target job, jobset or pytorchjob"

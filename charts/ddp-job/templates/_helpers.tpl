@@ -193,16 +193,19 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $port := ternary (int64 29500) (int64 $rdzv.port) (eq $target "trainjob") -}}
 
 {{- /* Entrypoint: command, else torchrun of script, else of module (see docs in values.yaml). */ -}}
+{{- /* The ddpctl trainer runs under its launcher (JobSpec.launcher): torchrun whose exit code keeps the reason. */ -}}
 {{- $command := default list $V.command -}}
 {{- $module := "" -}}
 {{- $entrypoint := list -}}
+{{- $usesLauncher := and (not $command) (not $V.script) (eq (toString $V.module) $trainer) -}}
+{{- $torchrun := ternary (list "python3" "-m" "ddpctl_trainer.launch") (list "torchrun") $usesLauncher -}}
 {{- if $command -}}
 {{- $entrypoint = $command -}}
 {{- else if $V.script -}}
-{{- $entrypoint = list "torchrun" $V.script -}}
+{{- $entrypoint = concat $torchrun (list $V.script) -}}
 {{- else if $V.module -}}
 {{- $module = $V.module -}}
-{{- $entrypoint = list "torchrun" "-m" $module -}}
+{{- $entrypoint = concat $torchrun (list "-m" $module) -}}
 {{- else -}}
 {{- include "ddp-job.fail" (list "module" "exactly one of module, script or command must be set, got none" "set just one of them") -}}
 {{- end -}}
@@ -322,6 +325,37 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- end -}}
 {{- $containerNames := dict "job" "trainer" "jobset" "trainer" "pytorchjob" "pytorch" "trainjob" "node" -}}
 
+{{- /* Failure rules (the engines' pod_restart_policy, pod_failure_policy, failure_policy; exit codes in ddpctl.exit_codes). */ -}}
+{{- $restartPolicy := $V.restartPolicy -}}
+{{- if kindIs "invalid" $restartPolicy -}}
+{{- $restartPolicy = ternary (ternary "ExitCode" "Never" $usesLauncher) "Never" (eq $target "pytorchjob") -}}
+{{- else if and (eq $restartPolicy "ExitCode") (has $target (list "job" "jobset")) -}}
+{{- include "ddp-job.fail" (list "restartPolicy" (printf "ExitCode is the PyTorchJob operator's policy; the %s target's pods take Never or OnFailure" $target) "leave restartPolicy unset (failure rules are rendered for you), or use target pytorchjob") -}}
+{{- end -}}
+{{- $disruption := dict "onPodConditions" (list (dict "type" "DisruptionTarget" "status" "True")) -}}
+{{- $usageCodes := dict "containerName" "trainer" "operator" "In" "values" (list 2) -}}
+{{- $podFailurePolicy := dict -}}
+{{- $failurePolicy := dict "maxRestarts" (int64 $V.backoffLimit) -}}
+{{- if and (eq $restartPolicy "Never") (eq $target "job") -}}
+{{- $rules := list (merge (dict "action" "Ignore") $disruption) -}}
+{{- if $usesLauncher -}}
+{{- $rules = concat (list (dict "action" "FailJob" "onExitCodes" $usageCodes)) $rules (list (dict "action" "Ignore" "onExitCodes" (dict "containerName" "trainer" "operator" "In" "values" (list 138 143)))) -}}
+{{- end -}}
+{{- $podFailurePolicy = dict "rules" $rules -}}
+{{- else if and (eq $restartPolicy "Never") (eq $target "jobset") -}}
+{{- $rules := list (merge (dict "action" "FailJob") $disruption) -}}
+{{- $preempted := "0" -}}
+{{- if $usesLauncher -}}
+{{- $rules = concat (list (dict "action" "FailJob" "onExitCodes" $usageCodes)) $rules (list (dict "action" "FailJob" "onExitCodes" (dict "containerName" "trainer" "operator" "In" "values" (list 143)))) -}}
+{{- $preempted = "1|2" -}}
+{{- end -}}
+{{- $podFailurePolicy = dict "rules" $rules -}}
+{{- $jsRules := list (dict "name" "Preempted" "action" "RestartJobSetAndIgnoreMaxRestarts" "onJobFailureReasons" (list "PodFailurePolicy") "onJobFailureMessagePatterns" (list (printf "matching FailJob rule at index (%s)$" $preempted))) -}}
+{{- if $usesLauncher -}}
+{{- $jsRules = append $jsRules (dict "name" "UsageError" "action" "FailJobSet" "onJobFailureReasons" (list "PodFailurePolicy")) -}}
+{{- end -}}
+{{- $_ := set $failurePolicy "rules" $jsRules -}}
+{{- end -}}
 {{- $view := dict
   "name" $name
   "namespace" $V.namespace
@@ -345,8 +379,10 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
   "affinity" (default dict $V.affinity)
   "priorityClassName" (default "" $V.priorityClassName)
   "serviceAccountName" (default "" $V.serviceAccountName)
-  "restartPolicy" $V.restartPolicy
+  "restartPolicy" $restartPolicy
   "backoffLimit" (int64 $V.backoffLimit)
+  "podFailurePolicy" $podFailurePolicy
+  "failurePolicy" $failurePolicy
   "gracePeriod" (int64 $V.gracePeriod)
   "restartFromScratch" (and $usesTrainer (not (hasKey $volumes "checkpoints")) (not (has "--checkpoint-dir" $args)))
   "replicas" $replicas
@@ -392,6 +428,8 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- else if eq $target "pytorchjob" -}}
 {{- $gcommand = concat (list "torchrun" "--nproc-per-node" (toString (int64 $g.nproc))) (rest $entrypoint) -}}
 {{- end -}}
+{{- else if and $grouped $usesLauncher (eq $target "pytorchjob") -}}
+{{- $gcommand = concat $torchrun (list "--nproc-per-node" (toString (int64 $g.nproc))) (slice $entrypoint 3) -}}
 {{- end -}}
 {{- $gres := $g.resources -}}
 {{- $ggpu := default $gpuResource $g.gpuResource -}}
