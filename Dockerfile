@@ -44,5 +44,6 @@ RUN python3 -c "import ddpctl_trainer.config"
 
 USER ${UID}:${GID}
 WORKDIR /workspace
-# Layout comes from the PET_* env that each engine sets (ddpctl render / run --docker).
-CMD ["torchrun", "-m", "ddpctl_trainer"]
+# Layout comes from the PET_* env that each engine sets (ddpctl render / run --docker); the
+# launcher is torchrun whose exit code keeps the reason (what the rendered pods run too).
+CMD ["python3", "-m", "ddpctl_trainer.launch", "-m", "ddpctl_trainer"]

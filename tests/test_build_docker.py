@@ -193,7 +193,8 @@ def test_build_of_the_real_dockerfile_on_the_cpu_base() -> None:
     )[0]
     config = info["Config"]
     assert config["User"] == "1000:1000"  # numeric non-root: runAsNonRoot can verify it
-    assert config["Cmd"] == ["torchrun", "-m", "ddpctl_trainer"] and not config.get("Entrypoint")
+    assert config["Cmd"] == ["python3", "-m", "ddpctl_trainer.launch", "-m", "ddpctl_trainer"]
+    assert not config.get("Entrypoint")
     assert config["WorkingDir"] == "/workspace"
     assert image_present("ddpctl-trainer-test:latest")
     probe = subprocess.run(

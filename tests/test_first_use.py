@@ -271,7 +271,7 @@ def test_a_failure_blames_the_first_failing_rank_and_shows_its_error_once(tmp_pa
     from tests.test_run_local import _ddpctl
 
     (tmp_path / "train.py").write_text(_FAIL_AT_ONCE)
-    result = _ddpctl("run", "--local", "--script", "train.py", cwd=tmp_path)
+    result = _ddpctl("run", "--local", "--backoff-limit", "0", "--script", "train.py", cwd=tmp_path)
     assert result.returncode == 1, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("ddpctl: error:")]
     assert len(errors) == 1, result.stderr

@@ -173,6 +173,8 @@ def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(starte
     proc = started(
         "run",
         "--local",
+        "--backoff-limit",
+        "0",  # no restart: the job ends with the kill
         "-e",
         "DDP_TRAINER_HOLD_AT_STEP=2",
         "-e",

@@ -164,6 +164,8 @@ def test_a_rank_blocked_in_forward_is_named_with_its_node_phase_and_frame(ddpctl
     job = ddpctl(
         "run",
         "--local",
+        "--backoff-limit",
+        "0",  # the stall ends the job (restarts are tested in test_run_local)
         "-e",
         "STALL_RANK=2",
         "-e",
@@ -210,6 +212,8 @@ def test_when_rank_0_is_the_one_behind_the_lowest_healthy_rank_reports(ddpctl, t
     job = ddpctl(
         "run",
         "--local",
+        "--backoff-limit",
+        "0",  # the stall ends the job (restarts are tested in test_run_local)
         "-e",
         "STALL_RANK=0",
         "-e",
@@ -265,6 +269,8 @@ def test_a_rank_whose_data_loader_hangs_is_named_in_the_data_phase(ddpctl, tmp_p
     job = ddpctl(
         "run",
         "--local",
+        "--backoff-limit",
+        "0",  # the stall ends the job (restarts are tested in test_run_local)
         "--",
         "--dataset",
         "imagefolder",
@@ -299,6 +305,8 @@ def test_a_slow_but_progressing_rank_is_not_reported_and_no_stall_prints_nothing
     job = ddpctl(
         "run",
         "--local",
+        "--backoff-limit",
+        "0",  # the stall ends the job (restarts are tested in test_run_local)
         "-e",
         "STALL_RANK=1",
         "-e",
