@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ddpctl.local_run import plan_local
@@ -632,15 +633,57 @@ def _node_agent(root: int, node: int) -> int:
     raise AssertionError(f"no agent of node {node} among {[_cmdline(p) for p in descendants(root)]}")
 
 
+RESTART_LAYOUT = ["run", "--local", "--nodes", "2", "--procs", "1", "--backoff-limit", "3"]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The final weights of the restart tests' job run without interruption (float64)."""
+    import torch
+
+    cwd = tmp_path_factory.mktemp("plain")
+    plain = _ddpctl(*RESTART_LAYOUT, *RESTART_ARGS, cwd=cwd)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    return dict(torch.load(cwd / "final.pt", weights_only=True)["model"])
+
+
+def _assert_same_weights(final: Path, expected: dict[str, Any]) -> None:
+    import torch
+
+    ours = torch.load(final, weights_only=True)["model"]
+    assert ours.keys() == expected.keys()
+    for key in ours:
+        assert torch.equal(ours[key], expected[key]), key  # bit-identical: same steps, same data order
+
+
 @pytest.mark.slow
-def test_a_preempted_node_restarts_the_group_which_resumes_at_that_step(started, tmp_path: Path) -> None:
+def test_a_killed_worker_restarts_the_group_which_resumes_from_the_last_save(
+    started, uninterrupted: dict[str, Any], tmp_path: Path
+) -> None:
+    """SIGKILL of node 1's worker after step 5 (the OOM killer's way): the whole group restarts
+    (backoffLimit 3), resumes from the last save (step 3, --save-every 3), loses steps 4-5 and
+    redoes them, and ends with the weights of an uninterrupted run."""
+    needs_proc()
+    hold = tmp_path / "held"
+    hook = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e", f"DDP_TRAINER_HOLD_FILE={hold}"]
+    proc = started(*RESTART_LAYOUT, *hook, *RESTART_ARGS, cwd=tmp_path)
+    _wait_for_file(proc, hold)
+    os.kill(_rank_pid(_trainer_pids(proc.pid), 1), signal.SIGKILL)
+    out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, err[-3000:]
+    assert re.search(r"ddpctl: node [01] .*; restarting all 2 nodes from step 3 \(restart 1 of 3\)", err), err
+    assert "(epoch 1, step 3)" in out, out
+    _assert_same_weights(tmp_path / "final.pt", uninterrupted)
+
+
+@pytest.mark.slow
+def test_a_preempted_node_restarts_the_group_which_resumes_at_that_step(
+    started, uninterrupted: dict[str, Any], tmp_path: Path
+) -> None:
     """SIGTERM to node 1's agent after step 5: both ranks stop after step 5 with a checkpoint, the
     whole group restarts (backoffLimit 3) and ends with the weights of an uninterrupted run."""
     needs_proc()
-    layout = ["run", "--local", "--nodes", "2", "--procs", "1", "--backoff-limit", "3"]
-    (tmp_path / "plain").mkdir()
-    plain = _ddpctl(*layout, *RESTART_ARGS, cwd=tmp_path / "plain")
-    assert plain.returncode == 0, plain.stderr[-3000:]
+    layout = RESTART_LAYOUT
     hold = tmp_path / "held"
     hook = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e", f"DDP_TRAINER_HOLD_FILE={hold}"]
     (tmp_path / "preempted").mkdir()
@@ -651,13 +694,7 @@ def test_a_preempted_node_restarts_the_group_which_resumes_at_that_step(started,
     assert proc.returncode == 0, err[-3000:]
     assert "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (restart 1 of 3)" in err, err
     assert "resumed from" in out and "(epoch 1, step 5)" in out, out
-    import torch
-
-    ours = torch.load(tmp_path / "preempted" / "final.pt", weights_only=True)["model"]
-    theirs = torch.load(tmp_path / "plain" / "final.pt", weights_only=True)["model"]
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        assert torch.equal(ours[key], theirs[key]), key  # bit-identical: 0 steps lost, same data order
+    _assert_same_weights(tmp_path / "preempted" / "final.pt", uninterrupted)  # 0 steps lost
 
 
 @pytest.mark.slow

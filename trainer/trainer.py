@@ -423,6 +423,8 @@ class Trainer:
         if self.ctx.restart_count != 0:
             return
         marker = os.environ.get(HOLD_FILE_ENV)
+        if marker and Path(marker).exists():
+            return  # held once already: a group restarted by its runner (new agents, restart count 0) goes on
         if marker:
             Path(marker).write_text(str(self.step))
         if not stop.wait(HOLD_LIMIT_S):
