@@ -50,8 +50,9 @@ class TrainJobEngine(Engine):
     def failure_handling(self, spec: JobSpec) -> str:
         return (
             f"decided by the {self.runtime} runtime, not per TrainJob: the JobSet it makes carries the runtime's "
-            "failurePolicy and podFailurePolicy (the upstream runtime sets none, so a failed pod fails the job); a "
-            "platform team can add the rules ddpctl renders for target jobset to the ClusterTrainingRuntime"
+            "failurePolicy and podFailurePolicy (the upstream runtime sets neither, nor a backoffLimit: Kubernetes' "
+            "default of 6 replaces failed pods one at a time, which a static rendezvous cannot admit, then the "
+            "job fails); a platform team can add the rules ddpctl renders for target jobset to the runtime"
         )
 
     def check(self, spec: JobSpec) -> None:
