@@ -263,6 +263,22 @@ class IndexedEngine(Engine):
         """podFailurePolicy needs restartPolicy Never (OnFailure restarts containers in place instead)."""
         return self.pod_restart_policy(spec) == "Never"
 
+    # What the podFailurePolicy does with a pod the cluster took away (DisruptionTarget), and which
+    # exit codes of pods stopped by a peer's fate it handles the same way (see each engine).
+    on_disruption: ClassVar[str]
+    peer_stop_codes: ClassVar[tuple[int, ...]]
+
+    def pod_failure_policy(self, spec: JobSpec) -> dict[str, Any] | None:
+        """The (child) Job's podFailurePolicy: a usage error fails it at once, a disruption and its
+        knock-on stops get `on_disruption` (exit-code rules only where the pods run ddpctl's launcher)."""
+        if not self.failure_rules_apply(spec):
+            return None
+        rules = [self.disruption_rule(self.on_disruption)]
+        if spec.uses_launcher:
+            rules.insert(0, self.exit_code_rule("FailJob", (exit_codes.USAGE,)))
+            rules.append(self.exit_code_rule(self.on_disruption, self.peer_stop_codes))
+        return {"rules": rules}
+
     def node_rank_source(self, spec: JobSpec) -> str:
         if spec.rdzv_mode == "c10d":
             return "the c10d rendezvous, in the order nodes join"

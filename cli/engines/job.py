@@ -47,17 +47,8 @@ class JobEngine(IndexedEngine):
     workload = WorkloadKind("Job", "batch", "v1", "jobs", "Kubernetes (batch/v1)", ("Complete",), ("Failed",))
     container_name = "trainer"
     builtin = True
-
-    def pod_failure_policy(self, spec: JobSpec) -> dict[str, Any] | None:
-        """The Job's podFailurePolicy: usage errors fail at once; preemption and its knock-on stops
-        do not use up backoffLimit (exit-code rules only where the pods run ddpctl's launcher)."""
-        if not self.failure_rules_apply(spec):
-            return None
-        rules = [self.disruption_rule("Ignore")]
-        if spec.uses_launcher:
-            rules.insert(0, self.exit_code_rule("FailJob", (exit_codes.USAGE,)))
-            rules.append(self.exit_code_rule("Ignore", exit_codes.CAUSED_BY_A_PEER))
-        return {"rules": rules}
+    on_disruption = "Ignore"  # replaced without counting; only the pod with the cause counts
+    peer_stop_codes = exit_codes.CAUSED_BY_A_PEER
 
     def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return {"pod_failure_policy": self.pod_failure_policy(spec)}

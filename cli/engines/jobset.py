@@ -47,17 +47,10 @@ class JobSetEngine(IndexedEngine):
     title = "JobSet (jobset.x-k8s.io)"
     workload = WorkloadKind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", ("Completed",), ("Failed",))
     container_name = "trainer"
-
-    def pod_failure_policy(self, spec: JobSpec) -> dict[str, Any] | None:
-        """Each child Job's podFailurePolicy: FailJob for a usage error and for preemption, so that
-        the JobSet's rules can tell them apart by the rule's index."""
-        if not self.failure_rules_apply(spec):
-            return None
-        rules = [self.disruption_rule("FailJob")]
-        if spec.uses_launcher:
-            rules.insert(0, self.exit_code_rule("FailJob", (exit_codes.USAGE,)))
-            rules.append(self.exit_code_rule("FailJob", (exit_codes.PREEMPTED,)))
-        return {"rules": rules}
+    # FailJob, so that the JobSet's rules can tell a preemption from a usage error by the rule's
+    # index; a lost peer (138) is left to the default (counted): see the module docstring.
+    on_disruption = "FailJob"
+    peer_stop_codes = (exit_codes.PREEMPTED,)
 
     def failure_policy(self, spec: JobSpec) -> dict[str, Any]:
         """The JobSet's failurePolicy: maxRestarts, plus rules where the child Jobs have them."""
