@@ -2,11 +2,16 @@
 
 ``UsageError`` (exit 2) is bad input that every rank detects the same way before the process
 group exists, so all ranks stop together. ``TrainerFailure`` (exit 1) is a runtime failure.
+``PeerLost`` (exit 138) is a collective that failed because another rank went away once training
+had started: this rank is not the cause, and the job is worth restarting (see ``is_peer_lost``).
 """
 
 from __future__ import annotations
 
+import os
+import re
 import sys
+import traceback
 
 PROG = "ddpctl-trainer"
 
@@ -18,6 +23,15 @@ EXIT_SIGTERM = 128 + 15
 # the next start resumes at exactly that step. The same value as death by SIGTERM, so launchers
 # and operators that retry "killed by a signal" (PyTorchJob ExitCode, podFailurePolicy) retry it.
 EXIT_PREEMPTED = EXIT_SIGTERM
+EXIT_PEER_LOST = 138
+"""A collective failed because a peer went away (its node died, was OOM-killed or SIGKILLed).
+
+138 (128 + SIGUSR1) is the code Kubeflow documents for "a user-defined retryable error": a
+PyTorchJob with ``restartPolicy: ExitCode`` recreates pods only for 130, 137, 138 and 143 and
+fails the job on any other code, so with exit 1 the survivors of a recoverable node loss would
+fail the whole job. Every engine's rules retry it, and an Indexed Job's ``podFailurePolicy``
+ignores it (like 143), so only the pod with the root cause counts against ``backoffLimit``.
+"""
 
 
 class TrainerError(Exception):
@@ -52,6 +66,12 @@ class Preempted(TrainerError):
     exit_code = EXIT_PREEMPTED
 
 
+class PeerLost(TrainerFailure):
+    """Another rank went away during training: this rank's collective failed because of it."""
+
+    exit_code = EXIT_PEER_LOST
+
+
 class Terminated(BaseException):
     """Raised from the SIGTERM handler so ``finally`` blocks tear the process group down.
 
@@ -64,3 +84,86 @@ def print_error(message: str, rank_label: str = "") -> None:
     may print at once, and print() writes the text and its newline separately."""
     sys.stderr.write(f"{PROG}: error: {rank_label}{message}\n")
     sys.stderr.flush()
+
+
+# What gloo, NCCL and c10d say when the process at the other end of a connection is gone or
+# stopped answering (torch 2.14.1; the gloo texts as measured with a SIGKILLed peer):
+#   gloo  "[.../gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:12174: Connection reset by peer. ..."
+#   gloo  "[.../gloo/transport/tcp/pair.cc:561] Connection closed by peer [127.0.0.1]:13226. ..."
+#   gloo  "[.../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation to complete"
+#   NCCL  "NCCL communicator was aborted on rank N", "Watchdog caught collective operation timeout: ...",
+#         "... remote process exited or there was a network error ..." (ncclRemoteError)
+#   c10d  "connection reset by peer", "broken pipe", "Socket Timeout" (store and socket errors)
+_PEER_SIGNATURES = re.compile(
+    r"connection reset by peer|connection closed by peer|broken pipe|timed out waiting \d+ ?ms"
+    r"|nccl communicator was aborted|watchdog caught collective operation timeout"
+    r"|remote process exited or there was a network error|ncclremoteerror|socket timeout",
+    re.IGNORECASE,
+)
+# ...and only when the text comes from the distributed stack: user code's RuntimeError that
+# happens to say "broken pipe" is the user's bug.
+_DIST_SOURCES = re.compile(r"gloo|nccl|c10d|processgroup", re.IGNORECASE)
+_SOURCE_PREFIX = re.compile(r"^\s*\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")  # "[.../pair.cc:545] "
+
+
+def _is_dist_error(exc: BaseException) -> bool:
+    """A ``torch.distributed.DistError`` (DistBackendError, DistNetworkError, DistStoreError, ...).
+    Without torch imported no exception can be one, so this never imports torch itself."""
+    if "torch" not in sys.modules:
+        return False
+    import torch.distributed as dist
+
+    return dist.is_available() and isinstance(exc, dist.DistError)
+
+
+def from_distributed_stack(exc: BaseException) -> bool:
+    """A ``DistError``, or a RuntimeError whose text names gloo, NCCL, c10d or a process group."""
+    return _is_dist_error(exc) or (isinstance(exc, RuntimeError) and bool(_DIST_SOURCES.search(str(exc))))
+
+
+def is_peer_lost(exc: BaseException, training: bool) -> bool:
+    """Whether ``exc`` means that a peer went away, for an exception raised while ``training``
+    (the process group was set up and every rank had reached training). ``DistError``s and
+    RuntimeErrors from gloo/NCCL/c10d with a peer-failure text qualify; before training, a
+    rendezvous or ``init_process_group`` failure stays a plain failure (exit 1): a network that
+    never works must not be retried forever."""
+    if not training:
+        return False
+    if _is_dist_error(exc):
+        return True
+    return from_distributed_stack(exc) and bool(_PEER_SIGNATURES.search(str(exc)))
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The informative part of a distributed error, on one line: gloo's source location and its
+    advice ("This is typically caused by ...") are dropped; the peer's address is kept."""
+    text = " ".join(str(exc).split())
+    text = _SOURCE_PREFIX.sub("", text)
+    text = re.split(r"\.\s+This is typically caused by", text, maxsplit=1)[0]
+    return text.rstrip(". ")[:200] or type(exc).__name__
+
+
+def failed_collective(exc: BaseException) -> str:
+    """Which collective ``exc`` came out of, from its traceback: the outermost
+    ``torch.distributed`` API call (``all_reduce``, ``barrier``, ``broadcast_object_list``, ...),
+    DDP's gradient all-reduce (whose failure surfaces in backward or the next forward), an FSDP
+    collective, or just "a collective" when the traceback does not say."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    for frame in frames:
+        if os.path.basename(frame.filename) == "distributed_c10d.py":
+            return frame.name
+    paths = [frame.filename.replace(os.sep, "/") for frame in frames]
+    if any(p.endswith("nn/parallel/distributed.py") or "/torch/autograd/" in p for p in paths):
+        return "DDP's gradient all-reduce"
+    if any("/torch/distributed/fsdp/" in p for p in paths):
+        return "an FSDP collective"
+    return "a collective"
+
+
+def peer_lost(exc: BaseException, step: int) -> PeerLost:
+    """The one-line error for a peer lost after optimizer step ``step``. It keeps "a collective
+    failed", the phrase ``ddpctl``'s run supervisor looks for to tell such ranks from the cause."""
+    return PeerLost(
+        f"lost a peer during {failed_collective(exc)} after step {step} ({failure_reason(exc)}): "
+        f"a collective failed because another rank stopped; exit {EXIT_PEER_LOST} so the job restarts"
+    )

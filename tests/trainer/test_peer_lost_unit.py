@@ -1,0 +1,139 @@
+"""The lost-peer classifier: which exceptions mean "another rank went away" (exit 138, retried),
+on the real exception types and the texts torch 2.14.1 produces (the gloo ones measured with a
+SIGKILLed peer; the NCCL ones as they stand in libtorch_cuda.so / libnccl.so)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import torch
+import torch.distributed as dist
+from ddpctl_trainer.errors import (
+    EXIT_PEER_LOST,
+    EXIT_USAGE,
+    PeerLost,
+    failed_collective,
+    failure_reason,
+    is_peer_lost,
+    peer_lost,
+)
+
+GLOO_RESET = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:12174: "
+    "Connection reset by peer. This is typically caused by a remote worker hanging or bugs in the application. "
+    "Check the logs of the remote worker before reporting an error. GLHF! "
+    "\N{BEACH WITH UMBRELLA}\N{VARIATION SELECTOR-16}"
+)
+GLOO_CLOSED = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:561] Connection closed by peer "
+    "[127.0.0.1]:13226. This is typically caused by a remote worker crashing. Check the logs of the remote "
+    "worker before reporting an error. GLHF! \N{BEACH WITH UMBRELLA}\N{VARIATION SELECTOR-16}"
+)
+GLOO_TIMEOUT = (
+    "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+    "Timed out waiting 3000ms for recv operation to complete"
+)
+NCCL_REMOTE = (
+    "NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, remote process exited or there "
+    "was a network error, NCCL version 2.27.7\nncclRemoteError: A call failed possibly due to a network "
+    "error or a remote process exiting prematurely."
+)
+NCCL_ABORTED = "NCCL communicator was aborted on rank 1."
+NCCL_WATCHDOG = (
+    "[Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, "
+    "NumelIn=1, NumelOut=1, Timeout(ms)=600000) ran for 600012 milliseconds before timing out."
+)
+CUDA_OOM = (
+    "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.11 GiB of which "
+    "1.06 GiB is free. Process 4711 has 78.04 GiB memory in use."
+)
+
+
+@pytest.mark.parametrize(
+    ("exc", "training", "lost"),
+    [
+        pytest.param(RuntimeError(GLOO_RESET), True, True, id="gloo-reset-by-peer"),
+        pytest.param(RuntimeError(GLOO_CLOSED), True, True, id="gloo-closed-by-peer"),
+        pytest.param(RuntimeError(GLOO_TIMEOUT), True, True, id="gloo-collective-timeout"),
+        pytest.param(dist.DistBackendError(NCCL_REMOTE), True, True, id="nccl-remote-error"),
+        pytest.param(RuntimeError(NCCL_ABORTED), True, True, id="nccl-communicator-aborted"),
+        pytest.param(dist.DistBackendError(NCCL_WATCHDOG), True, True, id="nccl-watchdog-timeout"),
+        pytest.param(dist.DistNetworkError("failed to recv, got 0 bytes"), True, True, id="dist-network-error"),
+        pytest.param(dist.DistStoreError("Socket Timeout"), True, True, id="store-gone-during-training"),
+        # negatives
+        pytest.param(RuntimeError(GLOO_RESET), False, False, id="gloo-reset-before-training"),
+        pytest.param(
+            dist.DistStoreError("Timed out after 601 seconds waiting for clients. 1/2 clients joined."),
+            False,
+            False,
+            id="setup-phase-store-error",
+        ),
+        pytest.param(ValueError("Connection reset by peer"), True, False, id="value-error"),
+        pytest.param(
+            RuntimeError("mat1 and mat2 shapes cannot be multiplied (16x192 and 64x4)"),
+            True,
+            False,
+            id="user-runtime-error",
+        ),
+        pytest.param(RuntimeError("my queue: broken pipe"), True, False, id="user-text-without-a-dist-source"),
+        pytest.param(torch.OutOfMemoryError(CUDA_OOM), True, False, id="cuda-oom"),
+        pytest.param(KeyboardInterrupt(), True, False, id="keyboard-interrupt"),
+    ],
+)
+def test_is_peer_lost(exc: BaseException, training: bool, lost: bool) -> None:
+    assert is_peer_lost(exc, training) is lost
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        (GLOO_RESET, "Read error [127.0.0.1]:12174: Connection reset by peer"),
+        (GLOO_CLOSED, "Connection closed by peer [127.0.0.1]:13226"),
+        (GLOO_TIMEOUT, "Timed out waiting 3000ms for recv operation to complete"),
+        (NCCL_ABORTED, "NCCL communicator was aborted on rank 1"),
+    ],
+)
+def test_failure_reason_keeps_the_cause_and_the_peers_address(text: str, reason: str) -> None:
+    assert failure_reason(RuntimeError(text)) == reason
+
+
+def _raised_in(filename: str, function: str) -> RuntimeError:
+    """A RuntimeError whose traceback has a frame ``function`` of ``filename`` (as torch's own)."""
+    namespace: dict[str, object] = {}
+    exec(compile(f"def {function}():\n    raise RuntimeError('x')\n", filename, "exec"), namespace)  # noqa: S102
+    try:
+        namespace[function]()  # type: ignore[operator]
+    except RuntimeError as exc:
+        return exc
+    raise AssertionError("not raised")
+
+
+@pytest.mark.parametrize(
+    ("filename", "function", "expected"),
+    [
+        ("/site-packages/torch/distributed/distributed_c10d.py", "all_reduce", "all_reduce"),
+        ("/site-packages/torch/distributed/distributed_c10d.py", "barrier", "barrier"),
+        ("/site-packages/torch/nn/parallel/distributed.py", "_pre_forward", "DDP's gradient all-reduce"),
+        ("/site-packages/torch/autograd/graph.py", "_engine_run_backward", "DDP's gradient all-reduce"),
+        ("/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", "all_gather", "an FSDP collective"),
+        ("/work/train.py", "step", "a collective"),
+    ],
+)
+def test_failed_collective_is_read_from_the_traceback(filename: str, function: str, expected: str) -> None:
+    assert failed_collective(_raised_in(filename, function)) == expected
+
+
+def test_peer_lost_is_one_line_with_the_step_the_reason_and_exit_138() -> None:
+    exc = _raised_in("/site-packages/torch/distributed/distributed_c10d.py", "all_reduce")
+    exc.args = (GLOO_RESET,)
+    error = peer_lost(exc, 7)
+    assert isinstance(error, PeerLost) and error.exit_code == EXIT_PEER_LOST == 138
+    assert str(error) == (
+        "lost a peer during all_reduce after step 7 (Read error [127.0.0.1]:12174: Connection reset by peer): "
+        "a collective failed because another rank stopped; exit 138 so the job restarts"
+    )
+
+
+def test_138_is_the_retryable_code_kubeflow_documents_and_not_a_usage_error() -> None:
+    assert EXIT_PEER_LOST == 128 + signal.SIGUSR1 and EXIT_PEER_LOST != EXIT_USAGE
