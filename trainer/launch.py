@@ -11,8 +11,9 @@ offset, see ``set_node_rank``) and exits with:
 * 2 when any worker exited 2 (``EXIT_USAGE``: bad input, the same on every rank);
 * 128 + N when the agent itself got signal N (143 for SIGTERM: preempted; the workers were
   asked to checkpoint and stop), or when the first worker to fail died by signal N;
-* otherwise the exit code of the first worker to fail (143 after a preemption checkpoint, 1 for
-  a runtime failure, ...).
+* otherwise the exit code of the first worker to fail (143 after a preemption checkpoint, 138
+  when it lost a peer during training: another node died, so this node restarts with the job;
+  1 for a runtime failure, ...).
 """
 
 from __future__ import annotations

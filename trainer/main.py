@@ -19,6 +19,8 @@ from .errors import (
     Terminated,
     TrainerError,
     TrainerFailure,
+    failure_reason,
+    from_distributed_stack,
     print_error,
 )
 from .watchdog import stalling
@@ -36,25 +38,10 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
         raise Terminated()
 
 
-def _is_peer_failure(exc: BaseException) -> bool:
-    """Collective errors caused by another process dying: report them as one line."""
-    try:
-        import torch.distributed as dist
-
-        if isinstance(exc, dist.DistError):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    text = str(exc)
-    return isinstance(exc, RuntimeError) and any(
-        s in text for s in ("Connection closed by peer", "Connection reset by peer", "gloo", "NCCL", "Broken pipe")
-    )
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the trainer; returns the process exit code: 0 ok, 1 failure, 2 usage, 143 SIGTERM
-    (``EXIT_PREEMPTED``: after a checkpoint at a step boundary, or without one when the signal
-    came outside the training loop or twice)."""
+    """Run the trainer; returns the process exit code: 0 ok, 1 failure, 2 usage, 138 a peer was
+    lost during training (``EXIT_PEER_LOST``), 143 SIGTERM (``EXIT_PREEMPTED``: after a checkpoint
+    at a step boundary, or without one when the signal came outside the training loop or twice)."""
     global _armed
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     label = [""]  # "[rank R] " once the rank is known
@@ -116,9 +103,9 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         print_error("interrupted", rank_label)
         return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a rank's error is reported, never lost
-        if _is_peer_failure(exc):
-            first = " ".join(str(exc).split())[:300]
-            print_error(f"a collective failed, most likely another rank died: {first}", rank_label)
+        if from_distributed_stack(exc):  # while setting up: a lost peer during training is a PeerLost
+            message = f"a collective failed while setting up, most likely another rank died: {failure_reason(exc)}"
+            print_error(message, rank_label)
             return EXIT_FAILURE
         traceback.print_exc()
         print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", rank_label)

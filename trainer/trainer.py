@@ -37,7 +37,7 @@ from . import stop, watchdog
 from .config import TrainConfig
 from .data import build_data
 from .dist import DistContext
-from .errors import CheckpointError, Preempted, TrainerError, TrainerFailure
+from .errors import CheckpointError, Preempted, TrainerError, TrainerFailure, is_peer_lost, peer_lost
 from .metrics import ALREADY_COMPLETE, MetricsLog, Progress
 from .models import build_model
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
@@ -602,6 +602,8 @@ class Trainer:
         except TrainerError:
             raise
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
+            if is_peer_lost(exc, training=True):  # loading a sharded checkpoint runs collectives
+                raise
             raise CheckpointError(
                 f"checkpoint {path} does not fit this run (--model {cfg.model}, --strategy {cfg.strategy}): "
                 f"{str(exc)[:300]}"
@@ -681,6 +683,12 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
         trainer.resume()
         trainer.beacon.step = trainer.step
         trainer.fit()
+    except Exception as exc:
+        # Every rank has passed the all-reduce above: the group worked, so a collective failing
+        # from here on means a peer went away, not a network that never worked (exit 138).
+        if is_peer_lost(exc, training=True):
+            raise peer_lost(exc, trainer.step) from exc
+        raise
     finally:
         if watch is not None:
             watch.stop()

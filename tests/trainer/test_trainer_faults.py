@@ -4,6 +4,8 @@ checkpoint leaves the previous one loadable; corrupt files are skipped; SIGTERM 
 
 from __future__ import annotations
 
+import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -11,7 +13,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import PY, Run, assert_same_params, clean_env, free_port, kill_tree, launch, start, wait_all
+from .conftest import (
+    PY,
+    Run,
+    assert_same_params,
+    clean_env,
+    free_port,
+    kill_tree,
+    launch,
+    start,
+    tagged_pids,
+    wait_all,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -295,6 +308,48 @@ def test_sigkill_of_one_nodes_worker_then_group_restart_loses_only_steps_since_l
     assert_same_params(again.final(), baselines["ddp"].final(), atol=0.0)
 
 
+def _rank_pid(tag: str, rank: int) -> int:
+    """The training process started under ``tag`` whose environment says RANK=``rank``."""
+    for pid in tagged_pids(tag):
+        try:
+            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RANK={rank}".encode() in env:
+            return pid
+    raise AssertionError(f"no process of rank {rank} under tag {tag}")
+
+
+def test_a_rank_that_loses_its_peer_exits_138_and_names_it(tmp_path: Path) -> None:
+    """Node loss seen from the survivor: node 1's worker is SIGKILLed (as the OOM killer or a dead
+    node would end it) while rank 0 waits for it in the stop-flag all-reduce after step 5. Rank 0
+    says which peer it lost and exits 138 (retried by every engine's rules, where 1 would fail a
+    PyTorchJob for good); node 1's launcher reports its worker's death by SIGKILL (137)."""
+    hold = tmp_path / "held"
+    env = {"DDP_TRAINER_HOLD_AT_STEP": "5", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(hold)}
+    procs = _start_nodes(tmp_path, [*COMMON, "--strategy", "ddp"], env, launcher="ddpctl_trainer.launch")
+    try:
+        _wait_for_file(hold, procs)  # rank 1 has finished step 5 and waits (its peer is waiting for it)
+        os.kill(_rank_pid(procs[1].tag, 1), signal.SIGKILL)  # type: ignore[attr-defined]
+        results = wait_all(procs, 120)
+    finally:
+        for p in procs:
+            kill_tree(p.tag)  # type: ignore[attr-defined]
+    node0_err, node1_err = results[0][1], results[1][1]
+    assert [p.returncode for p in procs] == [138, 137], results
+    lost = [line for line in node0_err.splitlines() if "error: [rank 0] lost a peer" in line]
+    assert len(lost) == 1, node0_err
+    assert re.search(
+        r"lost a peer during all_reduce after step 5 \(.*(reset|closed) by peer.*\[127\.0\.0\.1\]:\d+.*\): "
+        r"a collective failed because another rank stopped; exit 138 so the job restarts$",
+        lost[0],
+    ), lost[0]
+    assert "Traceback" not in node0_err, node0_err
+    assert "ddpctl-trainer.launch: workers failed; exit 138" in node0_err, node0_err
+    assert "ddpctl-trainer.launch: workers failed; exit 137" in node1_err, node1_err
+    assert ckpt_loadable(tmp_path / "ckpt" / "ckpt-00000003.pt")  # what the restarted group resumes from
+
+
 SINGLE = [*COMMON, "--save-every", "2", "--no-eval"]
 
 
@@ -358,5 +413,5 @@ def test_collective_timeout_ends_a_wait_for_a_hung_rank(tmp_path: Path) -> None:
     env = {"DDP_TRAINER_HOLD_AT_STEP": "3", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(tmp_path / "h")}
     run = launch(tmp_path, args, nproc=2, env=env, timeout=120)
     assert run.code != 0, run.explain()
-    assert "[rank 0] a collective failed, most likely another rank died" in run.err, run.explain()
+    assert "[rank 0] lost a peer during" in run.err and "Timed out waiting 5000ms" in run.err, run.explain()
     assert not run.events("done")

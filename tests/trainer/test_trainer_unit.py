@@ -401,6 +401,9 @@ def test_sigterm_is_deferred_only_inside_the_training_loop(
         ([1], 1),  # a runtime failure
         ([143, 143], 143),  # preempted: every worker checkpointed and stopped
         ([-9, 1], 137),  # the first to fail was SIGKILLed (node loss), its peer then failed
+        ([138, 138], 138),  # another node died: this node's workers lost their peer (retried)
+        ([138, -15], 138),  # the first lost its peer; torchrun then stopped the node's other worker
+        ([138, 2], 2),  # a usage error still wins over a lost peer
         ([1, 2], 2),  # any usage error wins: retrying cannot help
         ([0], 1),  # torchrun reported a failure: never exit 0 for it
         ([], 1),
