@@ -2,8 +2,9 @@
 
 ``UsageError`` (exit 2) is bad input that every rank detects the same way before the process
 group exists, so all ranks stop together. ``TrainerFailure`` (exit 1) is a runtime failure.
-``PeerLost`` (exit 138) is a collective that failed because another rank went away once training
-had started: this rank is not the cause, and the job is worth restarting (see ``is_peer_lost``).
+``PeerLost`` (exit 138) is a collective that failed because another rank went away after the
+process group was set up: this rank is not the cause, and the job is worth restarting (see
+``is_peer_lost``).
 """
 
 from __future__ import annotations
@@ -121,13 +122,13 @@ def from_distributed_stack(exc: BaseException) -> bool:
     return _is_dist_error(exc) or (isinstance(exc, RuntimeError) and bool(_DIST_SOURCES.search(str(exc))))
 
 
-def is_peer_lost(exc: BaseException, training: bool) -> bool:
-    """Whether ``exc`` means that a peer went away, for an exception raised while ``training``
-    (the process group was set up and every rank had reached training). ``DistError``s and
-    RuntimeErrors from gloo/NCCL/c10d with a peer-failure text qualify; before training, a
-    rendezvous or ``init_process_group`` failure stays a plain failure (exit 1): a network that
-    never works must not be retried forever."""
-    if not training:
+def is_peer_lost(exc: BaseException, after_setup: bool) -> bool:
+    """Whether ``exc`` means that a peer went away, for an exception raised ``after_setup``: once
+    ``init_process_group`` has returned (the ranks did connect) and the trainer runs, whether it
+    builds the model, downloads data or trains. ``DistError``s and RuntimeErrors from
+    gloo/NCCL/c10d with a peer-failure text qualify. A rendezvous or ``init_process_group``
+    failure stays a plain failure (exit 1): a network that never works must not be retried forever."""
+    if not after_setup:
         return False
     if _is_dist_error(exc):
         return True
@@ -146,24 +147,30 @@ def failure_reason(exc: BaseException) -> str:
 def failed_collective(exc: BaseException) -> str:
     """Which collective ``exc`` came out of, from its traceback: the outermost
     ``torch.distributed`` API call (``all_reduce``, ``barrier``, ``broadcast_object_list``, ...),
-    DDP's gradient all-reduce (whose failure surfaces in backward or the next forward), an FSDP
-    collective, or just "a collective" when the traceback does not say."""
+    DDP's sync of the model when it is built, DDP's gradient all-reduce (whose failure surfaces in
+    backward or the next forward), an FSDP collective, or "a collective" when the traceback does
+    not say."""
     frames = traceback.extract_tb(exc.__traceback__)
     for frame in frames:
         if os.path.basename(frame.filename) == "distributed_c10d.py":
             return frame.name
-    paths = [frame.filename.replace(os.sep, "/") for frame in frames]
-    if any(p.endswith("nn/parallel/distributed.py") or "/torch/autograd/" in p for p in paths):
-        return "DDP's gradient all-reduce"
-    if any("/torch/distributed/fsdp/" in p for p in paths):
-        return "an FSDP collective"
+    for frame in frames:
+        path = frame.filename.replace(os.sep, "/")
+        if path.endswith("nn/parallel/distributed.py"):  # DDP checks and broadcasts the model when built
+            return "DDP's start-up sync of the model" if frame.name == "__init__" else "DDP's gradient all-reduce"
+        if "/torch/autograd/" in path:
+            return "DDP's gradient all-reduce"
+        if "/torch/distributed/fsdp/" in path:
+            return "an FSDP collective"
     return "a collective"
 
 
-def peer_lost(exc: BaseException, step: int) -> PeerLost:
-    """The one-line error for a peer lost after optimizer step ``step``. It keeps "a collective
-    failed", the phrase ``ddpctl``'s run supervisor looks for to tell such ranks from the cause."""
+def peer_lost(exc: BaseException, step: int | None) -> PeerLost:
+    """The one-line error for a peer lost after optimizer step ``step`` (None: before training).
+    It keeps "a collective failed", the phrase ``ddpctl``'s run supervisor looks for to tell such
+    ranks from the one that caused it."""
+    when = "before training started" if step is None else f"after step {step}"
     return PeerLost(
-        f"lost a peer during {failed_collective(exc)} after step {step} ({failure_reason(exc)}): "
+        f"lost a peer during {failed_collective(exc)} {when} ({failure_reason(exc)}): "
         f"a collective failed because another rank stopped; exit {EXIT_PEER_LOST} so the job restarts"
     )

@@ -602,7 +602,7 @@ class Trainer:
         except TrainerError:
             raise
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
-            if is_peer_lost(exc, training=True):  # loading a sharded checkpoint runs collectives
+            if is_peer_lost(exc, after_setup=True):  # loading a sharded checkpoint runs collectives
                 raise
             raise CheckpointError(
                 f"checkpoint {path} does not fit this run (--model {cfg.model}, --strategy {cfg.strategy}): "
@@ -663,7 +663,32 @@ class Trainer:
 
 
 def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backend: str) -> None:
-    """Build, resume and train; a setup failure on one rank stops all ranks with one message."""
+    """Build, resume and train; a setup failure on one rank stops all ranks with one message.
+
+    The process group exists when this is called (the network worked), so from here on a
+    collective that fails because a peer went away is reported as ``PeerLost`` (exit 138): this
+    also covers a peer preempted or killed while the others build the model or download data."""
+    trainer: Trainer | None = None
+    trained_from = False  # True once resume() has set the step training continues from
+    try:
+        trainer = _build(cfg, ctx, device, backend)
+        watch = watchdog.start(trainer.beacon, cfg.stall_timeout, ctx)
+        try:
+            trainer.resume()
+            trainer.beacon.step = trainer.step
+            trained_from = True
+            trainer.fit()
+        finally:
+            if watch is not None:
+                watch.stop()
+    except Exception as exc:
+        if is_peer_lost(exc, after_setup=d.group_active()):
+            raise peer_lost(exc, trainer.step if trainer is not None and trained_from else None) from exc
+        raise
+
+
+def _build(cfg: TrainConfig, ctx: DistContext, device: torch.device, backend: str) -> Trainer:
+    """The ``Trainer``, once every rank has built its own: a ``TrainerError`` on any rank stops all."""
     trainer: Trainer | None = None
     error: TrainerError | None = None
     try:
@@ -678,20 +703,7 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
     if error is not None:
         raise error
     assert trainer is not None
-    watch = watchdog.start(trainer.beacon, cfg.stall_timeout, ctx)
-    try:
-        trainer.resume()
-        trainer.beacon.step = trainer.step
-        trainer.fit()
-    except Exception as exc:
-        # Every rank has passed the all-reduce above: the group worked, so a collective failing
-        # from here on means a peer went away, not a network that never worked (exit 138).
-        if is_peer_lost(exc, training=True):
-            raise peer_lost(exc, trainer.step) from exc
-        raise
-    finally:
-        if watch is not None:
-            watch.stop()
+    return trainer
 
 
 __all__ = ["Trainer", "TrainerFailure", "run_trainer"]

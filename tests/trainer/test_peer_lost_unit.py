@@ -51,7 +51,7 @@ CUDA_OOM = (
 
 
 @pytest.mark.parametrize(
-    ("exc", "training", "lost"),
+    ("exc", "after_setup", "lost"),
     [
         pytest.param(RuntimeError(GLOO_RESET), True, True, id="gloo-reset-by-peer"),
         pytest.param(RuntimeError(GLOO_CLOSED), True, True, id="gloo-closed-by-peer"),
@@ -60,9 +60,9 @@ CUDA_OOM = (
         pytest.param(RuntimeError(NCCL_ABORTED), True, True, id="nccl-communicator-aborted"),
         pytest.param(dist.DistBackendError(NCCL_WATCHDOG), True, True, id="nccl-watchdog-timeout"),
         pytest.param(dist.DistNetworkError("failed to recv, got 0 bytes"), True, True, id="dist-network-error"),
-        pytest.param(dist.DistStoreError("Socket Timeout"), True, True, id="store-gone-during-training"),
+        pytest.param(dist.DistStoreError("Socket Timeout"), True, True, id="store-gone-after-setup"),
         # negatives
-        pytest.param(RuntimeError(GLOO_RESET), False, False, id="gloo-reset-before-training"),
+        pytest.param(RuntimeError(GLOO_RESET), False, False, id="gloo-reset-before-the-group-existed"),
         pytest.param(
             dist.DistStoreError("Timed out after 601 seconds waiting for clients. 1/2 clients joined."),
             False,
@@ -81,8 +81,8 @@ CUDA_OOM = (
         pytest.param(KeyboardInterrupt(), True, False, id="keyboard-interrupt"),
     ],
 )
-def test_is_peer_lost(exc: BaseException, training: bool, lost: bool) -> None:
-    assert is_peer_lost(exc, training) is lost
+def test_is_peer_lost(exc: BaseException, after_setup: bool, lost: bool) -> None:
+    assert is_peer_lost(exc, after_setup) is lost
 
 
 @pytest.mark.parametrize(
@@ -115,6 +115,7 @@ def _raised_in(filename: str, function: str) -> RuntimeError:
         ("/site-packages/torch/distributed/distributed_c10d.py", "all_reduce", "all_reduce"),
         ("/site-packages/torch/distributed/distributed_c10d.py", "barrier", "barrier"),
         ("/site-packages/torch/nn/parallel/distributed.py", "_pre_forward", "DDP's gradient all-reduce"),
+        ("/site-packages/torch/nn/parallel/distributed.py", "__init__", "DDP's start-up sync of the model"),
         ("/site-packages/torch/autograd/graph.py", "_engine_run_backward", "DDP's gradient all-reduce"),
         ("/site-packages/torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py", "all_gather", "an FSDP collective"),
         ("/work/train.py", "step", "a collective"),
@@ -132,6 +133,14 @@ def test_peer_lost_is_one_line_with_the_step_the_reason_and_exit_138() -> None:
     assert str(error) == (
         "lost a peer during all_reduce after step 7 (Read error [127.0.0.1]:12174: Connection reset by peer): "
         "a collective failed because another rank stopped; exit 138 so the job restarts"
+    )
+
+
+def test_a_peer_lost_while_setting_up_says_so_instead_of_a_step() -> None:
+    exc = _raised_in("/site-packages/torch/distributed/distributed_c10d.py", "all_reduce")
+    exc.args = (GLOO_CLOSED,)
+    assert str(peer_lost(exc, None)).startswith(
+        "lost a peer during all_reduce before training started (Connection closed by peer [127.0.0.1]:13226): "
     )
 
 

@@ -350,6 +350,29 @@ def test_a_rank_that_loses_its_peer_exits_138_and_names_it(tmp_path: Path) -> No
     assert ckpt_loadable(tmp_path / "ckpt" / "ckpt-00000003.pt")  # what the restarted group resumes from
 
 
+def test_a_peer_lost_before_training_started_is_retried_too(tmp_path: Path) -> None:
+    """Node 1's worker dies while it builds its model (a node lost while the job starts up, e.g.
+    during a long data download), when the process group already works: node 0 waits for it in
+    the setup all-reduce and exits 138 as well, not 1 (which a PyTorchJob would never retry)."""
+    root = str(Path(__file__).resolve().parents[2])
+    env = {"KILL_RANK": "1", "PYTHONPATH": root}
+    procs = _start_nodes(
+        tmp_path,
+        [*COMMON, "--model", "tests.trainer.fault_models:killed_while_built"],
+        env,
+        launcher="ddpctl_trainer.launch",
+    )
+    results = wait_all(procs, 120)
+    node0_err, node1_err = results[0][1], results[1][1]
+    assert [p.returncode for p in procs] == [138, 137], results
+    assert "[fault] rank 1 killed while building its model" in node1_err, node1_err
+    # rank 0 built its model and waits for rank 1 in DDP's constructor (it checks and broadcasts the model)
+    lost = "error: [rank 0] lost a peer during DDP's start-up sync of the model before training started ("
+    assert lost in node0_err, node0_err
+    assert "Traceback" not in node0_err, node0_err
+    assert not (tmp_path / "ckpt").exists() or not list((tmp_path / "ckpt").iterdir())
+
+
 SINGLE = [*COMMON, "--save-every", "2", "--no-eval"]
 
 
