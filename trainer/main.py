@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
 from types import FrameType
@@ -23,9 +24,10 @@ from .errors import (
     from_distributed_stack,
     print_error,
 )
-from .watchdog import stalling
+from .watchdog import EXIT_STALLED, stalling
 
 _armed = False  # True while a SIGTERM should interrupt the run
+_WATCHDOG_EXIT_WAIT_S = 60.0
 
 
 def _on_sigterm(signum: int, frame: FrameType | None) -> None:
@@ -66,6 +68,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGTERM, previous)
 
 
+def _leave_to_the_watchdog() -> int:
+    """This rank's watchdog is ending a stalled job: a collective that failed meanwhile failed
+    because a peer's watchdog ended that peer first, so it is no lost peer (exit 138) and no error
+    line of its own. The watchdog prints the job's summary and exits the process with
+    ``EXIT_STALLED``; wait for it (bounded, in case it cannot)."""
+    threading.Event().wait(_WATCHDOG_EXIT_WAIT_S)
+    return EXIT_STALLED
+
+
 def _run(argv: Sequence[str] | None, label: list[str]) -> int:
     rank_label = ""
     try:
@@ -92,6 +103,8 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         run_trainer(cfg, ctx, device, backend)
         return EXIT_OK
     except TrainerError as exc:
+        if stalling():
+            return _leave_to_the_watchdog()
         # A preemption stop is the same on every rank: one line per node is enough. A usage error is
         # printed by every rank that finds it: torchrun stops a node's other ranks as soon as one
         # exits, so the rank that would have printed it for the node may be gone before it could.
@@ -103,9 +116,10 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         print_error("interrupted", rank_label)
         return 130
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a rank's error is reported, never lost
-        if from_distributed_stack(exc):  # while setting up: a lost peer during training is a PeerLost
-            message = f"a collective failed while setting up, most likely another rank died: {failure_reason(exc)}"
-            print_error(message, rank_label)
+        if stalling():
+            return _leave_to_the_watchdog()
+        if from_distributed_stack(exc):  # not a lost peer (see run_trainer): e.g. the group never came up
+            print_error(f"a collective failed: {failure_reason(exc)}", rank_label)
             return EXIT_FAILURE
         traceback.print_exc()
         print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", rank_label)

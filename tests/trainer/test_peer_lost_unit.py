@@ -146,3 +146,40 @@ def test_a_peer_lost_while_setting_up_says_so_instead_of_a_step() -> None:
 
 def test_138_is_the_retryable_code_kubeflow_documents_and_not_a_usage_error() -> None:
     assert EXIT_PEER_LOST == 128 + signal.SIGUSR1 and EXIT_PEER_LOST != EXIT_USAGE
+
+
+@pytest.mark.parametrize(
+    ("stalling", "code", "line"),
+    [
+        pytest.param(
+            False,
+            138,
+            "ddpctl-trainer: error: lost a peer during a collective after step 7 "
+            "(Read error [127.0.0.1]:12174: Connection reset by peer): a collective failed because another rank "
+            "stopped; exit 138 so the job restarts",
+            id="peer-lost",
+        ),
+        # a peer's watchdog ended that peer first: this rank's watchdog exits it with 200, no line of its own
+        pytest.param(True, 200, None, id="while-the-watchdog-ends-a-stall"),
+    ],
+)
+def test_main_maps_a_lost_peer_to_138_with_one_line_and_no_traceback(
+    stalling: bool, code: int, line: str | None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ddpctl_trainer import main as trainer_main
+    from ddpctl_trainer import trainer, watchdog
+
+    def fails_as_a_peer_dies(*args: object) -> None:
+        if stalling:
+            watchdog._stalling.set()
+        raise peer_lost(RuntimeError(GLOO_RESET), 7)
+
+    monkeypatch.setattr(trainer, "run_trainer", fails_as_a_peer_dies)
+    monkeypatch.setattr(trainer_main, "_WATCHDOG_EXIT_WAIT_S", 0.0)
+    try:
+        assert trainer_main.main(["--model", "convnet", "--synthetic-samples", "8"]) == code
+    finally:
+        watchdog._stalling.clear()
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert [x for x in err.splitlines() if x.startswith("ddpctl-trainer: error:")] == ([line] if line else [])
