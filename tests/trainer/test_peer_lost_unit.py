@@ -144,8 +144,12 @@ def test_a_peer_lost_while_setting_up_says_so_instead_of_a_step() -> None:
     )
 
 
-def test_138_is_the_retryable_code_kubeflow_documents_and_not_a_usage_error() -> None:
+def test_138_is_the_retryable_code_kubeflow_documents_and_the_one_the_cli_reads() -> None:
+    from ddpctl import exit_codes  # the CLI's copy (it never imports the trainer), read by the failure rules
+
     assert EXIT_PEER_LOST == 128 + signal.SIGUSR1 and EXIT_PEER_LOST != EXIT_USAGE
+    assert EXIT_PEER_LOST == exit_codes.PEER_LOST and EXIT_PEER_LOST in exit_codes.KUBEFLOW_RETRYABLE
+    assert EXIT_PEER_LOST in exit_codes.CAUSED_BY_A_PEER
 
 
 @pytest.mark.parametrize(
