@@ -21,3 +21,16 @@ CAUSED_BY_A_PEER: tuple[int, ...] = (PEER_LOST, PREEMPTED)
 # What Kubeflow's training operator retries under restartPolicy ExitCode (kubeflow/common
 # pkg/util/train IsRetryableExitCode): SIGINT, SIGKILL, SIGUSR1 (its user-defined retryable) and SIGTERM.
 KUBEFLOW_RETRYABLE: tuple[int, ...] = (130, KILLED, PEER_LOST, PREEMPTED)
+
+_MEANINGS = {
+    USAGE: "usage error",
+    KILLED: "killed by SIGKILL",
+    PEER_LOST: "lost a peer",
+    PREEMPTED: "stopped by SIGTERM",
+    STALLED: "stalled",
+}
+
+
+def meaning(code: int) -> str | None:
+    """What a pod's exit code says when the ddpctl launcher ran it (None for codes it does not give)."""
+    return _MEANINGS.get(code)

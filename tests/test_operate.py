@@ -62,6 +62,23 @@ def test_status_of_a_failed_job_and_wait_on_it(cli, make_cluster):
     assert "    | ValueError: bad batch" in r.err
 
 
+def test_status_of_a_job_failed_by_its_usage_error_rule_says_so(cli, make_cluster):
+    """The pod failure policy fails the Job at the trainer's usage error (exit 2): status shows the
+    Job controller's reason and what the exit code means."""
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for pod in (p0, p1):
+        d.start_container(pod, NS)
+        d.terminate_container(pod, NS, exit_code=2)
+    message = f"Container trainer for pod {NS}/{p0} failed with exit code 2 matching FailJob rule at index 0"
+    d.finish("Job", NAME, NS, succeeded=False, reason="PodFailurePolicy", message=message)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert f"State:       Failed (PodFailurePolicy: {message})" in r.out, r.out
+    assert "Error (exit code 2: usage error)" in r.out, r.out
+
+
 def test_status_name_and_namespace_from_ddp_yaml(cli, make_cluster, tmp_path):
     c = make_cluster()
     (tmp_path / "ddp.yaml").write_text("name: mine\nnamespace: team\n")

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ddpctl import exit_codes
 from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, WaitTimeout
 from ddpctl.kube import errors as E
@@ -310,7 +311,10 @@ def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
                 text += f": {E.one_line(waiting['message'])}"
             return text, False
         if term and term.get("exitCode", 0) != 0:
-            text = f"{term.get('reason') or 'Error'} (exit code {term.get('exitCode')})"
+            code, reason = term.get("exitCode"), term.get("reason") or "Error"
+            # the kubelet's own reason (OOMKilled, ...) says more than the code; else what the launcher meant
+            said = exit_codes.meaning(code) if reason == "Error" and isinstance(code, int) else None
+            text = f"{reason} (exit code {code}{': ' + said if said else ''})"
             if term.get("message"):
                 text += f": {E.one_line(term['message'])[:300]}"
             return text, True
