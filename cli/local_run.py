@@ -9,9 +9,9 @@ The env comes from `ddpctl.run_env`, the supervision from `ddpctl.supervise`, th
 output from `ddpctl.console`. Agents run in their own sessions (see `ddpctl.procs`); their output
 is streamed line by line with a `[rank R]` prefix (torchrun tees each worker's output with a
 marker we replace) or `[node N]` for the agent's own lines; a status line tells the job's state;
-the first failing node stops the job, and the target's restart rules (`ddpctl.restarts`) either
-restart the whole group (the trainer resumes from its checkpoint) or end the run with that node's
-exit code.
+the first failing node stops the job, and the target's restart rules (`supervise.run_with_restarts`,
+shared with `run --docker`) either restart the whole group (the trainer resumes from its
+checkpoint) or end the run with that node's exit code.
 
 Nothing here imports torch: the agents do.
 """
@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import sys
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,17 +30,17 @@ from typing import TYPE_CHECKING, TextIO
 from ddpctl.console import Console, make_console, relative_path
 from ddpctl.engines.base import LAUNCHER_PYTHON, NODE_RANK_LAUNCHER
 from ddpctl.errors import UsageError, WaitTimeout
-from ddpctl.restarts import latest_step, restart_limit, retriable, what_happened
 from ddpctl.run_env import LOOPBACK, cluster_env, inherited_env, loopback_env, loopback_ifname
 from ddpctl.spec import JobSpec
 from ddpctl.supervise import (
     STOP_GRACE_S,
-    JobFailed,
     JobState,
+    NodeFailed,
     describe_failure,
     failure_code,
     finish_note,
     layout_phrase,
+    run_with_restarts,
     start_failure,
     supervise,
 )
@@ -157,10 +156,6 @@ def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str |
     return port, f"port {wanted} is in use here, using {port} instead"
 
 
-# What ddpctl_trainer.launch prints when its agent was sent SIGTERM (the node was preempted).
-PREEMPTED_AGENT = "ddpctl-trainer.launch: stopped by SIGTERM"
-
-
 def torchrun_argv(spec: JobSpec, log_dir: Path, index: int = 0) -> list[str] | None:
     """Node `index`'s agent argv: its pod's `torchrun ...` as `python -m torch.distributed.run` of
     this interpreter (no PATH needed), or the pod's `python3 -c <node-rank launcher> ...` with this
@@ -263,7 +258,6 @@ def run_local(
 
     console = make_console(out, err, color)
     spec = plan.spec
-    state = JobState(spec.name, len(plan.nodes), spec.world_size)
     for note in plan.notes:
         console.note(note)
     if plan.port_note:
@@ -296,42 +290,26 @@ def run_local(
     def stop(children: list[Child]) -> None:
         procs.stop_children([c for c in children if c.poll() is None], grace_s=STOP_GRACE_S)
 
-    limit = restart_limit(spec)
-    restarts = 0
-    deadline = time.monotonic() + timeout if timeout else None
-    while True:
-        preempted: set[int] = set()
+    logs = relative_path(plan.run_dir / "logs", plan.cwd)
 
-        def show(child: Child, text: str, state: JobState = state, preempted: set[int] = preempted) -> None:
-            if PREEMPTED_AGENT in text:  # the launcher of a node whose agent got SIGTERM
-                preempted.add(child.index)
+    def start_group(state: JobState, left: float | None) -> NodeFailed | None:
+        def show(child: Child, text: str) -> None:
             _show(console, state, child, text)
 
-        left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
         failed, timed_out = supervise(start, state, console, show=show, stop=stop, timeout=left)
-        logs = relative_path(plan.run_dir / "logs", plan.cwd)
         if timed_out:
             raise WaitTimeout(
                 f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})"
             )
         if failed is None:
-            break
+            return None
         code = failure_code(state, failed.returncode or 1)
-        node = min(preempted) if preempted else failed.index
-        if not retriable(code) or restarts >= limit:
-            raise JobFailed(
-                describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
-                + f" (exit code {code}; logs in {logs})",
-                code,
-            )
-        restarts += 1
-        step = latest_step(plan.checkpoint_dir)
-        console.note(
-            f"{what_happened(node, code, node in preempted)}; restarting all {len(plan.nodes)} nodes "
-            + (f"from step {step}" if step is not None else "from scratch (no checkpoint yet)")
-            + f" (restart {restarts} of {limit})"
-        )
-        state = JobState(spec.name, len(plan.nodes), spec.world_size)
+        summary = describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
+        return NodeFailed(failed.index, code, f"{summary} (exit code {code}; logs in {logs})")
+
+    state = run_with_restarts(
+        spec, console, start_group, nodes=len(plan.nodes), checkpoint_dir=plan.checkpoint_dir, timeout=timeout
+    )
     finish_note(console, state, plan.checkpoint_dir, plan.cwd, plan.run_dir / "logs")
     return 0
 

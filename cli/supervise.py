@@ -1,10 +1,11 @@
 """Supervising a job's children (torchrun agents, or `docker run` clients) and reading their output.
 
 `supervise` starts the children, streams their lines, stops the rest when the first one fails (as a
-Job with backoffLimit 0 would) or on --timeout, and leaves no process behind. `JobState` is what
-the output tells about the job (its phase, progress, torchrun's failure reports); `describe_failure`
-names the rank that failed first; `finish_note` is a successful run's last line. Nothing here
-imports torch.
+Job with backoffLimit 0 would) or on --timeout, and leaves no process behind. `run_with_restarts`
+starts the whole group again after a failed node, as the target's rules say (`ddpctl.restarts`),
+for `run --local` and `run --docker` alike. `JobState` is what the output tells about the job (its
+phase, progress, torchrun's failure reports, a preempted node); `describe_failure` names the rank
+that failed first; `finish_note` is a successful run's last line. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from ddpctl.console import Console, plural, relative_path
 from ddpctl.errors import RuntimeFailure, UsageError
+from ddpctl.restarts import latest_step, restart_limit, retriable, what_happened
 from ddpctl.stall import EXIT_STALLED, SUMMARY_TAG, stall_reason
 
 if TYPE_CHECKING:
@@ -46,6 +48,9 @@ _UNJOINED_THREAD = "terminate called without an active exception"
 # torchrun's banner when it sets OMP_NUM_THREADS=1 for its workers: printed by every agent.
 _TORCH_LOG_PREFIX = re.compile(r"^[DIWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\] ")
 _OMP_BANNER = ("*****************************************", "Setting OMP_NUM_THREADS environment variable")
+# What ddpctl_trainer.launch prints when its agent was sent SIGTERM (the node was preempted: a
+# kubelet, `docker stop` or a user's kill sent it to the agent, the container's PID 1).
+PREEMPTED_AGENT = "ddpctl-trainer.launch: stopped by SIGTERM"
 
 # How long the other nodes may go on reporting their own errors after the first node failed,
 # before they are stopped (as the Job controller would delete their pods).
@@ -99,6 +104,8 @@ class JobState:
     last_error: dict[int, str] = field(default_factory=dict)
     agent_errors: dict[int, str] = field(default_factory=dict)  # node -> the agent's own exception
     in_traceback: set[int] = field(default_factory=set)
+    preempted: set[int] = field(default_factory=set)  # nodes whose agent said it got SIGTERM
+    stopped: set[int] = field(default_factory=set)  # nodes the supervisor stopped (SIGTERM too, but not preempted)
     stall_lines: list[str] = field(default_factory=list)  # the trainer watchdog's summary (issue 13)
     _pending: dict[int, tuple[int, int]] = field(default_factory=dict)
     _pending_time: dict[int, str] = field(default_factory=dict)
@@ -135,6 +142,8 @@ class JobState:
         failure under "Root Cause") is read here and summarised by `describe_failure`: the block
         itself, and the agent's `failed (exitcode: N)` log line, stay in the node's log file.
         torchrun's OMP_NUM_THREADS banner is shown for the first node that prints it only."""
+        if PREEMPTED_AGENT in text:
+            self.preempted.add(node)
         if _BLOCK_EDGE.match(text):
             if node in self._in_report:
                 self._in_report.discard(node)
@@ -334,12 +343,12 @@ def supervise(
                 now = time.monotonic()
                 if stop_at is not None and now >= stop_at:
                     stop_at = None
-                    _announce_stop(children, console)
+                    _announce_stop(children, state, console)
                     stop(children)
                 if deadline is not None and now >= deadline and not timed_out:
                     timed_out = True
                     state.phase = "timed out"
-                    _announce_stop(children, console)
+                    _announce_stop(children, state, console)
                     stop(children)
                 state.nodes_running = sum(1 for c in children if c.poll() is None)
                 if not state.nodes_running and state.phase in ("starting", "training"):
@@ -363,12 +372,65 @@ def supervise(
     return failed, timed_out
 
 
-def _announce_stop(children: Sequence[Child], console: Console) -> None:
+@dataclass(frozen=True)
+class NodeFailed:
+    """How one start of the group ended when a node failed: that node, the exit code the job ends
+    with if it is not restarted, and the one-line error it ends with (the runner's own details in
+    it: logs, container, out of memory)."""
+
+    node: int
+    code: int
+    message: str
+
+
+def run_with_restarts(
+    spec: JobSpec,
+    console: Console,
+    start_group: Callable[[JobState, float | None], NodeFailed | None],
+    *,
+    nodes: int,
+    checkpoint_dir: Path | None,
+    timeout: float | None,
+) -> JobState:
+    """Run the whole group until it succeeds, as the target's controller would: after a failed
+    node, the group starts again from scratch (torchrun's static rendezvous cannot admit a lone
+    replacement) up to the target's limit, and the trainer resumes from its checkpoint; a usage
+    error (exit 2) ends the job at once (JobFailed), as does the last failure allowed.
+
+    `start_group(state, timeout)` is the runner's: start every node, supervise them to their end
+    (and leave nothing running), return None on success or the failed node; it raises WaitTimeout
+    at `timeout` (what is left of --timeout across all starts). Returns the successful start's
+    state (its clock started with the first start)."""
+    limit = restart_limit(spec)
+    deadline = time.monotonic() + timeout if timeout else None
+    first_started = time.monotonic()
+    restarts = 0
+    while True:
+        state = JobState(spec.name, nodes, spec.world_size, started=first_started)
+        left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
+        failed = start_group(state, left)
+        if failed is None:
+            return state
+        if not retriable(failed.code) or restarts >= limit:
+            raise JobFailed(failed.message, failed.code)
+        restarts += 1
+        preempted = state.preempted - state.stopped  # a node we stopped says "stopped by SIGTERM" too
+        node = min(preempted) if preempted else failed.node
+        step = latest_step(checkpoint_dir)
+        console.note(
+            f"{what_happened(node, failed.code, node in preempted)}; restarting all {plural(nodes, 'node')} "
+            + (f"from step {step}" if step is not None else "from scratch (no checkpoint yet)")
+            + f" (restart {restarts} of {limit})"
+        )
+
+
+def _announce_stop(children: Sequence[Child], state: JobState, console: Console) -> None:
     running = [c for c in children if c.poll() is None]
     if running:
         console.note(f"stopping {', '.join(c.label for c in running)}")
     for child in running:
         child.stopping = True
+        state.stopped.add(child.index)
 
 
 def _latest_checkpoint(directory: Path | None) -> Path | None:

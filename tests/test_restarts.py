@@ -1,0 +1,156 @@
+"""The restart loop `run --local` and `run --docker` share (`supervise.run_with_restarts`), driven
+by scripted starts of the group (no processes): what is restarted, how often, what the console
+says, and what ends the job. The real runs are in test_run_local.py and test_run_docker.py."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from ddpctl.console import make_console
+from ddpctl.spec import JobSpec
+from ddpctl.supervise import JobFailed, JobState, NodeFailed, run_with_restarts
+
+
+@dataclass(frozen=True)
+class Start:
+    """One scripted start of the group: how it ends, and what its output told (preempted nodes,
+    nodes the supervisor stopped itself)."""
+
+    failed: NodeFailed | None
+    preempted: frozenset[int] = frozenset()
+    stopped: frozenset[int] = frozenset()
+
+
+@dataclass
+class Script:
+    starts: Sequence[Start]
+    calls: list[JobState] = field(default_factory=list)
+
+    def __call__(self, state: JobState, timeout: float | None) -> NodeFailed | None:
+        start = self.starts[len(self.calls)]
+        self.calls.append(state)
+        state.preempted |= start.preempted
+        state.stopped |= start.stopped
+        return start.failed
+
+
+PREEMPTED = Start(NodeFailed(1, 143, "job w failed: node 1 was killed by SIGTERM"), preempted=frozenset({1}))
+KILLED = Start(NodeFailed(1, 137, "job w failed: node 1 was killed by SIGKILL"))
+USAGE = Start(NodeFailed(0, 2, "job w failed: rank 0 exited with code 2: unknown --model"))
+OK = Start(None)
+
+
+def _run(spec: JobSpec, script: Script, checkpoints: Path | None = None) -> str:
+    err = io.StringIO()
+    run_with_restarts(
+        spec, make_console(io.StringIO(), err, False), script, nodes=2, checkpoint_dir=checkpoints, timeout=None
+    )
+    return err.getvalue()
+
+
+def _notes(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("ddpctl: ")]
+
+
+@pytest.mark.parametrize(
+    ("starts", "notes"),
+    [
+        ([OK], []),
+        (
+            [PREEMPTED, OK],
+            [
+                "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from scratch (no checkpoint yet) "
+                "(restart 1 of 3)"
+            ],
+        ),
+        (
+            [KILLED, KILLED, OK],
+            [
+                "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
+                "(restart 1 of 3)",
+                "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
+                "(restart 2 of 3)",
+            ],
+        ),
+        (
+            # node 0 said "stopped by SIGTERM" because the supervisor stopped it: node 1's kill is the cause
+            [Start(NodeFailed(1, 137, "x"), preempted=frozenset({0}), stopped=frozenset({0})), OK],
+            [
+                "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
+                "(restart 1 of 3)"
+            ],
+        ),
+        (
+            # node 0's ranks stopped first (exit 143 after the agreed stop); node 1 is the preempted one
+            [Start(NodeFailed(0, 143, "x"), preempted=frozenset({1})), OK],
+            [
+                "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from scratch (no checkpoint yet) "
+                "(restart 1 of 3)"
+            ],
+        ),
+    ],
+)
+def test_a_failed_node_restarts_the_whole_group_until_it_succeeds(starts: list[Start], notes: list[str]) -> None:
+    script = Script(starts)
+    err = _run(JobSpec(name="w", backoff_limit=3), script)
+    assert len(script.calls) == len(starts)
+    assert _notes(err) == notes
+    assert len({id(state) for state in script.calls}) == len(starts)  # every start reads its own output
+
+
+@pytest.mark.parametrize(
+    ("spec", "starts", "code", "restarts"),
+    [
+        (JobSpec(name="w", backoff_limit=3), [USAGE], 2, 0),  # a usage error: never retried
+        (JobSpec(name="w", backoff_limit=3), [KILLED, USAGE], 2, 1),
+        (JobSpec(name="w", backoff_limit=0), [PREEMPTED], 143, 0),  # the default: no retries
+        (JobSpec(name="w", backoff_limit=1), [KILLED, KILLED], 137, 1),  # the limit spent
+        (JobSpec(name="w", target="trainjob", backoff_limit=3), [KILLED], 137, 0),  # left to its runtime
+    ],
+)
+def test_what_ends_the_job(spec: JobSpec, starts: list[Start], code: int, restarts: int) -> None:
+    script = Script(starts)
+    with pytest.raises(JobFailed) as failed:
+        _run(spec, script)
+    assert failed.value.exit_code == code
+    assert len(script.calls) == restarts + 1
+    assert str(failed.value) == starts[-1].failed.message  # type: ignore[union-attr]
+
+
+def test_the_restart_note_names_the_step_of_the_newest_checkpoint(tmp_path: Path) -> None:
+    for name in ("ckpt-00000003.pt", "ckpt-00000005.pt", ".ckpt-00000006.pt.tmp.7", "final.pt", "held"):
+        (tmp_path / name).write_bytes(b"")
+    err = _run(JobSpec(name="w", backoff_limit=3), Script([PREEMPTED, OK]), checkpoints=tmp_path)
+    assert _notes(err) == [
+        "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (restart 1 of 3)"
+    ]
+
+
+def test_the_clock_of_the_job_starts_with_its_first_start() -> None:
+    script = Script([KILLED, OK])
+    _run(JobSpec(name="w", backoff_limit=3), script)
+    assert script.calls[0].started == script.calls[1].started
+
+
+def test_the_timeout_left_is_handed_to_each_start() -> None:
+    seen: list[float | None] = []
+    outcomes = iter([KILLED.failed, None])
+
+    def start_group(state: JobState, timeout: float | None) -> NodeFailed | None:
+        seen.append(timeout)
+        return next(outcomes)
+
+    run_with_restarts(
+        JobSpec(name="w", backoff_limit=3),
+        make_console(io.StringIO(), io.StringIO(), False),
+        start_group,
+        nodes=2,
+        checkpoint_dir=None,
+        timeout=600,
+    )
+    assert len(seen) == 2 and all(t is not None and 1.0 <= t <= 600 for t in seen)
+    assert seen[1] <= seen[0]  # type: ignore[operator]
