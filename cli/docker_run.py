@@ -28,12 +28,13 @@ from ddpctl.run_env import cluster_env
 from ddpctl.spec import QUANTITY, JobSpec
 from ddpctl.supervise import (
     STOP_GRACE_S,
-    JobFailed,
     JobState,
+    NodeFailed,
     describe_failure,
     failure_code,
     finish_note,
     layout_phrase,
+    run_with_restarts,
     start_failure,
     supervise,
 )
@@ -42,6 +43,7 @@ RUN_LABEL = "ddpctl.io/run"
 JOB_LABEL = "ddpctl.io/job"
 LOCAL_CHECKPOINTS = "/checkpoints"
 _TRAINER_RANK = re.compile(r"^(?:ddpctl-trainer: error: )?\[rank (\d+)\] ")
+_TRAINER_ERROR = "ddpctl-trainer: error: "
 _UNITS = {
     "": 1,
     "k": 1000,
@@ -269,6 +271,8 @@ def plan_docker(
             argv += ["-v", f"{host}:{target}{':ro' if read_only else ''}"]
         for key, value in env.items():
             argv += ["-e", f"{key}={value}"]
+        # the pod's command: for the built-in trainer `python3 -m ddpctl_trainer.launch`, the
+        # container's PID 1, so a SIGTERM to the container (docker stop, the kubelet's) reaches it
         entry = spec.engine.entrypoint(spec, spec.nodes_layout[index].group)
         argv += ["--entrypoint", entry[0], spec.image, *entry[1:], *spec.trainer_args]
         containers.append(ContainerPlan(index, name, hostname, names, tuple(argv)))
@@ -279,13 +283,18 @@ def _docker(engine: str, *args: str, timeout: float = 120) -> subprocess.Complet
     return subprocess.run([engine, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
 
 
+def remove_containers(engine: str, run_id: str) -> None:
+    """Remove every container labelled with this run (a restart runs them again by the same names)."""
+    ids = _docker(engine, "ps", "-aq", "--filter", f"label={RUN_LABEL}={run_id}").stdout.split()
+    if ids:
+        _docker(engine, "rm", "-f", *ids)
+
+
 def cleanup(engine: str, run_id: str) -> list[str]:
     """Remove every container and network labelled with this run; returns what is left (should be
     nothing). Uses the label, so containers created by a half-finished start are found too."""
     flt = f"label={RUN_LABEL}={run_id}"
-    ids = _docker(engine, "ps", "-aq", "--filter", flt).stdout.split()
-    if ids:
-        _docker(engine, "rm", "-f", *ids)
+    remove_containers(engine, run_id)
     nets = _docker(engine, "network", "ls", "-q", "--filter", flt).stdout.split()
     if nets:
         _docker(engine, "network", "rm", *nets)
@@ -306,25 +315,23 @@ def _exit_state(engine: str, name: str) -> tuple[int | None, bool]:
 
 
 def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | None = None) -> int:
-    """Create the network, run every container, stream, wait, and always remove it all."""
+    """Create the network, run every container, stream, wait, and always remove it all. A failed
+    node restarts the whole group as the target's rules say (`supervise.run_with_restarts`, as
+    run --local): every container is removed and run again on the same network, with the same
+    volumes (so the trainer resumes from the same checkpoints)."""
     from ddpctl import procs
 
     spec, engine = plan.spec, plan.engine
     console = make_console(None, None, color)
-    state = JobState(spec.name, len(plan.containers), spec.world_size)
     console.note(
         f"running {spec.name} in {engine}: {layout_phrase(spec, 'container')} = world size {spec.world_size}, "
         f"{spec.resolved_backend}, rank 0 at {spec.rdzv_endpoint} on network {plan.network}"
     )
     labels = [f"--label={RUN_LABEL}={plan.run_id}", f"--label={JOB_LABEL}={spec.name}"]
     by_index = {c.index: c for c in plan.containers}
+    logs = relative_path(plan.run_dir / "logs", Path.cwd())
 
     def start() -> Iterator[procs.Child]:
-        made = _docker(engine, "network", "create", *labels, plan.network)
-        if made.returncode != 0:
-            raise RuntimeFailure(
-                f"{engine} network create {plan.network} failed: {' '.join(made.stderr.split())[:300]}"
-            )
         for c in plan.containers:  # rank 0's container first: its name must resolve when others look
             try:
                 yield procs.start_child(
@@ -343,40 +350,57 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
             _docker(engine, "stop", "-t", str(int(STOP_GRACE_S)), *names, timeout=STOP_GRACE_S + 60)
         procs.stop_children([c for c in children if c.poll() is None], grace_s=5)
 
-    def show(child: procs.Child, text: str) -> None:
-        match = _TRAINER_RANK.match(text)
-        if match:
-            rank = int(match.group(1))
-            rest = text if text.startswith("ddpctl-trainer:") else text[match.end() :]
-            state.on_rank_line(rank, rest)
-            console.rank_line(rank, rest, progress=state.is_progress(rank, rest))
-            return
-        if state.on_node_line(child.index, text):
-            console.node_line(child.index, text)
+    def start_group(state: JobState, left: float | None) -> NodeFailed | None:
+        def show(child: procs.Child, text: str) -> None:
+            match = _TRAINER_RANK.match(text)
+            if match:
+                rank = int(match.group(1))
+                rest = text if text.startswith("ddpctl-trainer:") else text[match.end() :]
+                state.on_rank_line(rank, rest)
+                console.rank_line(rank, rest, progress=state.is_progress(rank, rest))
+                return
+            if text.startswith(_TRAINER_ERROR):  # a usage error, printed without a rank (every rank finds it)
+                for rank in spec.nodes_layout[child.index].ranks:
+                    state.last_error.setdefault(rank, text)
+            if state.on_node_line(child.index, text):
+                console.node_line(child.index, text)
 
-    try:
-        failed, timed_out = supervise(start, state, console, show=show, stop=stop, timeout=timeout)
-        exit_states = {c.index: _exit_state(engine, c.name) for c in plan.containers}
-    finally:
-        left = cleanup(engine, plan.run_id)
-        if left:
-            console.note(f"could not remove {len(left)} objects labelled {RUN_LABEL}={plan.run_id}: {' '.join(left)}")
-    logs = relative_path(plan.run_dir / "logs", Path.cwd())
-    if timed_out:
-        raise WaitTimeout(
-            f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its containers "
-            f"(logs in {logs})"
-        )
-    if failed is not None:
+        try:
+            failed, timed_out = supervise(start, state, console, show=show, stop=stop, timeout=left)
+            exit_states = {c.index: _exit_state(engine, c.name) for c in plan.containers}
+        finally:
+            remove_containers(engine, plan.run_id)
+        if timed_out:
+            raise WaitTimeout(
+                f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its "
+                f"containers (logs in {logs})"
+            )
+        if failed is None:
+            return None
         code, oom = exit_states.get(failed.index, (None, False))
         code = failure_code(state, code if code is not None else (failed.returncode or 1))
-        if code == 125 and not state.ranks_spoke:
+        if code == 125 and not state.ranks_spoke:  # the engine could not run the container: no restart helps
             raise RuntimeFailure(
                 f"{engine} run of node {failed.index} failed: see {logs}/{by_index[failed.index].hostname}.log"
             )
         text = describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
         if oom:
             text += " (out of memory)"
-        raise JobFailed(f"{text} (container {by_index[failed.index].hostname}, exit code {code}; logs in {logs})", code)
+        container = by_index[failed.index].hostname
+        return NodeFailed(failed.index, code, f"{text} (container {container}, exit code {code}; logs in {logs})")
+
+    try:
+        made = _docker(engine, "network", "create", *labels, plan.network)
+        if made.returncode != 0:
+            raise RuntimeFailure(
+                f"{engine} network create {plan.network} failed: {' '.join(made.stderr.split())[:300]}"
+            )
+        state = run_with_restarts(
+            spec, console, start_group, nodes=len(plan.containers), checkpoint_dir=plan.checkpoint_dir, timeout=timeout
+        )
+    finally:
+        left = cleanup(engine, plan.run_id)
+        if left:
+            console.note(f"could not remove {len(left)} objects labelled {RUN_LABEL}={plan.run_id}: {' '.join(left)}")
     finish_note(console, state, plan.checkpoint_dir, Path.cwd(), plan.run_dir / "logs")
     return 0

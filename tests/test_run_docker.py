@@ -182,7 +182,10 @@ def test_docker_run_plan_wires_each_container_like_its_pod(
     assert "PET_NODE_RANK=1" in second and "PET_MASTER_ADDR=wired-0.wired" in second
     assert first[first.index("--shm-size") + 1] == str(1024**3)
     assert "--cap-drop" in first and "ddpctl.io/run=abc123" in first
-    assert first[first.index("--entrypoint") + 1] == "torchrun" and first[-2:] == ["-m", "ddpctl_trainer"]
+    # the trainer's torchrun runs as its launcher (exit codes that keep the reason), the container's PID 1
+    entry = first.index("--entrypoint")
+    assert first[entry + 1 : entry + 5] == ["python3", trainer_image, "-m", "ddpctl_trainer.launch"]
+    assert first[-2:] == ["-m", "ddpctl_trainer"]
     assert f"{tmp_path}/ddp-runs/wired/checkpoints:/checkpoints" in first
     assert _left_behind("wired") == []  # planning creates nothing in the engine
 
@@ -235,7 +238,7 @@ def test_killing_one_container_fails_the_job_and_names_its_ranks(
     trainer_image: str, tmp_path: Path, docker_job
 ) -> None:
     job, start = docker_job
-    proc = start("--image", trainer_image, *SMALL, "--epochs", "500", cwd=tmp_path)
+    proc = start("--image", trainer_image, "--backoff-limit", "0", *SMALL, "--epochs", "500", cwd=tmp_path)
     _wait_for_line(proc, r"^\[rank 0\] world size 4", JOB_TIMEOUT)
     victim = subprocess.run(
         ["docker", "ps", "-q", "--filter", f"label=ddpctl.io/job={job}", "--filter", "label=ddpctl.io/node=1"],
