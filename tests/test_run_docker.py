@@ -402,3 +402,149 @@ def test_docker_plan_of_a_layout_uses_each_groups_command_and_names(
     entry = second.index("--entrypoint")
     # the trainer's launcher adds the group's offset to the completion index itself (as in the pods)
     assert second[entry + 1 : entry + 6] == ["python3", spec.image, "-m", "ddpctl_trainer.launch", "-m"]
+
+
+# --------------------------------------------------------------------------------------------
+# Restarts: the target's rules, as run --local plays them (2 containers x 1 process, float64)
+# --------------------------------------------------------------------------------------------
+
+# 128 samples / global batch 16 = 8 steps per epoch, 2 epochs; a checkpoint every 3 steps. The
+# final weights are written to the checkpoints volume (/checkpoints), which the host sees.
+RESTART_LAYOUT = ["--nodes", "2", "--procs", "1", "--backoff-limit", "3"]
+RESTART_ARGS = [
+    "--",
+    "--synthetic-samples", "128", "--eval-samples", "32", "--global-batch-size", "16", "--epochs", "2",
+    "--save-every", "3", "--dtype", "float64", "--save-final", "/checkpoints/final.pt",
+]  # fmt: skip
+# The trainer's hold hook: rank 1 (node 1's only process) waits after step 5 for a SIGTERM, having
+# written this file on the checkpoints volume (once: a restarted group does not hold again).
+HOLD = [
+    "-e",
+    "DDP_TRAINER_HOLD_AT_STEP=5",
+    "-e",
+    "DDP_TRAINER_HOLD_RANK=1",
+    "-e",
+    "DDP_TRAINER_HOLD_FILE=/checkpoints/held",
+]
+# Run inside a container: SIGKILL the training process, PID 1's (the launcher's) child.
+KILL_WORKER = (
+    "import os, signal\n"
+    "for pid in filter(str.isdigit, os.listdir('/proc')):\n"
+    "    argv = open(f'/proc/{pid}/cmdline', 'rb').read().split(b'\\0')\n"
+    "    ppid = open(f'/proc/{pid}/stat').read().rsplit(')', 1)[1].split()[1]\n"
+    "    if ppid == '1' and b'ddpctl_trainer' in argv and b'ddpctl_trainer.launch' not in argv:\n"
+    "        os.kill(int(pid), signal.SIGKILL); print(pid)\n"
+)
+
+
+def _final_weights(run_dir: Path) -> dict:
+    import torch
+
+    return torch.load(run_dir / "checkpoints" / "final.pt", weights_only=True)["model"]
+
+
+def _assert_same_weights(ours: dict, theirs: dict) -> None:
+    import torch
+
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key  # bit-identical: same data order, same steps
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(trainer_image: str, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The final weights of the restart tests' job run without interruption (run once)."""
+    cwd = tmp_path_factory.mktemp("uninterrupted")
+    job = _job_name()
+    result = _ddpctl(
+        "run", "--docker", "--name", job, "--image", trainer_image, *RESTART_LAYOUT, *RESTART_ARGS, cwd=cwd
+    )
+    assert result.returncode == 0, result.stderr[-3000:] + result.stdout[-3000:]
+    assert "restarting" not in result.stderr
+    return _final_weights(cwd / "ddp-runs" / job)
+
+
+def _wait_for_hold(proc: subprocess.Popen[str], hold: Path) -> None:
+    """Wait until rank 1 finished step 5 and holds (the hook wrote `hold`), or ddpctl ended."""
+    deadline = time.monotonic() + JOB_TIMEOUT
+    while not hold.exists():
+        try:
+            proc.wait(timeout=0.2)  # waits on ddpctl: it must not end before the hold
+        except subprocess.TimeoutExpired:
+            assert time.monotonic() < deadline, f"rank 1 did not reach step 5 ({hold} not written)"
+            continue
+        pytest.fail(f"ddpctl ended before rank 1 held at step 5: {proc.communicate()[1][-3000:]}")
+
+
+def _container_of_node(job: str, node: int) -> str:
+    found = subprocess.run(
+        ["docker", "ps", "-q", "--filter", f"label=ddpctl.io/job={job}", "--filter", f"label=ddpctl.io/node={node}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert len(found) == 1, found
+    return found[0]
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_preempted_container_restarts_the_group_which_resumes_at_that_step(
+    trainer_image: str, uninterrupted: dict, tmp_path: Path, docker_job
+) -> None:
+    """SIGTERM to node 1's container after step 5 (the kubelet's signal to a preempted pod's PID 1,
+    which is the trainer's launcher): every rank stops after step 5 with a checkpoint, all
+    containers run again (backoffLimit 3) and the job ends with an uninterrupted run's weights."""
+    job, start = docker_job
+    proc = start("--image", trainer_image, *RESTART_LAYOUT, *HOLD, *RESTART_ARGS, cwd=tmp_path)
+    run_dir = tmp_path / "ddp-runs" / job
+    _wait_for_hold(proc, run_dir / "checkpoints" / "held")
+    victim = _container_of_node(job, 1)
+    pid1 = subprocess.run(["docker", "exec", victim, "cat", "/proc/1/cmdline"], capture_output=True, check=True)
+    assert pid1.stdout.split(b"\0")[:3] == [b"python3", b"-m", b"ddpctl_trainer.launch"], pid1.stdout
+    subprocess.run(["docker", "kill", "--signal", "TERM", victim], capture_output=True, check=True)
+    out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, err[-3000:]
+    assert "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (restart 1 of 3)" in err, err
+    assert "resumed from /checkpoints/ckpt-00000005.pt (epoch 1, step 5)" in out, out  # 0 steps lost
+    _assert_same_weights(_final_weights(run_dir), uninterrupted)
+    assert _left_behind(job) == []
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_killed_worker_restarts_the_group_which_resumes_from_its_last_checkpoint(
+    trainer_image: str, uninterrupted: dict, tmp_path: Path, docker_job
+) -> None:
+    """SIGKILL of node 1's training process after step 5 (as the OOM killer would): the group
+    restarts from the checkpoint of step 3, trains steps 4 and 5 again on the same data, and ends
+    with an uninterrupted run's weights."""
+    job, start = docker_job
+    proc = start("--image", trainer_image, *RESTART_LAYOUT, *HOLD, *RESTART_ARGS, cwd=tmp_path)
+    run_dir = tmp_path / "ddp-runs" / job
+    _wait_for_hold(proc, run_dir / "checkpoints" / "held")
+    killed = subprocess.run(
+        ["docker", "exec", _container_of_node(job, 1), "python3", "-c", KILL_WORKER], capture_output=True, text=True
+    )
+    assert killed.returncode == 0 and len(killed.stdout.split()) == 1, killed.stdout + killed.stderr
+    out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, err[-3000:]
+    assert re.search(r"ddpctl: node \d .*; restarting all 2 nodes from step 3 \(restart 1 of 3\)", err), err
+    assert "resumed from /checkpoints/ckpt-00000003.pt (epoch 1, step 3)" in out, out
+    _assert_same_weights(_final_weights(run_dir), uninterrupted)
+    assert _left_behind(job) == []
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_usage_error_in_a_container_is_not_retried(trainer_image: str, tmp_path: Path) -> None:
+    """A model factory that does not exist is found by every rank at run time (exit 2 from the
+    launcher, the container's exit code): restarting cannot help, whatever backoffLimit says."""
+    job = _job_name()
+    result = _ddpctl(
+        "run", "--docker", "--name", job, "--image", trainer_image, *RESTART_LAYOUT, "--", "--model", "nosuchmod:f",
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr[-3000:]
+    assert "restarting" not in result.stderr and "nosuchmod" in result.stderr, result.stderr
+    assert _left_behind(job) == []
