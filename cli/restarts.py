@@ -1,12 +1,8 @@
-"""What a failed node does to a local run, following the target's limits: the whole group restarts
-(torchrun's static rendezvous cannot admit a lone replacement) up to the target's limit, unless the
-failure is a usage error (exit 2: retrying cannot help), and the trainer resumes from its checkpoint.
-The rendered manifests do not yet fail a usage error at once (no podFailurePolicy / failurePolicy
-rules, and torchrun in the pod exits 1 for it): locally it is already never retried.
-
-The limits follow the rendered objects: `backoffLimit` on job (the Job's retries) and jobset
-(`failurePolicy.maxRestarts`); pytorchjob restarts only with `restartPolicy: OnFailure`; trainjob
-leaves it to its runtime, so nothing is retried here. Nothing here imports torch.
+"""What a failed node does to a local or Docker run (`supervise.run_with_restarts`), following the
+target's rules as its rendered objects apply them (the engine answers both questions): the whole
+group restarts (torchrun's static rendezvous cannot admit a lone replacement) up to the target's
+limit when the engine would retry the node's exit code (never a usage error, exit 2: retrying
+cannot help), and the trainer resumes from its checkpoint. Nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -28,9 +24,11 @@ def restart_limit(spec: JobSpec) -> int:
     return spec.engine.restart_limit(spec)
 
 
-def retriable(code: int) -> bool:
-    """Every failure but a usage error may succeed when run again (preemption, a lost node, ...)."""
-    return code not in (0, EXIT_USAGE)
+def retriable(spec: JobSpec, code: int) -> bool:
+    """Whether the target retries a node that ended with `code` (the engine's rule: on job and jobset
+    every failure but a usage error; Kubeflow's ExitCode policy only 130, 137, 138 and 143). A node
+    killed by signal N (-N from Popen) counts as 128 + N, as its pod's exit code would."""
+    return spec.engine.retriable(spec, 128 - code if code < 0 else code)
 
 
 def signal_of(code: int) -> str | None:

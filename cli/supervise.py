@@ -411,7 +411,7 @@ def run_with_restarts(
         failed = start_group(state, left)
         if failed is None:
             return state
-        if not retriable(failed.code) or restarts >= limit:
+        if not retriable(spec, failed.code) or restarts >= limit:
             raise JobFailed(failed.message, failed.code)
         restarts += 1
         preempted = state.preempted - state.stopped  # a node we stopped says "stopped by SIGTERM" too

@@ -41,6 +41,9 @@ class Script:
 PREEMPTED = Start(NodeFailed(1, 143, "job w failed: node 1 was killed by SIGTERM"), preempted=frozenset({1}))
 KILLED = Start(NodeFailed(1, 137, "job w failed: node 1 was killed by SIGKILL"))
 USAGE = Start(NodeFailed(0, 2, "job w failed: rank 0 exited with code 2: unknown --model"))
+CRASHED = Start(NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: x"))
+STALLED = Start(NodeFailed(0, 200, "job w stalled: rank 1 waits in all_reduce"))
+AGENT_KILLED = Start(NodeFailed(1, -9, "job w failed: node 1 (rank 1) was killed by SIGKILL"))
 OK = Start(None)
 
 
@@ -110,6 +113,11 @@ def test_a_failed_node_restarts_the_whole_group_until_it_succeeds(starts: list[S
         (JobSpec(name="w", backoff_limit=0), [PREEMPTED], 143, 0),  # the default: no retries
         (JobSpec(name="w", backoff_limit=1), [KILLED, KILLED], 137, 1),  # the limit spent
         (JobSpec(name="w", target="trainjob", backoff_limit=3), [KILLED], 137, 0),  # left to its runtime
+        # pytorchjob running the launcher: restartPolicy ExitCode, Kubeflow retries 130/137/138/143 only
+        (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [KILLED, CRASHED], 1, 1),
+        (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [PREEMPTED, STALLED], 200, 1),
+        (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [AGENT_KILLED, CRASHED], 1, 1),  # -9 is 137
+        (JobSpec(name="w", backoff_limit=3), [STALLED, CRASHED, AGENT_KILLED, KILLED], 137, 3),  # job: all count
     ],
 )
 def test_what_ends_the_job(spec: JobSpec, starts: list[Start], code: int, restarts: int) -> None:
@@ -117,7 +125,7 @@ def test_what_ends_the_job(spec: JobSpec, starts: list[Start], code: int, restar
     with pytest.raises(JobFailed) as failed:
         _run(spec, script)
     assert failed.value.exit_code == code
-    assert len(script.calls) == restarts + 1
+    assert len(script.calls) == restarts + 1 == len(starts)
     assert str(failed.value) == starts[-1].failed.message  # type: ignore[union-attr]
 
 
