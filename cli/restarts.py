@@ -12,6 +12,8 @@ import signal
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ddpctl import exit_codes
+
 if TYPE_CHECKING:
     from ddpctl.spec import JobSpec
 
@@ -43,10 +45,13 @@ def signal_of(code: int) -> str | None:
 
 
 def what_happened(node: int, code: int, preempted: bool) -> str:
-    """`node 1 was preempted (SIGTERM)`, `node 0 was killed (SIGKILL)`, `node 1 failed (exit code 1)`."""
+    """`node 1 was preempted (SIGTERM)`, `node 0 was killed (SIGKILL)`, `node 0 lost a peer (exit code
+    138)`, `node 1 failed (exit code 1)`."""
     sig = signal_of(code)
     if preempted or sig == "SIGTERM":
         return f"node {node} was preempted (SIGTERM)"
+    if code == exit_codes.PEER_LOST:  # the launcher's code, not SIGUSR1 (128 + 10)
+        return f"node {node} lost a peer (exit code {code})"
     if sig is not None:
         return f"node {node} was killed ({sig})"
     return f"node {node} failed (exit code {code})"

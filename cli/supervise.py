@@ -219,6 +219,32 @@ def failure_code(state: JobState, node_code: int) -> int:
     return EXIT_STALLED if stall_reason(state.stall_lines) is not None else node_code
 
 
+def _secondary(state: JobState, f: Failure) -> bool:
+    """A rank that stopped because of another's fate (a failed collective, or the agreed SIGTERM stop)."""
+    return f.rank in state.peer_failed_ranks or f.code in (-15, 143)
+
+
+def _root_cause(state: JobState) -> Failure | None:
+    """The rank failure that explains the others, from torchrun's reports: a rank killed by a
+    signal first, then torchrun's root cause, the earliest; None when no report names one."""
+    candidates = [f for f in state.failures if not _secondary(state, f)]
+    candidates.sort(key=lambda f: (f.code >= 0, not f.root_cause, f.time, f.rank if f.rank is not None else 0))
+    return candidates[0] if candidates else None
+
+
+def cause_of_failure(state: JobState, node: int, node_code: int) -> tuple[int, int, bool]:
+    """(node, exit code, preempted) of the node that made this start of the group fail, for the
+    restart note: a node whose agent got SIGTERM (not one the supervisor stopped itself), else the
+    rank torchrun's reports blame (not ranks that only lost a peer), else the first node to fail."""
+    preempted = state.preempted - state.stopped
+    if preempted:
+        return min(preempted), 128 + 15, True
+    cause = _root_cause(state)
+    if cause is not None:
+        return cause.node, cause.code, False
+    return node, node_code, False
+
+
 def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -> str:
     """One line naming the rank that failed first, with its error (not the ranks that stopped
     because of it): as torchrun's root cause, the earliest failure by time, across all nodes.
@@ -231,12 +257,9 @@ def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -
         return f"job {state.name} stalled: {stalled}"
 
     def secondary(f: Failure) -> bool:
-        return f.rank in state.peer_failed_ranks or f.code in (-15, 143)
+        return _secondary(state, f)
 
-    candidates = [f for f in state.failures if not secondary(f)]
-    # A rank killed by a signal explains its peers' failures; then the earliest root cause wins.
-    candidates.sort(key=lambda f: (f.code >= 0, not f.root_cause, f.time, f.rank if f.rank is not None else 0))
-    primary = candidates[0] if candidates else None
+    primary = _root_cause(state)
     if primary is None and not any(f.node == node for f in state.failures):
         first, last = ranks[0], ranks[-1]
         ranks_text = f"rank {first}" if first == last else f"ranks {first}-{last}"
@@ -414,11 +437,10 @@ def run_with_restarts(
         if not retriable(spec, failed.code) or restarts >= limit:
             raise JobFailed(failed.message, failed.code)
         restarts += 1
-        preempted = state.preempted - state.stopped  # a node we stopped says "stopped by SIGTERM" too
-        node = min(preempted) if preempted else failed.node
+        node, code, preempted = cause_of_failure(state, failed.node, failed.code)
         step = latest_step(checkpoint_dir)
         console.note(
-            f"{what_happened(node, failed.code, node in preempted)}; restarting all {plural(nodes, 'node')} "
+            f"{what_happened(node, code, preempted)}; restarting all {plural(nodes, 'node')} "
             + (f"from step {step}" if step is not None else "from scratch (no checkpoint yet)")
             + f" (restart {restarts} of {limit})"
         )

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from ddpctl.console import make_console
 from ddpctl.spec import JobSpec
-from ddpctl.supervise import JobFailed, JobState, NodeFailed, run_with_restarts
+from ddpctl.supervise import Failure, JobFailed, JobState, NodeFailed, run_with_restarts
 
 
 @dataclass(frozen=True)
@@ -23,6 +23,8 @@ class Start:
     failed: NodeFailed | None
     preempted: frozenset[int] = frozenset()
     stopped: frozenset[int] = frozenset()
+    reports: tuple[Failure, ...] = ()  # torchrun's failure reports
+    peer_failed_ranks: frozenset[int] = frozenset()  # ranks that said "a collective failed"
 
 
 @dataclass
@@ -35,6 +37,8 @@ class Script:
         self.calls.append(state)
         state.preempted |= start.preempted
         state.stopped |= start.stopped
+        state.failures.extend(start.reports)
+        state.peer_failed_ranks |= start.peer_failed_ranks
         return start.failed
 
 
@@ -85,6 +89,29 @@ def _notes(text: str) -> list[str]:
             [
                 "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
                 "(restart 1 of 3)"
+            ],
+        ),
+        (
+            # node 0 lost its peer first (138); torchrun's report on node 1 names the rank SIGKILL ended
+            [
+                Start(
+                    NodeFailed(0, 138, "x"),
+                    reports=(Failure(0, 0, 0, 138), Failure(1, 1, 0, -9)),
+                    peer_failed_ranks=frozenset({0}),
+                ),
+                OK,
+            ],
+            [
+                "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
+                "(restart 1 of 3)"
+            ],
+        ),
+        (
+            # a lost peer and nothing else known (the other node's report never came)
+            [Start(NodeFailed(0, 138, "x")), OK],
+            [
+                "ddpctl: node 0 lost a peer (exit code 138); restarting all 2 nodes from scratch (no checkpoint "
+                "yet) (restart 1 of 3)"
             ],
         ),
         (
