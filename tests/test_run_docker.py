@@ -529,7 +529,7 @@ def test_a_killed_worker_restarts_the_group_which_resumes_from_its_last_checkpoi
     assert killed.returncode == 0 and len(killed.stdout.split()) == 1, killed.stdout + killed.stderr
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode == 0, err[-3000:]
-    assert re.search(r"ddpctl: node \d .*; restarting all 2 nodes from step 3 \(restart 1 of 3\)", err), err
+    assert "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from step 3 (restart 1 of 3)" in err, err
     assert "resumed from /checkpoints/ckpt-00000003.pt (epoch 1, step 3)" in out, out
     _assert_same_weights(_final_weights(run_dir), uninterrupted)
     assert _left_behind(job) == []
