@@ -30,6 +30,7 @@ from ddpctl.supervise import (
     STOP_GRACE_S,
     JobState,
     NodeFailed,
+    attempt_log,
     describe_failure,
     failure_code,
     finish_note,
@@ -331,7 +332,7 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
     by_index = {c.index: c for c in plan.containers}
     logs = relative_path(plan.run_dir / "logs", Path.cwd())
 
-    def start() -> Iterator[procs.Child]:
+    def start(attempt: int) -> Iterator[procs.Child]:
         for c in plan.containers:  # rank 0's container first: its name must resolve when others look
             try:
                 yield procs.start_child(
@@ -339,7 +340,7 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
                     f"node {c.index} ({c.name})",
                     c.argv,
                     os.environ,
-                    log_path=plan.run_dir / "logs" / f"{c.hostname}.log",
+                    log_path=attempt_log(plan.run_dir / "logs" / f"{c.hostname}.log", attempt),
                 )
             except OSError as exc:
                 raise start_failure(c.argv, exc, user_command=False, what=f"node {c.index} ({engine} run)") from None
@@ -366,7 +367,9 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
                 console.node_line(child.index, text)
 
         try:
-            failed, timed_out = supervise(start, state, console, show=show, stop=stop, timeout=left)
+            failed, timed_out = supervise(
+                lambda: start(state.attempt), state, console, show=show, stop=stop, timeout=left
+            )
             exit_states = {c.index: _exit_state(engine, c.name) for c in plan.containers}
         finally:
             remove_containers(engine, plan.run_id)

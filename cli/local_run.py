@@ -36,6 +36,7 @@ from ddpctl.supervise import (
     STOP_GRACE_S,
     JobState,
     NodeFailed,
+    attempt_log,
     describe_failure,
     failure_code,
     finish_note,
@@ -271,7 +272,7 @@ def run_local(
     if plan.checkpoint_dir is not None:
         plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
 
-    def start() -> Iterator[Child]:
+    def start(attempt: int) -> Iterator[Child]:
         for node in plan.nodes:
             try:
                 yield procs.start_child(
@@ -280,7 +281,7 @@ def run_local(
                     node.argv,
                     node.env,
                     cwd=plan.cwd,
-                    log_path=plan.run_dir / "logs" / f"node-{node.index}.log",
+                    log_path=attempt_log(plan.run_dir / "logs" / f"node-{node.index}.log", attempt),
                 )
             except OSError as exc:
                 raise start_failure(
@@ -296,7 +297,7 @@ def run_local(
         def show(child: Child, text: str) -> None:
             _show(console, state, child, text)
 
-        failed, timed_out = supervise(start, state, console, show=show, stop=stop, timeout=left)
+        failed, timed_out = supervise(lambda: start(state.attempt), state, console, show=show, stop=stop, timeout=left)
         if timed_out:
             raise WaitTimeout(
                 f"job {spec.name} was still running after --timeout {timeout:g}s; stopped it (logs in {logs})"

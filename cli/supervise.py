@@ -93,6 +93,7 @@ class JobState:
     nodes: int
     world: int
     started: float = field(default_factory=time.monotonic)
+    attempt: int = 0  # 0 for the first start, N for the Nth restart of the whole group
     phase: str = "starting"
     nodes_running: int = 0
     ranks_spoke: bool = False  # some rank printed a line (a container that never started prints none)
@@ -429,7 +430,7 @@ def run_with_restarts(
     first_started = time.monotonic()
     restarts = 0
     while True:
-        state = JobState(spec.name, nodes, spec.world_size, started=first_started)
+        state = JobState(spec.name, nodes, spec.world_size, started=first_started, attempt=restarts)
         left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
         failed = start_group(state, left)
         if failed is None:
@@ -444,6 +445,12 @@ def run_with_restarts(
             + (f"from step {step}" if step is not None else "from scratch (no checkpoint yet)")
             + f" (restart {restarts} of {limit})"
         )
+
+
+def attempt_log(path: Path, attempt: int) -> Path:
+    """Where a node's output goes: `path` for the first start, `<stem>.restart-N<suffix>` for the
+    Nth restart of the group, so that the logs of the start that failed are kept."""
+    return path if attempt == 0 else path.with_name(f"{path.stem}.restart-{attempt}{path.suffix}")
 
 
 def _announce_stop(children: Sequence[Child], state: JobState, console: Console) -> None:

@@ -674,6 +674,9 @@ def test_a_killed_worker_restarts_the_group_which_resumes_from_the_last_save(
     assert re.search(r"ddpctl: node [01] .*; restarting all 2 nodes from step 3 \(restart 1 of 3\)", err), err
     assert "(epoch 1, step 3)" in out, out
     _assert_same_weights(tmp_path / "final.pt", uninterrupted)
+    logs = tmp_path / "ddp-runs" / "ddp-train" / "logs"
+    assert "workers failed; exit 137" in (logs / "node-1.log").read_text()  # the failed start's log is kept
+    assert (logs / "node-1.restart-1.log").is_file() and (logs / "node-0.restart-1.log").is_file()
 
 
 @pytest.mark.slow
