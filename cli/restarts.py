@@ -17,7 +17,6 @@ from ddpctl import exit_codes
 if TYPE_CHECKING:
     from ddpctl.spec import JobSpec
 
-EXIT_USAGE = 2
 _CHECKPOINT = re.compile(r"^ckpt-(\d{8,})(\.pt)?$")
 
 

@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
+from ddpctl.exit_codes import STALLED as EXIT_STALLED
+
 SUMMARY_TAG = "ddpctl-trainer: stalled:"
-EXIT_STALLED = 200
 _FIRST = "no rank made progress"
 _FRAME = re.compile(r"^at (?P<where>\S+:\d+ in [^\s:]+)")
 

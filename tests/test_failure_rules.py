@@ -229,10 +229,3 @@ def test_on_failure_restart_policy_renders_no_pod_failure_policy(target: str) ->
     """Kubernetes accepts podFailurePolicy only with restartPolicy Never."""
     text = str(_objects(target, restartPolicy="OnFailure"))
     assert "podFailurePolicy" not in text and "'restartPolicy': 'OnFailure'" in text
-
-
-def test_the_cli_exit_codes_are_the_trainers() -> None:
-    from ddpctl_trainer import errors
-
-    assert exit_codes.USAGE == errors.EXIT_USAGE
-    assert exit_codes.PREEMPTED == errors.EXIT_PREEMPTED

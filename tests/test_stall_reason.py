@@ -65,9 +65,12 @@ def test_the_cli_and_the_trainer_agree_on_the_tag_and_exit_code() -> None:
     assert (SUMMARY_TAG, EXIT_STALLED) == (watchdog.SUMMARY_TAG, watchdog.EXIT_STALLED)
 
 
-def test_the_cli_and_the_trainer_agree_on_the_usage_exit_code() -> None:
-    """`run --local` never retries a usage error: it must know the trainer's code for one."""
-    from ddpctl.restarts import EXIT_USAGE
+def test_the_cli_and_the_trainer_agree_on_the_exit_codes() -> None:
+    """The runners and the rendered failure rules read the launcher's codes (ddpctl.exit_codes):
+    they must be the trainer's."""
+    from ddpctl import exit_codes
     from ddpctl_trainer import errors
 
-    assert EXIT_USAGE == errors.EXIT_USAGE
+    assert exit_codes.USAGE == errors.EXIT_USAGE
+    assert exit_codes.PREEMPTED == errors.EXIT_PREEMPTED
+    assert exit_codes.PEER_LOST == errors.EXIT_PEER_LOST
