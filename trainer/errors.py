@@ -94,11 +94,13 @@ def print_error(message: str, rank_label: str = "") -> None:
 #   gloo  "[.../gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3000ms for recv operation to complete"
 #   NCCL  "NCCL communicator was aborted on rank N", "Watchdog caught collective operation timeout: ...",
 #         "... remote process exited or there was a network error ..." (ncclRemoteError)
-#   c10d  "connection reset by peer", "broken pipe", "Socket Timeout" (store and socket errors)
+#   c10d  "connection reset by peer", "broken pipe", "failed to recv, got 0 bytes" (store and socket errors)
+# A timeout is not among them: a peer that is slow or hung is not lost (a long data download, a
+# hang before the stall watchdog runs), and on the job target a lost peer's 138 is not counted,
+# so a timeout read as one could restart a job forever. Timeouts stay failures (exit 1).
 _PEER_SIGNATURES = re.compile(
-    r"connection reset by peer|connection closed by peer|broken pipe|timed out waiting \d+ ?ms"
-    r"|nccl communicator was aborted|watchdog caught collective operation timeout"
-    r"|remote process exited or there was a network error|ncclremoteerror|socket timeout",
+    r"connection reset by peer|connection closed by peer|broken pipe|got 0 bytes"
+    r"|nccl communicator was aborted|remote process exited or there was a network error|ncclremoteerror",
     re.IGNORECASE,
 )
 # ...and only when the text comes from the distributed stack: user code's RuntimeError that
@@ -126,12 +128,12 @@ def is_peer_lost(exc: BaseException, after_setup: bool) -> bool:
     """Whether ``exc`` means that a peer went away, for an exception raised ``after_setup``: once
     ``init_process_group`` has returned (the ranks did connect) and the trainer runs, whether it
     builds the model, downloads data or trains. ``DistError``s and RuntimeErrors from
-    gloo/NCCL/c10d with a peer-failure text qualify. A rendezvous or ``init_process_group``
+    gloo/NCCL/c10d with a peer-failure text (not a timeout) qualify. A rendezvous or ``init_process_group``
     failure stays a plain failure (exit 1): a network that never works must not be retried forever."""
     if not after_setup:
         return False
-    if _is_dist_error(exc):
-        return True
+    # A DistError too needs a peer's text: NCCL raises DistBackendError for this rank's own CUDA
+    # errors as well, and a failure of this rank must count.
     return from_distributed_stack(exc) and bool(_PEER_SIGNATURES.search(str(exc)))
 
 

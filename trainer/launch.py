@@ -22,7 +22,7 @@ import os
 import sys
 from collections.abc import MutableMapping, Sequence
 
-from .errors import EXIT_FAILURE, EXIT_USAGE
+from .errors import EXIT_FAILURE, EXIT_PEER_LOST, EXIT_PREEMPTED, EXIT_USAGE
 
 
 def _code(exitcode: int) -> int:
@@ -31,13 +31,19 @@ def _code(exitcode: int) -> int:
 
 
 def exit_code_for(codes_in_failure_order: Sequence[int]) -> int:
-    """The launcher's exit code from its failed workers' codes, the first to fail first."""
+    """The launcher's exit code from its failed workers' codes, the first to fail first: a usage
+    error wins; then this node's own cause (a crash, a kill, a stall) over the codes that say the
+    cause was elsewhere (143 stopped with a preempted peer, 138 lost a peer), because torchrun's
+    failure times are whole seconds and a worker that lost its peer on this node can be listed
+    before the worker whose death caused it. Failure rules do not count 138 and 143, so the pod of
+    a node that failed itself must not end with them."""
     codes = [_code(c) for c in codes_in_failure_order]
     if not codes:
         return EXIT_FAILURE
     if EXIT_USAGE in codes:
         return EXIT_USAGE
-    return codes[0] or EXIT_FAILURE
+    own = [c for c in codes if c not in (EXIT_PEER_LOST, EXIT_PREEMPTED)]
+    return (own or codes)[0] or EXIT_FAILURE
 
 
 NODE_RANK_OFFSET = "PET_NODE_RANK_OFFSET"

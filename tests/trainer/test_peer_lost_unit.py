@@ -55,12 +55,18 @@ CUDA_OOM = (
     [
         pytest.param(RuntimeError(GLOO_RESET), True, True, id="gloo-reset-by-peer"),
         pytest.param(RuntimeError(GLOO_CLOSED), True, True, id="gloo-closed-by-peer"),
-        pytest.param(RuntimeError(GLOO_TIMEOUT), True, True, id="gloo-collective-timeout"),
+        pytest.param(RuntimeError(GLOO_TIMEOUT), True, False, id="gloo-collective-timeout-is-not-a-lost-peer"),
         pytest.param(dist.DistBackendError(NCCL_REMOTE), True, True, id="nccl-remote-error"),
         pytest.param(RuntimeError(NCCL_ABORTED), True, True, id="nccl-communicator-aborted"),
-        pytest.param(dist.DistBackendError(NCCL_WATCHDOG), True, True, id="nccl-watchdog-timeout"),
+        pytest.param(dist.DistBackendError(NCCL_WATCHDOG), True, False, id="nccl-watchdog-timeout-is-not-a-lost-peer"),
+        pytest.param(
+            dist.DistBackendError("CUDA error: an illegal memory access was encountered"),
+            True,
+            False,
+            id="this-ranks-own-nccl-error",
+        ),
         pytest.param(dist.DistNetworkError("failed to recv, got 0 bytes"), True, True, id="dist-network-error"),
-        pytest.param(dist.DistStoreError("Socket Timeout"), True, True, id="store-gone-after-setup"),
+        pytest.param(dist.DistStoreError("Socket Timeout"), True, False, id="store-timeout-is-not-a-lost-peer"),
         # negatives
         pytest.param(RuntimeError(GLOO_RESET), False, False, id="gloo-reset-before-the-group-existed"),
         pytest.param(
