@@ -141,7 +141,7 @@ def pytorchjob_outcome(job: dict[str, Any], ends: list[PodEnd]) -> str:
     policies = {r["restartPolicy"] for r in job["spec"]["pytorchReplicaSpecs"].values()}
     assert policies == {"ExitCode"}, policies
     if all(kubeflow_retryable(e.exit_code) for e in ends):
-        return COUNTED_RESTART  # runPolicy.backoffLimit bounds ExitCode restarts too
+        return COUNTED_RESTART  # not counted by the operator (kubeflow/trainer#2045): --explain says so
     return FAILS
 
 
@@ -181,6 +181,16 @@ def test_jobset_fails_usage_errors_and_restarts_preemption_for_free_whichever_po
     (jobset,) = [o for o in _objects("jobset") if o["kind"] == "JobSet"]
     assert jobset["spec"]["failurePolicy"]["maxRestarts"] == JobSpec().backoff_limit > 0
     assert jobset_outcomes(jobset, SCENARIOS[scenario]) == {EXPECTED_JOB[scenario]}
+
+
+def test_a_jobset_that_drops_message_patterns_fails_a_usage_error_rather_than_restart_it_forever() -> None:
+    """JobSet before v0.10 has no onJobFailureMessagePatterns: the API server drops the field, and
+    then the first PodFailurePolicy rule takes every child failure. It must be the one that fails."""
+    (jobset,) = [o for o in _objects("jobset") if o["kind"] == "JobSet"]
+    for rule in jobset["spec"]["failurePolicy"]["rules"]:
+        rule.pop("onJobFailureMessagePatterns", None)
+    assert jobset_outcomes(jobset, SCENARIOS["usage error"]) == {FAILS}
+    assert jobset_outcomes(jobset, SCENARIOS["preempted"]) == {FAILS}  # safe: no free restarts at all
 
 
 EXPECTED_PYTORCHJOB = dict(EXPECTED_JOB, preempted=COUNTED_RESTART, crash=FAILS, stall=FAILS)

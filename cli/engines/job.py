@@ -69,8 +69,8 @@ class JobEngine(IndexedEngine):
         return (
             "a usage error (exit 2) fails the Job at once; a preempted or evicted pod (DisruptionTarget) and the "
             "peers that stopped with it (143) or lost it (138) are replaced without counting; any other failed pod "
-            f"counts against {limit}. A pod's failure fails its peers, so every pod is recreated and the whole "
-            "group resumes from the last checkpoint"
+            f"counts against {limit} (failed pods, not restarts: a stall fails every pod). A pod's failure fails "
+            "its peers, so every pod is recreated and the whole group resumes from the last checkpoint"
         )
 
     def workload_name(self, spec: JobSpec, group: NodeGroup) -> str:

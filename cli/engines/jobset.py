@@ -58,17 +58,33 @@ class JobSetEngine(IndexedEngine):
         child = self.pod_failure_policy(spec)
         if child is None:
             return policy
+        usage = [str(i) for i, rule in enumerate(child["rules"]) if _is_usage_rule(rule)]
         preempted = [str(i) for i, rule in enumerate(child["rules"]) if not _is_usage_rule(rule)]
-        rules: list[dict[str, Any]] = [
+
+        def at_index(indexes: list[str]) -> list[str]:
+            return [f"matching FailJob rule at index ({'|'.join(indexes)})$"]
+
+        # The usage-error rule comes first: a JobSet older than v0.10 drops onJobFailureMessagePatterns
+        # (it has no such field), and then the first rule takes every PodFailurePolicy failure. Failing
+        # a preempted JobSet is safe there; restarting a usage error for free would never end.
+        rules: list[dict[str, Any]] = []
+        if usage:
+            rules.append(
+                {
+                    "name": "UsageError",
+                    "action": "FailJobSet",
+                    "onJobFailureReasons": ["PodFailurePolicy"],
+                    "onJobFailureMessagePatterns": at_index(usage),
+                }
+            )
+        rules.append(
             {
                 "name": "Preempted",
                 "action": "RestartJobSetAndIgnoreMaxRestarts",
                 "onJobFailureReasons": ["PodFailurePolicy"],
-                "onJobFailureMessagePatterns": [f"matching FailJob rule at index ({'|'.join(preempted)})$"],
+                "onJobFailureMessagePatterns": at_index(preempted),
             }
-        ]
-        if spec.uses_launcher:  # the only other FailJob rule: a usage error
-            rules.append({"name": "UsageError", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]})
+        )
         policy["rules"] = rules
         return policy
 

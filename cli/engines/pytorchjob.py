@@ -17,7 +17,8 @@ Contract (Training Operator documentation and its env setup, in our words):
   or ExitCode: the pod gets restartPolicy Never and the operator recreates a failed pod when its
   exit code is retryable (130, 137, 143, and 138, which Kubeflow reserves for a user's
   "retryable" error), else fails the job (kubeflow/common pkg/util/train IsRetryableExitCode).
-  `runPolicy.backoffLimit` bounds the restarts.
+  `runPolicy.backoffLimit` bounds OnFailure restarts (container restart counts) but not ExitCode
+  ones, which recreate pods (kubeflow/trainer#2045): only activeDeadlineSeconds bounds those.
 
 Failures: with ddpctl's launcher in the pods (the ddpctl trainer) the default is ExitCode: a
 preempted node (143, after a checkpoint; its peers stop at the same step with 143), a killed one
@@ -71,7 +72,8 @@ class PyTorchJobEngine(Engine):
         """Every policy is the operator's to apply."""
 
     def restart_limit(self, spec: JobSpec) -> int:
-        """The operator restarts failed replicas under restartPolicy OnFailure and ExitCode."""
+        """The operator restarts failed replicas under restartPolicy OnFailure and ExitCode (the
+        latter without a limit but activeDeadlineSeconds: a local run stops at backoffLimit)."""
         return spec.backoff_limit if self.pod_restart_policy(spec) in ("OnFailure", "ExitCode") else 0
 
     def retriable(self, spec: JobSpec, code: int) -> bool:
@@ -83,10 +85,16 @@ class PyTorchJobEngine(Engine):
     def failure_handling(self, spec: JobSpec) -> str:
         policy, limit = self.pod_restart_policy(spec), f"runPolicy.backoffLimit {spec.backoff_limit}"
         if policy == "ExitCode":
+            bound = (
+                f"activeDeadlineSeconds {spec.active_deadline_seconds} bounds them"
+                if spec.active_deadline_seconds
+                else "set activeDeadlineSeconds (--deadline) to bound them"
+            )
             return (
                 "restartPolicy ExitCode: the operator recreates a pod that was preempted (143, checkpoint written), "
-                f"killed (137) or lost a peer (138), up to {limit}; a usage error (2), a crash (1) or a stall (200) "
-                "fails the job"
+                "killed (137) or lost a peer (138); a usage error (2), a crash (1) or a stall (200) fails the job. "
+                "The operator does not count these restarts against runPolicy.backoffLimit (kubeflow/trainer#2045): "
+                f"{bound} (run --local stops after backoffLimit {spec.backoff_limit})"
             )
         if policy == "OnFailure":
             return (

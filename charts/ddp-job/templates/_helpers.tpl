@@ -350,10 +350,11 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $preempted = "1|2" -}}
 {{- end -}}
 {{- $podFailurePolicy = dict "rules" $rules -}}
-{{- $jsRules := list (dict "name" "Preempted" "action" "RestartJobSetAndIgnoreMaxRestarts" "onJobFailureReasons" (list "PodFailurePolicy") "onJobFailureMessagePatterns" (list (printf "matching FailJob rule at index (%s)$" $preempted))) -}}
+{{- $jsRules := list -}}
 {{- if $usesLauncher -}}
-{{- $jsRules = append $jsRules (dict "name" "UsageError" "action" "FailJobSet" "onJobFailureReasons" (list "PodFailurePolicy")) -}}
+{{- $jsRules = append $jsRules (dict "name" "UsageError" "action" "FailJobSet" "onJobFailureReasons" (list "PodFailurePolicy") "onJobFailureMessagePatterns" (list "matching FailJob rule at index (0)$")) -}}
 {{- end -}}
+{{- $jsRules = append $jsRules (dict "name" "Preempted" "action" "RestartJobSetAndIgnoreMaxRestarts" "onJobFailureReasons" (list "PodFailurePolicy") "onJobFailureMessagePatterns" (list (printf "matching FailJob rule at index (%s)$" $preempted))) -}}
 {{- $_ := set $failurePolicy "rules" $jsRules -}}
 {{- end -}}
 {{- $view := dict
