@@ -9,6 +9,8 @@ A pod's exit code is all that Kubernetes failure rules see: the Job's `podFailur
 
 from __future__ import annotations
 
+TRAINER_LAUNCHER = "ddpctl_trainer.launch"  # `python3 -m ddpctl_trainer.launch`: what gives these codes
+
 USAGE = 2  # bad input, found by every rank: a restart cannot help
 PEER_LOST = 138  # a collective failed because another node went away (Kubeflow's "retryable" code)
 KILLED = 137  # SIGKILL: the OOM killer, or the grace period ran out

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from ddpctl.engines import TARGETS as TARGETS  # re-exported: the spec names the targets it accepts
 from ddpctl.engines import engine_for
 from ddpctl.engines.base import LAUNCHER_PYTHON
+from ddpctl.exit_codes import TRAINER_LAUNCHER
 from ddpctl.errors import SpecError
 
 if TYPE_CHECKING:
@@ -33,9 +34,6 @@ PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
 RESTART_POLICIES: tuple[str, ...] = ("Never", "OnFailure", "ExitCode")
 POD_SECURITY: tuple[str, ...] = ("restricted", "baseline")
 TRAINER_MODULE = "ddpctl_trainer"
-# torchrun with an exit code that keeps the reason (2 usage, 138 lost a peer, 143 preempted): what
-# the pods run when the image holds the ddpctl trainer, so that failure rules can read the code.
-TRAINER_LAUNCHER = "ddpctl_trainer.launch"
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_IMAGE = "ddpctl-trainer:latest"
 MAX_DNS_LABEL = 63

@@ -227,6 +227,7 @@ def test_restart_limit_is_the_engines_rule(changes: dict[str, Any], limit: int) 
         # job and jobset: every failure but a usage error
         ({"target": "job"}, {1: True, 2: False, 137: True, 138: True, 143: True, 200: True}),
         ({"target": "jobset"}, {1: True, 2: False, 138: True, 200: True}),
+        ({"target": "job", "restartPolicy": "OnFailure"}, {1: True, 2: True}),  # the kubelet restarts every code
         # pytorchjob ExitCode: what Kubeflow's operator retries (130, 137, 138, 143), nothing else
         ({"target": "pytorchjob"}, {1: False, 2: False, 130: True, 137: True, 138: True, 143: True, 200: False}),
         ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, {1: True, 2: True, 143: True}),

@@ -114,7 +114,10 @@ class Engine(ABC):
 
     def retriable(self, spec: JobSpec, code: int) -> bool:
         """Whether a node that exited `code` is restarted (with its group) under the rendered
-        rules: every failure but a usage error, which fails the job at once."""
+        rules: every failure but a usage error, which fails the job at once; under restartPolicy
+        OnFailure the kubelet restarts every failed container, usage errors too."""
+        if self.pod_restart_policy(spec) == "OnFailure":
+            return code != 0
         return code not in (0, exit_codes.USAGE)
 
     def pod_restart_policy(self, spec: JobSpec) -> str:

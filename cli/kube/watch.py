@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpctl import exit_codes
+from ddpctl.exit_codes import TRAINER_LAUNCHER
 from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, WaitTimeout
 from ddpctl.kube import errors as E
@@ -296,9 +297,16 @@ def main_status(kind: Kind, pod: dict[str, Any]) -> dict[str, Any]:
     return next((s for s in statuses if s.get("name") == want), statuses[0] if statuses else {})
 
 
+def _runs_launcher(pod: dict[str, Any]) -> bool:
+    """Whether a container of the pod runs ddpctl's launcher, whose exit codes have a meaning."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return any(TRAINER_LAUNCHER in (c.get("command") or []) for c in containers)
+
+
 def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
     """(what is wrong, whether it is final) for one pod, or None when nothing is."""
     st = pod.get("status") or {}
+    launched = _runs_launcher(pod)
     for cs in st.get("containerStatuses") or []:
         state = cs.get("state") or {}
         waiting, term = state.get("waiting"), state.get("terminated")
@@ -313,7 +321,7 @@ def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
         if term and term.get("exitCode", 0) != 0:
             code, reason = term.get("exitCode"), term.get("reason") or "Error"
             # the kubelet's own reason (OOMKilled, ...) says more than the code; else what the launcher meant
-            said = exit_codes.meaning(code) if reason == "Error" and isinstance(code, int) else None
+            said = exit_codes.meaning(code) if launched and reason == "Error" and isinstance(code, int) else None
             text = f"{reason} (exit code {code}{': ' + said if said else ''})"
             if term.get("message"):
                 text += f": {E.one_line(term['message'])[:300]}"
