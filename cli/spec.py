@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from ddpctl.engines import TARGETS as TARGETS  # re-exported: the spec names the targets it accepts
 from ddpctl.engines import engine_for
 from ddpctl.engines.base import LAUNCHER_PYTHON
-from ddpctl.exit_codes import TRAINER_LAUNCHER
 from ddpctl.errors import SpecError
+from ddpctl.exit_codes import TRAINER_LAUNCHER
 
 if TYPE_CHECKING:
     from ddpctl.engines import Engine

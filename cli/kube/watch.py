@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpctl import exit_codes
-from ddpctl.exit_codes import TRAINER_LAUNCHER
 from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, WaitTimeout
+from ddpctl.exit_codes import TRAINER_LAUNCHER
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster, iter_lines
 from ddpctl.kube.kinds import (
