@@ -27,7 +27,7 @@ from ddpctl.run_env import cluster_env, loopback_env
 from ddpctl.spec import JobSpec
 
 from tests.conftest import skip_unless
-from tests.procs_helpers import descendants
+from tests.procs_helpers import descendants, with_env
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_TIMEOUT = 240  # seconds; a hang fails the test instead of the CI run
@@ -195,7 +195,7 @@ def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(starte
     workers = _trainer_pids(proc.pid)
     tree = descendants(proc.pid)
     assert len(workers) == 4, [_cmdline(p) for p in tree]
-    os.kill(_rank_pid(workers, 3), signal.SIGKILL)
+    os.kill(with_env(workers, "RANK", "3"), signal.SIGKILL)
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode not in (0, None)
     error = [line for line in err.splitlines() if line.startswith("ddpctl: error:")]
@@ -212,14 +212,6 @@ def _wait_for_file(proc: subprocess.Popen[str], path: Path) -> None:
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, f"no rank reached the hold step ({path} not written)"
         time.sleep(0.05)
-
-
-def _rank_pid(pids: list[int], rank: int) -> int:
-    """The training process among `pids` whose environment says RANK=`rank`."""
-    for pid in pids:
-        if f"RANK={rank}".encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"):
-            return pid
-    raise AssertionError(f"no process of rank {rank} among {pids}")
 
 
 @pytest.mark.slow
@@ -621,16 +613,8 @@ RESTART_ARGS = [
 
 def _node_agent(root: int, node: int) -> int:
     """The torchrun agent (ddpctl_trainer.launch) of node `node` under ddpctl process `root`."""
-    for pid in descendants(root):
-        if "ddpctl_trainer.launch" not in _cmdline(pid):
-            continue
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"PET_NODE_RANK={node}".encode() in env:
-            return pid
-    raise AssertionError(f"no agent of node {node} among {[_cmdline(p) for p in descendants(root)]}")
+    agents = [pid for pid in descendants(root) if "ddpctl_trainer.launch" in _cmdline(pid)]
+    return with_env(agents, "PET_NODE_RANK", str(node))
 
 
 RESTART_LAYOUT = ["run", "--local", "--nodes", "2", "--procs", "1", "--backoff-limit", "3"]
@@ -668,7 +652,7 @@ def test_a_killed_worker_restarts_the_group_which_resumes_from_the_last_save(
     hook = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e", f"DDP_TRAINER_HOLD_FILE={hold}"]
     proc = started(*RESTART_LAYOUT, *hook, *RESTART_ARGS, cwd=tmp_path)
     _wait_for_file(proc, hold)
-    os.kill(_rank_pid(_trainer_pids(proc.pid), 1), signal.SIGKILL)
+    os.kill(with_env(_trainer_pids(proc.pid), "RANK", "1"), signal.SIGKILL)
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode == 0, err[-3000:]
     assert re.search(r"ddpctl: node [01] .*; restarting all 2 nodes from step 3 \(restart 1 of 3\)", err), err

@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.procs_helpers import with_env
+
 from .conftest import (
     PY,
     Run,
@@ -308,18 +310,6 @@ def test_sigkill_of_one_nodes_worker_then_group_restart_loses_only_steps_since_l
     assert_same_params(again.final(), baselines["ddp"].final(), atol=0.0)
 
 
-def _rank_pid(tag: str, rank: int) -> int:
-    """The training process started under ``tag`` whose environment says RANK=``rank``."""
-    for pid in tagged_pids(tag):
-        try:
-            env = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RANK={rank}".encode() in env:
-            return pid
-    raise AssertionError(f"no process of rank {rank} under tag {tag}")
-
-
 def test_a_rank_that_loses_its_peer_exits_138_and_names_it(tmp_path: Path) -> None:
     """Node loss seen from the survivor: node 1's worker is SIGKILLed (as the OOM killer or a dead
     node would end it) while rank 0 waits for it in the stop-flag all-reduce after step 5. Rank 0
@@ -330,7 +320,7 @@ def test_a_rank_that_loses_its_peer_exits_138_and_names_it(tmp_path: Path) -> No
     procs = _start_nodes(tmp_path, [*COMMON, "--strategy", "ddp"], env, launcher="ddpctl_trainer.launch")
     try:
         _wait_for_file(hold, procs)  # rank 1 has finished step 5 and waits (its peer is waiting for it)
-        os.kill(_rank_pid(procs[1].tag, 1), signal.SIGKILL)  # type: ignore[attr-defined]
+        os.kill(with_env(tagged_pids(procs[1].tag), "RANK", "1"), signal.SIGKILL)  # type: ignore[attr-defined]
         results = wait_all(procs, 120)
     finally:
         for p in procs:
