@@ -3,10 +3,12 @@ only `ddpctl.procs.subtree` over one /proc scan)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from collections.abc import Iterable
 from pathlib import Path
 
-from ddpctl.procs import stat_map, subtree
+from ddpctl.procs import kill_if_same, stat_map, subtree
 
 
 def descendant_starts(pid: int) -> dict[int, int]:
@@ -32,3 +34,28 @@ def with_env(pids: Iterable[int], name: str, value: str) -> int:
         if wanted in env:
             return pid
     raise AssertionError(f"no process with {name}={value} among {pids}")
+
+
+def stop_like_a_user(proc: subprocess.Popen[str], *, pipes_read_elsewhere: bool = False) -> None:
+    """Stop a background `ddpctl` the way a user does (Ctrl-C: its own cleanup, never a SIGKILL that
+    would orphan its agents), then SIGKILL it and every process of its tree that is still there.
+    `pipes_read_elsewhere`: threads read its output, so wait instead of communicate."""
+    if proc.poll() is not None:
+        return
+    tree = descendant_starts(proc.pid)
+
+    def wait(timeout: float | None) -> None:
+        if pipes_read_elsewhere:
+            proc.wait(timeout=timeout)
+        else:
+            proc.communicate(timeout=timeout)
+
+    proc.send_signal(signal.SIGINT)
+    try:
+        wait(60)
+    except subprocess.TimeoutExpired:
+        tree.update(descendant_starts(proc.pid))
+        proc.kill()
+        wait(None)
+    for pid, started in tree.items():
+        kill_if_same(pid, started)

@@ -27,7 +27,7 @@ from ddpctl.run_env import cluster_env, loopback_env
 from ddpctl.spec import JobSpec
 
 from tests.conftest import skip_unless
-from tests.procs_helpers import descendants, with_env
+from tests.procs_helpers import descendants, stop_like_a_user, with_env
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_TIMEOUT = 240  # seconds; a hang fails the test instead of the CI run
@@ -72,25 +72,7 @@ def started():
 
     yield start
     for proc in procs:
-        _stop(proc)
-
-
-def _stop(proc: subprocess.Popen[str]) -> None:
-    from ddpctl.procs import kill_if_same
-
-    from tests.procs_helpers import descendant_starts
-
-    if proc.poll() is None:
-        tree = descendant_starts(proc.pid)
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.communicate(timeout=60)
-        except subprocess.TimeoutExpired:
-            tree.update(descendant_starts(proc.pid))
-            proc.kill()
-            proc.communicate()
-        for pid, start in tree.items():
-            kill_if_same(pid, start)
+        stop_like_a_user(proc)
 
 
 def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) -> list[str]:
@@ -109,7 +91,7 @@ def _wait_for_line(proc: subprocess.Popen[str], pattern: str, timeout: float) ->
         seen.append(line)
         if re.search(pattern, line):
             return seen
-    _stop(proc)  # Ctrl-C: ddpctl's own cleanup, never a SIGKILL that would orphan its agents
+    stop_like_a_user(proc)
     pytest.fail(f"no line matching {pattern!r} within {timeout}s; got:\n{''.join(seen)[-3000:]}")
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -107,23 +106,10 @@ def ddpctl() -> Iterator:
         return jobs[-1]
 
     yield start
-    from ddpctl.procs import kill_if_same
-
-    from tests.procs_helpers import descendant_starts
+    from tests.procs_helpers import stop_like_a_user
 
     for job in jobs:
-        proc = job.proc
-        if proc.poll() is None:
-            tree = descendant_starts(proc.pid)
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                tree.update(descendant_starts(proc.pid))
-                proc.kill()
-                proc.wait()
-            for pid, started in tree.items():
-                kill_if_same(pid, started)
+        stop_like_a_user(job.proc, pipes_read_elsewhere=True)
 
 
 _DUMP_LINE = re.compile(r"^\[rank \d+\] (Thread 0x|Current thread 0x|  File |$)")
