@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
-from collections.abc import Iterable
+import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ddpctl.procs import kill_if_same, stat_map, subtree
@@ -59,3 +60,16 @@ def stop_like_a_user(proc: subprocess.Popen[str], *, pipes_read_elsewhere: bool 
         wait(None)
     for pid, started in tree.items():
         kill_if_same(pid, started)
+
+
+def start_ddpctl(args: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    """`ddpctl ARGS` in the background, from this interpreter, with its output in pipes (stop it
+    with `stop_like_a_user`)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", *args],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )

@@ -27,7 +27,7 @@ from ddpctl.run_env import cluster_env, loopback_env
 from ddpctl.spec import JobSpec
 
 from tests.conftest import skip_unless
-from tests.procs_helpers import descendants, stop_like_a_user, with_env
+from tests.procs_helpers import descendants, start_ddpctl, stop_like_a_user, with_env
 
 REPO = Path(__file__).resolve().parents[1]
 JOB_TIMEOUT = 240  # seconds; a hang fails the test instead of the CI run
@@ -59,14 +59,7 @@ def started():
     procs: list[subprocess.Popen[str]] = []
 
     def start(*args: str, cwd: Path) -> subprocess.Popen[str]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ddpctl", *args],
-            cwd=cwd,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_ddpctl(args, cwd, _env())
         procs.append(proc)
         return proc
 

@@ -17,13 +17,14 @@ import json
 import os
 import re
 import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
 import pytest
+
+from tests.procs_helpers import start_ddpctl, stop_like_a_user
 
 REPO = Path(__file__).resolve().parents[1]
 MODELS = REPO / "tests" / "trainer" / "stall_models.py"
@@ -94,20 +95,11 @@ def ddpctl() -> Iterator:
     jobs: list[Job] = []
 
     def start(*args: str, cwd: Path) -> Job:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ddpctl", *args],
-            cwd=cwd,
-            env=_env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_ddpctl(args, cwd, _env())
         jobs.append(Job(proc))
         return jobs[-1]
 
     yield start
-    from tests.procs_helpers import stop_like_a_user
-
     for job in jobs:
         stop_like_a_user(job.proc, pipes_read_elsewhere=True)
 

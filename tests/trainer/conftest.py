@@ -148,6 +148,42 @@ def kill_tree(tag: str) -> list[int]:
     return killed
 
 
+def static_node_command(
+    node: int,
+    nnodes: int,
+    nproc: int,
+    port: str,
+    workdir: Path,
+    args: Sequence[str] = (),
+    launcher: str = "torch.distributed.run",
+) -> list[str]:
+    """Node ``node``'s torchrun agent (or ``ddpctl_trainer.launch``) of a job wired by hand with
+    the static rendezvous on loopback, as each pod's torchrun is on a cluster; the trainer writes
+    its checkpoints and metrics under ``workdir``."""
+    return [
+        PY,
+        "-m",
+        launcher,
+        "--nnodes",
+        str(nnodes),
+        "--node-rank",
+        str(node),
+        "--nproc-per-node",
+        str(nproc),
+        "--master-addr",
+        "127.0.0.1",
+        "--master-port",
+        port,
+        "-m",
+        "ddpctl_trainer",
+        "--checkpoint-dir",
+        str(workdir / "ckpt"),
+        "--metrics-file",
+        str(workdir / "metrics.jsonl"),
+        *args,
+    ]
+
+
 def start(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
     """Popen with pipes, a session of its own and a fresh ``DDP_TRAINER_TEST_TAG`` (``proc.tag``)."""
     tag = f"{_SESSION}{next(_tags)}."  # the dot: tag 1 must not prefix-match tag 10

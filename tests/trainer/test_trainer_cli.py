@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from .conftest import PROG_PREFIX, PY, clean_env, free_port, launch, start, wait_all
+from .conftest import PROG_PREFIX, PY, clean_env, free_port, launch, start, static_node_command, wait_all
 
 pytestmark = [pytest.mark.timeout(300)]
 
@@ -96,29 +96,7 @@ def test_two_nodes_of_two_processes(tmp_path: Path) -> None:
     for node in (0, 1):
         work = tmp_path / f"node{node}"
         work.mkdir()
-        cmd = [
-            PY,
-            "-m",
-            "torch.distributed.run",
-            "--nnodes",
-            "2",
-            "--nproc-per-node",
-            "2",
-            "--node-rank",
-            str(node),
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            port,
-            "-m",
-            "ddpctl_trainer",
-            "--checkpoint-dir",
-            str(work / "ckpt"),
-            "--metrics-file",
-            str(work / "metrics.jsonl"),
-            "--progress",
-            "lines",
-        ]
+        cmd = static_node_command(node, 2, 2, port, work, ["--progress", "lines"])
         procs.append(start(cmd, work, clean_env()))
     outs = wait_all(procs, timeout=240)
     assert [p.returncode for p in procs] == [0, 0], outs

@@ -24,6 +24,7 @@ from .conftest import (
     kill_tree,
     launch,
     start,
+    static_node_command,
     tagged_pids,
     wait_all,
 )
@@ -204,28 +205,7 @@ def _start_nodes(
     workdir.mkdir(parents=True, exist_ok=True)
     procs = []
     for node in range(nnodes):
-        cmd = [
-            PY,
-            "-m",
-            launcher,
-            "--nnodes",
-            str(nnodes),
-            "--node-rank",
-            str(node),
-            "--nproc-per-node",
-            "1",
-            "--master-addr",
-            "127.0.0.1",
-            "--master-port",
-            port,
-            "-m",
-            "ddpctl_trainer",
-            "--checkpoint-dir",
-            str(workdir / "ckpt"),
-            "--metrics-file",
-            str(workdir / "metrics.jsonl"),
-            *args,
-        ]
+        cmd = static_node_command(node, nnodes, 1, port, workdir, args, launcher)
         procs.append(start(cmd, workdir, clean_env(env)))
     return procs
 
