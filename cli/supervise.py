@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ddpctl import exit_codes
 from ddpctl.console import Console, plural, relative_path
 from ddpctl.errors import RuntimeFailure, UsageError
 from ddpctl.restarts import latest_step, restart_limit, retriable, what_happened
@@ -221,8 +222,9 @@ def failure_code(state: JobState, node_code: int) -> int:
 
 
 def _secondary(state: JobState, f: Failure) -> bool:
-    """A rank that stopped because of another's fate (a failed collective, or the agreed SIGTERM stop)."""
-    return f.rank in state.peer_failed_ranks or f.code in (-15, 143)
+    """A rank that stopped because of another's fate (a failed collective: the launcher's 138, or
+    the agreed SIGTERM stop: 143, -15 from Popen)."""
+    return f.rank in state.peer_failed_ranks or f.code in (-15, *exit_codes.CAUSED_BY_A_PEER)
 
 
 def _root_cause(state: JobState) -> Failure | None:
@@ -239,7 +241,7 @@ def cause_of_failure(state: JobState, node: int, node_code: int) -> tuple[int, i
     rank torchrun's reports blame (not ranks that only lost a peer), else the first node to fail."""
     preempted = state.preempted - state.stopped
     if preempted:
-        return min(preempted), 128 + 15, True
+        return min(preempted), exit_codes.PREEMPTED, True
     cause = _root_cause(state)
     if cause is not None:
         return cause.node, cause.code, False

@@ -199,3 +199,13 @@ def test_each_start_of_the_group_logs_to_its_own_file(attempt: int, name: str) -
     from ddpctl.supervise import attempt_log
 
     assert attempt_log(Path("logs") / "node-1.log", attempt) == Path("logs") / name
+
+
+def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
+    """Rank 0 exited 138 a second before rank 3 crashed (its peer's connection broke first): the
+    crash is the cause, whatever the times say."""
+    from ddpctl.supervise import cause_of_failure
+
+    state = JobState("job", 2, 4)
+    state.failures += [Failure(0, 0, 0, 138, time="10:00:01", root_cause=True), Failure(1, 3, 1, 1, time="10:00:02")]
+    assert cause_of_failure(state, 0, 138) == (1, 1, False)
