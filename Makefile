@@ -15,7 +15,7 @@ TORCH_SPEC      ?= torch==$(TORCH_VERSION) torchvision==$(TORCHVISION_VERSION)
 # A marker per torch choice: changing TORCH_SPEC or TORCH_INDEX_URL reinstalls torch, and then ddpctl.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s|%s' '$(TORCH_SPEC)' '$(TORCH_INDEX_URL)' | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast lint docker kubectl chart-contract bench clean
+.PHONY: run test test-fast lint docker kubectl chart-contract bench clean cluster cluster-build cluster-down
 
 $(TORCH_STAMP): scripts/torch-version.env
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
@@ -61,8 +61,20 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 
+## cluster-build: go build the test cluster's binaries (cluster/go) into a cache outside the clone
+cluster-build:
+	bash cluster/scripts/build.sh >/dev/null
+
+## cluster: start the test cluster (a real control plane, kwok GPU nodes, the engines' controllers)
+cluster: $(STAMP) cluster-build
+	$(PY) cluster/up.py up
+
+## cluster-down: stop it and remove its state
+cluster-down:
+	$(if $(wildcard $(PY)),$(PY),python3) cluster/up.py down
+
 ## test: everything the tests need, the gates, then the whole suite
-test: $(STAMP) docker kubectl lint
+test: $(STAMP) docker kubectl cluster-build lint
 	$(PY) -m pytest -q
 
 ## test-fast: no Docker set-up, no multi-process or container tests (`-m "not slow and not docker"`)
