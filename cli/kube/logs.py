@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ddpctl.errors import DdpctlError
+from ddpctl.errors import ClusterError, DdpctlError
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster, iter_lines
 from ddpctl.kube.kinds import POD, Kind, container_name, rank_of
@@ -70,6 +70,7 @@ def read_logs(
     timestamps: bool = False,
 ) -> None:
     """`ddpctl logs NAME`: each node's log in node order."""
+    unserved: list[str] = []
     for rank, pod in pods:
         name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
         container = _container(kind, pod)
@@ -86,9 +87,26 @@ def read_logs(
             if exc.code == 400:  # waiting to start / no previous instance: say so, go on
                 note(f"ddpctl: node {rank} (pod {name}): no logs: {exc.message.split(': ', 1)[-1]}")
                 continue
+            if exc.code in (500, 502, 503) and _kubelet_unreachable(exc.message):
+                unserved.append((rank, name, (pod.get("spec") or {}).get("nodeName") or "?"))
+                continue
             raise
         for line in (text or "").splitlines() if isinstance(text, str) else []:
             out.line(_prefix(rank, prefix) + line)
+
+    if unserved and len(unserved) == len(pods):  # one line for the whole job, not one per pod
+        raise ClusterError(
+            f"no logs: the kubelets of nodes {', '.join(sorted({n for _, _, n in unserved}))} served none; a "
+            "simulated node (kwok) keeps none, a real one may be unreachable from the API server "
+            "(`kubectl get nodes -o wide`)"
+        )
+    for rank, name, node in unserved:
+        note(f"ddpctl: node {rank} (pod {name}): no logs: the kubelet of node {node} did not serve them")
+
+
+def _kubelet_unreachable(message: str) -> bool:
+    """The API server's answer when it cannot reach the pod's kubelet (or the node has no address)."""
+    return any(text in message for text in ("no preferred addresses", "dial tcp", "connection refused", "kubelet"))
 
 
 RESUME_SECONDS = 1.0  # a stream that ended while its container still runs is followed again after this

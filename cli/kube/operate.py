@@ -262,6 +262,8 @@ def list_jobs(
             for item in items:
                 if (item.get("metadata") or {}).get("ownerReferences"):
                     continue  # a TrainJob's JobSet and such: listed through their owner
+                if kind.target and engine_for(kind.target).first_node_rank(item) > 0:
+                    continue  # a later node group's Job: the job is listed once, by its rank-0 group's object
                 item.setdefault("apiVersion", kind.api_version)
                 item.setdefault("kind", kind.kind)
                 found.append((kind, item))
@@ -295,8 +297,6 @@ def list_jobs(
         rows = []
         for kind, obj in found:
             md = obj["metadata"]
-            if kind.target and engine_for(kind.target).first_node_rank(obj) > 0:
-                continue  # a later node group's Job: the job's row is its rank-0 group's
             result = finished(kind, obj)[0] or _active_state(kind, obj)
             row = ([md.get("namespace", "")] if all_namespaces else []) + [
                 job_name_of(obj),

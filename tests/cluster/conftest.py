@@ -11,8 +11,9 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,29 @@ def kube(real_cluster: RealCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: P
     for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
         monkeypatch.delenv(key, raising=False)
     return real_cluster
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+    """Poll a condition on the cluster until it holds (controllers act asynchronously); fail with `what`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+# A pod template annotation our kwok pod-complete stage reads: pods run this long before they succeed.
+KEEP_RUNNING = "pod-complete.stage.kwok.x-k8s.io/delay=1h"
+
+
+def scheduled_pods(kube: RealCluster, ns: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+    """Wait until the controllers made `count` pods and the scheduler bound each to a node."""
+
+    def bound() -> list[dict[str, Any]] | None:
+        pods = [p for p in kube.pods(ns) if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+        return pods if len(pods) >= count else None
+
+    return list(wait_until(f"{count} scheduled pods in {ns}", bound, timeout))
