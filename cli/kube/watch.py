@@ -307,6 +307,19 @@ def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
     """(what is wrong, whether it is final) for one pod, or None when nothing is."""
     st = pod.get("status") or {}
     launched = _runs_launcher(pod)
+    disrupted = next(
+        (c for c in st.get("conditions") or [] if c.get("type") == "DisruptionTarget" and c.get("status") == "True"),
+        None,
+    )
+    if (
+        disrupted
+        and st.get("phase") in ("Failed", "Succeeded")
+        or disrupted
+        and pod["metadata"].get("deletionTimestamp")
+    ):
+        # a preemption, an eviction or a taint: the cause, not the SIGKILL/SIGTERM exit code it led to
+        text = f"DisruptionTarget: {disrupted.get('reason') or 'disrupted'}"
+        return text + (f": {E.one_line(disrupted['message'])[:300]}" if disrupted.get("message") else ""), True
     for cs in st.get("containerStatuses") or []:
         state = cs.get("state") or {}
         waiting, term = state.get("waiting"), state.get("terminated")
