@@ -183,6 +183,18 @@ def kwok_nodes(count: int = 8, prefix: str = "gpu-node") -> list[dict[str, Any]]
     return [kwok_node(f"{prefix}-{i}", block=i // 4, rack=(i // 2) % 2) for i in range(count)]
 
 
+def set_kwok_nodes(c: Cluster, count: int) -> None:
+    """Grow or shrink the simulated nodes to `count` and wait until kwok reports each Ready."""
+    have = json.loads(c.kubectl("get", "nodes", "-l", "type=kwok", "-o", "json"))["items"]
+    extra = [n["metadata"]["name"] for n in have if int(n["metadata"]["name"].rsplit("-", 1)[1]) >= count]
+    if extra:
+        c.kubectl("delete", "node", *extra, "--wait=false")
+    c.apply(kwok_nodes(count), "kwok nodes")
+    ready = "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{' '}{end}"
+    nodes = ("get", "nodes", "-l", "type=kwok", "-o", ready)
+    wait_for(f"{count} kwok nodes Ready", lambda: c.kubectl(*nodes).split() == ["True"] * count, 120)
+
+
 def kwok(c: Cluster) -> None:
     cfg = STATE / "kwok.yaml"
     cfg.write_text(yaml.safe_dump_all(kwok_stages()))
@@ -191,13 +203,7 @@ def kwok(c: Cluster) -> None:
         f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
         f"--server-address=127.0.0.1:{PORTS['kwok']}", "--cidr=10.244.0.0/16", "--node-ip=10.240.0.1", "--v=WARN",
     ])  # fmt: skip
-    c.apply(kwok_nodes(), "kwok nodes")
-
-    def nodes_ready() -> bool:
-        ready = "jsonpath={range .items[*]}{.status.conditions[?(@.type=='Ready')].status}{' '}{end}"
-        return c.kubectl("get", "nodes", "-l", "type=kwok", "-o", ready).split() == ["True"] * 8
-
-    wait_for("8 kwok nodes Ready", nodes_ready, 60, "kwok")
+    set_kwok_nodes(c, 8)
 
 
 # ------------------------------------------------------------------------------------------ JobSet

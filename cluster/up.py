@@ -3,6 +3,7 @@
     python cluster/up.py up      # build (cached) and start everything, idempotent; prints KUBECONFIG
     python cluster/up.py down    # stop everything, remove its state: no process or file left running
     python cluster/up.py status  # which components run
+    python cluster/up.py nodes N # N simulated GPU nodes (8 at start), e.g. 64 for a scale test
 
 Every component is a host process built from the Go modules in cluster/go (scripts/build.sh):
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (simulated GPU nodes whose pods
@@ -415,6 +416,10 @@ def main(argv: list[str]) -> int:
         down()
     elif cmd == "status":
         return status()
+    elif cmd == "nodes" and len(argv) == 3:
+        from components import set_kwok_nodes
+
+        set_kwok_nodes(Cluster(bin=STATE / "bin", kubeconfig=STATE / "kubeconfig"), int(argv[2]))
     else:
         print(__doc__, file=sys.stderr)
         return 2

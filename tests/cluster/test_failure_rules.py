@@ -143,9 +143,7 @@ def test_pytorchjob_usage_error_and_crash_are_permanent(cli, kube: RealCluster, 
 @pytest.mark.parametrize("code", ["143", "138"])
 def test_pytorchjob_retryable_codes_recreate_the_pod(cli, kube: RealCluster, namespace: str, code) -> None:
     victim = submit_and_fail(cli, kube, namespace, "pytorchjob", code)
-    wait_until(
-        "the pod recreated",
-        lambda: any(p["metadata"]["name"] == victim["metadata"]["name"] and p["metadata"]["uid"] != victim["metadata"]["uid"]
-                    for p in kube.pods(namespace)),
-    )  # fmt: skip
+    name, uid = victim["metadata"]["name"], victim["metadata"]["uid"]
+    again = lambda: any(p["metadata"]["name"] == name and p["metadata"]["uid"] != uid for p in kube.pods(namespace))
+    wait_until("the pod recreated", again)
     assert not conditions(pytorchjob(kube, namespace)).get("Failed")

@@ -48,8 +48,8 @@ def test_dry_run_server_refusal_names_the_servers_field(cli, kube: RealCluster, 
                       "expression": "Object{spec: Object.spec{backoffLimit: -1}}"}}]}},
         {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingAdmissionPolicyBinding",
          "metadata": {"name": policy},
-         "spec": {"policyName": policy,
-                  "matchResources": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}}}}},
+         "spec": {"policyName": policy, "matchResources": {"namespaceSelector": {"matchLabels": {
+             "kubernetes.io/metadata.name": namespace}}}}},
     ]}))  # fmt: skip
     try:
 
