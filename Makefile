@@ -91,6 +91,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_trainer.py
 	$(PY) bench/bench_first_step.py
 	$(PY) bench/bench_preemption.py
+	$(PY) bench/bench_submit.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
