@@ -70,7 +70,7 @@ def read_logs(
     timestamps: bool = False,
 ) -> None:
     """`ddpctl logs NAME`: each node's log in node order."""
-    unserved: list[str] = []
+    unserved: list[tuple[int | None, str, str]] = []
     for rank, pod in pods:
         name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
         container = _container(kind, pod)
@@ -100,8 +100,8 @@ def read_logs(
             "simulated node (kwok) keeps none, a real one may be unreachable from the API server "
             "(`kubectl get nodes -o wide`)"
         )
-    for rank, name, node in unserved:
-        note(f"ddpctl: node {rank} (pod {name}): no logs: the kubelet of node {node} did not serve them")
+    for node_rank, pod_name, node in unserved:
+        note(f"ddpctl: node {node_rank} (pod {pod_name}): no logs: the kubelet of node {node} did not serve them")
 
 
 def _kubelet_unreachable(message: str) -> bool:

@@ -311,12 +311,8 @@ def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
         (c for c in st.get("conditions") or [] if c.get("type") == "DisruptionTarget" and c.get("status") == "True"),
         None,
     )
-    if (
-        disrupted
-        and st.get("phase") in ("Failed", "Succeeded")
-        or disrupted
-        and pod["metadata"].get("deletionTimestamp")
-    ):
+    finished = st.get("phase") in ("Failed", "Succeeded") or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if disrupted and finished:
         # a preemption, an eviction or a taint: the cause, not the SIGKILL/SIGTERM exit code it led to
         text = f"DisruptionTarget: {disrupted.get('reason') or 'disrupted'}"
         return text + (f": {E.one_line(disrupted['message'])[:300]}" if disrupted.get("message") else ""), True
