@@ -2,6 +2,11 @@
 (summarised, with links, in the docstrings of cli/engines/*.py), independently of ddpctl's own
 derived values: this file reads only the rendered objects.
 
+The real controllers make the pods in tests/cluster/test_engines.py (marker `cluster`), which is
+the check that counts; this offline model stays for the fast suite (`make test-fast`, no Go), for
+layouts the cluster tests do not repeat (`2x8+1x4`, `1x1+3x2`) and for running the node-rank
+launcher on each simulated pod's env.
+
 `launch(objects)` returns, per pod the engine would create, its DNS name, the env the container
 would see (ours plus whatever the operator injects, with downward-API fields resolved) and the
 torchrun settings that env and the container's arguments give. The wiring tests then check world

@@ -1,14 +1,17 @@
-"""The rendered failure rules do what issue 11 asks, read the way each controller documents it reads
-them: a usage error fails the job at once, a preemption restarts it without using up its retries,
-and any other failure restarts the whole group, counted.
+"""The rendered failure rules, read the way each controller documents it reads them: a usage
+error fails the job at once, a preemption restarts it without using up its retries, and any other
+failure restarts the whole group, counted.
 
-There is no Kubernetes here, so each controller's documented decision is written out below, as a
-small function over the rendered object (not over our engine code), and the scenarios are played
-through it. Every pod of a scenario ends as the trainer's launcher ends it (exit codes in
-ddpctl.exit_codes): a preempted node's pod has the DisruptionTarget condition and exits 143, and its
-peers stop at the same step and exit 143 too; a node whose worker was killed exits 137 and its peers
-138 (lost a peer); a usage error is exit 2 on every node; a crash is exit 1 on one node, 138 on the
-others; a stall is 200 everywhere.
+The real controllers play single failed pods in tests/cluster/test_failure_rules.py. This file
+keeps what the test cluster cannot show: every order in which several pods of one group end (real
+ranks end together, kwok fails one pod at a time), a JobSet older than v0.10 (the cluster runs
+v0.12), and the parity of `run --local` retries with the rendered rules. Each controller's
+documented decision is written out below as a small function over the rendered object (not over
+our engine code), and the scenarios are played through it. Every pod of a scenario ends as the
+trainer's launcher ends it (exit codes in ddpctl.exit_codes): a preempted node's pod has the
+DisruptionTarget condition and exits 143, and its peers stop at the same step and exit 143 too; a
+node whose worker was killed exits 137 and its peers 138 (lost a peer); a usage error is exit 2 on
+every node; a crash is exit 1 on one node, 138 on the others; a stall is 200 everywhere.
 """
 
 from __future__ import annotations
