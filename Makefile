@@ -61,9 +61,11 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 
-## cluster-build: go build the test cluster's binaries (cluster/go) into a cache outside the clone
+## cluster-build: go build the test cluster's binaries (cluster/go) into a cache outside the clone;
+## without Go the cluster tests skip (and fail under CI=true)
 cluster-build:
-	bash cluster/scripts/build.sh >/dev/null
+	@if command -v go >/dev/null 2>&1 || [ "$$CI" = true ]; then bash cluster/scripts/build.sh >/dev/null; \
+	else echo "note: no Go here: the cluster tests (tests/cluster) will skip; install Go 1.26+ to run them"; fi
 
 ## cluster: start the test cluster (a real control plane, kwok GPU nodes, the engines' controllers)
 cluster: $(STAMP) cluster-build
