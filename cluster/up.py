@@ -307,37 +307,28 @@ def apiserver(c: Cluster) -> None:
     wait_for("kube-apiserver /readyz", lambda: https_answers(PORTS["apiserver"], "/readyz"), 60, "kube-apiserver")
 
 
+def kube_component(c: Cluster, name: str, port: int, flags: list[str]) -> None:
+    """kube-controller-manager or kube-scheduler: the admin kubeconfig, loopback, no leader election."""
+    start(name, [
+        c.exe(name), f"--kubeconfig={c.kubeconfig}",
+        f"--authentication-kubeconfig={c.kubeconfig}", f"--authorization-kubeconfig={c.kubeconfig}",
+        "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false", "--v=1", *flags,
+    ])  # fmt: skip
+    wait_for(f"{name} /healthz", lambda: https_answers(port, "/healthz", verify=False), 60, name)
+
+
 def controller_manager(c: Cluster) -> None:
     pki = STATE / "pki"
-    start("kube-controller-manager", [
-        c.exe("kube-controller-manager"), f"--kubeconfig={c.kubeconfig}",
-        f"--authentication-kubeconfig={c.kubeconfig}", f"--authorization-kubeconfig={c.kubeconfig}",
-        "--bind-address=127.0.0.1", f"--secure-port={PORTS['controller-manager']}", "--leader-elect=false",
+    kube_component(c, "kube-controller-manager", PORTS["controller-manager"], [
         f"--service-account-private-key-file={pki / 'sa.key'}", f"--root-ca-file={pki / 'ca.crt'}",
         f"--cluster-signing-cert-file={pki / 'ca.crt'}", f"--cluster-signing-key-file={pki / 'ca.key'}",
         "--use-service-account-credentials=false", "--controllers=*,-nodeipam,-cloud-node-lifecycle",
-        "--concurrent-job-syncs=10", "--node-monitor-grace-period=60s", "--v=1",
+        "--concurrent-job-syncs=10", "--node-monitor-grace-period=60s",
     ])  # fmt: skip
-    wait_for(
-        "kube-controller-manager /healthz",
-        lambda: https_answers(PORTS["controller-manager"], "/healthz", verify=False),
-        60,
-        "kube-controller-manager",
-    )
 
 
 def scheduler(c: Cluster) -> None:
-    start("kube-scheduler", [
-        c.exe("kube-scheduler"), f"--kubeconfig={c.kubeconfig}",
-        f"--authentication-kubeconfig={c.kubeconfig}", f"--authorization-kubeconfig={c.kubeconfig}",
-        "--bind-address=127.0.0.1", f"--secure-port={PORTS['scheduler']}", "--leader-elect=false", "--v=1",
-    ])  # fmt: skip
-    wait_for(
-        "kube-scheduler /healthz",
-        lambda: https_answers(PORTS["scheduler"], "/healthz", verify=False),
-        60,
-        "kube-scheduler",
-    )
+    kube_component(c, "kube-scheduler", PORTS["scheduler"], [])
 
 
 def default_namespace_ready(c: Cluster) -> bool:
