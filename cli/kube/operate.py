@@ -84,6 +84,9 @@ def status(
                 }
             )
         stalled = W.stalled_node(cluster, kind, [(r, p) for r, p in pods if W.pod_problem(kind, p)])
+        from ddpctl.kube.admission import admission
+
+        queued = admission(cluster, job)
         groups = W.counts(kind, pods)
         summary = {
             "name": name,
@@ -102,6 +105,7 @@ def status(
             ],
             "pods": rows,
             **({"stall": {"node": stalled[0], "summary": stalled[1]}} if stalled else {}),
+            **({"admission": queued.as_dict()} if queued else {}),
         }
         if output is Format.json:
             out(json.dumps(summary, indent=2))
@@ -122,6 +126,8 @@ def status(
             f"Nodes:       {summary['nodes']}  "
             + "; ".join(f"{r}: " + ", ".join(f"{v} {k}" for k, v in c.items()) for r, c in summary["replicas"].items())
         )
+        if queued:
+            out(f"Admission:   {queued.message}")
         out(f"Age:         {age(job['metadata'].get('creationTimestamp'))}")
         if stalled:
             out(f"Stalled:     node {stalled[0]} stalled: {stalled[1]}")

@@ -1,0 +1,86 @@
+"""Kueue's word on a queued job: admitted, or why it waits. Read from the job's Workload.
+
+Kueue makes one Workload per queued object, labelled `kueue.x-k8s.io/job-uid=<the object's uid>`;
+its conditions (QuotaReserved, Admitted, Evicted, Preempted, Finished) carry Kueue's reasons and
+messages, such as "couldn't assign flavors ... insufficient quota". A job whose LocalQueue does not
+exist gets no useful Workload, so that is checked by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpctl.kube import errors as E
+from ddpctl.kube.config import Cluster
+from ddpctl.kube.kinds import LOCALQUEUE, WORKLOAD
+
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+
+
+@dataclass(frozen=True)
+class Admission:
+    state: str  # admitted, waiting, evicted, finished, no queue, not installed
+    message: str  # one line for `status`
+    workload: str | None = None
+    conditions: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"state": self.state, "message": self.message, "workload": self.workload, "conditions": self.conditions}
+
+
+def _true(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
+    return next((c for c in conditions if c.get("type") == kind and c.get("status") == "True"), None)
+
+
+def _cluster_queue(cluster: Cluster, ns: str, queue: str) -> str | None:
+    try:
+        lq = cluster.get(LOCALQUEUE, queue, ns)
+    except E.ApiError as exc:
+        if exc.code == 404:
+            return None
+        raise
+    return str((lq.get("spec") or {}).get("clusterQueue") or "?")
+
+
+def admission(cluster: Cluster, job: dict[str, Any]) -> Admission | None:
+    """None for a job with no queue label; else what Kueue has decided about it."""
+    md = job.get("metadata") or {}
+    queue = (md.get("labels") or {}).get(QUEUE_LABEL)
+    if not queue:
+        return None
+    ns = md.get("namespace") or ""
+    try:
+        items = cluster.list(WORKLOAD, ns, f"{JOB_UID_LABEL}={md.get('uid')}").get("items") or []
+    except E.ApiError as exc:
+        if exc.not_served:
+            return Admission("not installed", f"queue {queue} named, but this cluster runs no Kueue (no Workload API)")
+        raise
+    cq = _cluster_queue(cluster, ns, queue)
+    if cq is None:
+        return Admission(
+            "waiting",
+            f'LocalQueue "{queue}" does not exist in namespace "{ns}": Kueue will not admit the job; create it or '
+            "resubmit with another --queue (`kubectl get localqueues -n " + ns + "`)",
+        )
+    if not items:
+        return Admission(
+            "waiting", f"no Workload yet for LocalQueue {queue} (ClusterQueue {cq}): Kueue has not seen it"
+        )
+    wl = items[0]
+    conds = list((wl.get("status") or {}).get("conditions") or [])
+    brief = [{k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None} for c in conds]
+    name = wl["metadata"]["name"]
+    if done := _true(conds, "Finished"):
+        return Admission("finished", f"finished ({done.get('reason') or 'done'})", name, brief)
+    for kind in ("Evicted", "Preempted"):
+        if c := _true(conds, kind):
+            text = f"{kind.lower()} by Kueue ({c.get('reason')}): {E.one_line(c.get('message') or '')}"
+            return Admission("evicted", text, name, brief)
+    if _true(conds, "Admitted"):
+        admitted_by = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or cq
+        return Admission("admitted", f"admitted by ClusterQueue {admitted_by}", name, brief)
+    pending = next((c for c in conds if c.get("type") == "QuotaReserved"), None)
+    why = E.one_line((pending or {}).get("message") or "not yet considered")
+    return Admission("waiting", f"waiting for admission in ClusterQueue {cq}: {why}", name, brief)

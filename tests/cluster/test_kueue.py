@@ -1,0 +1,76 @@
+"""A queued job under the real Kueue: suspended until admitted, and `status` says why it waits."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from tests.cluster.conftest import KEEP_RUNNING, RealCluster, scheduled_pods, wait_until
+
+pytestmark = pytest.mark.cluster
+
+
+def quota(name: str, flavor: str, gpus: int) -> dict:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
+            "flavors": [{"name": flavor, "resources": [
+                {"name": "cpu", "nominalQuota": 1000}, {"name": "memory", "nominalQuota": "10Ti"},
+                {"name": "nvidia.com/gpu", "nominalQuota": gpus}]}]}]},
+    }  # fmt: skip
+
+
+@pytest.fixture
+def team_queue(kube: RealCluster, namespace: str) -> Iterator[str]:
+    """A ClusterQueue with 8 GPUs of its own flavor, and LocalQueue `team` in the namespace."""
+    cq, flavor = f"cq-{namespace}", f"h100-{namespace}"
+    kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ResourceFlavor", "metadata": {"name": flavor}},
+        quota(cq, flavor, 8),
+        {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "LocalQueue",
+         "metadata": {"name": "team", "namespace": namespace}, "spec": {"clusterQueue": cq}},
+    ]}))  # fmt: skip
+    yield cq
+    kube.kubectl("delete", "-n", namespace, "localqueue", "team", "--wait=false", check=False)
+    kube.kubectl("delete", "clusterqueue", cq, "--wait=false", check=False)
+    kube.kubectl("delete", "resourceflavor", flavor, "--wait=false", check=False)
+
+
+def test_a_job_waits_for_quota_with_kueues_reason_then_runs(cli, kube: RealCluster, namespace, team_queue) -> None:
+    r = cli("submit", "-n", namespace, "--target", "job", "--nodes", "2", "--gpus", "8", "--queue", "team",
+            "--annotation", KEEP_RUNNING)  # fmt: skip
+    assert r.code == 0, r.err
+    job = kube.get("job", "ddp-train", "-n", namespace)
+    assert job["spec"]["suspend"] is True  # Kueue's webhook suspended it: no pod before admission
+    line = wait_until(
+        "Kueue's reason in status",
+        lambda: next((ln for ln in cli("status", "ddp-train", "-n", namespace).out.splitlines()
+                      if ln.startswith("Admission:") and "insufficient quota" in ln), None),
+    )  # fmt: skip
+    assert f"waiting for admission in ClusterQueue {team_queue}" in line and "nvidia.com/gpu" in line, line
+    assert kube.pods(namespace) == []
+    summary = json.loads(cli("status", "ddp-train", "-n", namespace, "-o", "json").out)
+    assert summary["admission"]["state"] == "waiting"
+    assert any(c["type"] == "QuotaReserved" for c in summary["admission"]["conditions"])
+
+    flavor = f"h100-{namespace}"
+    kube.kubectl(
+        "apply", "--server-side", "--force-conflicts", "-f", "-", input=json.dumps(quota(team_queue, flavor, 16))
+    )
+    scheduled_pods(kube, namespace, 2)
+    out = wait_until(
+        "admitted in status",
+        lambda: (o := cli("status", "ddp-train", "-n", namespace).out) and f"admitted by ClusterQueue {team_queue}" in o
+        and o,
+    )  # fmt: skip
+    assert "Admission:   admitted" in out
+
+
+def test_a_missing_local_queue_is_named(cli, kube: RealCluster, namespace: str) -> None:
+    r = cli("submit", "-n", namespace, "--target", "job", "--queue", "nowhere")
+    assert r.code == 0, r.err
+    out = cli("status", "ddp-train", "-n", namespace).out
+    assert f'Admission:   LocalQueue "nowhere" does not exist in namespace "{namespace}"' in out, out
