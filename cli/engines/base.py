@@ -58,6 +58,12 @@ class WorkloadKind:
     failure: tuple[str, ...]
 
 
+def _field(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
 def _int(text: Any) -> int | None:
     try:
         return int(text)
@@ -72,12 +78,18 @@ class Engine(ABC):
     title: ClassVar[str]  # for `render --explain`
     workload: ClassVar[WorkloadKind]
     container_name: ClassVar[str]  # the training container's name in the pod
+    kueue_framework: ClassVar[str]  # the name of Kueue's integration for this kind (integrations.frameworks)
+    suspend_field: ClassVar[tuple[str, ...]] = ("spec", "suspend")  # where Kueue suspends the object
     port_name: ClassVar[str] = "rendezvous"
     left_to_engine: ClassVar[tuple[str, ...]] = ()  # spec settings the engine's runtime decides
     supports_elastic: ClassVar[bool] = True
     builtin: ClassVar[bool] = False  # served by every cluster (no CRD to install)
     runtime: ClassVar[str | None] = None  # a cluster-scoped runtime object it needs as well
     replica_types: ClassVar[tuple[str, ...]] = ("node",)  # pod roles, rank 0's first (status lines)
+
+    def suspended(self, obj: dict[str, Any]) -> bool:
+        """Whether the applied object came back suspended (Kueue's webhook suspends what it queues)."""
+        return _field(obj, self.suspend_field) is True
 
     @property
     def template(self) -> str:

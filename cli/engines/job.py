@@ -46,6 +46,7 @@ class JobEngine(IndexedEngine):
     title = "Indexed Job + headless Service (no operator needed)"
     workload = WorkloadKind("Job", "batch", "v1", "jobs", "Kubernetes (batch/v1)", ("Complete",), ("Failed",))
     container_name = "trainer"
+    kueue_framework = "batch/job"
     builtin = True
     on_disruption = "Ignore"  # replaced without counting; only the pod with the cause counts
     peer_stop_codes = exit_codes.CAUSED_BY_A_PEER

@@ -47,6 +47,7 @@ class JobSetEngine(IndexedEngine):
     title = "JobSet (jobset.x-k8s.io)"
     workload = WorkloadKind("JobSet", "jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet", ("Completed",), ("Failed",))
     container_name = "trainer"
+    kueue_framework = "jobset.x-k8s.io/jobset"
     # FailJob, so that the JobSet's rules can tell a preemption from a usage error by the rule's
     # index; a lost peer (138) is left to the default (counted): see the module docstring.
     on_disruption = "FailJob"

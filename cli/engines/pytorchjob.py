@@ -61,6 +61,8 @@ class PyTorchJobEngine(Engine):
         ("Failed",),
     )
     container_name = "pytorch"
+    kueue_framework = "kubeflow.org/pytorchjob"
+    suspend_field = ("spec", "runPolicy", "suspend")
     port_name = "pytorchjob-port"
     replica_types = ("master", "worker")
 

@@ -36,6 +36,7 @@ class TrainJobEngine(Engine):
         "TrainJob", "trainer.kubeflow.org", "v1alpha1", "trainjobs", "Kubeflow Trainer v2", ("Complete",), ("Failed",)
     )
     container_name = "node"
+    kueue_framework = "trainer.kubeflow.org/trainjob"
     left_to_engine = ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
     supports_elastic = False
     runtime = "torch-distributed"  # the ClusterTrainingRuntime it names in spec.runtimeRef

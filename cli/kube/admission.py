@@ -84,3 +84,32 @@ def admission(cluster: Cluster, job: dict[str, Any]) -> Admission | None:
     pending = next((c for c in conds if c.get("type") == "QuotaReserved"), None)
     why = E.one_line((pending or {}).get("message") or "not yet considered")
     return Admission("waiting", f"waiting for admission in ClusterQueue {cq}: {why}", name, brief)
+
+
+def queue_warnings(cluster: Cluster, target: str, obj: dict[str, Any], queue: str) -> list[str]:
+    """What `submit` (also with --dry-run=server, which runs Kueue's webhooks) can tell from the
+    cluster about `--queue`: no Kueue, no such LocalQueue, or Kueue left the object unsuspended
+    (its integration for this kind is off)."""
+    from ddpctl.engines import engine_for
+
+    ns = (obj.get("metadata") or {}).get("namespace") or ""
+    try:
+        cq = _cluster_queue(cluster, ns, queue)
+    except E.ApiError as exc:
+        if exc.not_served:
+            return [f"--queue {queue}: this cluster runs no Kueue (no kueue.x-k8s.io API); the label does nothing"]
+        raise
+    notes = []
+    if cq is None:
+        notes.append(
+            f'--queue {queue}: LocalQueue "{queue}" does not exist in namespace "{ns}"; Kueue admits the job only '
+            "once it does (`kubectl get localqueues -n " + ns + "`)"
+        )
+    engine = engine_for(target)
+    if not engine.suspended(obj):
+        notes.append(
+            f"--queue {queue}: Kueue did not suspend the {engine.workload.kind}: its integration "
+            f"{engine.kueue_framework} looks off (integrations.frameworks in Kueue's configuration), so the job "
+            "runs without waiting for quota"
+        )
+    return notes

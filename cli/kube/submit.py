@@ -121,6 +121,12 @@ def run(
         applied = A.submit(
             cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say
         )
+        if spec.queue:
+            from ddpctl.kube.admission import queue_warnings
+
+            top = next(a.obj for a in applied if a.kind is BY_TARGET[spec.target])
+            for note in queue_warnings(cluster, spec.target, top, spec.queue):
+                say(f"ddpctl: warning: {note}")
         if output is not None:
             out(fmt([a.obj for a in applied]).rstrip("\n"))
         else:

@@ -74,3 +74,22 @@ def test_a_missing_local_queue_is_named(cli, kube: RealCluster, namespace: str) 
     assert r.code == 0, r.err
     out = cli("status", "ddp-train", "-n", namespace).out
     assert f'Admission:   LocalQueue "nowhere" does not exist in namespace "{namespace}"' in out, out
+
+
+def test_dry_run_server_warns_of_a_missing_local_queue(cli, kube: RealCluster, namespace: str) -> None:
+    r = cli("submit", "-n", namespace, "--target", "jobset", "--queue", "nowhere", "--dry-run", "server")
+    assert r.code == 0, r.err
+    warnings = [ln for ln in r.err.splitlines() if ln.startswith("ddpctl: warning: --queue nowhere")]
+    assert len(warnings) == 1 and f'LocalQueue "nowhere" does not exist in namespace "{namespace}"' in warnings[0]
+    # Kueue's webhook ran on the dry run too: the JobSet came back suspended, so no integration warning
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob", "trainjob"])
+def test_every_engine_is_queued_and_admitted(cli, kube: RealCluster, namespace, team_queue, target) -> None:
+    r = cli("submit", "-n", namespace, "--target", target, "--nodes", "2", "--gpus", "4", "--queue", "team",
+            "--annotation", KEEP_RUNNING)  # fmt: skip
+    assert r.code == 0, r.err
+    assert "ddpctl: warning: --queue" not in r.err  # suspended by Kueue: its integration is on
+    scheduled_pods(kube, namespace, 2)
+    out = cli("status", "ddp-train", "-n", namespace).out
+    assert f"Admission:   admitted by ClusterQueue {team_queue}" in out, out
