@@ -147,6 +147,7 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--label", "-l"), "labels", "Label KEY=VALUE on every object (repeatable).", "map"),
     Flag(("--annotation",), "annotations", "Annotation KEY=VALUE on every object (repeatable).", "map"),
     Flag(("--queue",), "queue", "Kueue LocalQueue name."),
+    Flag(("--workload-priority-class",), "workloadPriorityClass", "Kueue WorkloadPriorityClass of the job."),
     Flag(
         ("--restart-policy",),
         "restartPolicy",
@@ -186,7 +187,7 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Layout": ("--nodes", "--gpus", "--procs", "--layout", "--backend", "--rdzv", "--port"),
     "Resources": ("--cpu", "--memory", "--gpu-resource", "--shm-size"),
     "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume"),
-    "Placement": ("--node-selector", "--toleration", "--priority-class", "--queue"),
+    "Placement": ("--node-selector", "--toleration", "--priority-class", "--queue", "--workload-priority-class"),
     "Lifecycle": (
         "--max-restarts",
         "--restart-policy",

@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     import jinja2
 
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 NODE_GROUP_LABEL = "ddpctl.io/node-group"
 
 
@@ -133,6 +134,8 @@ def view(spec: JobSpec) -> dict[str, Any]:
     top_labels = dict(spec.object_labels)
     if spec.queue:
         top_labels[KUEUE_QUEUE_LABEL] = spec.queue
+    if spec.workload_priority_class:
+        top_labels[KUEUE_PRIORITY_LABEL] = spec.workload_priority_class
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_MOUNT}]
     for vname, vol in spec.volumes.items():

@@ -686,6 +686,15 @@ class JobSpec:
             pattern=_bounded(_LABEL_VALUE),
         ),
     )
+    workload_priority_class: str | None = field(
+        default=None,
+        metadata=doc(
+            "Kueue WorkloadPriorityClass (adds the kueue.x-k8s.io/priority-class label; not the pods' "
+            "priorityClassName); null: none.",
+            minLength=1,
+            pattern=_bounded(_LABEL_VALUE),
+        ),
+    )
     restart_policy: str | None = field(
         default=None,
         metadata=doc(
@@ -1075,6 +1084,14 @@ class JobSpec:
         if self.queue is not None:
             check_label_value("queue", self.queue)
             _require(bool(self.queue), "queue", "must not be empty", "name a Kueue LocalQueue or leave queue unset")
+        if self.workload_priority_class is not None:
+            check_label_value("workloadPriorityClass", self.workload_priority_class)
+            _require(
+                bool(self.workload_priority_class),
+                "workloadPriorityClass",
+                "must not be empty",
+                "name a Kueue WorkloadPriorityClass or leave it unset",
+            )
 
     # ---------------------------------------------------------------- derived values
 

@@ -43,6 +43,7 @@ FIELD_DOCS: dict[str, str] = {
     "labels": "Labels on every object and pod.",
     "annotations": "Annotations on every object and pod.",
     "queue": "Kueue LocalQueue (sets kueue.x-k8s.io/queue-name).",
+    "workloadPriorityClass": "Kueue WorkloadPriorityClass (sets kueue.x-k8s.io/priority-class).",
     "restartPolicy": "Never, OnFailure or ExitCode (pytorchjob); null: the target's, with failure rules (--explain).",
     "backoffLimit": "Restarts after failures before the job fails (preemptions do not count).",
     "ttlSecondsAfterFinished": "Seconds a finished job is kept before cleanup (null: forever).",

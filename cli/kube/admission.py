@@ -13,9 +13,10 @@ from typing import Any
 
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster
-from ddpctl.kube.kinds import LOCALQUEUE, WORKLOAD
+from ddpctl.kube.kinds import LOCALQUEUE, PRIORITY, WORKLOAD
 
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
@@ -44,6 +45,26 @@ def _cluster_queue(cluster: Cluster, ns: str, queue: str) -> str | None:
     return str((lq.get("spec") or {}).get("clusterQueue") or "?")
 
 
+def _priority_missing(cluster: Cluster, name: str | None) -> bool:
+    if not name:
+        return False
+    try:
+        cluster.get(PRIORITY, name)
+    except E.ApiError as exc:
+        if exc.code == 404:
+            return True
+        raise
+    return False
+
+
+def _no_priority_class(name: str) -> str:
+    return (
+        f'WorkloadPriorityClass "{name}" does not exist: Kueue makes no Workload for the job, which then waits '
+        "with no word; create it or resubmit with another --workload-priority-class "
+        "(`kubectl get workloadpriorityclasses`)"
+    )
+
+
 def admission(cluster: Cluster, job: dict[str, Any]) -> Admission | None:
     """None for a job with no queue label; else what Kueue has decided about it."""
     md = job.get("metadata") or {}
@@ -64,6 +85,9 @@ def admission(cluster: Cluster, job: dict[str, Any]) -> Admission | None:
             f'LocalQueue "{queue}" does not exist in namespace "{ns}": Kueue will not admit the job; create it or '
             "resubmit with another --queue (`kubectl get localqueues -n " + ns + "`)",
         )
+    priority = (md.get("labels") or {}).get(PRIORITY_LABEL)
+    if not items and priority and _priority_missing(cluster, priority):
+        return Admission("waiting", _no_priority_class(str(priority)))
     if not items:
         return Admission(
             "waiting", f"no Workload yet for LocalQueue {queue} (ClusterQueue {cq}): Kueue has not seen it"
@@ -86,13 +110,16 @@ def admission(cluster: Cluster, job: dict[str, Any]) -> Admission | None:
     return Admission("waiting", f"waiting for admission in ClusterQueue {cq}: {why}", name, brief)
 
 
-def queue_warnings(cluster: Cluster, target: str, obj: dict[str, Any], queue: str) -> list[str]:
+def queue_warnings(cluster: Cluster, target: str, obj: dict[str, Any], queue: str | None) -> list[str]:
     """What `submit` (also with --dry-run=server, which runs Kueue's webhooks) can tell from the
-    cluster about `--queue`: no Kueue, no such LocalQueue, or Kueue left the object unsuspended
-    (its integration for this kind is off)."""
+    cluster about `--queue` and `--workload-priority-class`: no Kueue, no such LocalQueue or
+    WorkloadPriorityClass, or Kueue left the object unsuspended (its integration for this kind is off)."""
     from ddpctl.engines import engine_for
 
     ns = (obj.get("metadata") or {}).get("namespace") or ""
+    priority = ((obj.get("metadata") or {}).get("labels") or {}).get(PRIORITY_LABEL)
+    if not queue:
+        return [f"--workload-priority-class {priority}: without --queue, Kueue does not manage the job"]
     try:
         cq = _cluster_queue(cluster, ns, queue)
     except E.ApiError as exc:
@@ -100,6 +127,8 @@ def queue_warnings(cluster: Cluster, target: str, obj: dict[str, Any], queue: st
             return [f"--queue {queue}: this cluster runs no Kueue (no kueue.x-k8s.io API); the label does nothing"]
         raise
     notes = []
+    if priority and _priority_missing(cluster, priority):
+        notes.append(f"--workload-priority-class {priority}: {_no_priority_class(priority)}")
     if cq is None:
         notes.append(
             f'--queue {queue}: LocalQueue "{queue}" does not exist in namespace "{ns}"; Kueue admits the job only '

@@ -78,6 +78,9 @@ EVENT = Kind("Event", "", "v1", "events")
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", namespaced=False)
 WORKLOAD = Kind("Workload", "kueue.x-k8s.io", "v1beta2", "workloads", engine="Kueue")
 LOCALQUEUE = Kind("LocalQueue", "kueue.x-k8s.io", "v1beta2", "localqueues", engine="Kueue")
+PRIORITY = Kind(
+    "WorkloadPriorityClass", "kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", namespaced=False, engine="Kueue"
+)
 
 BY_TARGET = {k.target: k for k in (JOB, PYTORCHJOB, JOBSET, TRAINJOB)}
 #: the workloads, in the order `--target auto` prefers them (job last: always served)

@@ -121,7 +121,7 @@ def run(
         applied = A.submit(
             cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say
         )
-        if spec.queue:
+        if spec.queue or spec.workload_priority_class:
             from ddpctl.kube.admission import queue_warnings
 
             top = next(a.obj for a in applied if a.kind is BY_TARGET[spec.target])

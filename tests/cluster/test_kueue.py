@@ -93,3 +93,26 @@ def test_every_engine_is_queued_and_admitted(cli, kube: RealCluster, namespace, 
     scheduled_pods(kube, namespace, 2)
     out = cli("status", "ddp-train", "-n", namespace).out
     assert f"Admission:   admitted by ClusterQueue {team_queue}" in out, out
+
+
+def test_an_unknown_workload_priority_class_is_named_by_submit_and_status(cli, kube, namespace, team_queue) -> None:
+    r = cli("submit", "-n", namespace, "--target", "job", "--queue", "team", "--workload-priority-class", "nosuch")
+    assert r.code == 0, r.err
+    assert 'ddpctl: warning: --workload-priority-class nosuch: WorkloadPriorityClass "nosuch" does not exist' in r.err
+    out = cli("status", "ddp-train", "-n", namespace).out
+    assert 'Admission:   WorkloadPriorityClass "nosuch" does not exist' in out, out
+
+
+def test_a_known_workload_priority_class_reaches_the_workload(cli, kube, namespace, team_queue) -> None:
+    wpc = f"high-{namespace}"
+    kube.kubectl("apply", "-f", "-", input=json.dumps({
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "WorkloadPriorityClass", "metadata": {"name": wpc},
+        "value": 1000}))  # fmt: skip
+    try:
+        r = cli("submit", "-n", namespace, "--target", "jobset", "--queue", "team", "--workload-priority-class", wpc)
+        assert r.code == 0, r.err
+        assert "ddpctl: warning: --" not in r.err
+        wl = wait_until("a Workload", lambda: kube.get("workloads", "-n", namespace)["items"])[0]
+        assert wl["spec"].get("priority") == 1000
+    finally:
+        kube.kubectl("delete", "workloadpriorityclass", wpc, "--wait=false", check=False)

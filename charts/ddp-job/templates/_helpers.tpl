@@ -312,6 +312,7 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $_ := set $labels "app.kubernetes.io/managed-by" "ddpctl" -}}
 {{- $topLabels := deepCopy $labels -}}
 {{- if $V.queue -}}{{- $_ := set $topLabels "kueue.x-k8s.io/queue-name" $V.queue -}}{{- end -}}
+{{- if $V.workloadPriorityClass -}}{{- $_ := set $topLabels "kueue.x-k8s.io/priority-class" $V.workloadPriorityClass -}}{{- end -}}
 
 {{- if and (eq $target "trainjob") $V.priorityClassName -}}
 {{- include "ddp-job.fail" (list "priorityClassName" "the trainjob target cannot set it (TrainJob has no such field)" "set it in the training runtime, or use target job, jobset or pytorchjob") -}}
