@@ -96,6 +96,21 @@ def explain(spec: JobSpec) -> str:
         f"{spec.grace_period - GRACE_MARGIN} s for its workers"
         + ("; the trainer checkpoints the step it is in and exits 143" if spec.uses_trainer else "")
     )
+    if spec.queue:
+        kind = engine.workload.kind
+        lines += _wrapped(
+            "  queue:              ",
+            f"Kueue LocalQueue {spec.queue} (label on the {kind}); Kueue's webhook creates the {kind} suspended "
+            "and it starts when its Workload is admitted"
+            + (
+                f"; priority: WorkloadPriorityClass {spec.workload_priority_class}"
+                if spec.workload_priority_class
+                else ""
+            )
+            + f" (`ddpctl status {spec.name}` says why it waits)",
+        )
+        if engine.kueue_note:
+            lines += _wrapped("  note:               ", engine.kueue_note)
     warning = spec.restart_starts_from_scratch
     if warning:
         lines.append(f"  warning:            {warning}")

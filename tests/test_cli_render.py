@@ -79,6 +79,19 @@ def test_output_dir_matches_kubectl_kustomize(cli, tmp_path: Path, target: str) 
     assert sorted(yaml.safe_load_all(built), key=key) == sorted(expected, key=key)
 
 
+@pytest.mark.parametrize(
+    "target, deprecation_note", [("job", False), ("jobset", False), ("pytorchjob", True), ("trainjob", False)]
+)
+def test_explain_says_what_kueue_will_do(cli, target: str, deprecation_note: bool) -> None:
+    out = cli("render", "--explain", "-t", target, "--queue", "team", "--workload-priority-class", "high").out
+    kind = {"job": "Job", "jobset": "JobSet", "pytorchjob": "PyTorchJob", "trainjob": "TrainJob"}[target]
+    flat = " ".join(out.split())
+    assert f"Kueue LocalQueue team (label on the {kind}); Kueue's webhook creates the {kind} suspended" in flat
+    assert "WorkloadPriorityClass high" in flat
+    assert ("Kueue deprecates its PyTorchJob integration" in flat) is deprecation_note
+    assert "queue:" not in cli("render", "--explain", "-t", target).out
+
+
 def test_explain_states_the_layout(cli) -> None:
     result = cli("render", "--explain", "--nodes", "4", "--gpus", "8", "--name", "big")
     assert result.code == 0

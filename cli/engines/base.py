@@ -80,6 +80,7 @@ class Engine(ABC):
     container_name: ClassVar[str]  # the training container's name in the pod
     kueue_framework: ClassVar[str]  # the name of Kueue's integration for this kind (integrations.frameworks)
     suspend_field: ClassVar[tuple[str, ...]] = ("spec", "suspend")  # where Kueue suspends the object
+    kueue_note: ClassVar[str | None] = None  # what a Kueue user must know of this engine (--explain)
     port_name: ClassVar[str] = "rendezvous"
     left_to_engine: ClassVar[tuple[str, ...]] = ()  # spec settings the engine's runtime decides
     supports_elastic: ClassVar[bool] = True

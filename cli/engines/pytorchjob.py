@@ -63,6 +63,11 @@ class PyTorchJobEngine(Engine):
     container_name = "pytorch"
     kueue_framework = "kubeflow.org/pytorchjob"
     suspend_field = ("spec", "runPolicy", "suspend")
+    kueue_note = (
+        "Kueue deprecates its PyTorchJob integration and leaves it off by default from v0.19: the cluster's Kueue "
+        "must list kubeflow.org/pytorchjob in integrations.frameworks (else the job runs unqueued); "
+        "--target trainjob is Kueue's path for new jobs"
+    )
     port_name = "pytorchjob-port"
     replica_types = ("master", "worker")
 
