@@ -297,7 +297,15 @@ def list_jobs(
             where = "any namespace" if all_namespaces else f'namespace "{cluster.namespace}"'
             out(f"No ddpctl jobs found in {where}.")
             return
-        header = (["NAMESPACE"] if all_namespaces else []) + ["NAME", "TARGET", "NODES", "STATE", "AGE"]
+        from ddpctl.kube.admission import QUEUE_LABEL, admission
+
+        queued = any(QUEUE_LABEL in (o["metadata"].get("labels") or {}) for _, o in found)
+        header = (
+            (["NAMESPACE"] if all_namespaces else [])
+            + ["NAME", "TARGET", "NODES", "STATE"]
+            + (["ADMISSION"] if queued else [])
+            + ["AGE"]
+        )
         if output is ListFormat.wide:
             header += ["KIND", "IMAGE"]
         rows = []
@@ -309,6 +317,7 @@ def list_jobs(
                 kind.target or "",
                 str(expected_nodes(kind, obj) or "?"),
                 result,
+                *([(a.state if (a := admission(cluster, obj)) else "-")] if queued else []),
                 age(md.get("creationTimestamp")),
             ]
             if output is ListFormat.wide:

@@ -67,6 +67,9 @@ def test_a_job_waits_for_quota_with_kueues_reason_then_runs(cli, kube: RealClust
         and o,
     )  # fmt: skip
     assert "Admission:   admitted" in out
+    table = cli("list", "-n", namespace).out.splitlines()
+    assert table[0].split() == ["NAME", "TARGET", "NODES", "STATE", "ADMISSION", "AGE"], table
+    assert table[1].split()[4] == "admitted", table
 
 
 def test_a_missing_local_queue_is_named(cli, kube: RealCluster, namespace: str) -> None:
