@@ -383,8 +383,8 @@ COMPONENTS = [
 def down() -> None:
     for name in COMPONENTS:
         stop(name)
-    # training-operator v1 writes its webhook certs to this fixed path (pkg/cert), nothing else does.
-    # and Kueue, with its cert manager off, reads its metrics certs from a fixed path too.
+    # The two fixed paths two managers insist on: training-operator v1's webhook certs (pkg/cert) and
+    # Kueue's metrics certs (read from /etc/kueue when its cert manager is off).
     subprocess.run(["rm", "-rf", "/tmp/k8s-webhook-server", "/etc/kueue"], check=True)  # noqa: S108
     if STATE.exists():
         subprocess.run(["rm", "-rf", str(STATE)], check=True)
