@@ -14,15 +14,15 @@ from typing import Any
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster
 from ddpctl.kube.kinds import LOCALQUEUE, PRIORITY, WORKLOAD
+from ddpctl.render import KUEUE_PRIORITY_LABEL as PRIORITY_LABEL
+from ddpctl.render import KUEUE_QUEUE_LABEL as QUEUE_LABEL
 
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
 @dataclass(frozen=True)
 class Admission:
-    state: str  # admitted, waiting, evicted, finished, no queue, not installed
+    state: str  # admitted, waiting, evicted, finished, not installed
     message: str  # one line for `status`
     workload: str | None = None
     conditions: list[dict[str, Any]] = field(default_factory=list)
@@ -57,6 +57,13 @@ def _priority_missing(cluster: Cluster, name: str | None) -> bool:
     return False
 
 
+def _no_local_queue(queue: str, ns: str) -> str:
+    return (
+        f'LocalQueue "{queue}" does not exist in namespace "{ns}": Kueue will not admit the job; create it or '
+        f"resubmit with another --queue (`kubectl get localqueues -n {ns}`)"
+    )
+
+
 def _no_priority_class(name: str) -> str:
     return (
         f'WorkloadPriorityClass "{name}" does not exist: Kueue makes no Workload for the job, which then waits '
@@ -80,11 +87,7 @@ def admission(cluster: Cluster, job: dict[str, Any]) -> Admission | None:
         raise
     cq = _cluster_queue(cluster, ns, queue)
     if cq is None:
-        return Admission(
-            "waiting",
-            f'LocalQueue "{queue}" does not exist in namespace "{ns}": Kueue will not admit the job; create it or '
-            "resubmit with another --queue (`kubectl get localqueues -n " + ns + "`)",
-        )
+        return Admission("waiting", _no_local_queue(queue, ns))
     priority = (md.get("labels") or {}).get(PRIORITY_LABEL)
     if not items and priority and _priority_missing(cluster, priority):
         return Admission("waiting", _no_priority_class(str(priority)))
@@ -130,10 +133,7 @@ def queue_warnings(cluster: Cluster, target: str, obj: dict[str, Any], queue: st
     if priority and _priority_missing(cluster, priority):
         notes.append(f"--workload-priority-class {priority}: {_no_priority_class(priority)}")
     if cq is None:
-        notes.append(
-            f'--queue {queue}: LocalQueue "{queue}" does not exist in namespace "{ns}"; Kueue admits the job only '
-            "once it does (`kubectl get localqueues -n " + ns + "`)"
-        )
+        notes.append(f"--queue {queue}: {_no_local_queue(queue, ns)}")
     engine = engine_for(target)
     if not engine.suspended(obj):
         notes.append(

@@ -297,9 +297,10 @@ def list_jobs(
             where = "any namespace" if all_namespaces else f'namespace "{cluster.namespace}"'
             out(f"No ddpctl jobs found in {where}.")
             return
-        from ddpctl.kube.admission import QUEUE_LABEL, admission
+        from ddpctl.kube.admission import admission
+        from ddpctl.render import KUEUE_QUEUE_LABEL
 
-        queued = any(QUEUE_LABEL in (o["metadata"].get("labels") or {}) for _, o in found)
+        queued = any(KUEUE_QUEUE_LABEL in (o["metadata"].get("labels") or {}) for _, o in found)
         header = (
             (["NAMESPACE"] if all_namespaces else [])
             + ["NAME", "TARGET", "NODES", "STATE"]

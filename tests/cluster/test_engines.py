@@ -34,6 +34,5 @@ def test_submit_makes_pods_wired_for_ddp(cli, kube: RealCluster, namespace: str,
     wired = layout(kube, namespace, pods)
     assert [w.nproc for w in wired] == per_node
     assert [w.gpus for w in wired] == per_node  # one GPU per process, requested from the node
-    assert sum(w.nproc for w in wired) == sum(per_node)  # the world size torchrun will form
     assert {w.master_port for w in wired} == {29500}
     assert all(w.node_name and w.node_name.startswith("gpu-node-") for w in wired)

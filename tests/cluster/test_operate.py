@@ -31,7 +31,7 @@ def left(kube: RealCluster, ns: str) -> list[str]:
 def test_dry_run_server_passes_every_target_and_creates_nothing(cli, kube: RealCluster, namespace: str, target) -> None:
     r = cli("submit", "-n", namespace, "--target", target, "--layout", "2x4", "--dry-run", "server")
     assert r.code == 0, r.err
-    assert "(server dry run)" in r.out or "dry run" in (r.out + r.err).lower()
+    assert all(line.endswith("(server dry run)") for line in r.out.splitlines()) and r.out, r.out
     assert left(kube, namespace) == []
 
 
