@@ -201,7 +201,8 @@ def kwok(c: Cluster) -> None:
     start("kwok", [
         c.exe("kwok"), f"--kubeconfig={c.kubeconfig}", f"--config={cfg}",
         f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
-        f"--server-address=127.0.0.1:{PORTS['kwok']}", "--cidr=10.244.0.0/16", "--node-ip=10.240.0.1", "--v=WARN",
+        f"--server-address=127.0.0.1:{PORTS['kwok']}", "--cidr=10.244.0.0/16",
+        "--node-ip=127.0.0.1", f"--node-port={PORTS['kwok-kubelet']}", "--v=WARN",
     ])  # fmt: skip
     set_kwok_nodes(c, 8)
 

@@ -53,6 +53,9 @@ PORTS = {
     "controller-manager": BASE + 3,
     "scheduler": BASE + 4,
     "kwok": BASE + 5,
+    # the kubelet port of every kwok node, on loopback: reserved and never bound, so the API server's
+    # log and exec requests are refused at once, whatever answers elsewhere on this machine's network
+    "kwok-kubelet": BASE + 6,
     "jobset": BASE + 10,
     "kueue": BASE + 20,
     "trainer": BASE + 30,

@@ -85,6 +85,9 @@ class Engine(ABC):
     left_to_engine: ClassVar[tuple[str, ...]] = ()  # spec settings the engine's runtime decides
     supports_elastic: ClassVar[bool] = True
     builtin: ClassVar[bool] = False  # served by every cluster (no CRD to install)
+    # how `delete` asks the garbage collector to remove the workload's dependents: Foreground keeps
+    # the object until its pods are gone; Background removes it at once (then delete waits on pods)
+    delete_propagation: ClassVar[str] = "Foreground"
     runtime: ClassVar[str | None] = None  # a cluster-scoped runtime object it needs as well
     replica_types: ClassVar[tuple[str, ...]] = ("node",)  # pod roles, rank 0's first (status lines)
 

@@ -40,6 +40,9 @@ class TrainJobEngine(Engine):
     left_to_engine = ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
     supports_elastic = False
     runtime = "torch-distributed"  # the ClusterTrainingRuntime it names in spec.runtimeRef
+    # Trainer v2.3 reconciles a TrainJob that the foreground finalizer holds and creates its JobSet
+    # again, so a foreground delete can take minutes; with the TrainJob gone nothing re-creates it
+    delete_propagation = "Background"
 
     def restart_limit(self, spec: JobSpec) -> int:
         """Restarts are the training runtime's to decide; a local run does not guess them."""

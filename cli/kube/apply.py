@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ddpctl.engines import engine_for
 from ddpctl.errors import ClusterError, DdpctlError
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import FIELD_MANAGER, Cluster, iter_lines
-from ddpctl.kube.kinds import JOB_OBJECT_KINDS, WORKLOADS, Kind, job_selector, kind_of
+from ddpctl.kube.kinds import JOB_OBJECT_KINDS, POD, WORKLOADS, Kind, job_selector, kind_of
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 DELETE_WAIT_SECONDS = 120.0
@@ -125,10 +126,25 @@ def delete_object(cluster: Cluster, kind: Kind, obj: dict[str, Any], *, propagat
             raise
 
 
+def propagation_of(kind: Kind) -> str:
+    """How the garbage collector removes the dependents of an object of this kind."""
+    return engine_for(kind.target).delete_propagation if kind.target else "Foreground"
+
+
+def _pods_to_wait_for(items: list[tuple[Kind, dict[str, Any]]], name: str, namespace: str) -> tuple[str, str] | None:
+    """A background delete leaves the pods to the garbage collector: wait for them by label."""
+    return (name, namespace) if any(propagation_of(kind) == "Background" for kind, _ in items) else None
+
+
 def wait_deleted(
-    cluster: Cluster, items: list[tuple[Kind, dict[str, Any]]], timeout: float = DELETE_WAIT_SECONDS
+    cluster: Cluster,
+    items: list[tuple[Kind, dict[str, Any]]],
+    timeout: float = DELETE_WAIT_SECONDS,
+    *,
+    pods_of: tuple[str, str] | None = None,
 ) -> None:
-    """Until each object is gone (foreground deletion ends when its dependents are gone)."""
+    """Until each object is gone (foreground deletion ends when its dependents are gone), and then,
+    with `pods_of` (job name, namespace), until no pod of that job is left (background deletion)."""
     deadline = time.monotonic() + timeout
     for kind, obj in items:
         md = obj["metadata"]
@@ -144,23 +160,58 @@ def wait_deleted(
                     f"{', '.join(current['metadata'].get('finalizers') or []) or 'none'}); "
                     "check it with kubectl, then retry"
                 )
-            _wait_for_change(cluster, kind, current, min(left, 30.0))
+            _wait_for_change(
+                cluster,
+                kind,
+                md.get("namespace"),
+                ("fieldSelector", f"metadata.name={md['name']}"),
+                current["metadata"].get("resourceVersion", "0"),
+                min(left, 30.0),
+                md["name"],
+            )
+    if pods_of:
+        _wait_pods_gone(cluster, *pods_of, deadline, timeout)
 
 
-def _wait_for_change(cluster: Cluster, kind: Kind, obj: dict[str, Any], seconds: float) -> None:
-    md = obj["metadata"]
+def _wait_pods_gone(cluster: Cluster, name: str, namespace: str, deadline: float, timeout: float) -> None:
+    selector = job_selector(name)
+    while True:
+        pods = cluster.list(POD, namespace, selector)
+        if not pods.get("items"):
+            return
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ClusterError(
+                f'{len(pods["items"])} pod(s) of job "{name}" in namespace "{namespace}" still exist after '
+                f"{int(timeout)}s; check them with `kubectl get pods -n {namespace} -l {selector}`, then retry"
+            )
+        _wait_for_change(
+            cluster,
+            POD,
+            namespace,
+            ("labelSelector", selector),
+            pods["metadata"].get("resourceVersion", "0"),
+            min(left, 30.0),
+            None,
+        )
+
+
+def _wait_for_change(
+    cluster: Cluster,
+    kind: Kind,
+    namespace: str | None,
+    selector: tuple[str, str],
+    resource_version: str,
+    seconds: float,
+    name: str | None,
+) -> None:
     query = [
         ("watch", "true"),
-        ("fieldSelector", f"metadata.name={md['name']}"),
-        ("resourceVersion", md.get("resourceVersion", "0")),
+        selector,
+        ("resourceVersion", resource_version),
         ("timeoutSeconds", str(max(1, int(seconds)))),
     ]
-    raw = cluster.stream(
-        kind.path(md.get("namespace")),
-        E.Op("watch", kind, md["name"], md.get("namespace")),
-        query,
-        read_timeout=seconds + 10,
-    )
+    raw = cluster.stream(kind.path(namespace), E.Op("watch", kind, name, namespace), query, read_timeout=seconds + 10)
     try:
         for _ in iter_lines(raw):
             return  # any change: look again
@@ -179,16 +230,17 @@ def delete_job(
     timeout: float = DELETE_WAIT_SECONDS,
     on_deleted: Callable[[Kind, dict[str, Any]], None] | None = None,
 ) -> list[tuple[Kind, dict[str, Any]]]:
-    """Delete every top-level object of job NAME with foreground propagation; [] when none exist."""
+    """Delete every top-level object of job NAME (foreground propagation where the engine's controller
+    allows it); [] when none exist. Waiting ends when the objects and the job's pods are gone."""
     items = find_objects(cluster, name, namespace)
     # the workload first (its pods go with it), the Service after
     items.sort(key=lambda ko: 0 if ko[0] in WORKLOADS else 1)
     for kind, obj in items:
-        delete_object(cluster, kind, obj)
+        delete_object(cluster, kind, obj, propagation=propagation_of(kind))
         if on_deleted:
             on_deleted(kind, obj)
     if wait and items:
-        wait_deleted(cluster, items, timeout)
+        wait_deleted(cluster, items, timeout, pods_of=_pods_to_wait_for(items, name, namespace))
     return items
 
 
@@ -226,9 +278,9 @@ def submit(
         )
     if existing and replace and not dry_run:
         for kind, obj in existing:
-            delete_object(cluster, kind, obj)
+            delete_object(cluster, kind, obj, propagation=propagation_of(kind))
             say(f"{kind.ref(obj['metadata']['name'])} deleted (--replace)")
-        wait_deleted(cluster, existing)
+        wait_deleted(cluster, existing, pods_of=_pods_to_wait_for(existing, name, namespace))
     done: list[Applied] = []
     try:
         for obj in objects:
@@ -240,7 +292,7 @@ def submit(
         removed, failed = [], []
         for applied in reversed(created):
             try:
-                delete_object(cluster, applied.kind, applied.obj)
+                delete_object(cluster, applied.kind, applied.obj, propagation=propagation_of(applied.kind))
                 removed.append(applied.kind.ref(applied.obj["metadata"]["name"]))
             except DdpctlError as rollback_exc:
                 failed.append(f"{applied.kind.ref(applied.obj['metadata']['name'])} ({rollback_exc.message})")
