@@ -15,6 +15,24 @@ def _ranks(first: int, last: int) -> str:
     return f"rank {first}" if first == last else f"ranks {first}-{last}"
 
 
+def _topology_lines(spec: JobSpec) -> list[str]:
+    """Kueue's topology request per group, and what keeps rank order (or that it does nothing)."""
+    requests = [(g.name, spec.topology_of(g)) for g in spec.groups]
+    if not any(t for _, t in requests):
+        return []
+    if len(requests) == 1:
+        text = requests[0][1].describe()
+    else:
+        text = "; ".join(f"group {name}: {t.describe() if t else 'none'}" for name, t in requests)
+    text += " (Kueue Topology Aware Scheduling; ranks stay in consecutive order per domain)"
+    group = spec.engine.podset_group(spec)
+    if group:
+        text += f"; Master and Worker are placed as one (podset-group-name {group})"
+    if not spec.queue:
+        text += "; without --queue Kueue does not place the job, so this does nothing"
+    return _wrapped("  topology:           ", text)
+
+
 def node_table(spec: JobSpec) -> list[str]:
     """One line per node: node rank, group, pod, processes, global ranks."""
     nodes = spec.nodes_layout
@@ -111,6 +129,7 @@ def explain(spec: JobSpec) -> str:
         )
         if engine.kueue_note:
             lines += _wrapped("  note:               ", engine.kueue_note)
+    lines += _topology_lines(spec)
     warning = spec.restart_starts_from_scratch
     if warning:
         lines.append(f"  warning:            {warning}")

@@ -61,6 +61,27 @@ def _toleration(flag: str, text: str) -> dict[str, str]:
     return tol
 
 
+def _topology(flag: str, text: str) -> dict[str, Any]:
+    """required:LEVEL, preferred:LEVEL or unconstrained; sets all three, so it replaces a file's mode."""
+    mode, _, level = text.partition(":")
+    if mode == "unconstrained" and not level:
+        return {"required": None, "preferred": None, "unconstrained": True}
+    if mode in ("required", "preferred") and level:
+        return {"required": None, "preferred": None, "unconstrained": False, mode: level}
+    raise UsageError(
+        f"{flag}: {text!r} is not required:LEVEL, preferred:LEVEL or unconstrained; "
+        f"e.g. {flag} required:cloud.google.com/gce-topology-block (LEVEL: a node label of Kueue's Topology)"
+    )
+
+
+def _topology_slice(flag: str, text: str) -> dict[str, Any]:
+    """LEVEL:SIZE, slices of SIZE pods each in one domain of LEVEL."""
+    level, _, size = text.rpartition(":")
+    if not level or not size.isdigit():
+        raise UsageError(f"{flag}: {text!r} is not LEVEL:SIZE; e.g. {flag} cloud.google.com/gce-topology-host:2")
+    return {"sliceLevel": level, "sliceSize": int(size)}
+
+
 _LAYOUT_TERM = re.compile(r"(?:([0-9]+)x)?([0-9]+)")
 
 
@@ -88,7 +109,7 @@ class Flag:
     names: tuple[str, ...]
     path: str
     help: str
-    kind: str = "str"  # str | int | list | map | volumes | secretEnv | tolerations | shell | layout
+    kind: str = "str"  # str | int | list | map | volumes | secretEnv | tolerations | shell | layout | topology
 
     @property
     def repeatable(self) -> bool:
@@ -149,6 +170,19 @@ SPEC_FLAGS: tuple[Flag, ...] = (
     Flag(("--queue",), "queue", "Kueue LocalQueue name."),
     Flag(("--workload-priority-class",), "workloadPriorityClass", "Kueue WorkloadPriorityClass of the job."),
     Flag(
+        ("--topology",),
+        "topology",
+        "Kueue topology request of every group's pods: required:LEVEL (one domain), preferred:LEVEL or "
+        "unconstrained; LEVEL is a node label of the cluster's Kueue Topology.",
+        "topology",
+    ),
+    Flag(
+        ("--topology-slice",),
+        "topology",
+        "LEVEL:SIZE: place the pods in slices of SIZE, each in one domain of LEVEL (SIZE divides the nodes).",
+        "topologySlice",
+    ),
+    Flag(
         ("--restart-policy",),
         "restartPolicy",
         "Never, OnFailure or ExitCode (pytorchjob); default: the target's, with failure rules.",
@@ -187,7 +221,15 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
     "Layout": ("--nodes", "--gpus", "--procs", "--layout", "--backend", "--rdzv", "--port"),
     "Resources": ("--cpu", "--memory", "--gpu-resource", "--shm-size"),
     "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume"),
-    "Placement": ("--node-selector", "--toleration", "--priority-class", "--queue", "--workload-priority-class"),
+    "Placement": (
+        "--node-selector",
+        "--toleration",
+        "--priority-class",
+        "--queue",
+        "--workload-priority-class",
+        "--topology",
+        "--topology-slice",
+    ),
     "Lifecycle": (
         "--max-restarts",
         "--restart-policy",
@@ -230,6 +272,10 @@ def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, 
             value = dict(_secret_env(name, item) for item in raw)
         elif flag.kind == "tolerations":
             value = [_toleration(name, item) for item in raw]
+        elif flag.kind in ("topology", "topologySlice"):
+            parsed = (_topology if flag.kind == "topology" else _topology_slice)(name, raw)
+            layer.setdefault("topology", {}).update(parsed)  # --topology and --topology-slice share the map
+            continue
         elif flag.kind == "shell":
             try:
                 value = shlex.split(raw)

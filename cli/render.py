@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from ddpctl import kueue
 from ddpctl.engines.base import COMPLETION_INDEX as COMPLETION_INDEX_ANNOTATION
 from ddpctl.spec import SHM_MOUNT, JobSpec, NodeGroup
 from ddpctl.yamlsafe import finalize, to_yaml
@@ -21,8 +22,6 @@ from ddpctl.yamlsafe import finalize, to_yaml
 if TYPE_CHECKING:
     import jinja2
 
-KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
 NODE_GROUP_LABEL = "ddpctl.io/node-group"
 
 
@@ -133,9 +132,9 @@ def view(spec: JobSpec) -> dict[str, Any]:
     pod_sc, container_sc = _security(spec)
     top_labels = dict(spec.object_labels)
     if spec.queue:
-        top_labels[KUEUE_QUEUE_LABEL] = spec.queue
+        top_labels[kueue.QUEUE_LABEL] = spec.queue
     if spec.workload_priority_class:
-        top_labels[KUEUE_PRIORITY_LABEL] = spec.workload_priority_class
+        top_labels[kueue.PRIORITY_LABEL] = spec.workload_priority_class
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_MOUNT}]
     for vname, vol in spec.volumes.items():
@@ -213,6 +212,8 @@ def _group_view(spec: JobSpec, base: dict[str, Any], group: NodeGroup) -> dict[s
             "node_selector": dict(sorted(node_selector.items())),
             "nproc": group.nproc,
             "rjob": engine.replicated_job_name(spec, group),
+            # the pod template's: the spec's annotations and Kueue's topology request for this group
+            "pod_annotations": dict(sorted({**spec.annotations, **spec.topology_of(group).annotations()}.items())),
         }
     )
     return out

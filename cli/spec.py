@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ddpctl import kueue
 from ddpctl.engines import TARGETS as TARGETS  # re-exported: the spec names the targets it accepts
 from ddpctl.engines import engine_for
 from ddpctl.engines.base import LAUNCHER_PYTHON
@@ -389,6 +390,133 @@ class Resources:
 
 
 @dataclass(frozen=True)
+class Topology:
+    """Where Kueue's Topology Aware Scheduling may place a group's pods: all in one domain of a
+    topology level (`required`), in as few as it can (`preferred`), anywhere (`unconstrained`), and
+    optionally in slices of `sliceSize` pods that each fit one domain of `sliceLevel`. A level is
+    the node label a Kueue Topology names, such as `cloud.provider.com/topology-rack`."""
+
+    required: str | None = field(
+        default=None,
+        metadata=doc(
+            "Node label of the level whose one domain must hold all the group's pods (Kueue "
+            "podset-required-topology); null: none.",
+            minLength=1,
+            pattern=_LABEL_KEY_PATTERN,
+        ),
+    )
+    preferred: str | None = field(
+        default=None,
+        metadata=doc(
+            "Node label of the level Kueue tries first, going up a level when the pods do not fit "
+            "(podset-preferred-topology); null: none.",
+            minLength=1,
+            pattern=_LABEL_KEY_PATTERN,
+        ),
+    )
+    unconstrained: bool = field(
+        default=False,
+        metadata=doc("Any nodes with room, counted by Kueue's topology cache (podset-unconstrained-topology)."),
+    )
+    slice_level: str | None = field(
+        default=None,
+        metadata=doc(
+            "Node label of the level one slice of sliceSize pods must fit (podset-slice-required-topology); "
+            "null: no slices.",
+            minLength=1,
+            pattern=_LABEL_KEY_PATTERN,
+        ),
+    )
+    slice_size: int | None = field(
+        default=None,
+        metadata=doc("Pods per slice; must divide the group's node count; null: no slices.", minimum=1),
+    )
+
+    @property
+    def mode(self) -> str | None:
+        """required, preferred or unconstrained (None: no topology request)."""
+        if self.required:
+            return "required"
+        if self.preferred:
+            return "preferred"
+        return "unconstrained" if self.unconstrained else None
+
+    @property
+    def level(self) -> str | None:
+        return self.required or self.preferred
+
+    def __bool__(self) -> bool:
+        return self.mode is not None or self.slice_level is not None
+
+    def describe(self) -> str:
+        """`required: all pods in one <level>`, with slices: `..., in slices of 2 pods per <level>`."""
+        text = {
+            "required": f"required: all pods in one {self.level} domain",
+            "preferred": f"preferred: as few {self.preferred} domains as fit",
+            "unconstrained": "unconstrained: any nodes with room",
+            None: "no level",
+        }[self.mode]
+        if self.slice_level:
+            text += f", in slices of {self.slice_size} pods, each in one {self.slice_level} domain"
+        return text
+
+    def annotations(self) -> dict[str, str]:
+        """The PodSet annotations Kueue reads (on the pod template of each group)."""
+        out: dict[str, str] = {}
+        if self.required:
+            out[kueue.REQUIRED_TOPOLOGY] = self.required
+        elif self.preferred:
+            out[kueue.PREFERRED_TOPOLOGY] = self.preferred
+        elif self.unconstrained:
+            out[kueue.UNCONSTRAINED_TOPOLOGY] = "true"
+        if self.slice_level and self.slice_size:
+            out[kueue.SLICE_REQUIRED_TOPOLOGY] = self.slice_level
+            out[kueue.SLICE_SIZE] = str(self.slice_size)
+        return out
+
+    def check(self, where: str, pods: int | None) -> None:
+        """Kueue's rules for one PodSet's annotations, each error naming the key; `pods` is the
+        group's node count (None: elastic, which slices cannot divide)."""
+        modes = [k for k in ("required", "preferred") if getattr(self, k) is not None]
+        if self.unconstrained:
+            modes.append("unconstrained")
+        _require(
+            isinstance(self.unconstrained, bool),
+            f"{where}.unconstrained",
+            f"{self.unconstrained!r} is not a boolean",
+            "write true or false",
+        )
+        if len(modes) > 1:
+            raise SpecError(
+                where, f"sets both {modes[0]} and {modes[1]}", "keep one of required, preferred and unconstrained"
+            )
+        for key in ("required", "preferred", "slice_level"):
+            value = getattr(self, key)
+            if value is not None:
+                check_label_key(f"{where}.{camel(key)}", value)
+        if (self.slice_level is None) != (self.slice_size is None):
+            missing, given = ("sliceSize", "sliceLevel") if self.slice_size is None else ("sliceLevel", "sliceSize")
+            raise SpecError(
+                f"{where}.{missing}", f"is missing (with {given})", "give sliceLevel and sliceSize together"
+            )
+        if self.slice_size is not None:
+            _positive_int(f"{where}.sliceSize", self.slice_size)
+            _require(
+                pods is not None,
+                f"{where}.sliceSize",
+                "an elastic job's node count changes, so slices cannot divide it",
+                "give a fixed node count, or drop the slice",
+            )
+            assert pods is not None
+            _require(
+                pods % self.slice_size == 0,
+                f"{where}.sliceSize",
+                f"{self.slice_size} does not divide the group's {pods} nodes",
+                f"use a divisor of {pods}: {', '.join(str(d) for d in range(1, pods + 1) if pods % d == 0)}",
+            )
+
+
+@dataclass(frozen=True)
 class NodeGroup:
     """Nodes of one shape (`nodeGroups[i]`): a node count, GPUs and processes per node, and the
     scheduling fields that differ per pool (A100 vs L4 nodes). The spec's own nodeSelector,
@@ -434,6 +562,13 @@ class NodeGroup:
         metadata=doc(
             "Extended resource that counts this group's GPUs; null: resources.gpuResource.",
             pattern=_RESOURCE_NAME.pattern,
+        ),
+    )
+    topology: Topology | None = field(
+        default=None,
+        metadata=doc(
+            "Kueue topology request of this group's pods, in place of the spec's topology; null: the spec's.",
+            anyOf=[{"type": "null"}, Topology],
         ),
     )
 
@@ -580,8 +715,9 @@ class JobSpec:
         default=(),
         metadata=doc(
             "Node groups of different shapes (`ddpctl --layout 4+3` makes them): a list of {name, nodes, "
-            "gpusPerNode, procsPerNode, nodeSelector, tolerations, resources, gpuResource}. Empty: the uniform "
-            "nodes/gpusPerNode/procsPerNode layout above, which non-empty groups replace. Not with target trainjob.",
+            "gpusPerNode, procsPerNode, nodeSelector, tolerations, resources, gpuResource, topology}. Empty: the "
+            "uniform nodes/gpusPerNode/procsPerNode layout above, which non-empty groups replace. "
+            "Not with target trainjob.",
             items=NodeGroup,
         ),
     )
@@ -695,6 +831,13 @@ class JobSpec:
             pattern=_bounded(_LABEL_VALUE),
         ),
     )
+    topology: Topology = field(
+        default_factory=Topology,
+        metadata=doc(
+            "Kueue Topology Aware Scheduling: where each node group's pods may land (one of required, "
+            "preferred, unconstrained; optional slices). Empty: no request."
+        ),
+    )
     restart_policy: str | None = field(
         default=None,
         metadata=doc(
@@ -806,6 +949,7 @@ class JobSpec:
         self._validate_rendezvous()
         self._validate_resources()
         self._validate_pod_fields()
+        self._validate_topology()
         if self.restart_policy is not None:
             _one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
         _positive_int("backoffLimit", self.backoff_limit, minimum=0)
@@ -952,6 +1096,14 @@ class JobSpec:
             f"{total} nodes in all is more than {MAX_NODES}",
             f"use at most {MAX_NODES} nodes",
         )
+
+    def _validate_topology(self) -> None:
+        _require(isinstance(self.topology, Topology), "topology", "must be a map", "see `ddpctl init` for its keys")
+        for i, group in enumerate(self.groups):
+            where = f"nodeGroups[{i}].topology" if group.topology is not None else "topology"
+            topology = self.topology_of(group)
+            _require(isinstance(topology, Topology), where, "must be a map", "write it as {required: LEVEL}")
+            topology.check(where, None if self.elastic else (group.nodes if self.node_groups else self.nodes))
 
     def _validate_rendezvous(self) -> None:
         rdzv = self.rendezvous
@@ -1125,6 +1277,10 @@ class JobSpec:
         if not self.node_groups:
             return f"{self.nnodes} nodes x {self.nproc_per_node} processes"
         return " + ".join(f"{g.nodes} x {g.nproc}" for g in self.groups) + " processes"
+
+    def topology_of(self, group: NodeGroup) -> Topology:
+        """The group's own topology request, else the spec's."""
+        return group.topology if group.topology is not None else self.topology
 
     @functools.cached_property
     def groups(self) -> tuple[NodeGroup, ...]:
@@ -1358,7 +1514,7 @@ class JobSpec:
                 continue
             if f.name == "nodes":
                 out[key] = self.nnodes if self.elastic else self.nodes
-            elif isinstance(value, (Rendezvous, Resources)):
+            elif isinstance(value, (Rendezvous, Resources, Topology)):
                 out[key] = {camel(k): v for k, v in dataclasses.asdict(value).items()}
             elif f.name == "volumes":
                 out[key] = {k: {camel(a): b for a, b in dataclasses.asdict(v).items()} for k, v in value.items()}
@@ -1398,6 +1554,8 @@ def _group_dict(group: NodeGroup) -> dict[str, Any]:
         out["resources"] = dict(group.resources)
     if group.gpu_resource is not None:
         out["gpuResource"] = group.gpu_resource
+    if group.topology is not None:
+        out["topology"] = {camel(k): v for k, v in dataclasses.asdict(group.topology).items()}
     return out
 
 
@@ -1465,6 +1623,7 @@ _GROUP_KEYS = {
     "tolerations": "tolerations",
     "resources": "resources",
     "gpuResource": "gpu_resource",
+    "topology": "topology",
 }
 
 
@@ -1494,6 +1653,8 @@ def _node_groups(value: Any) -> tuple[NodeGroup, ...]:
                 kwargs[key] = {}
             elif not isinstance(kwargs[key], Mapping):
                 raise SpecError(f"{where}.{camel(key)}", "expected a map", "write it as key: value pairs")
+        if kwargs.get("topology") is not None:
+            kwargs["topology"] = _sub_dataclass(Topology, f"{where}.topology", kwargs["topology"])
         if kwargs.get("tolerations") is None:
             kwargs["tolerations"] = ()
         elif not isinstance(kwargs["tolerations"], (list, tuple)):
@@ -1535,6 +1696,8 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
             kwargs[name] = _sub_dataclass(Rendezvous, key, value)
         elif name == "resources":
             kwargs[name] = _sub_dataclass(Resources, key, value)
+        elif name == "topology":
+            kwargs[name] = _sub_dataclass(Topology, key, {} if value is None else value)
         elif name == "volumes" and value is not None:
             if not isinstance(value, Mapping):
                 raise SpecError(key, "expected a map of volume name to {claimName, mountPath}", "see `ddpctl init`")

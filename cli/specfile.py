@@ -25,7 +25,8 @@ FIELD_DOCS: dict[str, str] = {
     "procsPerNode": "Processes per node; null = one per GPU (2 on CPU).",
     "nodeGroups": (
         "Node groups of different shapes instead of nodes/gpusPerNode/procsPerNode: [{name, nodes, "
-        "gpusPerNode, procsPerNode?, nodeSelector?, tolerations?, resources?, gpuResource?}] (or --layout 4+3)."
+        "gpusPerNode, procsPerNode?, nodeSelector?, tolerations?, resources?, gpuResource?, topology?}] "
+        "(or --layout 4+3)."
     ),
     "backend": "auto (nccl with GPUs, gloo without), nccl or gloo.",
     "rendezvous": "How ranks find rank 0: mode auto|static|c10d, port, timeouts (s), torchrun maxRestarts.",
@@ -44,6 +45,7 @@ FIELD_DOCS: dict[str, str] = {
     "annotations": "Annotations on every object and pod.",
     "queue": "Kueue LocalQueue (sets kueue.x-k8s.io/queue-name).",
     "workloadPriorityClass": "Kueue WorkloadPriorityClass (sets kueue.x-k8s.io/priority-class).",
+    "topology": "Kueue topology: one of required|preferred (a node label level) or unconstrained; slices optional.",
     "restartPolicy": "Never, OnFailure or ExitCode (pytorchjob); null: the target's, with failure rules (--explain).",
     "backoffLimit": "Restarts after failures before the job fails (preemptions do not count).",
     "ttlSecondsAfterFinished": "Seconds a finished job is kept before cleanup (null: forever).",

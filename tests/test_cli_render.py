@@ -294,3 +294,110 @@ def test_layout_replaces_the_files_uniform_layout(cli, tmp_path: Path) -> None:
     assert "world size:         3 = 1 x 2 + 1 x 1 processes" in result.out and "CPU only" in result.out
     gpus = cli("render", "--explain", "--layout", "2+1")  # the file's gpusPerNode 0 was for its own layout
     assert gpus.code == 0 and "GPUs: one per process" in gpus.out and "backend nccl" in gpus.out
+
+
+RACK = "cloud.ddpctl.io/topology-rack"
+BLOCK = "cloud.ddpctl.io/topology-block"
+
+
+def _pod_templates(objects: list[dict]) -> list[dict]:
+    """Every pod template's metadata, wherever the engine keeps it (TrainJob: its runtime patch)."""
+    out = []
+    for obj in objects:
+        spec = obj.get("spec", {})
+        if obj["kind"] == "Job":
+            out.append(spec["template"]["metadata"])
+        elif obj["kind"] == "JobSet":
+            out += [r["template"]["spec"]["template"]["metadata"] for r in spec["replicatedJobs"]]
+        elif obj["kind"] == "PyTorchJob":
+            out += [r["template"]["metadata"] for r in spec["pytorchReplicaSpecs"].values()]
+        elif obj["kind"] == "TrainJob":
+            patch = spec["runtimePatches"][0]["trainingRuntimeSpec"]["template"]["spec"]
+            out += [r["template"]["spec"]["template"]["metadata"] for r in patch["replicatedJobs"]]
+    return out
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob", "trainjob"])
+@pytest.mark.parametrize(
+    "flags, annotations",
+    [
+        (["--topology", f"required:{RACK}"], {"kueue.x-k8s.io/podset-required-topology": RACK}),
+        (["--topology", f"preferred:{BLOCK}"], {"kueue.x-k8s.io/podset-preferred-topology": BLOCK}),
+        (["--topology", "unconstrained"], {"kueue.x-k8s.io/podset-unconstrained-topology": "true"}),
+    ],
+)
+def test_topology_goes_on_every_pod_template_never_the_object(cli, target: str, flags, annotations) -> None:
+    r = cli("render", "-t", target, "--nodes", "3", "--annotation", "example.com/x=y", *flags)
+    assert r.code == 0, r.err
+    objects = list(yaml.safe_load_all(r.out))
+    templates = _pod_templates(objects)
+    assert templates
+    grouped = target == "pytorchjob" and "unconstrained" not in flags
+    for md in templates:
+        want = {"example.com/x": "y", **annotations}
+        if grouped:  # Master + Worker: one placement unit
+            want["kueue.x-k8s.io/podset-group-name"] = "ddp-train"
+        assert md["annotations"] == want
+    for obj in objects:
+        assert not any(k.startswith("kueue.x-k8s.io/podset") for k in obj["metadata"].get("annotations", {}))
+
+
+def test_a_topology_slice_flag_adds_to_the_mode_and_a_file_mode_is_replaced(cli, tmp_path) -> None:
+    spec = tmp_path / "ddp.yaml"
+    spec.write_text(yaml.safe_dump({"nodes": 4, "topology": {"preferred": BLOCK}}))
+    r = cli("render", "-f", str(spec), "-t", "jobset", "--topology", f"required:{RACK}", "--topology-slice", "h:2")
+    assert r.code == 0, r.err
+    (md,) = _pod_templates(list(yaml.safe_load_all(r.out)))
+    assert md["annotations"] == {
+        "kueue.x-k8s.io/podset-required-topology": RACK,
+        "kueue.x-k8s.io/podset-slice-required-topology": "h",
+        "kueue.x-k8s.io/podset-slice-size": "2",
+    }
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--topology", "rack"], "--topology: 'rack' is not required:LEVEL, preferred:LEVEL or unconstrained"),
+        (["--topology", "required:"], "--topology: 'required:' is not required:LEVEL"),
+        (["--topology-slice", "rack"], "--topology-slice: 'rack' is not LEVEL:SIZE"),
+        (
+            ["--nodes", "4", "--topology-slice", f"{RACK}:3"],
+            "topology.sliceSize: 3 does not divide the group's 4 nodes",
+        ),
+        (["--topology", "required:Not A Label"], "topology.required: key 'Not A Label' is not a valid label key"),
+        (
+            ["-t", "pytorchjob", "--nodes", "4", "--topology-slice", f"{RACK}:2"],
+            "topology.sliceLevel: a PyTorchJob's Master (1 pod) and Worker are two Kueue PodSets",
+        ),
+    ],
+)
+def test_bad_topology_is_one_line_naming_the_flag_or_key(cli, flags, message) -> None:
+    r = cli("render", *flags)
+    assert r.code == 2 and r.out == ""
+    assert len(r.err.strip().splitlines()) == 1 and message in r.err, r.err
+
+
+def test_explain_says_the_topology_per_group_and_that_it_needs_a_queue(cli, tmp_path) -> None:
+    spec = tmp_path / "groups.yaml"
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "topology": {"required": RACK},
+                "nodeGroups": [
+                    {"name": "a", "nodes": 1, "gpusPerNode": 4, "topology": {"unconstrained": True}},
+                    {"name": "b", "nodes": 2, "gpusPerNode": 4},
+                ],
+            }
+        )
+    )
+    flat = " ".join(cli("render", "--explain", "-f", str(spec), "-t", "jobset").out.split())
+    assert f"topology: group a: unconstrained: any nodes with room; group b: required: all pods in one {RACK}" in flat
+    assert "without --queue Kueue does not place the job" in flat
+    queued = " ".join(
+        cli("render", "--explain", "-t", "pytorchjob", "--queue", "q", "--topology", f"preferred:{BLOCK}").out.split()
+    )
+    assert f"preferred: as few {BLOCK} domains as fit" in queued
+    assert "Master and Worker are placed as one (podset-group-name ddp-train)" in queued
+    assert "without --queue" not in queued
+    assert "topology:" not in cli("render", "--explain").out

@@ -156,6 +156,8 @@ def _matrix() -> Iterator[Any]:
                     yield pytest.param(data, id=f"{target}-{layout_name}-{device_name}-{extras_name}")
 
 
+RACK, BLOCK = "cloud.ddpctl.io/topology-rack", "cloud.ddpctl.io/topology-block"
+
 SPECIAL: dict[str, dict[str, Any]] = {
     "defaults": {},
     "one-node-pytorchjob": {"target": "pytorchjob", "nodes": 1},
@@ -213,6 +215,21 @@ SPECIAL: dict[str, dict[str, Any]] = {
     "stall-timeout-off": {"stallTimeout": 0},
     # the NCCL flight recorder dumps next to the checkpoints (trailing slash on the mount path)
     "gpu-flight-recorder": {"gpusPerNode": 4, "volumes": {"checkpoints": {"claimName": "c", "mountPath": "/ckpt/"}}},
+    # Kueue topology requests: on each PodSet's pod template; Master+Worker as one podset group
+    "topology-required-job": {"nodes": 2, "queue": "team", "topology": {"required": RACK}},
+    "topology-preferred-slices-jobset": {
+        "target": "jobset",
+        "nodes": 4,
+        "topology": {"preferred": BLOCK, "sliceLevel": RACK, "sliceSize": 2},
+    },
+    "topology-pytorchjob-grouped": {"target": "pytorchjob", "nodes": 3, "topology": {"required": RACK}},
+    "topology-pytorchjob-unconstrained": {"target": "pytorchjob", "nodes": 3, "topology": {"unconstrained": True}},
+    "topology-trainjob": {
+        "target": "trainjob",
+        "nodes": 2,
+        "topology": {"required": RACK},
+        "annotations": {"example.com/a": "b"},
+    },
 }
 
 
@@ -498,6 +515,15 @@ INVALID: list[tuple[dict[str, Any], str]] = [
     ({"labels": {"bad key!": "a"}}, "labels"),
     ({"annotations": {"": "a"}}, "annotations"),
     ({"queue": ""}, "queue"),
+    ({"topology": {"required": RACK, "preferred": BLOCK}}, "topology"),
+    ({"topology": {"preferred": BLOCK, "unconstrained": True}}, "topology"),
+    ({"topology": {"sliceLevel": RACK}}, "topology.sliceSize"),
+    ({"topology": {"sliceSize": 2}}, "topology.sliceLevel"),
+    ({"nodes": 4, "topology": {"sliceLevel": RACK, "sliceSize": 3}}, "topology.sliceSize"),
+    ({"nodes": "2:4", "topology": {"sliceLevel": RACK, "sliceSize": 2}}, "topology.sliceSize"),
+    ({"target": "pytorchjob", "nodes": 4, "topology": {"sliceLevel": RACK, "sliceSize": 2}}, "topology.sliceLevel"),
+    ({"topology": {"required": "not a label"}}, "topology.required"),
+    ({"topology": {"rack": RACK}}, "topology"),
     ({"restartPolicy": "Always"}, "restartPolicy"),
     ({"backoffLimit": -1}, "backoffLimit"),
     ({"ttlSecondsAfterFinished": -1}, "ttlSecondsAfterFinished"),
@@ -689,6 +715,26 @@ GROUP_SPECS = [
                 "resources": {"memory": "8Gi"},
                 "gpuResource": "example.com/gpu",
             },
+        ],
+    },
+    # a topology per group over the spec's: the 1-node group anywhere, the other in one rack
+    {
+        "topology": {"preferred": BLOCK},
+        "nodeGroups": [
+            {"name": "g0", "nodes": 1, "gpusPerNode": 4, "topology": {"unconstrained": True}},
+            {"name": "g1", "nodes": 2, "gpusPerNode": 4, "topology": {"required": RACK}},
+        ],
+    },
+    # the same level on both groups: a PyTorchJob's Master and Worker become one podset group
+    {
+        "topology": {"required": RACK},
+        "nodeGroups": [{"name": "g0", "nodes": 1, "gpusPerNode": 4}, {"name": "g1", "nodes": 2, "gpusPerNode": 3}],
+    },
+    # a group's slices must divide that group's nodes (refused on every target)
+    {
+        "nodeGroups": [
+            {"name": "g0", "nodes": 1, "gpusPerNode": 4},
+            {"name": "g1", "nodes": 3, "gpusPerNode": 4, "topology": {"sliceLevel": RACK, "sliceSize": 2}},
         ],
     },
 ]

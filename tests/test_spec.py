@@ -261,3 +261,58 @@ def test_exit_code_restart_policy_is_refused_where_no_operator_reads_it(target: 
     with pytest.raises(SpecError) as err:
         JobSpec.from_dict({"target": target, "restartPolicy": "ExitCode"})
     assert err.value.field == "restartPolicy" and "pytorchjob" in str(err.value)
+
+
+# --------------------------------------------------------------------------- topology
+
+_RACK = "cloud.ddpctl.io/topology-rack"
+
+
+@pytest.mark.parametrize(
+    "data, field, problem",
+    [
+        ({"topology": {"required": _RACK, "preferred": _RACK}}, "topology", "sets both required and preferred"),
+        ({"topology": {"required": _RACK, "unconstrained": True}}, "topology", "sets both required and unconstrained"),
+        ({"topology": {"unconstrained": "yes"}}, "topology.unconstrained", "is not a boolean"),
+        ({"topology": {"sliceLevel": _RACK}}, "topology.sliceSize", "is missing (with sliceLevel)"),
+        ({"topology": {"sliceSize": 2}}, "topology.sliceLevel", "is missing (with sliceSize)"),
+        ({"nodes": 6, "topology": {"sliceLevel": _RACK, "sliceSize": 4}}, "topology.sliceSize", "4 does not divide"),
+        ({"nodes": 2, "topology": {"sliceLevel": _RACK, "sliceSize": 0}}, "topology.sliceSize", ""),
+        ({"nodes": "1:4", "topology": {"sliceLevel": _RACK, "sliceSize": 1}}, "topology.sliceSize", "elastic"),
+        ({"topology": {"preferred": "a/b/c"}}, "topology.preferred", "has an invalid prefix"),
+        ({"topology": {"level": _RACK}}, "topology.level", "is not a known key"),
+        (
+            {
+                "nodeGroups": [
+                    {"name": "a", "nodes": 3, "gpusPerNode": 1, "topology": {"sliceLevel": _RACK, "sliceSize": 2}}
+                ]
+            },
+            "nodeGroups[0].topology.sliceSize",
+            "2 does not divide the group's 3 nodes",
+        ),
+    ],
+)
+def test_bad_topology_names_the_key(data: dict[str, Any], field: str, problem: str) -> None:
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict(data)
+    assert info.value.field == field and problem in str(info.value), str(info.value)
+
+
+def test_topology_round_trips_and_a_group_overrides_the_spec() -> None:
+    spec = JobSpec.from_dict(
+        {
+            "topology": {"preferred": _RACK},
+            "nodeGroups": [
+                {"name": "a", "nodes": 2, "gpusPerNode": 1, "topology": {"sliceLevel": _RACK, "sliceSize": 2}},
+                {"name": "b", "nodes": 1, "gpusPerNode": 1},
+            ],
+        }
+    )
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    a, b = spec.groups
+    assert spec.topology_of(a).annotations() == {
+        "kueue.x-k8s.io/podset-slice-required-topology": _RACK,
+        "kueue.x-k8s.io/podset-slice-size": "2",
+    }
+    assert spec.topology_of(b).annotations() == {"kueue.x-k8s.io/podset-preferred-topology": _RACK}
+    assert not JobSpec().topology and JobSpec().topology_of(JobSpec().groups[0]).annotations() == {}

@@ -95,6 +95,10 @@ class Engine(ABC):
         """Whether the applied object came back suspended (Kueue's webhook suspends what it queues)."""
         return _field(obj, self.suspend_field) is True
 
+    def podset_group(self, spec: JobSpec) -> str | None:
+        """The Kueue podset-group-name that makes two of the job's PodSets one placement unit."""
+        return None
+
     @property
     def template(self) -> str:
         """The Jinja2 template under templates/ that lays out this engine's objects."""

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl import exit_codes
+from ddpctl import exit_codes, kueue
 from ddpctl.engines.base import Engine, WorkloadKind, _int
 from ddpctl.errors import SpecError
 
@@ -122,6 +122,22 @@ class PyTorchJobEngine(Engine):
                 "or a first group of 1 node and a second group",
                 "use target job or jobset for this layout",
             )
+        for i, group in enumerate(spec.groups):
+            if spec.topology_of(group).slice_level:
+                raise SpecError(
+                    f"nodeGroups[{i}].topology.sliceLevel" if group.topology is not None else "topology.sliceLevel",
+                    "a PyTorchJob's Master (1 pod) and Worker are two Kueue PodSets, which slices cannot span",
+                    "use target job, jobset or trainjob for slices, or drop sliceLevel and sliceSize",
+                )
+
+    def podset_group(self, spec: JobSpec) -> str | None:
+        """Kueue places Master and Worker as one (podset-group-name) when both ask for the same
+        required or preferred level: else rank 0 could land in another rack than the workers."""
+        specs = self.replica_specs(spec)
+        if len(specs) != 2:
+            return None
+        first, second = (spec.topology_of(g) for _, _, g in specs)
+        return spec.name if first == second and first.level else None
 
     def replica_specs(self, spec: JobSpec) -> list[tuple[str, int, NodeGroup]]:
         """(replica type, replicas, the group whose pods it makes), Master first."""
@@ -136,10 +152,18 @@ class PyTorchJobEngine(Engine):
         return out
 
     def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        podset_group = self.podset_group(spec)
+        pods = []
+        for _, _, group in self.replica_specs(spec):
+            pod = group_views[group.name]
+            if podset_group:
+                grouped = {**pod["pod_annotations"], kueue.PODSET_GROUP_NAME: podset_group}
+                pod = {**pod, "pod_annotations": dict(sorted(grouped.items()))}
+            pods.append(pod)
         return {
             "replica_specs": [
-                {"type": rtype, "replicas": count, "pod": group_views[group.name]}
-                for rtype, count, group in self.replica_specs(spec)
+                {"type": rtype, "replicas": count, "pod": pod}
+                for (rtype, count, _), pod in zip(self.replica_specs(spec), pods)
             ],
             "nproc_text": str(self.nproc_per_node_field(spec)),  # nprocPerNode is a string
         }

@@ -14,10 +14,7 @@ from typing import Any
 from ddpctl.kube import errors as E
 from ddpctl.kube.config import Cluster
 from ddpctl.kube.kinds import LOCALQUEUE, PRIORITY, WORKLOAD
-from ddpctl.render import KUEUE_PRIORITY_LABEL as PRIORITY_LABEL
-from ddpctl.render import KUEUE_QUEUE_LABEL as QUEUE_LABEL
-
-JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+from ddpctl.kueue import JOB_UID_LABEL, PRIORITY_LABEL, QUEUE_LABEL
 
 
 @dataclass(frozen=True)

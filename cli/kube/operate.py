@@ -298,9 +298,9 @@ def list_jobs(
             out(f"No ddpctl jobs found in {where}.")
             return
         from ddpctl.kube.admission import admission
-        from ddpctl.render import KUEUE_QUEUE_LABEL
+        from ddpctl.kueue import QUEUE_LABEL
 
-        queued = any(KUEUE_QUEUE_LABEL in (o["metadata"].get("labels") or {}) for _, o in found)
+        queued = any(QUEUE_LABEL in (o["metadata"].get("labels") or {}) for _, o in found)
         header = (
             (["NAMESPACE"] if all_namespaces else [])
             + ["NAME", "TARGET", "NODES", "STATE"]

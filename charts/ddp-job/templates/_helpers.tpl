@@ -85,7 +85,7 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- if ne (gt $gg 0) (gt $firstGpus 0) -}}
 {{- include "ddp-job.fail" (list (printf "%s.gpusPerNode" $where) (printf "%d GPUs here but %d in nodeGroups[0]: one backend serves the whole job" $gg $firstGpus) "give every group GPUs, or none (CPU processes with gloo)") -}}
 {{- end -}}
-{{- $groups = append $groups (dict "name" $g.name "nodes" $gn "gpus" $gg "nproc" $gp "nodeSelector" (default dict $g.nodeSelector) "tolerations" (default list $g.tolerations) "resources" (default dict $g.resources) "gpuResource" (default "" $g.gpuResource)) -}}
+{{- $groups = append $groups (dict "name" $g.name "nodes" $gn "gpus" $gg "nproc" $gp "nodeSelector" (default dict $g.nodeSelector) "tolerations" (default list $g.tolerations) "resources" (default dict $g.resources) "gpuResource" (default "" $g.gpuResource) "topology" $g.topology "topologyAt" (printf "%s.topology" $where)) -}}
 {{- $nodes = add $nodes $gn -}}
 {{- if gt $gg $gpus -}}{{- $gpus = $gg -}}{{- end -}}
 {{- end -}}
@@ -132,7 +132,7 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- include "ddp-job.fail" (list "procsPerNode" (printf "%d processes cannot share %d GPUs one each" $nproc $gpus) "leave procsPerNode unset to use one process per GPU") -}}
 {{- end -}}
 {{- end -}}
-{{- $groups = list (dict "name" "node" "nodes" $nodes "gpus" $gpus "nproc" $nproc "nodeSelector" dict "tolerations" list "resources" dict "gpuResource" "") -}}
+{{- $groups = list (dict "name" "node" "nodes" $nodes "gpus" $gpus "nproc" $nproc "nodeSelector" dict "tolerations" list "resources" dict "gpuResource" "" "topology" nil) -}}
 {{- end -}}
 {{- $replicas := ternary $max $nodes $elastic -}}
 {{- $nnodes := ternary (printf "%d:%d" $min $max) (printf "%d" $nodes) $elastic -}}
@@ -472,12 +472,19 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $_ := set $gv "resources" $resources -}}
 {{- $_ := set $gv "tolerations" $tolerations -}}
 {{- $_ := set $gv "nodeSelector" $nodeSelector -}}
+{{- /* JobSpec.topology_of: the group's own request, else the spec's */ -}}
+{{- $topology := $V.topology -}}
+{{- $topologyAt := "topology" -}}
+{{- if not (kindIs "invalid" $g.topology) -}}{{- $topology = $g.topology -}}{{- $topologyAt = $g.topologyAt -}}{{- end -}}
+{{- $podset := include "ddp-job.topologyAnnotations" (list $topologyAt $topology (int64 $g.nodes) $elastic $target) | fromJson -}}
+{{- $_ := set $gv "topologyAnnotations" $podset -}}
+{{- $_ := set $gv "podAnnotations" (merge (deepCopy $podset) (default dict $V.annotations)) -}}
 {{- $groupViews = append $groupViews $gv -}}
 {{- $offset = add $offset (int64 $g.nodes) -}}
 {{- end -}}
 {{- /* The job-wide view takes the first group's pod fields (TrainJob and the Service use it). */ -}}
 {{- $g0 := index $groupViews 0 -}}
-{{- range $key := list "labels" "command" "env" "resources" "tolerations" "nodeSelector" "rjob" "nproc" -}}
+{{- range $key := list "labels" "command" "env" "resources" "tolerations" "nodeSelector" "rjob" "nproc" "podAnnotations" -}}
 {{- $_ := set $view $key (get $g0 $key) -}}
 {{- end -}}
 {{- $_ := set $view "groups" $groupViews -}}
@@ -493,8 +500,68 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
 {{- $replicaSpecs = append $replicaSpecs (dict "type" "Worker" "replicas" (sub $replicas 1) "pod" $g0) -}}
 {{- end -}}
 {{- end -}}
+{{- /* PyTorchEngine.podset_group: Master and Worker asking for one level are placed as one */ -}}
+{{- if eq (len $replicaSpecs) 2 -}}
+{{- $m := (index $replicaSpecs 0).pod.topologyAnnotations -}}
+{{- $w := (index $replicaSpecs 1).pod.topologyAnnotations -}}
+{{- if and (eq (toJson $m) (toJson $w)) (or (hasKey $m "kueue.x-k8s.io/podset-required-topology") (hasKey $m "kueue.x-k8s.io/podset-preferred-topology")) -}}
+{{- range $r := $replicaSpecs -}}
+{{- $_ := set $r "pod" (merge (dict "podAnnotations" (merge (dict "kueue.x-k8s.io/podset-group-name" $name) $r.pod.podAnnotations)) $r.pod) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- $_ := set $view "replicaSpecs" $replicaSpecs -}}
 {{- toJson $view -}}
+{{- end -}}
+
+{{/*
+ddp-job.topologyAnnotations: Kueue's PodSet annotations for one group's topology request, as JSON
+(Topology.annotations), after Topology.check's rules. Context: (list where topology pods elastic target).
+*/}}
+{{- define "ddp-job.topologyAnnotations" -}}
+{{- $where := index . 0 -}}
+{{- $t := default dict (index . 1) -}}
+{{- $pods := index . 2 -}}
+{{- $modes := list -}}
+{{- if not (kindIs "invalid" $t.required) -}}{{- $modes = append $modes "required" -}}{{- end -}}
+{{- if not (kindIs "invalid" $t.preferred) -}}{{- $modes = append $modes "preferred" -}}{{- end -}}
+{{- if $t.unconstrained -}}{{- $modes = append $modes "unconstrained" -}}{{- end -}}
+{{- $hasLevel := not (kindIs "invalid" $t.sliceLevel) -}}
+{{- $hasSize := not (kindIs "invalid" $t.sliceSize) -}}
+{{- if and $hasLevel (eq (index . 4) "pytorchjob") -}}
+{{- include "ddp-job.fail" (list (printf "%s.sliceLevel" $where) "a PyTorchJob's Master (1 pod) and Worker are two Kueue PodSets, which slices cannot span" "use target job, jobset or trainjob for slices, or drop sliceLevel and sliceSize") -}}
+{{- end -}}
+{{- if gt (len $modes) 1 -}}
+{{- include "ddp-job.fail" (list $where (printf "sets both %s and %s" (index $modes 0) (index $modes 1)) "keep one of required, preferred and unconstrained") -}}
+{{- end -}}
+{{- if and $hasLevel (not $hasSize) -}}
+{{- include "ddp-job.fail" (list (printf "%s.sliceSize" $where) "is missing (with sliceLevel)" "give sliceLevel and sliceSize together") -}}
+{{- end -}}
+{{- if and $hasSize (not $hasLevel) -}}
+{{- include "ddp-job.fail" (list (printf "%s.sliceLevel" $where) "is missing (with sliceSize)" "give sliceLevel and sliceSize together") -}}
+{{- end -}}
+{{- $out := dict -}}
+{{- if $hasSize -}}
+{{- $size := int64 $t.sliceSize -}}
+{{- if index . 3 -}}
+{{- include "ddp-job.fail" (list (printf "%s.sliceSize" $where) "an elastic job's node count changes, so slices cannot divide it" "give a fixed node count, or drop the slice") -}}
+{{- end -}}
+{{- if ne (mod $pods $size) 0 -}}
+{{- $divisors := list -}}
+{{- range $d := until (int $pods) -}}{{- if eq (mod $pods (add1 $d)) 0 -}}{{- $divisors = append $divisors (toString (add1 $d)) -}}{{- end -}}{{- end -}}
+{{- include "ddp-job.fail" (list (printf "%s.sliceSize" $where) (printf "%d does not divide the group's %d nodes" $size $pods) (printf "use a divisor of %d: %s" $pods (join ", " $divisors))) -}}
+{{- end -}}
+{{- $_ := set $out "kueue.x-k8s.io/podset-slice-required-topology" $t.sliceLevel -}}
+{{- $_ := set $out "kueue.x-k8s.io/podset-slice-size" (toString $size) -}}
+{{- end -}}
+{{- if not (kindIs "invalid" $t.required) -}}
+{{- $_ := set $out "kueue.x-k8s.io/podset-required-topology" $t.required -}}
+{{- else if not (kindIs "invalid" $t.preferred) -}}
+{{- $_ := set $out "kueue.x-k8s.io/podset-preferred-topology" $t.preferred -}}
+{{- else if $t.unconstrained -}}
+{{- $_ := set $out "kueue.x-k8s.io/podset-unconstrained-topology" "true" -}}
+{{- end -}}
+{{- toJson $out -}}
 {{- end -}}
 
 {{/* ddp-job.metadata: an object's metadata (name, namespace, labels with the queue, annotations). */}}
@@ -555,8 +622,8 @@ PyTorchJob sets restartPolicy per replica instead of in the pod.
 {{- $v := .v -}}
 metadata:
   labels: {{ include "ddp-job.json" $v.labels }}
-{{- if $v.annotations }}
-  annotations: {{ include "ddp-job.json" $v.annotations }}
+{{- if $v.podAnnotations }}
+  annotations: {{ include "ddp-job.json" $v.podAnnotations }}
 {{- end }}
 spec:
 {{- if .restartPolicy }}
