@@ -8,6 +8,7 @@ exist gets no useful Workload, so that is checked by name.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +27,20 @@ class Admission:
 
     def as_dict(self) -> dict[str, Any]:
         return {"state": self.state, "message": self.message, "workload": self.workload, "conditions": self.conditions}
+
+
+# Kueue's flavor assigner says what does not fit in arithmetic; one short clause says the same
+_QUOTA = re.compile(
+    r"previously considered podsets requests \((?P<prev>\d+)\) \+ current podset request \((?P<cur>\d+)\)"
+    r" > maximum capacity \((?P<cap>\d+)\)"
+)
+
+
+def short_reason(message: str) -> str:
+    """Kueue's pending message in one line, its quota arithmetic as `(needs N, maximum capacity M)`."""
+    return _QUOTA.sub(
+        lambda m: f"(needs {int(m['prev']) + int(m['cur'])}, maximum capacity {m['cap']})", E.one_line(message)
+    ).replace(", (needs", " (needs")
 
 
 def _true(conditions: list[dict[str, Any]], kind: str) -> dict[str, Any] | None:
@@ -106,7 +121,7 @@ def admission(cluster: Cluster, job: dict[str, Any]) -> Admission | None:
         admitted_by = ((wl.get("status") or {}).get("admission") or {}).get("clusterQueue") or cq
         return Admission("admitted", f"admitted by ClusterQueue {admitted_by}", name, brief)
     pending = next((c for c in conds if c.get("type") == "QuotaReserved"), None)
-    why = E.one_line((pending or {}).get("message") or "not yet considered")
+    why = short_reason((pending or {}).get("message") or "not yet considered")
     return Admission("waiting", f"waiting for admission in ClusterQueue {cq}: {why}", name, brief)
 
 

@@ -12,11 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ddpctl import exit_codes
+from ddpctl import exit_codes, kueue
 from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, WaitTimeout
 from ddpctl.exit_codes import TRAINER_LAUNCHER
 from ddpctl.kube import errors as E
+from ddpctl.kube.admission import Admission, admission
 from ddpctl.kube.config import Cluster, iter_lines
 from ddpctl.kube.kinds import (
     EVENT,
@@ -38,6 +39,8 @@ WATCH_SECONDS = 300  # server-side timeout of one watch request; it is renewed f
 RECONNECT_ATTEMPTS = 3
 LOG_TAIL = 20
 DRAIN_SECONDS = 10.0  # after the job finished, how long log streams may take to end by themselves
+# while Kueue holds a queued job, how often its Workload is read again (the Workload is not watched)
+ADMISSION_POLL_SECONDS = 3.0
 WAIT_PROBLEMS = (
     "ImagePullBackOff",
     "ErrImagePull",
@@ -427,6 +430,7 @@ def wait(
     reported: set[tuple[str, str]] = set()
     name, ns = job["metadata"]["name"], job["metadata"].get("namespace") or cluster.namespace
     job_name = job_name_of(job)
+    queue_watch = _Admissions(cluster, status) if kueue.QUEUE_LABEL in (job["metadata"].get("labels") or {}) else None
     with JobMonitor(cluster, kind, job) as mon:
         synced = mon.wait_synced(deadline)
         while True:
@@ -435,6 +439,8 @@ def wait(
             pods = mon.ranked_pods()
             if synced:
                 status.show(status_line(kind, mon.job, pods, mon.result))
+                if queue_watch and not mon.result:
+                    queue_watch.check(mon.job)
                 _say_waiting(mon, pods, reported, status)
                 if on_pods:
                     on_pods(mon)
@@ -453,14 +459,41 @@ def wait(
                     pass
                 _say_waiting(mon, pods, reported, status)
                 why = stall_summary(mon, pods)
+                if queue_watch and queue_watch.holding:
+                    why = f"Kueue: {queue_watch.last.message}" if queue_watch.last else why
                 raise WaitTimeout(
                     f'timed out after {_fmt_seconds(timeout)} waiting for {kind.ref(name)} in namespace "{ns}"'
                     f" ({state_of(mon.result, pods)}{': ' + why if why else ''}); it keeps running: see "
                     f"`ddpctl status {job_name} -n {ns}`, or `ddpctl delete {job_name} -n {ns}`"
                 )
+            if queue_watch and queue_watch.holding:
+                left = ADMISSION_POLL_SECONDS if left is None else min(left, ADMISSION_POLL_SECONDS)
             if not mon.next(left):
                 continue
             synced = synced or len(mon.synced) == 2
+
+
+class _Admissions:
+    """Kueue's word on a queued job while `--wait` follows it: each new state or reason once."""
+
+    def __init__(self, cluster: Cluster, status: StatusLine) -> None:
+        self.cluster, self.status = cluster, status
+        self.last: Admission | None = None
+
+    @property
+    def holding(self) -> bool:
+        """Kueue has not admitted the job (yet): its Workload must be read again."""
+        return self.last is None or self.last.state not in ("admitted", "finished", "not installed")
+
+    def check(self, job: dict[str, Any]) -> None:
+        try:
+            now = admission(self.cluster, job)
+        except DdpctlError:
+            return  # a passing API error: the job's own watch goes on; read it again next time
+        if now is None or (self.last and (now.state, now.message) == (self.last.state, self.last.message)):
+            return
+        self.last = now
+        self.status.say(f"ddpctl: Kueue: {now.message}")
 
 
 def _say_waiting(

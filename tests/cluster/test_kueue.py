@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import queue
+import subprocess
+import sys
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -119,3 +123,52 @@ def test_a_known_workload_priority_class_reaches_the_workload(cli, kube, namespa
         assert wl["spec"].get("priority") == 1000
     finally:
         kube.kubectl("delete", "workloadpriorityclass", wpc, "--wait=false", check=False)
+
+
+def test_submit_wait_says_kueues_reason_and_times_out_naming_it(cli, kube: RealCluster, namespace, team_queue) -> None:
+    r = cli("submit", "-n", namespace, "--target", "job", "--nodes", "2", "--gpus", "8", "--queue", "team",
+            "--wait", "--timeout", "15s")  # fmt: skip
+    assert r.code == 3, r.err  # --wait's timeout code
+    said = [ln for ln in r.err.splitlines() if ln.startswith("ddpctl: Kueue: ")]
+    assert said and f"waiting for admission in ClusterQueue {team_queue}" in said[-1], r.err
+    assert "insufficient quota for nvidia.com/gpu" in said[-1] and "(needs 16, maximum capacity 8)" in said[-1], said
+    assert len(said) == len(set(said)), said  # each reason once
+    last = r.err.strip().splitlines()[-1]
+    assert last.startswith("ddpctl: error: timed out after 15s") and "Kueue: waiting for admission" in last, last
+
+
+def test_status_wait_follows_a_queued_job_from_pending_to_admitted(
+    cli, kube: RealCluster, namespace, team_queue
+) -> None:
+    r = cli("submit", "-n", namespace, "--target", "jobset", "--nodes", "2", "--gpus", "8", "--queue", "team")
+    assert r.code == 0, r.err
+    waiter = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", "status", "ddp-train", "-n", namespace, "--wait", "--timeout", "120s"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    lines: queue.Queue[str] = queue.Queue()
+    reader = threading.Thread(target=lambda: [lines.put(ln) for ln in waiter.stderr or []], daemon=True)
+    reader.start()
+    seen: list[str] = []
+
+    def pending_said() -> bool:
+        while not lines.empty():
+            seen.append(lines.get())
+        return any("Kueue: waiting for admission" in ln for ln in seen)
+
+    try:
+        wait_until("status --wait to print Kueue's reason", pending_said, 60)
+        kube.kubectl(  # room for the job: Kueue admits it, kwok runs its pods to success
+            "apply", "--server-side", "--force-conflicts", "-f", "-",
+            input=json.dumps(quota(team_queue, f"h100-{namespace}", 16)),
+        )  # fmt: skip
+        assert waiter.wait(timeout=150) == 0
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()
+    reader.join(10)
+    while not lines.empty():
+        seen.append(lines.get())
+    text = "".join(seen)
+    assert f"ddpctl: Kueue: admitted by ClusterQueue {team_queue}" in text, text
+    assert text.index("Kueue: waiting for admission") < text.index("Kueue: admitted by")
