@@ -20,12 +20,14 @@ def _topology_lines(spec: JobSpec) -> list[str]:
     requests = [(g.name, spec.topology_of(g)) for g in spec.groups]
     if not any(t for _, t in requests):
         return []
+    group = spec.engine.podset_group(spec)
     if len(requests) == 1:
         text = requests[0][1].describe()
     else:
         text = "; ".join(f"group {name}: {t.describe() if t else 'none'}" for name, t in requests)
+        if not group:
+            text += " (each group is its own Kueue PodSet, placed on its own)"
     text += " (Kueue Topology Aware Scheduling; ranks stay in consecutive order per domain)"
-    group = spec.engine.podset_group(spec)
     if group:
         text += f"; Master and Worker are placed as one (podset-group-name {group})"
     if not spec.queue:

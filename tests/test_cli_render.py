@@ -393,6 +393,7 @@ def test_explain_says_the_topology_per_group_and_that_it_needs_a_queue(cli, tmp_
     )
     flat = " ".join(cli("render", "--explain", "-f", str(spec), "-t", "jobset").out.split())
     assert f"topology: group a: unconstrained: any nodes with room; group b: required: all pods in one {RACK}" in flat
+    assert "(each group is its own Kueue PodSet, placed on its own)" in flat
     assert "without --queue Kueue does not place the job" in flat
     queued = " ".join(
         cli("render", "--explain", "-t", "pytorchjob", "--queue", "q", "--topology", f"preferred:{BLOCK}").out.split()
