@@ -32,6 +32,7 @@ SPECS = {
         },
         "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"},
         "queue": "vision-team",
+        "topology": {"preferred": "cloud.google.com/gce-topology-block"},
         "labels": {"team": "vision"},
     },
     "elastic-1to4": {"name": "elastic", "nodes": "1:4", "gpusPerNode": 2},
