@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import typer
 from ddpctl import __version__
 from ddpctl.commands import COMMANDS, register
-from ddpctl.errors import DdpctlError, printable
+from ddpctl.errors import DdpctlError, Interrupted, printable
 from ddpctl.options import SpecCommand
 from typer.core import TyperCommand
 
@@ -82,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(_once_each(exc.format_message()) + hint, 2)
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
+    except Interrupted as exc:
+        sys.stderr.write(f"ddpctl: {printable(exc.message)}\n")
+        return 130
     except (typer.Abort, KeyboardInterrupt):
         sys.stderr.write("ddpctl: interrupted\n")
         return 130

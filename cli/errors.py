@@ -52,6 +52,15 @@ class ClusterError(RuntimeFailure):
     """The Kubernetes API refused or could not be reached."""
 
 
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM/SIGHUP) stopped a run; the message says where it stopped and how to go on.
+    A KeyboardInterrupt, so that whatever catches an interrupt still does; exit code 130."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
 class WaitTimeout(RuntimeFailure):
     """`--wait/--follow` ran past `--timeout`: a distinct exit code so scripts can tell."""
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -29,18 +30,20 @@ from typing import TYPE_CHECKING, TextIO
 
 from ddpctl.console import Console, make_console, relative_path
 from ddpctl.engines.base import LAUNCHER_PYTHON, NODE_RANK_LAUNCHER
-from ddpctl.errors import UsageError, WaitTimeout
-from ddpctl.run_env import LOOPBACK, cluster_env, inherited_env, loopback_env, loopback_ifname
+from ddpctl.errors import Interrupted, UsageError, WaitTimeout
+from ddpctl.run_env import LOOPBACK, cluster_env, inherited_env, loopback_env, loopback_ifname, start_env
 from ddpctl.spec import JobSpec
 from ddpctl.supervise import (
     STOP_GRACE_S,
     JobState,
     NodeFailed,
+    after_finishing_note,
     attempt_log,
-    describe_failure,
-    failure_code,
+    died_after_finishing,
     finish_note,
+    interrupted_note,
     layout_phrase,
+    node_failed,
     run_with_restarts,
     start_failure,
     supervise,
@@ -82,6 +85,7 @@ class LocalPlan:
     checkpoint_dir: Path | None
     cwd: Path
     notes: tuple[str, ...] = ()
+    port_explicit: bool = False  # the user chose the port: it is used on every start, never replaced
 
 
 def parse_mounts(items: Sequence[str]) -> dict[str, Path]:
@@ -138,14 +142,17 @@ def port_asked_for(flags: Mapping[str, object], config: Path | None, environ: Ma
     return isinstance(rdzv, Mapping) and "port" in rdzv
 
 
+def _explicit(spec: JobSpec, explicit: bool | None) -> bool:
+    return spec.rendezvous.port != DEFAULT_PORT if explicit is None else explicit
+
+
 def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str | None]:
     """The spec's port if free; a free one when the user did not ask for the busy one; else an
     error. `explicit` None (a spec built in code, no layers to ask): a non-default port was asked for."""
     from ddpctl.procs import free_port, port_is_free
 
     wanted = spec.master_port
-    if explicit is None:
-        explicit = spec.rendezvous.port != DEFAULT_PORT
+    explicit = _explicit(spec, explicit)
     if port_is_free(wanted):
         return wanted, None
     if explicit:
@@ -243,7 +250,18 @@ def plan_local(
         nodes.append(NodePlan(index, hostname, tuple(argv + args), dict(sorted(env.items())), log_dir))
     if spec.uses_trainer:
         check_trainer_args(args, nodes[0].env, spec.world_size)
-    return LocalPlan(spec, run_dir, port, note, tuple(nodes), checkpoint_dir, cwd, tuple(notes))
+    return LocalPlan(
+        spec, run_dir, port, note, tuple(nodes), checkpoint_dir, cwd, tuple(notes), _explicit(spec, port_explicit)
+    )
+
+
+def port_for_start(plan: LocalPlan, attempt: int) -> int:
+    """The rendezvous port of one start of the group: the planned one first; on every later start
+    a fresh one (the port of a failed start may be taken by now, or still be in TIME_WAIT), unless
+    the user chose the port."""
+    from ddpctl.procs import free_port
+
+    return plan.port if attempt == 0 or plan.port_explicit else free_port()
 
 
 def run_local(
@@ -272,14 +290,19 @@ def run_local(
     if plan.checkpoint_dir is not None:
         plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
 
+    nonce = secrets.token_hex(4)
+    ports: dict[int, int] = {}
+
     def start(attempt: int) -> Iterator[Child]:
+        port = ports.setdefault(attempt, port_for_start(plan, attempt))
+        run_id = f"{spec.name}-{nonce}-{attempt}"
         for node in plan.nodes:
             try:
                 yield procs.start_child(
                     node.index,
                     f"node {node.index}",
                     node.argv,
-                    node.env,
+                    start_env(node.env, port, run_id),
                     cwd=plan.cwd,
                     log_path=attempt_log(plan.run_dir / "logs" / f"node-{node.index}.log", attempt),
                 )
@@ -304,13 +327,22 @@ def run_local(
             )
         if failed is None:
             return None
-        code = failure_code(state, failed.returncode or 1)
-        summary = describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
-        return NodeFailed(failed.index, code, f"{summary} (exit code {code}; logs in {logs})")
+        finished = died_after_finishing(state)
+        if finished:
+            console.note(after_finishing_note(finished))
+            return None
+        port = ports[state.attempt]
+        if state.port_taken and not plan.port_explicit:
+            again = f"node 0 could not bind rendezvous port {port}: another process took it first"
+            return NodeFailed(0, failed.returncode or 1, "", again=again)
+        return node_failed(state, failed.index, failed.returncode or 1, spec, f"logs in {logs}")
 
-    state = run_with_restarts(
-        spec, console, start_group, nodes=len(plan.nodes), checkpoint_dir=plan.checkpoint_dir, timeout=timeout
-    )
+    try:
+        state = run_with_restarts(
+            spec, console, start_group, nodes=len(plan.nodes), checkpoint_dir=plan.checkpoint_dir, timeout=timeout
+        )
+    except KeyboardInterrupt as exc:
+        raise Interrupted(interrupted_note(spec.name, str(exc), plan.checkpoint_dir, plan.cwd)) from None
     finish_note(console, state, plan.checkpoint_dir, plan.cwd, plan.run_dir / "logs")
     return 0
 

@@ -416,7 +416,7 @@ T0, T1 = "2026-12-01_09:57:20", "2026-12-01_09:57:21"
         pytest.param(  # a SIGKILLed rank explains its peers' collective failures
             {0: _report([], (T0, 0, 0, 1)), 1: _report([(T0, 2, 0, -15)], (T0, 3, 1, -9))},
             {0: "ddpctl-trainer: error: [rank 0] a collective failed, most likely another rank died: x"},
-            "rank 3 (node 1, local rank 1) was killed by SIGKILL; ranks 0, 2 stopped after it",
+            "rank 3 (node 1, local rank 1) was killed by SIGKILL; rank 0 only lost its peer; rank 2 stopped after it",
             id="killed-rank",
         ),
         pytest.param(  # a script that ends without destroy_process_group(): gloo's threads at exit

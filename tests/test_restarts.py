@@ -25,6 +25,8 @@ class Start:
     stopped: frozenset[int] = frozenset()
     reports: tuple[Failure, ...] = ()  # torchrun's failure reports
     peer_failed_ranks: frozenset[int] = frozenset()  # ranks that said "a collective failed"
+    node_codes: tuple[tuple[int, int], ...] = ()  # (node, its agent's exit status) of the nodes that ended
+    errors: tuple[tuple[int, str], ...] = ()  # (rank, its error line)
 
 
 @dataclass
@@ -39,6 +41,8 @@ class Script:
         state.stopped |= start.stopped
         state.failures.extend(start.reports)
         state.peer_failed_ranks |= start.peer_failed_ranks
+        state.node_codes.update(start.node_codes)
+        state.last_error.update(start.errors)
         return start.failed
 
 
@@ -48,7 +52,15 @@ USAGE = Start(NodeFailed(0, 2, "job w failed: rank 0 exited with code 2: unknown
 CRASHED = Start(NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: x"))
 STALLED = Start(NodeFailed(0, 200, "job w stalled: rank 1 waits in all_reduce"))
 AGENT_KILLED = Start(NodeFailed(1, -9, "job w failed: node 1 (rank 1) was killed by SIGKILL"))
+CRASHED_AGAIN = Start(
+    NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: y"),
+    errors=((0, "ValueError: y"),),
+    reports=(Failure(0, 0, 0, 1),),
+)
+LOST_NODE = Start(NodeFailed(1, -9, "job w failed: node 1 (rank 1) was killed by SIGKILL"), node_codes=((1, -9),))
+PORT_TAKEN = Start(NodeFailed(0, 1, "", again="node 0 could not bind rendezvous port 5: another process took it first"))
 OK = Start(None)
+LEFT = "; --backoff-limit 0 turns restarts off)"
 
 
 def _run(spec: JobSpec, script: Script, checkpoints: Path | None = None) -> str:
@@ -68,19 +80,36 @@ def _notes(text: str) -> list[str]:
     [
         ([OK], []),
         (
+            # a preemption does not count (as a disruption on the cluster)
             [PREEMPTED, OK],
             [
                 "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)"
+                "(not counted: a preemption; 3 of 3 restarts left)"
             ],
         ),
         (
-            [KILLED, KILLED, OK],
+            # a node whose agent was killed from outside is lost as a whole: not counted either
+            [LOST_NODE, OK],
+            [
+                "ddpctl: node 1 was lost (its agent was killed by SIGKILL); restarting all 2 nodes from scratch "
+                "(no checkpoint yet) (not counted: a lost node; 3 of 3 restarts left)"
+            ],
+        ),
+        (
+            # the runner's own failure (a port taken before node 0 bound it): started again, not counted
+            [PORT_TAKEN, OK],
+            [
+                "ddpctl: node 0 could not bind rendezvous port 5: another process took it first; starting all "
+                "2 nodes again (not counted as a restart)"
+            ],
+        ),
+        (
+            [KILLED, CRASHED, OK],
             [
                 "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)",
-                "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 2 of 3)",
+                "(restart 1 of 3, 2 left" + LEFT,
+                "ddpctl: node 0 failed (exit code 1); restarting all 2 nodes from scratch (no checkpoint yet) "
+                "(restart 2 of 3, 1 left" + LEFT,
             ],
         ),
         (
@@ -88,7 +117,18 @@ def _notes(text: str) -> list[str]:
             [Start(NodeFailed(1, 137, "x"), preempted=frozenset({0}), stopped=frozenset({0})), OK],
             [
                 "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)"
+                "(restart 1 of 3, 2 left" + LEFT
+            ],
+        ),
+        (
+            # the runner names the cause in `NodeFailed.cause`: the restart line says what the final line would
+            [
+                Start(NodeFailed(1, 1, "x", cause="rank 1 (node 1, local rank 0) exited with code 1: E (exit code 1)")),
+                OK,
+            ],
+            [
+                "ddpctl: rank 1 (node 1, local rank 0) exited with code 1: E (exit code 1); restarting all 2 nodes "
+                "from scratch (no checkpoint yet) (restart 1 of 3, 2 left" + LEFT
             ],
         ),
         (
@@ -103,7 +143,7 @@ def _notes(text: str) -> list[str]:
             ],
             [
                 "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)"
+                "(restart 1 of 3, 2 left" + LEFT
             ],
         ),
         (
@@ -111,7 +151,7 @@ def _notes(text: str) -> list[str]:
             [Start(NodeFailed(0, 138, "x")), OK],
             [
                 "ddpctl: node 0 lost a peer (exit code 138); restarting all 2 nodes from scratch (no checkpoint "
-                "yet) (restart 1 of 3)"
+                "yet) (restart 1 of 3, 2 left" + LEFT
             ],
         ),
         (
@@ -119,7 +159,7 @@ def _notes(text: str) -> list[str]:
             [Start(NodeFailed(0, 143, "x"), preempted=frozenset({1})), OK],
             [
                 "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)"
+                "(not counted: a preemption; 3 of 3 restarts left)"
             ],
         ),
     ],
@@ -138,13 +178,14 @@ def test_a_failed_node_restarts_the_whole_group_until_it_succeeds(starts: list[S
         (JobSpec(name="w", backoff_limit=3), [USAGE], 2, 0),  # a usage error: never retried
         (JobSpec(name="w", backoff_limit=3), [KILLED, USAGE], 2, 1),
         (JobSpec(name="w", backoff_limit=0), [PREEMPTED], 143, 0),  # the default: no retries
-        (JobSpec(name="w", backoff_limit=1), [KILLED, KILLED], 137, 1),  # the limit spent
+        (JobSpec(name="w", backoff_limit=1), [KILLED, CRASHED_AGAIN], 1, 1),  # the limit spent
         (JobSpec(name="w", target="trainjob", backoff_limit=3), [KILLED], 137, 0),  # left to its runtime
         # pytorchjob running the launcher: restartPolicy ExitCode, Kubeflow retries 130/137/138/143 only
         (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [KILLED, CRASHED], 1, 1),
         (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [PREEMPTED, STALLED], 200, 1),
         (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [AGENT_KILLED, CRASHED], 1, 1),  # -9 is 137
         (JobSpec(name="w", backoff_limit=3), [STALLED, CRASHED, AGENT_KILLED, KILLED], 137, 3),  # job: all count
+        (JobSpec(name="w", backoff_limit=0), [LOST_NODE], 1, 0),  # a lost node needs a restart to be allowed
     ],
 )
 def test_what_ends_the_job(spec: JobSpec, starts: list[Start], code: int, restarts: int) -> None:
@@ -156,12 +197,44 @@ def test_what_ends_the_job(spec: JobSpec, starts: list[Start], code: int, restar
     assert str(failed.value) == starts[-1].failed.message  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    "starts",
+    [
+        [CRASHED_AGAIN, CRASHED_AGAIN],  # the same rank, code and error line
+        [KILLED, KILLED],  # the same node killed the same way
+        [STALLED, STALLED],  # the same stall (the runners add the summary's location)
+    ],
+)
+def test_the_same_failure_twice_is_not_retried(starts: list[Start]) -> None:
+    script = Script(starts)
+    with pytest.raises(JobFailed) as failed:
+        _run(JobSpec(name="w", backoff_limit=3), script)
+    assert len(script.calls) == 2
+    assert str(failed.value) == f"{starts[-1].failed.message}; the same failure twice: not retried"  # type: ignore[union-attr]
+
+
+def test_a_different_failure_after_a_restart_is_retried() -> None:
+    script = Script([CRASHED, CRASHED_AGAIN, OK])
+    _run(JobSpec(name="w", backoff_limit=3), script)
+    assert len(script.calls) == 3
+
+
+def test_free_starts_are_capped() -> None:
+    from ddpctl.supervise import MAX_FREE_STARTS
+
+    script = Script([PREEMPTED] * (MAX_FREE_STARTS + 2))
+    with pytest.raises(JobFailed):
+        _run(JobSpec(name="w", backoff_limit=1), script)
+    assert len(script.calls) == MAX_FREE_STARTS + 2  # then one counted restart, then the same failure twice
+
+
 def test_the_restart_note_names_the_step_of_the_newest_checkpoint(tmp_path: Path) -> None:
     for name in ("ckpt-00000003.pt", "ckpt-00000005.pt", ".ckpt-00000006.pt.tmp.7", "final.pt", "held"):
         (tmp_path / name).write_bytes(b"")
     err = _run(JobSpec(name="w", backoff_limit=3), Script([PREEMPTED, OK]), checkpoints=tmp_path)
     assert _notes(err) == [
-        "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (restart 1 of 3)"
+        "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (not counted: a preemption; "
+        "3 of 3 restarts left)"
     ]
 
 
