@@ -52,13 +52,11 @@ class ClusterError(RuntimeFailure):
     """The Kubernetes API refused or could not be reached."""
 
 
-class Interrupted(KeyboardInterrupt):
-    """Ctrl-C (or SIGTERM/SIGHUP) stopped a run; the message says where it stopped and how to go on.
-    A KeyboardInterrupt, so that whatever catches an interrupt still does; exit code 130."""
+class Interrupted(DdpctlError):
+    """Ctrl-C (or SIGTERM/SIGHUP) stopped a run: the message says where it stopped and how to go on.
+    Not a KeyboardInterrupt: Typer would turn that into a bare exit 130 before ddpctl could say so."""
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
+    exit_code = 130
 
 
 class WaitTimeout(RuntimeFailure):
