@@ -75,6 +75,13 @@ BAD_INPUT = [
         id="shm-size-suggestion-from-input",
     ),
     pytest.param(
+        ["run", "--local", "--epochs", "3"],
+        {},
+        "Did you mean '--procs'",
+        "--epochs is a flag of the trainer, not of ddpctl run: put the trainer's flags after --",
+        id="trainer-flag-before-the-double-dash",
+    ),
+    pytest.param(
         ["render", "--memory", "512mb"],
         {},
         "use values like '500m'",
@@ -126,6 +133,13 @@ def test_render_help_groups_the_flags_in_panels(cli) -> None:
     assert "─ Job spec ─" not in out, "no flat group of 36 flags any more"
     layout = out[positions[2] : positions[3]]
     assert "--nodes" in layout and "--gpus" in layout and "--shm-size" not in layout
+
+
+def test_logs_help_says_only_once_and_keeps_node_n(cli) -> None:
+    out = " ".join(cli("logs", "--help").out.replace("│", " ").split())
+    assert "Only only" not in out and "Only node N's logs" in out, out
+    assert "Prefix lines with [node N]" in out, out
+    assert "N*G" not in out and "N*P to N*P+P-1 with P processes per node" in out, out
 
 
 def test_trainer_args_have_help(cli) -> None:

@@ -282,3 +282,59 @@ def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
     state = JobState("job", 2, 4)
     state.failures += [Failure(0, 0, 0, 138, time="10:00:01", root_cause=True), Failure(1, 3, 1, 1, time="10:00:02")]
     assert cause_of_failure(state, 0, 138) == (1, 1, False)
+
+
+@pytest.mark.parametrize(
+    ("failures", "node_codes", "stopped", "finished"),
+    [
+        # rank 2 aborted at exit while ranks 0 and 1 (nodes 0, 1) exited 0: the work was done
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: 0, 2: 1}, set(), True),
+        ([Failure(2, 2, 0, -11)], {0: 0, 1: 0, 2: 1}, set(), True),  # SIGSEGV the same
+        ([Failure(2, 2, 0, 1)], {0: 0, 1: 0, 2: 1}, set(), False),  # an exception: the script's own failure
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: 138, 2: 1}, set(), False),  # another node failed
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: -15, 2: 1}, {1}, False),  # another node was still running: stopped
+        ([Failure(0, 0, 0, -6)], {0: 1}, set(), False),  # a job of one rank: nobody vouches for its work
+    ],
+)
+def test_a_rank_killed_at_exit_after_every_other_finished(
+    failures: list[Failure], node_codes: dict[int, int], stopped: set[int], finished: bool
+) -> None:
+    from ddpctl.supervise import died_after_finishing
+
+    state = JobState("w", len(node_codes), max(len(node_codes), 1))
+    state.failures += failures
+    state.node_codes.update(node_codes)
+    state.stopped |= stopped
+    assert bool(died_after_finishing(state)) is finished
+
+
+@pytest.mark.parametrize(
+    ("node", "line", "taken"),
+    [
+        (
+            0,
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+            "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+            True,
+        ),
+        (1, "... name: EADDRINUSE, message: address already in use", False),  # only node 0 binds the port
+        (0, "ddpctl-trainer.launch: workers failed; exit 1", False),
+    ],
+)
+def test_node_0_failing_to_bind_its_port_is_the_runners_problem(node: int, line: str, taken: bool) -> None:
+    state = JobState("w", 2, 4)
+    state.on_node_line(node, line)
+    assert state.port_taken is taken
+
+
+def test_each_start_gets_its_port_and_a_rendezvous_id_of_its_own() -> None:
+    from ddpctl.local_run import plan_local
+    from ddpctl.run_env import start_env
+
+    plan = plan_local(JobSpec(name="w", nodes=2, procs_per_node=1, gpus_per_node=0), cwd=Path.cwd())
+    env = start_env(plan.nodes[1].env, 40123, "w-abcd-1")
+    assert env["PET_MASTER_PORT"] == "40123" and env["PET_RDZV_ID"] == "w-abcd-1"
+    assert env["PET_MASTER_ADDR"] == "127.0.0.1"
+    elastic = plan_local(JobSpec(name="w", nodes=2, min_nodes=1, max_nodes=2, gpus_per_node=0), cwd=Path.cwd())
+    env = start_env(elastic.nodes[0].env, 40124, "w-abcd-0")
+    assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:40124" and env["PET_RDZV_ID"] == "w-abcd-0"
