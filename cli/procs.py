@@ -254,6 +254,14 @@ class Child:
         self.scanned_at = time.monotonic()
 
 
+def workers_done(child: Child) -> bool:
+    """Whether every process seen under a still-running child has ended: a torchrun agent whose
+    workers all exited 0 waits in its exit barrier for the other agents (a worker that failed
+    would have made it report and exit). False when no process was ever seen under it."""
+    remember_trees([child], force=True)
+    return bool(child.known_tree) and all(start_time(pid) != started for pid, started in child.known_tree.items())
+
+
 def remember_trees(children: Sequence[Child], *, force: bool = False, interval: float = SCAN_INTERVAL_S) -> bool:
     """`remember_tree` of every running child, with one /proc scan for all of them and at most
     one scan per `interval` unless `force`. Returns whether it scanned."""

@@ -124,6 +124,7 @@ class JobState:
     stall_lines: list[str] = field(default_factory=list)  # the trainer watchdog's summary
     node_codes: dict[int, int] = field(default_factory=dict)  # node -> its agent's exit status (Popen's)
     port_taken: bool = False  # node 0 could not bind the rendezvous port: another process took it
+    finished_nodes: set[int] = field(default_factory=set)  # stopped while in torchrun's exit barrier: all workers done
     _pending: dict[int, tuple[int, int]] = field(default_factory=dict)
     _pending_time: dict[int, str] = field(default_factory=dict)
     _in_root: set[int] = field(default_factory=set)
@@ -295,14 +296,19 @@ def died_after_finishing(state: JobState) -> list[Failure]:
     """The ranks that died of SIGABRT or SIGSEGV while every other rank of the job exited 0: as
     all the others completed every collective with them, their work was done, and the signal came
     at exit (gloo's teardown, pytorch/pytorch#179291). Empty when that cannot be known (any other
-    failure, a node still running or stopped, a job of one rank)."""
+    failure, a node stopped while its workers still ran, a job of one rank). A node whose workers
+    had all ended when it was stopped (`finished_nodes`: its agent waited in torchrun's exit
+    barrier for the failed one) counts as having exited 0."""
     failures = [f for f in state.failures if f.rank is not None]
     if not failures or len(failures) >= state.world or state.stall_lines:
         return []
     if any(f.code not in _TEARDOWN_SIGNALS for f in failures):
         return []
     failed_nodes = {f.node for f in failures}
-    if any(code != 0 for n, code in state.node_codes.items() if n not in failed_nodes) or state.stopped:
+    others = {n: code for n, code in state.node_codes.items() if n not in failed_nodes}
+    if any(code != 0 and n not in state.finished_nodes for n, code in others.items()):
+        return []
+    if state.stopped - state.finished_nodes:
         return []
     return failures
 
@@ -430,6 +436,7 @@ def supervise(
                 now = time.monotonic()
                 if stop_at is not None and now >= stop_at:
                     stop_at = None
+                    state.finished_nodes |= {c.index for c in children if c.poll() is None and procs.workers_done(c)}
                     _announce_stop(children, state, console)
                     stop(children)
                 if deadline is not None and now >= deadline and not timed_out:

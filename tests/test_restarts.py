@@ -285,19 +285,21 @@ def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
 
 
 @pytest.mark.parametrize(
-    ("failures", "node_codes", "stopped", "finished"),
+    ("failures", "node_codes", "stopped", "waited", "finished"),
     [
         # rank 2 aborted at exit while ranks 0 and 1 (nodes 0, 1) exited 0: the work was done
-        ([Failure(2, 2, 0, -6)], {0: 0, 1: 0, 2: 1}, set(), True),
-        ([Failure(2, 2, 0, -11)], {0: 0, 1: 0, 2: 1}, set(), True),  # SIGSEGV the same
-        ([Failure(2, 2, 0, 1)], {0: 0, 1: 0, 2: 1}, set(), False),  # an exception: the script's own failure
-        ([Failure(2, 2, 0, -6)], {0: 0, 1: 138, 2: 1}, set(), False),  # another node failed
-        ([Failure(2, 2, 0, -6)], {0: 0, 1: -15, 2: 1}, {1}, False),  # another node was still running: stopped
-        ([Failure(0, 0, 0, -6)], {0: 1}, set(), False),  # a job of one rank: nobody vouches for its work
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: 0, 2: 1}, set(), set(), True),
+        ([Failure(2, 2, 0, -11)], {0: 0, 1: 0, 2: 1}, set(), set(), True),  # SIGSEGV the same
+        ([Failure(2, 2, 0, 1)], {0: 0, 1: 0, 2: 1}, set(), set(), False),  # an exception: the script's own failure
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: 138, 2: 1}, set(), set(), False),  # another node failed
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: -15, 2: 1}, {1}, set(), False),  # another node's workers still ran
+        # nodes stopped while their agents waited in torchrun's exit barrier, every worker done
+        ([Failure(2, 2, 0, -6)], {0: -15, 1: -15, 2: 1}, {0, 1}, {0, 1}, True),
+        ([Failure(0, 0, 0, -6)], {0: 1}, set(), set(), False),  # a job of one rank: nobody vouches for its work
     ],
 )
 def test_a_rank_killed_at_exit_after_every_other_finished(
-    failures: list[Failure], node_codes: dict[int, int], stopped: set[int], finished: bool
+    failures: list[Failure], node_codes: dict[int, int], stopped: set[int], waited: set[int], finished: bool
 ) -> None:
     from ddpctl.supervise import died_after_finishing
 
@@ -305,6 +307,7 @@ def test_a_rank_killed_at_exit_after_every_other_finished(
     state.failures += failures
     state.node_codes.update(node_codes)
     state.stopped |= stopped
+    state.finished_nodes |= waited
     assert bool(died_after_finishing(state)) is finished
 
 
