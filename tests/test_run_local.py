@@ -841,3 +841,32 @@ def test_a_rank_killed_at_exit_after_the_others_finished_is_not_restarted(tmp_pa
     assert result.returncode == 0, result.stderr[-3000:]
     assert "restarting" not in result.stderr and result.stdout.count("done 3") == 3, result.stderr
     assert "killed at exit: rank 2 (node 2) by SIGABRT, after every other rank had finished" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "ddp_yaml", "env", "name"),
+    [
+        ("mine", "name: from-file\n", {}, "mine"),
+        (None, "name: from-file\n", {}, "from-file"),
+        (None, "name: from-file\n", {"DDPCTL_NAME": "from-env"}, "from-env"),
+        (None, None, {}, "ddp-train"),  # the default job name, as run and submit use
+    ],
+)
+def test_status_and_logs_default_the_name_like_every_command(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    given: str | None,
+    ddp_yaml: str | None,
+    env: dict[str, str],
+    name: str,
+) -> None:
+    from ddpctl.local_run import job_name
+
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in os.environ if k.startswith("DDPCTL_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if ddp_yaml is not None:
+        (tmp_path / "ddp.yaml").write_text(ddp_yaml)
+    assert job_name(given) == name
