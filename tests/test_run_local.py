@@ -870,3 +870,22 @@ def test_status_and_logs_default_the_name_like_every_command(
     if ddp_yaml is not None:
         (tmp_path / "ddp.yaml").write_text(ddp_yaml)
     assert job_name(given) == name
+
+
+def test_logs_of_a_local_run_read_the_latest_start_or_the_one_before(tmp_path: Path) -> None:
+    """The files a run with one restart leaves: node-N.log (first start), node-N.restart-1.log."""
+    from ddpctl.errors import UsageError
+    from ddpctl.local_run import local_logs
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for node in (0, 1):
+        (logs / f"node-{node}.log").write_text(f"@@ddpctl-rank={node}@@first start\n")
+        (logs / f"node-{node}.restart-1.log").write_text(f"@@ddpctl-rank={node}@@restarted\nlast\n")
+    latest = local_logs(tmp_path, node=None, tail=None, previous=False, prefix=None)
+    assert latest == ["[node 0] [rank 0] restarted", "[node 0] last", "[node 1] [rank 1] restarted", "[node 1] last"]
+    before = local_logs(tmp_path, node=1, tail=None, previous=True, prefix=None)
+    assert before == ["[rank 1] first start"]  # --rank: no prefix unless asked
+    assert local_logs(tmp_path, node=0, tail=1, previous=False, prefix=True) == ["[node 0] last"]
+    with pytest.raises(UsageError, match="has no node 2; its nodes: 0, 1"):
+        local_logs(tmp_path, node=2, tail=None, previous=False, prefix=None)
