@@ -2,8 +2,10 @@
 
 Each node gets the environment its pod gets in the cluster (`cluster_env`: the spec's container env
 plus what the chosen engine injects, e.g. PET_NODE_RANK from the completion index), with one
-change (`loopback_env`): the rank-0 DNS name becomes 127.0.0.1 and the port a free one when the
-spec's default is busy. So a job that runs here is wired exactly as it will be in the cluster.
+change (`loopback_env`): the rank-0 DNS name becomes 127.0.0.1 and the port a free one (unless the
+user chose one), new on every start of the group, with a rendezvous id of its own (`start_env`),
+so that jobs side by side on one machine never meet. Otherwise a job that runs here is wired
+exactly as it will be in the cluster.
 
 The env comes from `ddpctl.run_env`, the supervision from `ddpctl.supervise`, the terminal
 output from `ddpctl.console`. Agents run in their own sessions (see `ddpctl.procs`); their output
@@ -146,21 +148,21 @@ def _explicit(spec: JobSpec, explicit: bool | None) -> bool:
 
 
 def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str | None]:
-    """The spec's port if free; a free one when the user did not ask for the busy one; else an
-    error. `explicit` None (a spec built in code, no layers to ask): a non-default port was asked for."""
+    """The port the user asked for (an error when it is busy), else a free one the kernel picks:
+    not the spec's default, which every other local job on the machine would pick at the same
+    moment too. `explicit` None (a spec built in code, no layers to ask): a non-default port was
+    asked for. The note says so when the default itself is busy."""
     from ddpctl.procs import free_port, port_is_free
 
     wanted = spec.master_port
-    explicit = _explicit(spec, explicit)
-    if port_is_free(wanted):
-        return wanted, None
-    if explicit:
+    if _explicit(spec, explicit):
+        if port_is_free(wanted):
+            return wanted, None
         raise UsageError(
             f"rendezvous.port: port {wanted} is in use on this machine; stop what listens there or choose another "
             "with --port"
         )
-    port = free_port()
-    return port, f"port {wanted} is in use here, using {port} instead"
+    return free_port(), None
 
 
 def torchrun_argv(spec: JobSpec, log_dir: Path, index: int = 0) -> list[str] | None:
@@ -264,7 +266,8 @@ def plan_local(
 def port_for_start(plan: LocalPlan, attempt: int) -> int:
     """The rendezvous port of one start of the group: the planned one first; on every later start
     a fresh one (the port of a failed start may be taken by now, or still be in TIME_WAIT), unless
-    the user chose the port."""
+    the user chose the port. A free port can still be taken before node 0 binds it: the runner then
+    starts the group again without counting (`NodeFailed.again`)."""
     from ddpctl.procs import free_port
 
     return plan.port if attempt == 0 or plan.port_explicit else free_port()
