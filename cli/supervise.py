@@ -250,10 +250,17 @@ def _lost_peer(state: JobState, f: Failure) -> bool:
     )
 
 
+def _own_error(state: JobState, f: Failure) -> bool:
+    """The rank printed an error of its own (not that it lost a peer): it failed by itself, even if
+    torchrun then stopped it with SIGTERM before it could exit with its own code."""
+    error = state.last_error.get(f.rank) if f.rank is not None else None
+    return error is not None and not _lost_peer(state, f) and PREEMPTED_AGENT not in error
+
+
 def _secondary(state: JobState, f: Failure) -> bool:
     """A rank that stopped because of another's fate: it lost its peer (`_lost_peer`), or it took
-    part in the agreed SIGTERM stop (143, -15 from Popen)."""
-    return _lost_peer(state, f) or f.code in (-15, exit_codes.PREEMPTED)
+    part in the agreed SIGTERM stop (143, -15 from Popen) without an error of its own."""
+    return _lost_peer(state, f) or (f.code in (-15, exit_codes.PREEMPTED) and not _own_error(state, f))
 
 
 def _root_cause(state: JobState) -> Failure | None:
@@ -347,7 +354,9 @@ def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -
         return f"job {state.name} failed: node {node} exited with code {node_code}"
     how = f"was killed by {_signal_name(primary.code)}" if primary.code < 0 else f"exited with code {primary.code}"
     error = state.last_error.get(primary.rank)
-    if error and primary.code > 0:
+    if error and primary.code == -15 and _own_error(state, primary):  # torchrun stopped it on its way out
+        how = f"failed: {_short_error(error)} (then stopped by SIGTERM)"
+    elif error and primary.code > 0:
         how += f": {_short_error(error)}"
     elif error and _UNJOINED_THREAD in error:
         how += (
@@ -526,7 +535,10 @@ def failure_signature(state: JobState, node: int, code: int) -> tuple[object, ..
         return ("stalled", stalled)
     primary = _root_cause(state)
     if primary is not None and primary.rank is not None:
-        return ("rank", primary.rank, primary.code, state.last_error.get(primary.rank))
+        error = state.last_error.get(primary.rank)
+        # with its error line, not its exit code: a rank that crashed may be SIGTERMed by torchrun
+        # before it can exit with its own code, so one crash can end with either
+        return ("rank", primary.rank, error) if error else ("rank", primary.rank, primary.code)
     return ("node", node, code, state.agent_errors.get(node))
 
 

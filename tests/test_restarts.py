@@ -341,3 +341,23 @@ def test_each_start_gets_its_port_and_a_rendezvous_id_of_its_own() -> None:
     elastic = plan_local(JobSpec(name="w", nodes=2, min_nodes=1, max_nodes=2, gpus_per_node=0), cwd=Path.cwd())
     env = start_env(elastic.nodes[0].env, 40124, "w-abcd-0")
     assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:40124" and env["PET_RDZV_ID"] == "w-abcd-0"
+
+
+def test_a_crashed_rank_that_torchrun_stopped_on_its_way_out_is_still_the_cause() -> None:
+    """Rank 3 raised, then its peer on the same node lost it (138) first and torchrun SIGTERMed rank
+    3 before it exited 1: the crash is still named, and it is the same failure as a plain exit 1."""
+    from ddpctl.supervise import describe_failure, failure_signature
+
+    def state(rank3_code: int) -> JobState:
+        s = JobState("w", 2, 4)
+        s.failures += [Failure(1, 2, 0, 138, root_cause=True), Failure(1, 3, 1, rank3_code)]
+        s.on_rank_line(3, "ddpctl-trainer: error: [rank 3] unexpected ValueError: boom")
+        s.on_rank_line(2, "ddpctl-trainer: error: [rank 2] lost a peer during x: a collective failed because y")
+        return s
+
+    stopped = state(-15)
+    assert describe_failure(stopped, 1, 138, range(2, 4)) == (
+        "job w failed: rank 3 (node 1, local rank 1) failed: unexpected ValueError: boom (then stopped by "
+        "SIGTERM); rank 2 only lost its peer"
+    )
+    assert failure_signature(stopped, 1, 138) == failure_signature(state(1), 1, 1)
