@@ -841,7 +841,7 @@ def test_a_rank_killed_at_exit_after_the_others_finished_is_not_restarted(tmp_pa
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "restarting" not in result.stderr and result.stdout.count("done 3") == 3, result.stderr
+    assert "restarting all" not in result.stderr and result.stdout.count("done 3") == 3, result.stderr
     assert "killed at exit: rank 2 (node 2) by SIGABRT, after every other rank had finished" in result.stderr
 
 
