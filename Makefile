@@ -7,10 +7,13 @@ STAMP  := $(VENV)/.installed
 
 # The one torch for the venv and the Docker base image (TORCH_VERSION, TORCHVISION_VERSION).
 include scripts/torch-version.env
-# Which build pip installs: PyPI's default (CUDA on Linux, ~5 GB) unless you name another index, e.g.
-#   make run TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu      (the CPU build, ~1 GB)
+# Which build pip installs. The default, auto: on a machine without a GPU (no nvidia-smi), PyTorch's
+# CPU index (the CPU build, ~1 GB) when it answers within 3 s, else PyPI's default (CUDA on Linux,
+# ~5 GB), said in one line (scripts/torch-index.py). Or name an index, or none for PyPI alone:
+#   make run TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu      make run TORCH_INDEX_URL=
 # or other requirements (a wheel file, another version) with TORCH_SPEC='...'.
-TORCH_INDEX_URL ?=
+TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
+TORCH_INDEX_URL ?= auto
 TORCH_SPEC      ?= torch==$(TORCH_VERSION) torchvision==$(TORCHVISION_VERSION)
 # A marker per torch choice: changing TORCH_SPEC or TORCH_INDEX_URL reinstalls torch, and then ddpctl.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s|%s' '$(TORCH_SPEC)' '$(TORCH_INDEX_URL)' | cksum | cut -d' ' -f1)
@@ -21,9 +24,9 @@ $(TORCH_STAMP): scripts/torch-version.env
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	@command -v nvidia-smi >/dev/null 2>&1 || [ -n "$(TORCH_INDEX_URL)" ] || echo "note: no GPU here;" \
-	  "for the ~1 GB CPU torch instead of ~5 GB: make $(MAKECMDGOALS) TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu"
-	$(PY) -m pip install -q $(if $(TORCH_INDEX_URL),--extra-index-url $(TORCH_INDEX_URL)) $(TORCH_SPEC)
+	index='$(TORCH_INDEX_URL)'; \
+	if [ "$$index" = auto ]; then index=$$($(PY) scripts/torch-index.py $(TORCH_CPU_INDEX)); fi; \
+	$(PY) -m pip install -q $${index:+--extra-index-url "$$index"} $(TORCH_SPEC)
 	rm -f $(VENV)/.torch-*
 	touch $@
 

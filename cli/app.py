@@ -10,11 +10,12 @@ import os
 import re
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 import typer
 from ddpctl import __version__
 from ddpctl.commands import COMMANDS, register
-from ddpctl.errors import DdpctlError, printable
+from ddpctl.errors import DdpctlError, Interrupted, printable
 from ddpctl.options import SpecCommand
 from typer.core import TyperCommand
 
@@ -56,6 +57,23 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _trainer_flag(exc: Any) -> str | None:
+    """`run --local --epochs 3`: a flag of the built-in trainer given to ddpctl. click would suggest
+    a ddpctl flag of a similar name (--procs); the fix is to put it after `--`."""
+    ctx = getattr(exc, "ctx", None)
+    option = getattr(exc, "option_name", "") or ""
+    if ctx is None or ctx.info_name not in ("run", "submit", "render") or not option.startswith("--"):
+        return None
+    from ddpctl.local_run import is_trainer_flag
+
+    if not is_trainer_flag(option):
+        return None
+    return (
+        f"{option} is a flag of the trainer, not of ddpctl {ctx.info_name}: put the trainer's flags after --, "
+        f"e.g. `ddpctl {ctx.info_name} ... -- {option} ...`"
+    )
+
+
 def _once_each(message: str) -> str:
     """Drop a repeated sentence: click and Typer may both append "Did you mean 'render'?"."""
     seen: list[str] = []
@@ -72,11 +90,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(argv) if argv is not None else sys.argv[1:]
     try:
         result = build_app(args)(args=args, prog_name="ddpctl", standalone_mode=False)
+    except Interrupted as exc:  # not an error: the user stopped the run
+        sys.stderr.write(f"ddpctl: {printable(exc.message)}\n")
+        return exc.exit_code
     except DdpctlError as exc:
         return _fail(exc.message, exc.exit_code)
     except click.NoArgsIsHelpError as exc:  # `ddpctl` alone: help, as usage (exit 2)
         typer.echo(exc.ctx.get_help() if exc.ctx else str(exc))
         return 2
+    except click.NoSuchOption as exc:
+        trainer = _trainer_flag(exc)
+        if trainer:
+            return _fail(trainer, 2)
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
+        return _fail(_once_each(exc.format_message()) + hint, 2)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx else ""
         return _fail(_once_each(exc.format_message()) + hint, 2)

@@ -52,6 +52,13 @@ class ClusterError(RuntimeFailure):
     """The Kubernetes API refused or could not be reached."""
 
 
+class Interrupted(DdpctlError):
+    """Ctrl-C (or SIGTERM/SIGHUP) stopped a run: the message says where it stopped and how to go on.
+    Not a KeyboardInterrupt: Typer would turn that into a bare exit 130 before ddpctl could say so."""
+
+    exit_code = 130
+
+
 class WaitTimeout(RuntimeFailure):
     """`--wait/--follow` ran past `--timeout`: a distinct exit code so scripts can tell."""
 

@@ -98,7 +98,8 @@ def explain(spec: JobSpec) -> str:
     if len(set(commands.values())) == 1:
         command_lines = [f"  command:            {next(iter(commands.values()))}"]
     else:
-        command_lines = [f"  command ({name}):{' ' * max(1, 11 - len(name))}{c}" for name, c in commands.items()]
+        # the command starts in the column of every other line's value (22: "  processes per node: ")
+        command_lines = [f"{f'  command ({name}):':<21} {c}" for name, c in commands.items()]
     lines = [
         f"job {spec.name} in namespace {spec.namespace}: {engine.title}",
         f"  nodes:              {nodes}: {shown}",

@@ -2,8 +2,10 @@
 
 Each node gets the environment its pod gets in the cluster (`cluster_env`: the spec's container env
 plus what the chosen engine injects, e.g. PET_NODE_RANK from the completion index), with one
-change (`loopback_env`): the rank-0 DNS name becomes 127.0.0.1 and the port a free one when the
-spec's default is busy. So a job that runs here is wired exactly as it will be in the cluster.
+change (`loopback_env`): the rank-0 DNS name becomes 127.0.0.1 and the port a free one (unless the
+user chose one), new on every start of the group, with a rendezvous id of its own (`start_env`),
+so that jobs side by side on one machine never meet. Otherwise a job that runs here is wired
+exactly as it will be in the cluster.
 
 The env comes from `ddpctl.run_env`, the supervision from `ddpctl.supervise`, the terminal
 output from `ddpctl.console`. Agents run in their own sessions (see `ddpctl.procs`); their output
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import sys
 from collections.abc import Iterator, Mapping, Sequence
@@ -29,18 +32,22 @@ from typing import TYPE_CHECKING, TextIO
 
 from ddpctl.console import Console, make_console, relative_path
 from ddpctl.engines.base import LAUNCHER_PYTHON, NODE_RANK_LAUNCHER
-from ddpctl.errors import UsageError, WaitTimeout
-from ddpctl.run_env import LOOPBACK, cluster_env, inherited_env, loopback_env, loopback_ifname
+from ddpctl.errors import Interrupted, UsageError, WaitTimeout
+from ddpctl.procs import RANK_MARK, log_line, split_rank_line
+from ddpctl.run_env import LOOPBACK, cluster_env, inherited_env, loopback_env, loopback_ifname, start_env
 from ddpctl.spec import JobSpec
 from ddpctl.supervise import (
     STOP_GRACE_S,
+    JobFailed,
     JobState,
     NodeFailed,
+    after_finishing_note,
     attempt_log,
-    describe_failure,
-    failure_code,
+    died_after_finishing,
     finish_note,
+    interrupted_note,
     layout_phrase,
+    node_failed,
     run_with_restarts,
     start_failure,
     supervise,
@@ -49,10 +56,7 @@ from ddpctl.supervise import (
 if TYPE_CHECKING:
     from ddpctl.procs import Child
 
-RANK_MARK = "@@ddpctl-rank="
 RANK_TEMPLATE = RANK_MARK + "${rank}@@"
-_RANK_LINE = re.compile(re.escape(RANK_MARK) + r"(\d+)@@(.*)$")
-_TRAINER_PREFIX = re.compile(r"^\[rank (\d+)\] ")
 DEFAULT_PORT = 29500
 
 
@@ -82,6 +86,7 @@ class LocalPlan:
     checkpoint_dir: Path | None
     cwd: Path
     notes: tuple[str, ...] = ()
+    port_explicit: bool = False  # the user chose the port: it is used on every start, never replaced
 
 
 def parse_mounts(items: Sequence[str]) -> dict[str, Path]:
@@ -138,23 +143,26 @@ def port_asked_for(flags: Mapping[str, object], config: Path | None, environ: Ma
     return isinstance(rdzv, Mapping) and "port" in rdzv
 
 
+def _explicit(spec: JobSpec, explicit: bool | None) -> bool:
+    return spec.rendezvous.port != DEFAULT_PORT if explicit is None else explicit
+
+
 def choose_port(spec: JobSpec, explicit: bool | None = None) -> tuple[int, str | None]:
-    """The spec's port if free; a free one when the user did not ask for the busy one; else an
-    error. `explicit` None (a spec built in code, no layers to ask): a non-default port was asked for."""
+    """The port the user asked for (an error when it is busy), else a free one the kernel picks:
+    not the spec's default, which every other local job on the machine would pick at the same
+    moment too. `explicit` None (a spec built in code, no layers to ask): a non-default port was
+    asked for. The note says so when the default itself is busy."""
     from ddpctl.procs import free_port, port_is_free
 
     wanted = spec.master_port
-    if explicit is None:
-        explicit = spec.rendezvous.port != DEFAULT_PORT
-    if port_is_free(wanted):
-        return wanted, None
-    if explicit:
+    if _explicit(spec, explicit):
+        if port_is_free(wanted):
+            return wanted, None
         raise UsageError(
             f"rendezvous.port: port {wanted} is in use on this machine; stop what listens there or choose another "
             "with --port"
         )
-    port = free_port()
-    return port, f"port {wanted} is in use here, using {port} instead"
+    return free_port(), None
 
 
 def torchrun_argv(spec: JobSpec, log_dir: Path, index: int = 0) -> list[str] | None:
@@ -191,6 +199,13 @@ def check_trainer_args(args: Sequence[str], env: Mapping[str, str], world_size: 
         raise UsageError(
             f"trainer: {exc}; fix the trainer's arguments after -- (python -m ddpctl_trainer --help lists them)"
         ) from None
+
+
+def is_trainer_flag(option: str) -> bool:
+    """Whether the built-in trainer has the flag `option` (`--epochs`), asked of its torch-free parser."""
+    from ddpctl_trainer.config import build_parser
+
+    return option.split("=", 1)[0] in build_parser()._option_string_actions  # argparse's own index
 
 
 def plan_local(
@@ -243,7 +258,44 @@ def plan_local(
         nodes.append(NodePlan(index, hostname, tuple(argv + args), dict(sorted(env.items())), log_dir))
     if spec.uses_trainer:
         check_trainer_args(args, nodes[0].env, spec.world_size)
-    return LocalPlan(spec, run_dir, port, note, tuple(nodes), checkpoint_dir, cwd, tuple(notes))
+    return LocalPlan(
+        spec, run_dir, port, note, tuple(nodes), checkpoint_dir, cwd, tuple(notes), _explicit(spec, port_explicit)
+    )
+
+
+def port_for_start(plan: LocalPlan, attempt: int) -> int:
+    """The rendezvous port of one start of the group: the planned one first; on every later start
+    a fresh one (the port of a failed start may be taken by now, or still be in TIME_WAIT), unless
+    the user chose the port. A free port can still be taken before node 0 binds it: the runner then
+    starts the group again without counting (`NodeFailed.again`)."""
+    from ddpctl.procs import free_port
+
+    return plan.port if attempt == 0 or plan.port_explicit else free_port()
+
+
+RUN_RECORD = "run.json"  # in the run directory: what `ddpctl status` and `logs` know of a local run
+
+
+def record_run(plan: LocalPlan, state: str, message: str = "") -> None:
+    """Write the run's record: its state (running, succeeded, failed, interrupted, timed out), the
+    pid of the ddpctl that runs it and the last line it said, for `status`/`logs` without a cluster."""
+    import json
+    import time
+
+    from ddpctl.atomic import write_text_atomic
+
+    record = {
+        "name": plan.spec.name,
+        "state": state,
+        "message": message,
+        "pid": os.getpid(),
+        "layout": layout_phrase(plan.spec, "node"),
+        "world_size": plan.spec.world_size,
+        "nodes": len(plan.nodes),
+        "checkpoint_dir": str(plan.checkpoint_dir) if plan.checkpoint_dir else None,
+        "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    write_text_atomic(plan.run_dir / RUN_RECORD, json.dumps(record, indent=2) + "\n")
 
 
 def run_local(
@@ -254,8 +306,7 @@ def run_local(
     color: bool | None = None,
     timeout: float | None = None,
 ) -> int:
-    """Run the plan to the end; returns 0 or raises JobFailed / WaitTimeout / KeyboardInterrupt."""
-    from ddpctl import procs
+    """Run the plan to the end; returns 0 or raises JobFailed / WaitTimeout / Interrupted."""
 
     console = make_console(out, err, color)
     spec = plan.spec
@@ -271,15 +322,41 @@ def run_local(
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     if plan.checkpoint_dir is not None:
         plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    record_run(plan, "running")
+    try:
+        return _run_local(plan, console, timeout)
+    except JobFailed as exc:
+        record_run(plan, "failed", str(exc))
+        raise
+    except WaitTimeout as exc:
+        record_run(plan, "timed out", str(exc))
+        raise
+    except Interrupted as exc:
+        record_run(plan, "interrupted", exc.message)
+        raise
+    except BaseException as exc:
+        record_run(plan, "failed", str(exc) or type(exc).__name__)
+        raise
+
+
+def _run_local(plan: LocalPlan, console: Console, timeout: float | None) -> int:
+    from ddpctl import procs
+
+    spec = plan.spec
+
+    nonce = secrets.token_hex(4)
+    ports: dict[int, int] = {}
 
     def start(attempt: int) -> Iterator[Child]:
+        port = ports.setdefault(attempt, port_for_start(plan, attempt))
+        run_id = f"{spec.name}-{nonce}-{attempt}"
         for node in plan.nodes:
             try:
                 yield procs.start_child(
                     node.index,
                     f"node {node.index}",
                     node.argv,
-                    node.env,
+                    start_env(node.env, port, run_id),
                     cwd=plan.cwd,
                     log_path=attempt_log(plan.run_dir / "logs" / f"node-{node.index}.log", attempt),
                 )
@@ -304,25 +381,32 @@ def run_local(
             )
         if failed is None:
             return None
-        code = failure_code(state, failed.returncode or 1)
-        summary = describe_failure(state, failed.index, code, spec.nodes_layout[failed.index].ranks)
-        return NodeFailed(failed.index, code, f"{summary} (exit code {code}; logs in {logs})")
+        finished = died_after_finishing(state)
+        if finished:
+            console.note(after_finishing_note(finished))
+            return None
+        port = ports[state.attempt]
+        if state.port_taken and not plan.port_explicit:
+            again = f"node 0 could not bind rendezvous port {port}: another process took it first"
+            return NodeFailed(0, failed.returncode or 1, "", again=again)
+        return node_failed(state, failed.index, failed.returncode or 1, spec, f"logs in {logs}")
 
-    state = run_with_restarts(
-        spec, console, start_group, nodes=len(plan.nodes), checkpoint_dir=plan.checkpoint_dir, timeout=timeout
-    )
+    try:
+        state = run_with_restarts(
+            spec, console, start_group, nodes=len(plan.nodes), checkpoint_dir=plan.checkpoint_dir, timeout=timeout
+        )
+    except KeyboardInterrupt as exc:
+        raise Interrupted(interrupted_note(spec.name, str(exc), plan.checkpoint_dir, plan.cwd)) from None
     finish_note(console, state, plan.checkpoint_dir, plan.cwd, plan.run_dir / "logs")
+    record_run(plan, "succeeded")
     return 0
 
 
 def _show(console: Console, state: JobState, child: Child, text: str) -> None:
     node = getattr(child, "index", 0)
-    match = _RANK_LINE.search(text)
-    if match:
-        rank, rest = int(match.group(1)), match.group(2)
-        dup = _TRAINER_PREFIX.match(rest)
-        if dup and int(dup.group(1)) == rank:
-            rest = rest[dup.end() :]
+    found = split_rank_line(text)
+    if found:
+        rank, rest = found
         state.on_rank_line(rank, rest)
         console.rank_line(rank, rest, progress=state.is_progress(rank, rest))
         return
@@ -385,3 +469,108 @@ def remove_checkpoints(directory: Path | None) -> list[Path]:
 def clean_run_dir(plan: LocalPlan) -> None:
     """--fresh: forget earlier checkpoints of this job (the trainer would resume from them)."""
     remove_checkpoints(plan.checkpoint_dir)
+
+
+# --------------------------------------------------------------------------------------------
+# A local run as `ddpctl status` and `ddpctl logs` see it (no cluster, or a name only run here)
+# --------------------------------------------------------------------------------------------
+
+_ATTEMPT_LOG = re.compile(r"^node-(\d+)(?:\.restart-(\d+))?\.log$")
+
+
+def job_name(name: str | None) -> str:
+    """NAME not given: DDPCTL_NAME or ./ddp.yaml's name, else the default job name, as `run` and
+    `submit` choose it."""
+    if name:
+        return name
+    from ddpctl.config import merged_layers
+
+    chosen = merged_layers({}).get("name")
+    return str(chosen) if chosen else JobSpec().name
+
+
+def find_local_run(name: str, cwd: Path | None = None) -> Path | None:
+    """`./ddp-runs/NAME` when a local run of that name left its record or logs here."""
+    run_dir = (cwd or Path.cwd()) / "ddp-runs" / name
+    return run_dir if (run_dir / RUN_RECORD).is_file() or (run_dir / "logs").is_dir() else None
+
+
+def read_run_record(run_dir: Path) -> dict[str, object]:
+    import json
+
+    try:
+        record = json.loads((run_dir / RUN_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _node_logs(run_dir: Path) -> dict[int, dict[int, Path]]:
+    """node -> attempt -> its log file (attempt 0: the first start, N: the Nth restart)."""
+    found: dict[int, dict[int, Path]] = {}
+    logs = run_dir / "logs"
+    for path in sorted(logs.iterdir()) if logs.is_dir() else []:
+        match = _ATTEMPT_LOG.match(path.name)
+        if match:
+            found.setdefault(int(match.group(1)), {})[int(match.group(2) or 0)] = path
+    return found
+
+
+def local_status(run_dir: Path, cwd: Path | None = None) -> list[str]:
+    """What `ddpctl status NAME` says of a local run: its state, layout, newest checkpoint, logs."""
+    from ddpctl.procs import alive
+    from ddpctl.restarts import latest_step
+
+    cwd = cwd or Path.cwd()
+    record = read_run_record(run_dir)
+    name = str(record.get("name") or run_dir.name)
+    state = str(record.get("state") or "unknown (no run record: a ddpctl older than this one ran it)")
+    pid = record.get("pid")
+    if state == "running":
+        if isinstance(pid, int) and alive(pid):
+            state = f"running (ddpctl pid {pid})"
+        else:
+            state = f"ended without saying how (its ddpctl, pid {pid}, is gone)"
+    lines = [f"{name}: a local run in {relative_path(run_dir, cwd)} (not in a cluster)", f"  state: {state}"]
+    if record.get("message") and not str(record.get("state")).startswith("running"):
+        lines.append(f"  last line: {record['message']}")
+    if record.get("layout"):
+        lines.append(f"  layout: {record['layout']} = world size {record.get('world_size')}")
+    starts = max((max(a) for a in _node_logs(run_dir).values()), default=0)
+    lines.append(f"  starts: {starts + 1} ({plural_restarts(starts)})")
+    checkpoints = Path(str(record["checkpoint_dir"])) if record.get("checkpoint_dir") else run_dir / "checkpoints"
+    step = latest_step(checkpoints)
+    if step is not None:
+        lines.append(f"  checkpoint: step {step} in {relative_path(checkpoints, cwd)}")
+    lines.append(f"  logs: {relative_path(run_dir / 'logs', cwd)} (ddpctl logs {name})")
+    return lines
+
+
+def plural_restarts(n: int) -> str:
+    return "no restart" if n == 0 else f"{n} restart{'s' if n > 1 else ''}"
+
+
+def local_logs(run_dir: Path, *, node: int | None, tail: int | None, previous: bool, prefix: bool | None) -> list[str]:
+    """What `ddpctl logs NAME` prints of a local run: each node's log of the latest start of the
+    group (the one before it with --previous), `[node N]` before each line unless --rank."""
+    logs = _node_logs(run_dir)
+    if node is not None and node not in logs:
+        known = ", ".join(map(str, sorted(logs))) or "none"
+        raise UsageError(f"--rank: the local run in {run_dir} has no node {node}; its nodes: {known}")
+    latest = max((max(a) for a in logs.values()), default=0)
+    attempt = latest - 1 if previous else latest
+    if attempt < 0:
+        raise UsageError("--previous: this local run was started once, without restarts; drop --previous")
+    with_prefix = node is None if prefix is None else prefix
+    out: list[str] = []
+    for index in sorted(logs):
+        if node is not None and index != node:
+            continue
+        path = logs[index].get(attempt)
+        if path is None:
+            continue
+        text = [log_line(line) for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        if tail is not None:
+            text = text[-tail:] if tail > 0 else []
+        out += [f"[node {index}] {line}" if with_prefix else line for line in text]
+    return out

@@ -16,6 +16,7 @@ import ctypes
 import errno
 import os
 import queue
+import re
 import signal
 import socket
 import subprocess
@@ -28,6 +29,30 @@ from pathlib import Path
 from typing import IO
 
 PR_SET_CHILD_SUBREAPER = 36
+# The marker a local run has torchrun put before each worker's line (its --log-line-prefix-template),
+# so that the runner can tell the rank; in the node's log file it is written as `[rank R] `.
+RANK_MARK = "@@ddpctl-rank="
+RANK_LINE = re.compile(re.escape(RANK_MARK) + r"(\d+)@@(.*)$")
+_TRAINER_PREFIX = re.compile(r"^\[rank (\d+)\] ")
+
+
+def split_rank_line(text: str) -> tuple[int, str] | None:
+    """(rank, the rank's text) of a worker's marked line, without the trainer's own `[rank R] ` when
+    it says the same rank; None for the agent's own lines."""
+    match = RANK_LINE.search(text)
+    if not match:
+        return None
+    rank, rest = int(match.group(1)), match.group(2)
+    dup = _TRAINER_PREFIX.match(rest)
+    if dup and int(dup.group(1)) == rank:
+        rest = rest[dup.end() :]
+    return rank, rest
+
+
+def log_line(text: str) -> str:
+    """A line as the node's log file keeps it: a worker's marker replaced by `[rank R] `."""
+    found = split_rank_line(text)
+    return text if found is None else f"[rank {found[0]}] {found[1]}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,6 +254,14 @@ class Child:
         self.scanned_at = time.monotonic()
 
 
+def workers_done(child: Child) -> bool:
+    """Whether every process seen under a still-running child has ended: a torchrun agent whose
+    workers all exited 0 waits in its exit barrier for the other agents (a worker that failed
+    would have made it report and exit). False when no process was ever seen under it."""
+    remember_trees([child], force=True)
+    return bool(child.known_tree) and all(start_time(pid) != started for pid, started in child.known_tree.items())
+
+
 def remember_trees(children: Sequence[Child], *, force: bool = False, interval: float = SCAN_INTERVAL_S) -> bool:
     """`remember_tree` of every running child, with one /proc scan for all of them and at most
     one scan per `interval` unless `force`. Returns whether it scanned."""
@@ -298,7 +331,7 @@ class LineMux:
             for line in iter(stream.readline, ""):
                 line = line.rstrip("\r\n")
                 if child.log is not None:
-                    child.log.write(line + "\n")
+                    child.log.write(log_line(line) + "\n")
                     child.log.flush()
                 self._queue.put((child, line))
         except (OSError, ValueError):

@@ -62,6 +62,22 @@ def loopback_env(env: Mapping[str, str], spec: JobSpec, index: int, host: str, p
     return out
 
 
+def start_env(env: Mapping[str, str], port: int, run_id: str) -> dict[str, str]:
+    """A node's env for one start of the group on this machine: the rendezvous port chosen for this
+    start (`loopback_env` put one there) and the rendezvous id `run_id`, so that an agent that
+    reaches another job's store (a port reused by another run on the machine) cannot join it:
+    torchrun keys its rendezvous under the id (torchrun's own default, `none`, is the same for all)."""
+    out = dict(env)
+    for key in ("PET_MASTER_PORT", "MASTER_PORT"):
+        if key in out:
+            out[key] = str(port)
+    if "PET_RDZV_ENDPOINT" in out:
+        host = out["PET_RDZV_ENDPOINT"].rsplit(":", 1)[0]
+        out["PET_RDZV_ENDPOINT"] = f"{host}:{port}"
+    out["PET_RDZV_ID"] = run_id
+    return out
+
+
 def loopback_ifname() -> str | None:
     try:
         import socket

@@ -21,17 +21,20 @@ _FRAME = re.compile(r"^at (?P<where>\S+:\d+ in [^\s:]+)")
 
 
 def summary_lines(lines: Iterable[str]) -> list[str]:
-    """The last summary in ``lines`` (any ``[rank R]``-style prefix removed), tag stripped."""
-    block: list[str] = []
+    """The last summary in ``lines`` (any ``[rank R]``-style prefix removed), tag stripped: the
+    last full one (the job's, several lines) over a rank's own one-line report, which a rank
+    prints when it cannot get the job's summary (its store went away) and may come after it."""
+    blocks: list[list[str]] = []
     for raw in lines:
         _, tag, rest = raw.rstrip("\n").partition(SUMMARY_TAG)
         if not tag:
             continue
         text = rest.strip()
-        if text.startswith(_FIRST):
-            block = []  # a later summary (another attempt) replaces an earlier one
-        block.append(text)
-    return block
+        if text.startswith(_FIRST) or not blocks:
+            blocks.append([])  # a later summary (another attempt) replaces an earlier one
+        blocks[-1].append(text)
+    full = [block for block in blocks if len(block) > 1]
+    return (full or blocks or [[]])[-1]
 
 
 def stall_reason(lines: Iterable[str]) -> str | None:

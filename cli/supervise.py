@@ -52,6 +52,19 @@ _OMP_BANNER = ("*****************************************", "Setting OMP_NUM_THR
 # What ddpctl_trainer.launch prints when its agent was sent SIGTERM (the node was preempted: a
 # kubelet, `docker stop` or a user's kill sent it to the agent, the container's PID 1).
 PREEMPTED_AGENT = "ddpctl-trainer.launch: stopped by SIGTERM"
+# What the store host's agent says when its rendezvous port was taken before it could bind it
+# (torch's DistNetworkError names the errno): the runner's own problem, not the job's.
+_PORT_TAKEN = re.compile(r"EADDRINUSE|address already in use", re.IGNORECASE)
+# A rank's error that says only that its peer went away: the connection to it broke (gloo, c10d).
+_LOST_PEER_ERROR = re.compile(
+    r"connection reset by peer|connection closed by peer|broken pipe|got 0 bytes", re.IGNORECASE
+)
+# Deaths at interpreter exit after the work was done: gloo's teardown can abort (pytorch/pytorch#179291).
+_TEARDOWN_SIGNALS = (-6, -11)  # SIGABRT, SIGSEGV
+# Starts of the group that do not count against the restart limit (preemptions, lost nodes, a
+# port taken before it was bound) are still capped, so that a machine that keeps killing the job
+# does not restart it forever.
+MAX_FREE_STARTS = 10
 
 # How long the other nodes may go on reporting their own errors after the first node failed,
 # before they are stopped (as the Job controller would delete their pods).
@@ -108,7 +121,10 @@ class JobState:
     in_traceback: set[int] = field(default_factory=set)
     preempted: set[int] = field(default_factory=set)  # nodes whose agent said it got SIGTERM
     stopped: set[int] = field(default_factory=set)  # nodes the supervisor stopped (SIGTERM too, but not preempted)
-    stall_lines: list[str] = field(default_factory=list)  # the trainer watchdog's summary (issue 13)
+    stall_lines: list[str] = field(default_factory=list)  # the trainer watchdog's summary
+    node_codes: dict[int, int] = field(default_factory=dict)  # node -> its agent's exit status (Popen's)
+    port_taken: bool = False  # node 0 could not bind the rendezvous port: another process took it
+    finished_nodes: set[int] = field(default_factory=set)  # stopped while in torchrun's exit barrier: all workers done
     _pending: dict[int, tuple[int, int]] = field(default_factory=dict)
     _pending_time: dict[int, str] = field(default_factory=dict)
     _in_root: set[int] = field(default_factory=set)
@@ -146,6 +162,8 @@ class JobState:
         torchrun's OMP_NUM_THREADS banner is shown for the first node that prints it only."""
         if PREEMPTED_AGENT in text:
             self.preempted.add(node)
+        if node == 0 and _PORT_TAKEN.search(text):
+            self.port_taken = True
         if _BLOCK_EDGE.match(text):
             if node in self._in_report:
                 self._in_report.discard(node)
@@ -221,10 +239,28 @@ def failure_code(state: JobState, node_code: int) -> int:
     return EXIT_STALLED if stall_reason(state.stall_lines) is not None else node_code
 
 
+def _lost_peer(state: JobState, f: Failure) -> bool:
+    """A rank whose collective failed because another went away: the trainer's 138 and "a
+    collective failed", or a script's gloo/c10d error that its connection to a peer broke."""
+    error = state.last_error.get(f.rank) if f.rank is not None else None
+    return (
+        f.rank in state.peer_failed_ranks
+        or f.code == exit_codes.PEER_LOST
+        or (error is not None and bool(_LOST_PEER_ERROR.search(error)))
+    )
+
+
+def _own_error(state: JobState, f: Failure) -> bool:
+    """The rank printed an error of its own (not that it lost a peer): it failed by itself, even if
+    torchrun then stopped it with SIGTERM before it could exit with its own code."""
+    error = state.last_error.get(f.rank) if f.rank is not None else None
+    return error is not None and not _lost_peer(state, f) and PREEMPTED_AGENT not in error
+
+
 def _secondary(state: JobState, f: Failure) -> bool:
-    """A rank that stopped because of another's fate (a failed collective: the launcher's 138, or
-    the agreed SIGTERM stop: 143, -15 from Popen)."""
-    return f.rank in state.peer_failed_ranks or f.code in (-15, *exit_codes.CAUSED_BY_A_PEER)
+    """A rank that stopped because of another's fate: it lost its peer (`_lost_peer`), or it took
+    part in the agreed SIGTERM stop (143, -15 from Popen) without an error of its own."""
+    return _lost_peer(state, f) or (f.code in (-15, exit_codes.PREEMPTED) and not _own_error(state, f))
 
 
 def _root_cause(state: JobState) -> Failure | None:
@@ -242,10 +278,46 @@ def cause_of_failure(state: JobState, node: int, node_code: int) -> tuple[int, i
     preempted = state.preempted - state.stopped
     if preempted:
         return min(preempted), exit_codes.PREEMPTED, True
+    lost = lost_nodes(state)
+    if lost:
+        return lost[0], state.node_codes[lost[0]], False
+    if node in state.agent_errors and not any(f.node == node for f in state.failures):
+        return node, node_code, False  # its agent died before any worker could fail
     cause = _root_cause(state)
     if cause is not None:
         return cause.node, cause.code, False
     return node, node_code, False
+
+
+def lost_nodes(state: JobState) -> list[int]:
+    """Nodes whose agent was killed by a signal that the supervisor did not send (a node lost as a
+    whole, as a cluster loses a machine or deletes a pod): their workers report nothing."""
+    return sorted(
+        n
+        for n, code in state.node_codes.items()
+        if code < 0 and n not in state.stopped and not any(f.node == n for f in state.failures)
+    )
+
+
+def died_after_finishing(state: JobState) -> list[Failure]:
+    """The ranks that died of SIGABRT or SIGSEGV while every other rank of the job exited 0: as
+    all the others completed every collective with them, their work was done, and the signal came
+    at exit (gloo's teardown, pytorch/pytorch#179291). Empty when that cannot be known (any other
+    failure, a node stopped while its workers still ran, a job of one rank). A node whose workers
+    had all ended when it was stopped (`finished_nodes`: its agent waited in torchrun's exit
+    barrier for the failed one) counts as having exited 0."""
+    failures = [f for f in state.failures if f.rank is not None]
+    if not failures or len(failures) >= state.world or state.stall_lines:
+        return []
+    if any(f.code not in _TEARDOWN_SIGNALS for f in failures):
+        return []
+    failed_nodes = {f.node for f in failures}
+    others = {n: code for n, code in state.node_codes.items() if n not in failed_nodes}
+    if any(code != 0 and n not in state.finished_nodes for n, code in others.items()):
+        return []
+    if state.stopped - state.finished_nodes:
+        return []
+    return failures
 
 
 def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -> str:
@@ -263,7 +335,8 @@ def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -
         return _secondary(state, f)
 
     primary = _root_cause(state)
-    if primary is None and not any(f.node == node for f in state.failures):
+    whole_node = node in lost_nodes(state) or node in state.agent_errors
+    if (primary is None or whole_node) and not any(f.node == node for f in state.failures):
         first, last = ranks[0], ranks[-1]
         ranks_text = f"rank {first}" if first == last else f"ranks {first}-{last}"
         if node_code > 128:
@@ -281,18 +354,21 @@ def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -
         return f"job {state.name} failed: node {node} exited with code {node_code}"
     how = f"was killed by {_signal_name(primary.code)}" if primary.code < 0 else f"exited with code {primary.code}"
     error = state.last_error.get(primary.rank)
-    if error and primary.code > 0:
+    if error and primary.code == -15 and _own_error(state, primary):  # torchrun stopped it on its way out
+        how = f"failed: {_short_error(error)} (then stopped by SIGTERM)"
+    elif error and primary.code > 0:
         how += f": {_short_error(error)}"
     elif error and _UNJOINED_THREAD in error:
         how += (
             f' ("{_UNJOINED_THREAD}" at exit: the process group was still alive; '
             "end the script with torch.distributed.destroy_process_group())"
         )
-    stopped = sorted({f.rank for f in state.failures if f.rank is not None and f.rank != primary.rank and secondary(f)})
-    failed = sorted(
-        {f.rank for f in state.failures if f.rank is not None and f.rank != primary.rank and not secondary(f)}
-    )
+    others = [f for f in state.failures if f.rank is not None and f.rank != primary.rank]
+    lost = sorted({f.rank for f in others if f.rank is not None and _lost_peer(state, f)})
+    stopped = sorted({f.rank for f in others if f.rank is not None and secondary(f) and f.rank not in lost})
+    failed = sorted({f.rank for f in others if f.rank is not None and not secondary(f)})
     tail = f"; {_ranks(failed)} failed too" if failed else ""
+    tail += f"; {_ranks(lost)} only lost {'their' if len(lost) > 1 else 'its'} peer" if lost else ""
     tail += f"; {_ranks(stopped)} stopped after it" if stopped else ""
     return (
         f"job {state.name} failed: rank {primary.rank} (node {primary.node}, local rank {primary.local_rank}) "
@@ -369,6 +445,7 @@ def supervise(
                 now = time.monotonic()
                 if stop_at is not None and now >= stop_at:
                     stop_at = None
+                    state.finished_nodes |= {c.index for c in children if c.poll() is None and procs.workers_done(c)}
                     _announce_stop(children, state, console)
                     stop(children)
                 if deadline is not None and now >= deadline and not timed_out:
@@ -393,6 +470,7 @@ def supervise(
         if reaper:
             procs.set_child_subreaper(False)
         console.done()
+    state.node_codes = {c.index: c.returncode for c in children if c.returncode is not None}
     if failed is None:
         failed = next((c for c in children if c.returncode and not c.stopping), None)
     return failed, timed_out
@@ -400,13 +478,74 @@ def supervise(
 
 @dataclass(frozen=True)
 class NodeFailed:
-    """How one start of the group ended when a node failed: that node, the exit code the job ends
-    with if it is not restarted, and the one-line error it ends with (the runner's own details in
-    it: logs, container, out of memory)."""
+    """How one start of the group ended when a node failed: the node that caused it, the exit code
+    the restart rules decide on (and the job ends with if it is not restarted), the one-line error
+    it ends with (the runner's own details in it: logs, container, out of memory), and `cause`,
+    that error's failure part for the restart line. `again`: the runner's own reason to start the
+    group again without counting a restart (a rendezvous port taken before node 0 bound it)."""
 
     node: int
     code: int
     message: str
+    cause: str = ""
+    again: str | None = None
+
+
+def node_failed(state: JobState, first: int, first_code: int, spec: JobSpec, where: str) -> NodeFailed:
+    """The NodeFailed of a start in which node `first` was seen to fail first with `first_code`:
+    the node that caused it (`cause_of_failure`: not one that only lost a peer), that node's own
+    exit code (what the restart rules decide on, as on the cluster), and one line naming its rank
+    and error. `where` ends the message (`logs in ...`)."""
+    node, _, _ = cause_of_failure(state, first, failure_code(state, first_code))
+    code = failure_code(state, state.node_codes.get(node) or first_code)
+    text = describe_failure(state, node, code, spec.nodes_layout[node].ranks)
+    cause = text.removeprefix(f"job {state.name} failed: ").removeprefix(f"job {state.name} ")
+    return NodeFailed(node, code, f"{text} (exit code {code}; {where})", f"{cause} (exit code {code})")
+
+
+def after_finishing_note(finished: Sequence[Failure]) -> str:
+    """The line for ranks that died at exit after every other rank finished (`died_after_finishing`)."""
+    ranks = ", ".join(f"rank {f.rank} (node {f.node}) by {_signal_name(f.code)}" for f in finished)
+    return (
+        f"killed at exit: {ranks}, after every other rank had finished, so the work was done; not restarting. "
+        "torch's gloo teardown can abort at interpreter exit (pytorch/pytorch#179291)"
+    )
+
+
+def interrupted_note(name: str, how: str, checkpoint_dir: Path | None, cwd: Path) -> str:
+    """The last line after Ctrl-C (or SIGTERM/SIGHUP to ddpctl): where the job stopped and how to
+    go on from there, or start over."""
+    signal_name = f" ({how})" if how.startswith("SIG") else ""
+    step = latest_step(checkpoint_dir)
+    if step is None or checkpoint_dir is None:
+        return f"{name} interrupted{signal_name} before its first checkpoint; run the same command to start it again"
+    latest = _latest_checkpoint(checkpoint_dir)
+    shown = relative_path(latest, cwd) if latest else relative_path(checkpoint_dir, cwd)
+    return (
+        f"{name} interrupted{signal_name} at step {step} (checkpoint {shown}); run the same command to resume "
+        "there, or add --fresh to start over"
+    )
+
+
+def failure_signature(state: JobState, node: int, code: int) -> tuple[object, ...]:
+    """What makes two failures "the same": where the job stalled, else the failing rank, its exit
+    code and its error line (or the node, its code and its agent's error)."""
+    stalled = stall_reason(state.stall_lines)
+    if stalled is not None:
+        return ("stalled", stalled)
+    primary = _root_cause(state)
+    if primary is not None and primary.rank is not None:
+        error = state.last_error.get(primary.rank)
+        # with its error line, not its exit code: a rank that crashed may be SIGTERMed by torchrun
+        # before it can exit with its own code, so one crash can end with either
+        return ("rank", primary.rank, error) if error else ("rank", primary.rank, primary.code)
+    return ("node", node, code, state.agent_errors.get(node))
+
+
+def restarts_phrase(restarts: int, limit: int) -> str:
+    """`restart 1 of 3, 2 left; --backoff-limit 0 turns restarts off`."""
+    left = limit - restarts
+    return f"restart {restarts} of {limit}, {left} left; --backoff-limit 0 turns restarts off"
 
 
 def run_with_restarts(
@@ -420,8 +559,15 @@ def run_with_restarts(
 ) -> JobState:
     """Run the whole group until it succeeds, as the target's controller would: after a failed
     node, the group starts again from scratch (torchrun's static rendezvous cannot admit a lone
-    replacement) up to the target's limit, and the trainer resumes from its checkpoint; a usage
-    error (exit 2) ends the job at once (JobFailed), as does the last failure allowed.
+    replacement) up to the target's limit, and the trainer resumes from its checkpoint.
+
+    What counts, as on the cluster: a preempted node (SIGTERM) and a node lost as a whole (its
+    agent killed) restart the group without counting, as do the runner's own failures
+    (`NodeFailed.again`); the ranks that only lost a peer never count. A limit of 0 turns every
+    restart off, those too. What ends the job at once
+    (JobFailed): a code the target does not retry (a usage error, exit 2), the last failure
+    allowed, and a failure that repeats the one before it (`failure_signature`): the same failure
+    twice is not retried, since a deterministic bug or hang cannot go away by itself.
 
     `start_group(state, timeout)` is the runner's: start every node, supervise them to their end
     (and leave nothing running), return None on success or the failed node; it raises WaitTimeout
@@ -431,22 +577,44 @@ def run_with_restarts(
     deadline = time.monotonic() + timeout if timeout else None
     first_started = time.monotonic()
     restarts = 0
+    free = 0
+    previous: tuple[object, ...] | None = None
     while True:
-        state = JobState(spec.name, nodes, spec.world_size, started=first_started, attempt=restarts)
+        state = JobState(spec.name, nodes, spec.world_size, started=first_started, attempt=restarts + free)
         left = None if deadline is None else max(deadline - time.monotonic(), 1.0)
         failed = start_group(state, left)
         if failed is None:
             return state
-        if not retriable(spec, failed.code) or restarts >= limit:
-            raise JobFailed(failed.message, failed.code)
-        restarts += 1
+        if failed.again and free < MAX_FREE_STARTS:
+            free += 1
+            console.note(f"{failed.again}; starting all {plural(nodes, 'node')} again (not counted as a restart)")
+            continue
         node, code, preempted = cause_of_failure(state, failed.node, failed.code)
+        lost = node in lost_nodes(state)
+        what = what_happened(node, code, preempted) if preempted or lost or not failed.cause else failed.cause
+        if lost:
+            what = f"node {node} was lost (its agent was killed by {_signal_name(state.node_codes[node])})"
+        decision = failed.code if failed.cause and not (preempted or lost) else code
         step = latest_step(checkpoint_dir)
-        console.note(
-            f"{what_happened(node, code, preempted)}; restarting all {plural(nodes, 'node')} "
-            + (f"from step {step}" if step is not None else "from scratch (no checkpoint yet)")
-            + f" (restart {restarts} of {limit})"
-        )
+        where = f"from step {step}" if step is not None else "from scratch (no checkpoint yet)"
+        if not retriable(spec, decision):
+            raise JobFailed(failed.message, failed.code)
+        if (preempted or lost) and limit > 0 and free < MAX_FREE_STARTS:
+            free += 1
+            console.note(
+                f"{what}; restarting all {plural(nodes, 'node')} {where} "
+                f"(not counted: {'a preemption' if preempted else 'a lost node'}; {limit - restarts} of {limit} "
+                "restarts left)"
+            )
+            continue
+        signature = failure_signature(state, node, decision)
+        if signature == previous:
+            raise JobFailed(f"{failed.message}; the same failure twice: not retried", failed.code)
+        if restarts >= limit:
+            raise JobFailed(failed.message, failed.code)
+        previous = signature
+        restarts += 1
+        console.note(f"{what}; restarting all {plural(nodes, 'node')} {where} ({restarts_phrase(restarts, limit)})")
 
 
 def attempt_log(path: Path, attempt: int) -> Path:

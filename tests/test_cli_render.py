@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -285,6 +286,29 @@ def test_explain_prints_a_table_of_nodes_for_a_layout(cli) -> None:
         ["node", "0", "g0", "big-g0-0", "4", "ranks", "0-3"],
         ["node", "1", "g1", "big-g1-0", "3", "ranks", "4-6"],
     ]
+
+
+@pytest.mark.parametrize(
+    ("flags", "adder"),
+    [
+        ([], "added by python3 -m ddpctl_trainer.launch)"),  # the built-in trainer's pods
+        (["--script", "train.py"], "added by a python3 -c launcher)"),  # a script's pods
+    ],
+)
+def test_explain_names_what_adds_the_groups_node_rank(cli, flags: list[str], adder: str) -> None:
+    result = cli("render", "--explain", "--layout", "4+3", *flags)
+    assert result.code == 0, result.err
+    line = next(line for line in result.out.splitlines() if line.startswith("  node rank from:"))
+    assert line.endswith(adder), line
+
+
+def test_explain_lines_start_their_values_in_one_column(cli) -> None:
+    """pytorchjob with node groups: one command line per replica type, each in the value column."""
+    result = cli("render", "--explain", "--target", "pytorchjob", "--layout", "2+1")
+    assert result.code == 0, result.err
+    labelled = [line for line in result.out.splitlines() if re.match(r"^  [a-z][^:]*:\s", line)]
+    assert any(line.startswith("  command (") for line in labelled), result.out
+    assert {len(re.match(r"^  [^:]*:\s+", line).group(0)) for line in labelled} == {22}, result.out  # type: ignore[union-attr]
 
 
 def test_layout_replaces_the_files_uniform_layout(cli, tmp_path: Path) -> None:

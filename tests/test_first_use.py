@@ -75,6 +75,13 @@ BAD_INPUT = [
         id="shm-size-suggestion-from-input",
     ),
     pytest.param(
+        ["run", "--local", "--epochs", "3"],
+        {},
+        "Did you mean '--procs'",
+        "--epochs is a flag of the trainer, not of ddpctl run: put the trainer's flags after --",
+        id="trainer-flag-before-the-double-dash",
+    ),
+    pytest.param(
         ["render", "--memory", "512mb"],
         {},
         "use values like '500m'",
@@ -126,6 +133,13 @@ def test_render_help_groups_the_flags_in_panels(cli) -> None:
     assert "─ Job spec ─" not in out, "no flat group of 36 flags any more"
     layout = out[positions[2] : positions[3]]
     assert "--nodes" in layout and "--gpus" in layout and "--shm-size" not in layout
+
+
+def test_logs_help_says_only_once_and_keeps_node_n(cli) -> None:
+    out = " ".join(cli("logs", "--help").out.replace("│", " ").split())
+    assert "Only only" not in out and "Only node N's logs" in out, out
+    assert "Prefix lines with [node N]" in out, out
+    assert "N*G" not in out and "N*P to N*P+P-1 with P processes per node" in out, out
 
 
 def test_trainer_args_have_help(cli) -> None:
@@ -416,7 +430,7 @@ T0, T1 = "2026-12-01_09:57:20", "2026-12-01_09:57:21"
         pytest.param(  # a SIGKILLed rank explains its peers' collective failures
             {0: _report([], (T0, 0, 0, 1)), 1: _report([(T0, 2, 0, -15)], (T0, 3, 1, -9))},
             {0: "ddpctl-trainer: error: [rank 0] a collective failed, most likely another rank died: x"},
-            "rank 3 (node 1, local rank 1) was killed by SIGKILL; ranks 0, 2 stopped after it",
+            "rank 3 (node 1, local rank 1) was killed by SIGKILL; rank 0 only lost its peer; rank 2 stopped after it",
             id="killed-rank",
         ),
         pytest.param(  # a script that ends without destroy_process_group(): gloo's threads at exit

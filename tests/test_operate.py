@@ -91,7 +91,8 @@ def test_status_of_a_missing_job_and_a_missing_namespace(cli, make_cluster):
     c = make_cluster()
     one_error(cli("status", "nope", *c.args, "-n", NS), 1, 'no job "nope" in namespace "team"', "ddpctl list -n team")
     one_error(cli("status", "nope", *c.args, "-n", "ghost"), 1, 'namespace "ghost" does not exist')
-    one_error(cli("status", *c.args), 2, "missing NAME")
+    # NAME defaults as for every other command (ddp.yaml's, else ddp-train), not "missing NAME"
+    one_error(cli("status", *c.args, "-n", NS), 1, 'no job "ddp-train" in namespace "team"')
 
 
 # --------------------------------------------------------------------------- logs

@@ -25,6 +25,8 @@ class Start:
     stopped: frozenset[int] = frozenset()
     reports: tuple[Failure, ...] = ()  # torchrun's failure reports
     peer_failed_ranks: frozenset[int] = frozenset()  # ranks that said "a collective failed"
+    node_codes: tuple[tuple[int, int], ...] = ()  # (node, its agent's exit status) of the nodes that ended
+    errors: tuple[tuple[int, str], ...] = ()  # (rank, its error line)
 
 
 @dataclass
@@ -39,6 +41,8 @@ class Script:
         state.stopped |= start.stopped
         state.failures.extend(start.reports)
         state.peer_failed_ranks |= start.peer_failed_ranks
+        state.node_codes.update(start.node_codes)
+        state.last_error.update(start.errors)
         return start.failed
 
 
@@ -48,7 +52,15 @@ USAGE = Start(NodeFailed(0, 2, "job w failed: rank 0 exited with code 2: unknown
 CRASHED = Start(NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: x"))
 STALLED = Start(NodeFailed(0, 200, "job w stalled: rank 1 waits in all_reduce"))
 AGENT_KILLED = Start(NodeFailed(1, -9, "job w failed: node 1 (rank 1) was killed by SIGKILL"))
+CRASHED_AGAIN = Start(
+    NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: y"),
+    errors=((0, "ValueError: y"),),
+    reports=(Failure(0, 0, 0, 1),),
+)
+LOST_NODE = Start(NodeFailed(1, -9, "job w failed: node 1 (rank 1) was killed by SIGKILL"), node_codes=((1, -9),))
+PORT_TAKEN = Start(NodeFailed(0, 1, "", again="node 0 could not bind rendezvous port 5: another process took it first"))
 OK = Start(None)
+LEFT = "; --backoff-limit 0 turns restarts off)"
 
 
 def _run(spec: JobSpec, script: Script, checkpoints: Path | None = None) -> str:
@@ -68,19 +80,36 @@ def _notes(text: str) -> list[str]:
     [
         ([OK], []),
         (
+            # a preemption does not count (as a disruption on the cluster)
             [PREEMPTED, OK],
             [
                 "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)"
+                "(not counted: a preemption; 3 of 3 restarts left)"
             ],
         ),
         (
-            [KILLED, KILLED, OK],
+            # a node whose agent was killed from outside is lost as a whole: not counted either
+            [LOST_NODE, OK],
+            [
+                "ddpctl: node 1 was lost (its agent was killed by SIGKILL); restarting all 2 nodes from scratch "
+                "(no checkpoint yet) (not counted: a lost node; 3 of 3 restarts left)"
+            ],
+        ),
+        (
+            # the runner's own failure (a port taken before node 0 bound it): started again, not counted
+            [PORT_TAKEN, OK],
+            [
+                "ddpctl: node 0 could not bind rendezvous port 5: another process took it first; starting all "
+                "2 nodes again (not counted as a restart)"
+            ],
+        ),
+        (
+            [KILLED, CRASHED, OK],
             [
                 "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)",
-                "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 2 of 3)",
+                "(restart 1 of 3, 2 left" + LEFT,
+                "ddpctl: node 0 failed (exit code 1); restarting all 2 nodes from scratch (no checkpoint yet) "
+                "(restart 2 of 3, 1 left" + LEFT,
             ],
         ),
         (
@@ -88,7 +117,18 @@ def _notes(text: str) -> list[str]:
             [Start(NodeFailed(1, 137, "x"), preempted=frozenset({0}), stopped=frozenset({0})), OK],
             [
                 "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)"
+                "(restart 1 of 3, 2 left" + LEFT
+            ],
+        ),
+        (
+            # the runner names the cause in `NodeFailed.cause`: the restart line says what the final line would
+            [
+                Start(NodeFailed(1, 1, "x", cause="rank 1 (node 1, local rank 0) exited with code 1: E (exit code 1)")),
+                OK,
+            ],
+            [
+                "ddpctl: rank 1 (node 1, local rank 0) exited with code 1: E (exit code 1); restarting all 2 nodes "
+                "from scratch (no checkpoint yet) (restart 1 of 3, 2 left" + LEFT
             ],
         ),
         (
@@ -103,7 +143,7 @@ def _notes(text: str) -> list[str]:
             ],
             [
                 "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)"
+                "(restart 1 of 3, 2 left" + LEFT
             ],
         ),
         (
@@ -111,7 +151,7 @@ def _notes(text: str) -> list[str]:
             [Start(NodeFailed(0, 138, "x")), OK],
             [
                 "ddpctl: node 0 lost a peer (exit code 138); restarting all 2 nodes from scratch (no checkpoint "
-                "yet) (restart 1 of 3)"
+                "yet) (restart 1 of 3, 2 left" + LEFT
             ],
         ),
         (
@@ -119,7 +159,7 @@ def _notes(text: str) -> list[str]:
             [Start(NodeFailed(0, 143, "x"), preempted=frozenset({1})), OK],
             [
                 "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from scratch (no checkpoint yet) "
-                "(restart 1 of 3)"
+                "(not counted: a preemption; 3 of 3 restarts left)"
             ],
         ),
     ],
@@ -138,13 +178,14 @@ def test_a_failed_node_restarts_the_whole_group_until_it_succeeds(starts: list[S
         (JobSpec(name="w", backoff_limit=3), [USAGE], 2, 0),  # a usage error: never retried
         (JobSpec(name="w", backoff_limit=3), [KILLED, USAGE], 2, 1),
         (JobSpec(name="w", backoff_limit=0), [PREEMPTED], 143, 0),  # the default: no retries
-        (JobSpec(name="w", backoff_limit=1), [KILLED, KILLED], 137, 1),  # the limit spent
+        (JobSpec(name="w", backoff_limit=1), [KILLED, CRASHED_AGAIN], 1, 1),  # the limit spent
         (JobSpec(name="w", target="trainjob", backoff_limit=3), [KILLED], 137, 0),  # left to its runtime
         # pytorchjob running the launcher: restartPolicy ExitCode, Kubeflow retries 130/137/138/143 only
         (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [KILLED, CRASHED], 1, 1),
         (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [PREEMPTED, STALLED], 200, 1),
         (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [AGENT_KILLED, CRASHED], 1, 1),  # -9 is 137
         (JobSpec(name="w", backoff_limit=3), [STALLED, CRASHED, AGENT_KILLED, KILLED], 137, 3),  # job: all count
+        (JobSpec(name="w", backoff_limit=0), [LOST_NODE], 1, 0),  # a lost node needs a restart to be allowed
     ],
 )
 def test_what_ends_the_job(spec: JobSpec, starts: list[Start], code: int, restarts: int) -> None:
@@ -156,12 +197,44 @@ def test_what_ends_the_job(spec: JobSpec, starts: list[Start], code: int, restar
     assert str(failed.value) == starts[-1].failed.message  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(
+    "starts",
+    [
+        [CRASHED_AGAIN, CRASHED_AGAIN],  # the same rank, code and error line
+        [KILLED, KILLED],  # the same node killed the same way
+        [STALLED, STALLED],  # the same stall (the runners add the summary's location)
+    ],
+)
+def test_the_same_failure_twice_is_not_retried(starts: list[Start]) -> None:
+    script = Script(starts)
+    with pytest.raises(JobFailed) as failed:
+        _run(JobSpec(name="w", backoff_limit=3), script)
+    assert len(script.calls) == 2
+    assert str(failed.value) == f"{starts[-1].failed.message}; the same failure twice: not retried"  # type: ignore[union-attr]
+
+
+def test_a_different_failure_after_a_restart_is_retried() -> None:
+    script = Script([CRASHED, CRASHED_AGAIN, OK])
+    _run(JobSpec(name="w", backoff_limit=3), script)
+    assert len(script.calls) == 3
+
+
+def test_free_starts_are_capped() -> None:
+    from ddpctl.supervise import MAX_FREE_STARTS
+
+    script = Script([PREEMPTED] * (MAX_FREE_STARTS + 2))
+    with pytest.raises(JobFailed):
+        _run(JobSpec(name="w", backoff_limit=1), script)
+    assert len(script.calls) == MAX_FREE_STARTS + 2  # then one counted restart, then the same failure twice
+
+
 def test_the_restart_note_names_the_step_of_the_newest_checkpoint(tmp_path: Path) -> None:
     for name in ("ckpt-00000003.pt", "ckpt-00000005.pt", ".ckpt-00000006.pt.tmp.7", "final.pt", "held"):
         (tmp_path / name).write_bytes(b"")
     err = _run(JobSpec(name="w", backoff_limit=3), Script([PREEMPTED, OK]), checkpoints=tmp_path)
     assert _notes(err) == [
-        "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (restart 1 of 3)"
+        "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (not counted: a preemption; "
+        "3 of 3 restarts left)"
     ]
 
 
@@ -209,3 +282,82 @@ def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
     state = JobState("job", 2, 4)
     state.failures += [Failure(0, 0, 0, 138, time="10:00:01", root_cause=True), Failure(1, 3, 1, 1, time="10:00:02")]
     assert cause_of_failure(state, 0, 138) == (1, 1, False)
+
+
+@pytest.mark.parametrize(
+    ("failures", "node_codes", "stopped", "waited", "finished"),
+    [
+        # rank 2 aborted at exit while ranks 0 and 1 (nodes 0, 1) exited 0: the work was done
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: 0, 2: 1}, set(), set(), True),
+        ([Failure(2, 2, 0, -11)], {0: 0, 1: 0, 2: 1}, set(), set(), True),  # SIGSEGV the same
+        ([Failure(2, 2, 0, 1)], {0: 0, 1: 0, 2: 1}, set(), set(), False),  # an exception: the script's own failure
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: 138, 2: 1}, set(), set(), False),  # another node failed
+        ([Failure(2, 2, 0, -6)], {0: 0, 1: -15, 2: 1}, {1}, set(), False),  # another node's workers still ran
+        # nodes stopped while their agents waited in torchrun's exit barrier, every worker done
+        ([Failure(2, 2, 0, -6)], {0: -15, 1: -15, 2: 1}, {0, 1}, {0, 1}, True),
+        ([Failure(0, 0, 0, -6)], {0: 1}, set(), set(), False),  # a job of one rank: nobody vouches for its work
+    ],
+)
+def test_a_rank_killed_at_exit_after_every_other_finished(
+    failures: list[Failure], node_codes: dict[int, int], stopped: set[int], waited: set[int], finished: bool
+) -> None:
+    from ddpctl.supervise import died_after_finishing
+
+    state = JobState("w", len(node_codes), max(len(node_codes), 1))
+    state.failures += failures
+    state.node_codes.update(node_codes)
+    state.stopped |= stopped
+    state.finished_nodes |= waited
+    assert bool(died_after_finishing(state)) is finished
+
+
+@pytest.mark.parametrize(
+    ("node", "line", "taken"),
+    [
+        (
+            0,
+            "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
+            "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
+            True,
+        ),
+        (1, "... name: EADDRINUSE, message: address already in use", False),  # only node 0 binds the port
+        (0, "ddpctl-trainer.launch: workers failed; exit 1", False),
+    ],
+)
+def test_node_0_failing_to_bind_its_port_is_the_runners_problem(node: int, line: str, taken: bool) -> None:
+    state = JobState("w", 2, 4)
+    state.on_node_line(node, line)
+    assert state.port_taken is taken
+
+
+def test_each_start_gets_its_port_and_a_rendezvous_id_of_its_own() -> None:
+    from ddpctl.local_run import plan_local
+    from ddpctl.run_env import start_env
+
+    plan = plan_local(JobSpec(name="w", nodes=2, procs_per_node=1, gpus_per_node=0), cwd=Path.cwd())
+    env = start_env(plan.nodes[1].env, 40123, "w-abcd-1")
+    assert env["PET_MASTER_PORT"] == "40123" and env["PET_RDZV_ID"] == "w-abcd-1"
+    assert env["PET_MASTER_ADDR"] == "127.0.0.1"
+    elastic = plan_local(JobSpec(name="w", nodes=2, min_nodes=1, max_nodes=2, gpus_per_node=0), cwd=Path.cwd())
+    env = start_env(elastic.nodes[0].env, 40124, "w-abcd-0")
+    assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:40124" and env["PET_RDZV_ID"] == "w-abcd-0"
+
+
+def test_a_crashed_rank_that_torchrun_stopped_on_its_way_out_is_still_the_cause() -> None:
+    """Rank 3 raised, then its peer on the same node lost it (138) first and torchrun SIGTERMed rank
+    3 before it exited 1: the crash is still named, and it is the same failure as a plain exit 1."""
+    from ddpctl.supervise import describe_failure, failure_signature
+
+    def state(rank3_code: int) -> JobState:
+        s = JobState("w", 2, 4)
+        s.failures += [Failure(1, 2, 0, 138, root_cause=True), Failure(1, 3, 1, rank3_code)]
+        s.on_rank_line(3, "ddpctl-trainer: error: [rank 3] unexpected ValueError: boom")
+        s.on_rank_line(2, "ddpctl-trainer: error: [rank 2] lost a peer during x: a collective failed because y")
+        return s
+
+    stopped = state(-15)
+    assert describe_failure(stopped, 1, 138, range(2, 4)) == (
+        "job w failed: rank 3 (node 1, local rank 1) failed: unexpected ValueError: boom (then stopped by "
+        "SIGTERM); rank 2 only lost its peer"
+    )
+    assert failure_signature(stopped, 1, 138) == failure_signature(state(1), 1, 1)

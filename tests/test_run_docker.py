@@ -505,7 +505,10 @@ def test_a_preempted_container_restarts_the_group_which_resumes_at_that_step(
     subprocess.run(["docker", "kill", "--signal", "TERM", victim], capture_output=True, check=True)
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode == 0, err[-3000:]
-    assert "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (restart 1 of 3)" in err, err
+    assert (
+        "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (not counted: a preemption; "
+        "3 of 3 restarts left)" in err
+    ), err
     assert "resumed from /checkpoints/ckpt-00000005.pt (epoch 1, step 5)" in out, out  # 0 steps lost
     _assert_same_weights(_final_weights(run_dir), uninterrupted)
     assert _left_behind(job) == []
@@ -529,7 +532,10 @@ def test_a_killed_worker_restarts_the_group_which_resumes_from_its_last_checkpoi
     assert killed.returncode == 0 and len(killed.stdout.split()) == 1, killed.stdout + killed.stderr
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode == 0, err[-3000:]
-    assert "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from step 3 (restart 1 of 3)" in err, err
+    assert (
+        "ddpctl: node 1 was killed (SIGKILL); restarting all 2 nodes from step 3 (restart 1 of 3, 2 left; "
+        "--backoff-limit 0 turns restarts off)" in err
+    ), err
     assert "resumed from /checkpoints/ckpt-00000003.pt (epoch 1, step 3)" in out, out
     _assert_same_weights(_final_weights(run_dir), uninterrupted)
     assert _left_behind(job) == []

@@ -41,9 +41,16 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _ddpctl(*args: str, cwd: Path, timeout: float = JOB_TIMEOUT) -> subprocess.CompletedProcess[str]:
+def _ddpctl(
+    *args: str, cwd: Path, timeout: float = JOB_TIMEOUT, extra_env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=_env(), capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "ddpctl", *args],
+        cwd=cwd,
+        env={**_env(), **(extra_env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -133,6 +140,24 @@ def test_default_run_trains_2x2_on_cpu_and_writes_a_checkpoint(tmp_path: Path) -
 
     payload = torch.load(ckpt, weights_only=True)
     assert payload["step"] == 16 and payload["world_size"] == 4 and payload["model"]
+    # the log files hold what the console showed, without the runner's internal rank markers
+    node_log = (tmp_path / "ddp-runs" / "ddp-train" / "logs" / "node-0.log").read_text()
+    assert "@@ddpctl-rank=" not in node_log and "[rank 0] world size 4" in node_log
+    # with no cluster, `status` and `logs` (NAME defaulted like every command's) find the local run
+    no_cluster = {"KUBECONFIG": str(tmp_path / "no-kubeconfig")}
+    status = _ddpctl("status", cwd=tmp_path, extra_env=no_cluster)
+    assert status.returncode == 0, status.stderr
+    assert status.stdout.splitlines()[:2] == [
+        "ddp-train: a local run in ddp-runs/ddp-train (not in a cluster)",
+        "  state: succeeded",
+    ], status.stdout
+    assert "  checkpoint: step 16 in ddp-runs/ddp-train/checkpoints" in status.stdout
+    logs = _ddpctl("logs", "ddp-train", "--rank", "1", "--tail", "1", cwd=tmp_path, extra_env=no_cluster)
+    assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 1, logs.stdout + logs.stderr
+    logs = _ddpctl("logs", cwd=tmp_path, extra_env=no_cluster)
+    assert "[node 0] [rank 0] world size 4" in logs.stdout and "[node 1] " in logs.stdout
+    elsewhere = _ddpctl("status", "ddp-train", cwd=tmp_path / "ddp-runs", extra_env=no_cluster)
+    assert elsewhere.returncode == 1 and "no kubeconfig" in elsewhere.stderr  # no local run there either
 
 
 # --------------------------------------------------------------------------------------------
@@ -199,7 +224,13 @@ def test_ctrl_c_stops_every_agent_and_worker(started, tmp_path: Path) -> None:
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
-    assert "interrupted" in err
+    # the last line says where the job stopped (the ranks checkpointed on the way out) and how to go on
+    last = err.rstrip().splitlines()[-1]
+    assert re.fullmatch(
+        r"ddpctl: ddp-train interrupted at step \d+ \(checkpoint ddp-runs/ddp-train/checkpoints/ckpt-\d+\.pt\); "
+        r"run the same command to resume there, or add --fresh to start over",
+        last,
+    ), err
     assert [p for p in tree if alive(p)] == []
 
 
@@ -254,17 +285,19 @@ def test_a_port_in_use_that_was_asked_for_is_a_one_line_error(cli, tmp_path: Pat
     assert not (tmp_path / "ddp-runs").exists()  # nothing was started
 
 
-def test_a_busy_default_port_falls_back_to_a_free_one(tmp_path: Path) -> None:
+@pytest.mark.parametrize("busy", [True, False])
+def test_the_default_port_is_replaced_by_a_free_one(tmp_path: Path, busy: bool) -> None:
+    """Not the default 29500, busy or not: two local jobs started at once would both pick it."""
     try:
-        holder: socket.socket | None = _listener(29500)
+        holder: socket.socket | None = _listener(29500) if busy else None
     except OSError:
-        holder = None  # something else holds it already: the fallback must happen all the same
+        holder = None  # something else holds it already: the choice must be the same
     try:
         plan = plan_local(JobSpec(), cwd=tmp_path, parent_env={})
     finally:
         if holder is not None:
             holder.close()
-    assert plan.port != 29500 and plan.port_note and "29500 is in use" in plan.port_note
+    assert plan.port != 29500 and plan.port_note is None
     assert {n.env["PET_MASTER_PORT"] for n in plan.nodes} == {str(plan.port)}
 
 
@@ -630,7 +663,11 @@ def test_a_killed_worker_restarts_the_group_which_resumes_from_the_last_save(
     os.kill(with_env(_trainer_pids(proc.pid), "RANK", "1"), signal.SIGKILL)
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode == 0, err[-3000:]
-    assert re.search(r"ddpctl: node [01] .*; restarting all 2 nodes from step 3 \(restart 1 of 3\)", err), err
+    assert re.search(
+        r"ddpctl: rank 1 \(node 1, local rank 0\) was killed by SIGKILL.*; restarting all 2 nodes from step 3 "
+        r"\(restart 1 of 3, 2 left; --backoff-limit 0 turns restarts off\)",
+        err,
+    ), err
     assert "(epoch 1, step 3)" in out, out
     _assert_same_weights(tmp_path / "final.pt", uninterrupted)
     logs = tmp_path / "ddp-runs" / "ddp-train" / "logs"
@@ -654,7 +691,10 @@ def test_a_preempted_node_restarts_the_group_which_resumes_at_that_step(
     os.kill(_node_agent(proc.pid, 1), signal.SIGTERM)  # as the kubelet does to a preempted pod
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode == 0, err[-3000:]
-    assert "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (restart 1 of 3)" in err, err
+    assert (
+        "ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from step 5 (not counted: a preemption; "
+        "3 of 3 restarts left)" in err
+    ), err
     assert "resumed from" in out and "(epoch 1, step 5)" in out, out
     _assert_same_weights(tmp_path / "preempted" / "final.pt", uninterrupted)  # 0 steps lost
 
@@ -678,3 +718,176 @@ def test_a_usage_error_at_run_time_is_not_retried(tmp_path: Path) -> None:
     )
     assert result.returncode == 2, result.stderr[-3000:]
     assert "restarting" not in result.stderr and "nosuchmod" in result.stderr, result.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Two jobs on one machine, a deterministic crash, a lost node, ranks killed at exit
+# --------------------------------------------------------------------------------------------
+
+SIDE_BY_SIDE = ["run", "--local", "--nodes", "2", "--procs", "2", "--backoff-limit", "3", *SMALL, "--epochs", "1"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("how", ["same-name-two-folders", "two-names-one-folder"])
+def test_two_jobs_on_one_machine_run_side_by_side(started, tmp_path: Path, how: str) -> None:
+    """Both jobs want the default port 29500 at once: each start of a group binds its own port
+    and rendezvous id, so neither joins the other (nor spends a restart on it)."""
+    if how == "same-name-two-folders":
+        runs = [(tmp_path / "a", "ddp-train"), (tmp_path / "b", "ddp-train")]
+    else:
+        runs = [(tmp_path, "job-a"), (tmp_path, "job-b")]
+    procs = []
+    for cwd, name in runs:
+        cwd.mkdir(exist_ok=True)
+        procs.append(started(*SIDE_BY_SIDE[:2], "--name", name, *SIDE_BY_SIDE[2:], cwd=cwd))
+    for proc, (cwd, name) in zip(procs, runs, strict=True):
+        out, err = proc.communicate(timeout=JOB_TIMEOUT)
+        assert proc.returncode == 0, err[-3000:]
+        assert "restarting" not in err and "outside" not in out, err
+        assert f"{name} succeeded" in err and "[rank 0] world size 4" in out
+        assert (cwd / "ddp-runs" / name / "checkpoints" / "ckpt-00000004.pt").is_file()
+
+
+@pytest.mark.slow
+def test_the_same_crash_twice_is_not_retried_again(tmp_path: Path) -> None:
+    """Rank 3 raises at step 5, before any checkpoint: the restart crashes the same way, and the
+    job ends there (not after backoffLimit + 1 starts), naming the rank, its error and why."""
+    result = _ddpctl(
+        "run",
+        "--local",
+        "--backoff-limit",
+        "3",
+        "-e",
+        "CRASH_RANK=3",
+        "-e",
+        "CRASH_AT_STEP=5",
+        "--",
+        "--model",
+        "tests.trainer.fault_models:crashing",
+        "--image-size",
+        "8",
+        "--synthetic-samples",
+        "1024",
+        "--eval-samples",
+        "32",
+        "--save-every",
+        "100",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1, result.stderr[-3000:]
+    cause = "rank 3 (node 1, local rank 1) exited with code 1: unexpected ValueError: rank 3 crashes at step 5"
+    restarts = [line for line in result.stderr.splitlines() if "restarting" in line]
+    assert len(restarts) == 1 and restarts[0].startswith(f"ddpctl: {cause}; ranks 0, 1, 2 only lost their peer")
+    assert "(restart 1 of 3, 2 left; --backoff-limit 0 turns restarts off)" in restarts[0]
+    last = result.stderr.rstrip().splitlines()[-1]
+    assert last.startswith(f"ddpctl: error: job ddp-train failed: {cause}") and last.endswith(
+        "; the same failure twice: not retried"
+    ), last
+
+
+@pytest.mark.slow
+def test_a_lost_node_restarts_the_group_without_counting(
+    started, uninterrupted: dict[str, Any], tmp_path: Path
+) -> None:
+    """Node 1's agent and workers SIGKILLed, as a machine lost: node 0's ranks only lost their
+    peer; the group restarts and the restart count is unchanged (backoffLimit 1 still left)."""
+    needs_proc()
+    hold = tmp_path / "held"
+    hook = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e", f"DDP_TRAINER_HOLD_FILE={hold}"]
+    proc = started(*RESTART_LAYOUT, *hook, *RESTART_ARGS, cwd=tmp_path)
+    _wait_for_file(proc, hold)
+    agent = _node_agent(proc.pid, 1)
+    for pid in [agent, *descendants(agent)]:
+        os.kill(pid, signal.SIGKILL)
+    _, err = proc.communicate(timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, err[-3000:]
+    assert "ddpctl: node 1 was lost (its agent was killed by SIGKILL); restarting all 2 nodes from step 3" in err, err
+    assert "(not counted: a lost node; 3 of 3 restarts left)" in err
+    _assert_same_weights(tmp_path / "final.pt", uninterrupted)
+
+
+ABORT_AT_EXIT = """\
+import os
+import torch
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+model(torch.ones(2, 4)).sum().backward()
+t = torch.ones(1)
+dist.all_reduce(t)
+dist.barrier()
+dist.destroy_process_group()
+print(f"done {int(t.item())}", flush=True)
+if os.environ["RANK"] == "2":
+    os.abort()  # what gloo's teardown does at interpreter exit (pytorch/pytorch#179291), made certain
+"""
+
+
+@pytest.mark.slow
+def test_a_rank_killed_at_exit_after_the_others_finished_is_not_restarted(tmp_path: Path) -> None:
+    (tmp_path / "abort_at_exit.py").write_text(ABORT_AT_EXIT)
+    result = _ddpctl(
+        "run",
+        "--local",
+        "--script",
+        "abort_at_exit.py",
+        "--nodes",
+        "3",
+        "--procs",
+        "1",
+        "--backoff-limit",
+        "3",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "restarting all" not in result.stderr and result.stdout.count("done 3") == 3, result.stderr
+    assert "killed at exit: rank 2 (node 2) by SIGABRT, after every other rank had finished" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("given", "ddp_yaml", "env", "name"),
+    [
+        ("mine", "name: from-file\n", {}, "mine"),
+        (None, "name: from-file\n", {}, "from-file"),
+        (None, "name: from-file\n", {"DDPCTL_NAME": "from-env"}, "from-env"),
+        (None, None, {}, "ddp-train"),  # the default job name, as run and submit use
+    ],
+)
+def test_status_and_logs_default_the_name_like_every_command(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    given: str | None,
+    ddp_yaml: str | None,
+    env: dict[str, str],
+    name: str,
+) -> None:
+    from ddpctl.local_run import job_name
+
+    monkeypatch.chdir(tmp_path)
+    for key in [k for k in os.environ if k.startswith("DDPCTL_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    if ddp_yaml is not None:
+        (tmp_path / "ddp.yaml").write_text(ddp_yaml)
+    assert job_name(given) == name
+
+
+def test_logs_of_a_local_run_read_the_latest_start_or_the_one_before(tmp_path: Path) -> None:
+    """The files a run with one restart leaves: node-N.log (first start), node-N.restart-1.log."""
+    from ddpctl.errors import UsageError
+    from ddpctl.local_run import local_logs
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    for node in (0, 1):
+        (logs / f"node-{node}.log").write_text(f"@@ddpctl-rank={node}@@first start\n")
+        (logs / f"node-{node}.restart-1.log").write_text(f"@@ddpctl-rank={node}@@restarted\nlast\n")
+    latest = local_logs(tmp_path, node=None, tail=None, previous=False, prefix=None)
+    assert latest == ["[node 0] [rank 0] restarted", "[node 0] last", "[node 1] [rank 1] restarted", "[node 1] last"]
+    before = local_logs(tmp_path, node=1, tail=None, previous=True, prefix=None)
+    assert before == ["[rank 1] first start"]  # --rank: no prefix unless asked
+    assert local_logs(tmp_path, node=0, tail=1, previous=False, prefix=True) == ["[node 0] last"]
+    with pytest.raises(UsageError, match="has no node 2; its nodes: 0, 1"):
+        local_logs(tmp_path, node=2, tail=None, previous=False, prefix=None)

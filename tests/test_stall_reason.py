@@ -53,6 +53,8 @@ ALONE = (
         pytest.param(ALONE, ALONE.split("stalled: ", 1)[1].strip(), id="a-rank-alone"),
         pytest.param(FORWARD.replace(SUMMARY_TAG, "ddpctl-trainer: error:"), None, id="no-summary"),
         pytest.param(ALL_ALIKE + FORWARD, stall_reason(FORWARD.splitlines()), id="the-last-summary-wins"),
+        # a rank that lost the store after the job's summary was printed: the summary still says where
+        pytest.param(FORWARD + ALONE, stall_reason(FORWARD.splitlines()), id="a-later-lone-line-does-not-win"),
     ],
 )
 def test_stall_reason(text: str, reason: str | None) -> None:

@@ -21,12 +21,14 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("dist")
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--no-build-isolation", "-w", str(out), str(REPO)],
         check=True,
         capture_output=True,
         text=True,
     )
+    # pyproject's metadata builds without setuptools' deprecation warnings (a `license = {text}` table)
+    assert "project.license" not in built.stdout + built.stderr, built.stderr
     (path,) = out.glob("ddpctl-*.whl")
     return path
 

@@ -129,7 +129,6 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Train a model with PyTorch DDP/FSDP. Run under torchrun for several processes; "
         f"every flag may also be set as an environment variable {ENV_PREFIX}<FLAG>.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     bo = argparse.BooleanOptionalAction
     g = p.add_argument_group("model and data")
@@ -191,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--resume",
         default="auto",
-        help="'auto' (newest valid checkpoint in --checkpoint-dir), 'never', or a checkpoint path",
+        help="'auto' (newest valid checkpoint in --checkpoint-dir), 'never' (start at step 0; `ddpctl run "
+        "--fresh` deletes the old checkpoints instead), or a checkpoint path",
     )
     g.add_argument(
         "--fsdp-state-dict",
@@ -229,7 +229,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without progress on any rank before the job is stopped with a summary of who "
         "stalled and where (exit code 200); 0: off. Must exceed the longest checkpoint write or eval batch",
     )
+    _show_defaults(p)
     return p
+
+
+def _show_defaults(parser: argparse.ArgumentParser) -> None:
+    """Every flag's help ends with its default, once: argparse's ArgumentDefaultsHelpFormatter
+    skips flags without a help text (--epochs, --lr) and repeats a default the text already gives
+    (`batch per process (default 32) (default: None)`)."""
+    for action in parser._actions:  # argparse has no public iterator over actions
+        if not action.option_strings or action.dest == "help":
+            continue
+        text = action.help or ""
+        if "default" not in text and action.default not in (None, argparse.SUPPRESS):
+            shown = str(action.default).replace("%", "%%")
+            text = f"{text} (default: {shown})".strip()
+        action.help = text
 
 
 def _env_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> None:

@@ -493,12 +493,29 @@ class Watchdog:
             self._decide([r for r in range(self.world_size) if self.store.check([f"stack/{r}"])])
         deadline = self._clock() + 2 * self.interval + 5.0
         summary = self._wait_for("summary", deadline)
-        if summary is not None and summary["reporter"] == self.rank:
+        if summary is None:
+            return self._wait_for("printed", deadline) is not None
+        if summary["reporter"] == self.rank:
             # a moment for log shippers (torchrun's tee) to pass on the other ranks' dumps first
             self._stop.wait(min(self.interval, 1.0))
             print("\n".join(summary["lines"]), file=out, flush=True)
             self.store.set("printed", "1")
-        return self._wait_for("printed", deadline) is not None
+        try:
+            printed = self._wait_for("printed", deadline) is not None
+            self._hold_until_all_know(deadline)
+        except Exception:  # noqa: BLE001 - the store went away after the summary was decided: it is printed
+            return True
+        return printed
+
+    def _hold_until_all_know(self, deadline: float) -> None:
+        """Wait (bounded) until every rank that answered has seen the summary printed. The store
+        lives in node 0's agent, which exits as soon as its last worker does: without this, node
+        0's ranks could take the store away from a rank still waiting for "printed", and that rank
+        would print its own line without the summary's location (a runner reads the last one)."""
+        self.store.add("knew", 1)
+        answered = self.store.add("answered", 0)
+        while self.store.add("knew", 0) < answered and self._clock() < deadline:
+            time.sleep(self.interval / 4)
 
     def _say_alone(self, out: Any, why: str) -> None:
         """This rank's own line when no job summary comes."""

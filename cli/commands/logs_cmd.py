@@ -11,19 +11,58 @@ def logs_command(
     follow: bool = typer.Option(
         False, "--follow", "-f", help="Stream new lines from every node until the job finishes."
     ),
-    rank: int | None = rank_option("Only "),
+    rank: int | None = rank_option(),
     previous: bool = typer.Option(False, "--previous", "-p", help="The previous (crashed) container instance's logs."),
     tail: int | None = typer.Option(None, "--tail", help="Only the last N lines of each node.", show_default=False),
     timestamps: bool = typer.Option(False, "--timestamps", help="Prefix each line with its time."),
     prefix: bool | None = typer.Option(
-        None, "--prefix/--no-prefix", help="Prefix lines with [node N] (default: unless --rank).", show_default=False
+        None, "--prefix/--no-prefix", help="Prefix lines with \\[node N] (default: unless --rank).", show_default=False
     ),
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
     request_timeout: str | None = request_timeout_option(),
 ) -> None:
-    """Print the logs of every node (pod) of a job, or of one node with --rank."""
+    """Print the logs of every node (pod) of a job, or of one node with --rank.
+
+    A job run here with `ddpctl run --local` (./ddp-runs/NAME) is read from its files when no
+    cluster has it."""
+    from ddpctl.errors import ClusterError, UsageError
+    from ddpctl.local_run import find_local_run, job_name, local_logs
+
+    name = job_name(name)
+    local = find_local_run(name)
+    try:
+        _cluster_logs(
+            name, follow, rank, previous, tail, timestamps, prefix, namespace, kubeconfig, context, request_timeout
+        )
+    except ClusterError:
+        if local is None:
+            raise
+        if rank is not None and rank < 0:
+            raise UsageError(f"--rank: {rank} is negative; node ranks count from 0") from None
+        for line in local_logs(local, node=rank, tail=tail, previous=previous, prefix=prefix):
+            typer.echo(line)
+        if follow:
+            typer.echo(
+                f"ddpctl: --follow: a local run's live output is its `ddpctl run`'s; its files are in {local}/logs",
+                err=True,
+            )
+
+
+def _cluster_logs(
+    name: str,
+    follow: bool,
+    rank: int | None,
+    previous: bool,
+    tail: int | None,
+    timestamps: bool,
+    prefix: bool | None,
+    namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    request_timeout: str | None,
+) -> None:
     from ddpctl.kube.operate import logs
 
     logs(

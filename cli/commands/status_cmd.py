@@ -25,7 +25,43 @@ def status_command(
     ),
     timeout: str | None = timeout_option(),
 ) -> None:
-    """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, why nodes fail or wait."""
+    """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, why nodes fail or wait.
+
+    A job run here with `ddpctl run --local` (./ddp-runs/NAME) is shown when no cluster has it."""
+    from ddpctl.errors import ClusterError
+    from ddpctl.local_run import find_local_run, job_name, local_status, read_run_record
+
+    name = job_name(name)
+    local = find_local_run(name)
+    try:
+        _cluster_status(name, namespace, kubeconfig, context, request_timeout, output, wait, timeout)
+    except ClusterError:
+        if local is None:
+            raise
+        if output is not None:
+            import json
+
+            import yaml
+
+            record = read_run_record(local)
+            typer.echo(json.dumps(record, indent=2) if output.value == "json" else yaml.safe_dump(record).rstrip())
+        else:
+            for line in local_status(local):
+                typer.echo(line)
+        if wait:
+            typer.echo("ddpctl: --wait: a local run ends with its ddpctl run command; not waiting", err=True)
+
+
+def _cluster_status(
+    name: str,
+    namespace: str | None,
+    kubeconfig: str | None,
+    context: str | None,
+    request_timeout: str | None,
+    output: Format | None,
+    wait: bool,
+    timeout: str | None,
+) -> None:
     from ddpctl.kube.operate import status
 
     status(

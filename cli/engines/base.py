@@ -306,9 +306,11 @@ class IndexedEngine(Engine):
         if spec.rdzv_mode == "c10d":
             return "the c10d rendezvous, in the order nodes join"
         if spec.node_groups:
+            # the built-in trainer's pods run ddpctl_trainer.launch, which adds it; others a python3 -c launcher
+            adder = f"python3 -m {exit_codes.TRAINER_LAUNCHER}" if spec.uses_launcher else "a python3 -c launcher"
             return (
                 "the pod's completion index plus its group's first node rank "
-                f"(PET_NODE_RANK = {NODE_RANK_OFFSET} + JOB_COMPLETION_INDEX, added by a python3 -c launcher)"
+                f"(PET_NODE_RANK = {NODE_RANK_OFFSET} + JOB_COMPLETION_INDEX, added by {adder})"
             )
         return "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)"
 

@@ -50,9 +50,10 @@ def rank_option(precondition: str = "") -> Any:
     return typer.Option(
         None,
         "--rank",
-        help=f"{precondition}only node N's logs: N is the node rank, the pod's index in the job (with --gpus G "
-        "node N runs global ranks N*G to N*G+G-1); in an elastic (c10d rendezvous) job it is only the pod index: "
-        "torchrun numbers the nodes at rendezvous.",
+        help=f"{precondition + 'only' if precondition else 'Only'} node N's logs: N is the node rank, the pod's "
+        "index in the job (node N runs the ranks after those of nodes 0..N-1: N*P to N*P+P-1 with P processes "
+        "per node, --procs or --gpus; with --layout, each group's own P); in an elastic (c10d rendezvous) job "
+        "it is only the pod index: torchrun numbers the nodes at rendezvous.",
         show_default=False,
     )
 

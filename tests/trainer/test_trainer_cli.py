@@ -261,3 +261,20 @@ def test_a_timed_out_torchrun_leaves_no_worker_behind(tmp_path: Path) -> None:
         launch(tmp_path, [*SMALL, "--epochs", "100000", "--log-every", "1"], nproc=2, timeout=25)
     assert re.search(r"\[rank 0\] .*epoch \d+/100000", str(info.value)), "no worker ran: nothing was tested"
     assert not tagged_pids(_SESSION)
+
+
+@pytest.mark.parametrize(
+    ("flag", "shown"),
+    [
+        ("--epochs", "(default: 2)"),  # no help text of its own: argparse showed no default at all
+        ("--checkpoint-dir", "(default: ./checkpoints)"),
+        ("--batch-size", "(default 32)"),  # its text gives it: not repeated as "(default: None)"
+        ("--stall-timeout", "(default: 300.0)"),
+    ],
+)
+def test_trainer_help_shows_each_default_once(flag: str, shown: str) -> None:
+    from ddpctl_trainer.config import build_parser
+
+    action = build_parser()._option_string_actions[flag]
+    assert action.help is not None and action.help.endswith(shown), action.help
+    assert action.help.count("default") == 1 and "(default: None)" not in action.help

@@ -393,3 +393,56 @@ def test_a_store_lost_at_the_stall_still_ends_the_rank_with_its_own_line() -> No
     assert (
         "This is rank 5 (node 2, local rank 1, host pod-2), in forward of step 10; stopping (exit code 200)" in line[0]
     )
+
+
+class _StoreGoneAfterPrinted:
+    """A store that fails like a lost connection once the summary is printed: the store's host
+    (node 0's agent) exited with its workers while other ranks still read it. A double because a
+    real TCPStore's host cannot be made to go at exactly that moment."""
+
+    def __init__(self) -> None:
+        self.inner = dist.HashStore()
+        self.gone = False
+
+    def __getattr__(self, name: str):
+        def call(*args):
+            if self.gone:
+                raise RuntimeError("Connection reset by peer")
+            return getattr(self.inner, name)(*args)
+
+        return call
+
+    def set(self, key: str, value: str) -> None:
+        if self.gone:
+            raise RuntimeError("Connection reset by peer")
+        self.inner.set(key, value)
+        self.gone = key == "printed"
+
+
+def test_a_store_gone_after_the_summary_leaves_the_summary_the_last_word() -> None:
+    store = _StoreGoneAfterPrinted()
+    outs = [io.StringIO() for _ in range(3)]
+    exits: list[int] = []
+    done = threading.Barrier(4)
+
+    def exit_(code: int) -> None:
+        exits.append(code)
+        done.wait(timeout=60)
+
+    beacons = [Beacon() for _ in range(3)]
+    for rank, b in enumerate(beacons):
+        b.step = 4
+        b.mark(FORWARD if rank == 1 else BACKWARD)
+    dogs = [
+        Watchdog(
+            b, store, rank=r, world_size=3, node=r, local_rank=0, timeout=0.3, interval=0.05, out=outs[r], exit=exit_
+        )
+        for r, b in enumerate(beacons)
+    ]
+    for d in dogs:
+        d.start()
+    done.wait(timeout=60)
+    assert exits == [EXIT_STALLED] * 3
+    printed = [o.getvalue() for o in outs]
+    assert SUMMARY_TAG in printed[0] and "could not agree" not in "".join(printed), printed
+    assert not any(SUMMARY_TAG in text for text in printed[1:]), printed
