@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.cluster.conftest import KEEP_RUNNING, RealCluster, scheduled_pods
+from tests.cluster.conftest import KEEP_RUNNING, RealCluster, scheduled_pods, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -23,6 +23,14 @@ def tas_queue(kube: RealCluster, namespace: str) -> Iterator[str]:
     """A Topology (block > rack > host), a ResourceFlavor on the kwok nodes that names it, a
     ClusterQueue with room for every GPU, and LocalQueue `tas` in the namespace."""
     name = f"tas-{namespace}"
+
+    def others_gone() -> bool:
+        """Pods of earlier tests (their namespaces are deleted without waiting) still fill nodes, and a
+        preferred level then honestly spreads: start from nodes that hold only this test's pods."""
+        bound = kube.get("pods", "-A", "--field-selector", "spec.nodeName!=")["items"]
+        return not [p for p in bound if p["metadata"]["namespace"] != namespace]
+
+    wait_until("the nodes free of earlier tests' pods", others_gone, 180)
     kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Topology", "metadata": {"name": name},
          "spec": {"levels": [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOST}]}},
