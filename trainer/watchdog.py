@@ -511,8 +511,12 @@ class Watchdog:
         """Wait (bounded) until every rank that answered has seen the summary printed. The store
         lives in node 0's agent, which exits as soon as its last worker does: without this, node
         0's ranks could take the store away from a rank still waiting for "printed", and that rank
-        would print its own line without the summary's location (a runner reads the last one)."""
+        would print its own line without the summary's location (a runner reads the last one).
+        Only node 0 (the store's host) waits: a rank elsewhere that touched the store after that could
+        find it gone, and torch would log the lost connection after the summary."""
         self.store.add("knew", 1)
+        if self.node != 0:
+            return
         answered = self.store.add("answered", 0)
         while self.store.add("knew", 0) < answered and self._clock() < deadline:
             time.sleep(self.interval / 4)
