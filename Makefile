@@ -18,7 +18,7 @@ TORCH_SPEC      ?= torch==$(TORCH_VERSION) torchvision==$(TORCHVISION_VERSION)
 # A marker per torch choice: changing TORCH_SPEC or TORCH_INDEX_URL reinstalls torch, and then ddpctl.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s|%s' '$(TORCH_SPEC)' '$(TORCH_INDEX_URL)' | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast lint docker kubectl chart-contract bench clean cluster cluster-build cluster-down
+.PHONY: run test test-fast lint docker kubectl chart-contract bench clean cluster cluster-build cluster-load cluster-down
 
 $(TORCH_STAMP): scripts/torch-version.env
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
@@ -64,15 +64,23 @@ lint: $(STAMP)
 	$(PY) -m mypy
 	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 
-## cluster-build: go build the test cluster's binaries (cluster/go) into a cache outside the clone;
+## cluster-build: go build the test cluster's binaries (cluster/go, and the real node's in
+## cluster/node/go) into a cache outside the clone, and install the node's Debian packages;
 ## without Go the cluster tests skip (and fail under CI=true)
 cluster-build:
-	@if command -v go >/dev/null 2>&1 || [ "$$CI" = true ]; then bash cluster/scripts/build.sh >/dev/null; \
+	@if command -v go >/dev/null 2>&1 || [ "$$CI" = true ]; then bash cluster/scripts/build.sh >/dev/null && \
+	  bash cluster/node/build.sh >/dev/null && bash cluster/node/install-deps.sh; \
 	else echo "note: no Go here: the cluster tests (tests/cluster) will skip; install Go 1.26+ to run them"; fi
 
 ## cluster: start the test cluster (a real control plane, kwok GPU nodes, the engines' controllers)
 cluster: $(STAMP) cluster-build
 	$(PY) cluster/up.py up
+
+## cluster-load: copy an image of the local Docker engine to the real node (no registry here),
+## e.g. make cluster-load IMAGE=$$(ddpctl build --base-image ddpctl-base:cpu --quiet)
+cluster-load: $(STAMP)
+	@test -n "$(IMAGE)" || { echo "usage: make cluster-load IMAGE=REF"; exit 2; }
+	$(PY) cluster/up.py load '$(IMAGE)'
 
 ## cluster-down: stop it and remove its state
 cluster-down:

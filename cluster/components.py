@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from node import PAUSE_IMAGE
 from up import GOMOD, HERE, PORTS, STATE, Cluster, V, https_answers, start, wait_for
 
 # Simulated nodes, shaped like a small GPU cluster: 2 blocks x 2 racks x 2 nodes of 8 GPUs. The
@@ -275,6 +276,27 @@ def trainer(c: Cluster) -> None:
 # ------------------------------------------------------------------------------------------ training-operator
 
 
+# The operator adds this init container to every PyTorchJob worker, to wait for the master's name.
+# Its built-in one (alpine, `nslookup`) sets no securityContext, so Pod Security "restricted"
+# refuses the worker pods; a platform team gives the operator a template like this one. Ours runs
+# the node's pause program (cluster/node/go/pause), the one image every node has.
+PYTORCH_INIT_CONTAINER = """\
+- name: init-pytorch
+  image: {{.InitContainerImage}}
+  imagePullPolicy: IfNotPresent
+  command: ["/pause", "wait-for-dns", "{{.MasterAddr}}", "{{.MaxTries}}"]
+  resources:
+    limits: {cpu: 100m, memory: 20Mi}
+    requests: {cpu: 50m, memory: 10Mi}
+  securityContext:
+    allowPrivilegeEscalation: false
+    capabilities: {drop: [ALL]}
+    runAsNonRoot: true
+    runAsUser: 65535
+    seccompProfile: {type: RuntimeDefault}
+"""
+
+
 def training_operator(c: Cluster) -> None:
     """The v1 operator, for PyTorchJob only. It has no switch for its cert rotator: it keeps the
     certificate it finds in its Secret when that one is valid for its Service name, waits for the
@@ -299,12 +321,15 @@ def training_operator(c: Cluster) -> None:
     for f in ("tls.crt", "tls.key"):
         (certs / f).write_bytes(base64.b64decode(secret["data"][f]))
     port = PORTS["training-operator"]
+    init = STATE / "pytorch-init-container.yaml"
+    init.write_text(PYTORCH_INIT_CONTAINER)
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow"}}
     c.apply([namespace, secret, *point_webhooks_at(hooks, port, "to-ca")], "the training-operator's Secret, webhook")
     start("training-operator", [
         c.exe("training-operator.v1"), f"--kubeconfig={c.kubeconfig}", "--enable-scheme=pytorchjob",
         f"--webhook-server-port={port}", f"--health-probe-bind-address=127.0.0.1:{port + 1}",
         "--metrics-bind-address=0", "--leader-elect=false", "--zap-log-level=error", "--zap-devel=false",
+        f"--pytorch-init-container-template-file={init}", f"--pytorch-init-container-image={PAUSE_IMAGE}",
     ], env={"MY_POD_NAMESPACE": "kubeflow"})  # fmt: skip
     wait_for("the training-operator webhook", lambda: https_answers(port, "/", (404, 405), ca="to-ca"), 60,
              "training-operator")  # fmt: skip

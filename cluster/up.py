@@ -4,11 +4,14 @@
     python cluster/up.py down    # stop everything, remove its state: no process or file left running
     python cluster/up.py status  # which components run
     python cluster/up.py nodes N # N simulated GPU nodes (8 at start), e.g. 64 for a scale test
+    python cluster/up.py load REF  # copy an image of the local Docker engine to the real node
 
 Every component is a host process built from the Go modules in cluster/go (scripts/build.sh):
 etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok (simulated GPU nodes whose pods
 run, finish or fail by Stages), and the JobSet, Kueue, Kubeflow Trainer v2 and training-operator v1
-managers. Webhooks are served by the managers themselves on 127.0.0.1 with a CA made here; every
+managers. Next to the kwok nodes runs one real node (node.py: kubelet, containerd, runc, a CNI
+bridge, CoreDNS) whose pods really run; it needs root and is skipped without it. Webhooks are
+served by the managers themselves on 127.0.0.1 with a CA made here; every
 webhook configuration and conversion webhook points at its `url`. State lives in .cluster/ (or
 $DDPCTL_CLUSTER_DIR); ports start at $DDPCTL_CLUSTER_PORT_BASE (36400).
 """
@@ -60,6 +63,8 @@ PORTS = {
     "kueue": BASE + 20,
     "trainer": BASE + 30,
     "training-operator": BASE + 40,
+    "kubelet": BASE + 50,
+    "kubelet-healthz": BASE + 51,
 }
 
 
@@ -373,6 +378,9 @@ def up() -> None:
     from components import install_all
 
     install_all(c)
+    import node
+
+    node.up(c)
     log(f"up in {time.monotonic() - t0:.1f} s")
     print(f"export KUBECONFIG={c.kubeconfig}")
 
@@ -384,6 +392,9 @@ COMPONENTS = [
 
 
 def down() -> None:
+    import node
+
+    node.down()  # first: its kubelet must not start pods again while the control plane goes
     for name in COMPONENTS:
         stop(name)
     # The two fixed paths two managers insist on: training-operator v1's webhook certs (pkg/cert) and
@@ -395,9 +406,15 @@ def down() -> None:
 
 
 def status() -> int:
+    import node
+
     down_ = [n for n in COMPONENTS if not running(n)]
     for n in reversed(COMPONENTS):
         print(f"{n:24} {'running' if running(n) else 'stopped'}")
+    if not node.missing():  # the real node counts where it can run
+        for n in reversed(node.COMPONENTS):
+            print(f"{n:24} {'running' if running(n) else 'stopped'}")
+            down_ += [] if running(n) else [n]
     return 1 if down_ else 0
 
 
@@ -414,6 +431,11 @@ def main(argv: list[str]) -> int:
         from components import set_kwok_nodes
 
         set_kwok_nodes(Cluster(bin=STATE / "bin", kubeconfig=STATE / "kubeconfig"), int(argv[2]))
+    elif cmd == "load" and len(argv) == 3:
+        import node
+
+        took = node.load_image(argv[2])
+        log(f"{argv[2]}: {'already on the real node' if not took else f'loaded in {took:.0f} s'}")
     else:
         print(__doc__, file=sys.stderr)
         return 2

@@ -95,6 +95,11 @@ class Engine(ABC):
         """Whether the applied object came back suspended (Kueue's webhook suspends what it queues)."""
         return _field(obj, self.suspend_field) is True
 
+    def added_container_hint(self, container: str) -> str | None:
+        """The fix when Pod Security refuses `container`, which the engine's controller (not ddpctl)
+        adds to the job's pods; None when the controller adds no container of that name."""
+        return None
+
     def podset_group(self, spec: JobSpec) -> str | None:
         """The Kueue podset-group-name that makes two of the job's PodSets one placement unit."""
         return None

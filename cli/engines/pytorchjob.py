@@ -75,6 +75,15 @@ class PyTorchJobEngine(Engine):
         """ExitCode where the launcher's exit codes say what a restart can cure, else Never."""
         return spec.restart_policy or ("ExitCode" if spec.uses_launcher else "Never")
 
+    def added_container_hint(self, container: str) -> str | None:
+        if container != "init-pytorch":
+            return None
+        return (
+            "init-pytorch is the init container the training operator adds to every worker, and its built-in "
+            "one sets no securityContext; give the operator a template that does "
+            "(--pytorch-init-container-template-file, see README: Pod Security), or use --target jobset or job"
+        )
+
     def check_restart_policy(self, spec: JobSpec) -> None:
         """Every policy is the operator's to apply."""
 

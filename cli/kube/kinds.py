@@ -131,6 +131,15 @@ def rank_of(kind: Kind, job: dict[str, Any] | None, pod: dict[str, Any]) -> int 
     return engine_for(kind.target).rank_of(job, pod)  # type: ignore[arg-type]
 
 
+def suspended(kind: Kind, job: dict[str, Any]) -> bool:
+    return kind.target is not None and engine_for(kind.target).suspended(job)
+
+
+def added_container_hint(kind: Kind, container: str) -> str | None:
+    """What to do when Pod Security refuses a container the engine's controller adds to our pods."""
+    return engine_for(kind.target).added_container_hint(container) if kind.target else None
+
+
 def expected_nodes(kind: Kind, job: dict[str, Any]) -> int | None:
     if kind.target is None:
         return None

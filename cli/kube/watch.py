@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import queue
+import re
 import threading
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from ddpctl.kube.kinds import (
     EVENT,
     POD,
     Kind,
+    added_container_hint,
     container_name,
     expected_nodes,
     finished,
@@ -32,6 +34,7 @@ from ddpctl.kube.kinds import (
     rank_of,
     replica_type,
     replica_types,
+    suspended,
 )
 from ddpctl.stall import stall_reason
 
@@ -431,6 +434,7 @@ def wait(
     name, ns = job["metadata"]["name"], job["metadata"].get("namespace") or cluster.namespace
     job_name = job_name_of(job)
     queue_watch = _Admissions(cluster, status) if kueue.QUEUE_LABEL in (job["metadata"].get("labels") or {}) else None
+    refusals = _Refusals(cluster, kind, job_name, ns, status)
     with JobMonitor(cluster, kind, job) as mon:
         synced = mon.wait_synced(deadline)
         while True:
@@ -441,6 +445,8 @@ def wait(
                 status.show(status_line(kind, mon.job, pods, mon.result))
                 if queue_watch and not mon.result:
                     queue_watch.check(mon.job)
+                if not mon.result:
+                    refusals.check(mon.job, pods)
                 _say_waiting(mon, pods, reported, status)
                 if on_pods:
                     on_pods(mon)
@@ -461,12 +467,14 @@ def wait(
                 why = stall_summary(mon, pods)
                 if queue_watch and queue_watch.holding:
                     why = f"Kueue: {queue_watch.last.message}" if queue_watch.last else why
+                elif refusals.last:
+                    why = refusals.last
                 raise WaitTimeout(
                     f'timed out after {_fmt_seconds(timeout)} waiting for {kind.ref(name)} in namespace "{ns}"'
                     f" ({state_of(mon.result, pods)}{': ' + why if why else ''}); it keeps running: see "
                     f"`ddpctl status {job_name} -n {ns}`, or `ddpctl delete {job_name} -n {ns}`"
                 )
-            if queue_watch and queue_watch.holding:
+            if (queue_watch and queue_watch.holding) or refusals.pods_missing:
                 left = ADMISSION_POLL_SECONDS if left is None else min(left, ADMISSION_POLL_SECONDS)
             if not mon.next(left):
                 continue
@@ -494,6 +502,53 @@ class _Admissions:
             return
         self.last = now
         self.status.say(f"ddpctl: Kueue: {now.message}")
+
+
+class _Refusals:
+    """A controller's refusals to create the job's pods (its FailedCreate warnings: Pod Security,
+    a quota, a webhook), each said once while pods are missing. Without them a refused job only
+    looks Pending: the refusal is an Event on the workload, not on any pod."""
+
+    def __init__(self, cluster: Cluster, kind: Kind, job_name: str, namespace: str, status: StatusLine) -> None:
+        self.cluster, self.kind, self.job_name, self.namespace, self.status = cluster, kind, job_name, namespace, status
+        self.seen: set[str] = set()
+        self.last: str | None = None
+        self.pods_missing = False
+        self._next = 0.0
+
+    def check(self, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]]) -> None:
+        expected = expected_nodes(self.kind, job)
+        self.pods_missing = expected is not None and len(pods) < expected and not suspended(self.kind, job)
+        if not self.pods_missing or time.monotonic() < self._next:
+            return
+        self._next = time.monotonic() + ADMISSION_POLL_SECONDS
+        try:
+            items = self.cluster.list(EVENT, self.namespace, field_selector="type=Warning").get("items") or []
+        except DdpctlError:
+            return
+        for event in items:
+            text = refusal(self.kind, self.job_name, event)
+            key = re.sub(r'"[^"]*"', '""', text or "")  # one line per cause, not per pod name
+            if text and key not in self.seen:
+                self.seen.add(key)
+                self.last = text
+                self.status.say(f"ddpctl: {text}")
+
+
+def refusal(kind: Kind, job_name: str, event: dict[str, Any]) -> str | None:
+    """The one line for a FailedCreate warning on the job or one of its child objects, with the
+    engine's hint when Pod Security refused a container its controller added (not ddpctl's)."""
+    obj = event.get("involvedObject") or {}
+    name = obj.get("name") or ""
+    if not str(event.get("reason") or "").startswith("FailedCreate") or obj.get("kind") == "Pod":
+        return None
+    if name != job_name and not name.startswith(job_name + "-"):
+        return None
+    message = E.one_line(str(event.get("message") or ""))
+    text = f"{str(obj.get('kind') or 'object').lower()}/{name} cannot create pods: {message}"
+    found = re.search(r'container "([^"]+)"', message) if "PodSecurity" in message else None
+    hint = added_container_hint(kind, found.group(1)) if found and found.group(1) != container_name(kind) else None
+    return f"{text}; {hint}" if hint else text
 
 
 def _say_waiting(

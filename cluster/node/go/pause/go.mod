@@ -1,0 +1,3 @@
+module ddpctl.local/pause
+
+go 1.26
