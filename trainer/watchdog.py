@@ -59,6 +59,10 @@ DONE = "done"
 STORE_PREFIX = "ddpctl_watchdog"
 SUMMARY_TAG = f"{PROG}: stalled:"  # every summary line starts with it (runners grep for it)
 _USER_FRAMES = 3  # frames of a behind rank's stack shown in the summary
+# Kubernetes keeps this file's text as the container's termination message, on the pod object,
+# after the container ended: the summary outlives a pod whose logs go with it (the Job controller
+# deletes a failed job's other pods, node 0's, whose rank printed the summary, among them).
+TERMINATION_LOG = "/dev/termination-log"
 
 T = TypeVar("T")
 
@@ -495,6 +499,7 @@ class Watchdog:
         summary = self._wait_for("summary", deadline)
         if summary is None:
             return self._wait_for("printed", deadline) is not None
+        _keep_as_termination_message(summary["lines"])
         if summary["reporter"] == self.rank:
             # a moment for log shippers (torchrun's tee) to pass on the other ranks' dumps first
             self._stop.wait(min(self.interval, 1.0))
@@ -551,6 +556,18 @@ class Watchdog:
                 return json.loads(raw) if raw.startswith(b"{") else raw
             time.sleep(self.interval / 4)
         return None
+
+
+def _keep_as_termination_message(lines: list[str], path: str = TERMINATION_LOG) -> None:
+    """Every rank of a pod writes the same summary (one write each, whole): where the file exists,
+    i.e. in a Kubernetes container; elsewhere the runners have every node's output anyway."""
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path, "w") as f:
+            f.write("\n".join(lines)[-4000:] + "\n")  # the kubelet keeps at most 4096 bytes
+    except OSError:
+        pass
 
 
 def connect_store(world_size: int, restart_count: int, env: Mapping[str, str] | None = None) -> Store:

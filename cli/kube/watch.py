@@ -544,7 +544,7 @@ def refusal(kind: Kind, job_name: str, event: dict[str, Any]) -> str | None:
         return None
     if name != job_name and not name.startswith(job_name + "-"):
         return None
-    message = E.one_line(str(event.get("message") or ""))
+    message = E.one_line(str(event.get("message") or "")).removeprefix("Error creating: ")
     text = f"{str(obj.get('kind') or 'object').lower()}/{name} cannot create pods: {message}"
     found = re.search(r'container "([^"]+)"', message) if "PodSecurity" in message else None
     hint = added_container_hint(kind, found.group(1)) if found and found.group(1) != container_name(kind) else None
@@ -598,11 +598,25 @@ def stalled_node(
     """The first failed pod whose last log lines hold the trainer watchdog's summary: (node, summary).
     Reads the logs of at most three failed pods (as the failure explanation does), so a healthy job
     costs no extra request and a failed 1000-node job three."""
+    for rank, pod in failing:  # the pods' termination messages first: no request, and they outlive logs
+        reason = stall_reason(termination_message(kind, pod).splitlines())
+        if reason is not None:
+            return rank, reason
     for rank, pod in failing[:3]:
         reason = stall_reason(last_log_lines(cluster, kind, pod))
         if reason is not None:
             return rank, reason
     return None
+
+
+def termination_message(kind: Kind, pod: dict[str, Any]) -> str:
+    """What the trainer container wrote to its termination log (its current or last instance)."""
+    status = main_status(kind, pod)
+    for state in (status.get("state") or {}, status.get("lastState") or {}):
+        message = (state.get("terminated") or {}).get("message")
+        if message:
+            return str(message)
+    return ""
 
 
 def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callable[[str], None]) -> RuntimeFailure:
@@ -628,7 +642,7 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
         say(f"  node {rank} (pod {pod['metadata']['name']}): {text}")
         first = first or (rank, pod, text)
         lines = last_log_lines(cluster, kind, pod)
-        reason = stall_reason(lines)
+        reason = stall_reason(termination_message(kind, pod).splitlines()) or stall_reason(lines)
         if reason is not None and stalled is None:
             stalled = (rank, reason)
             say(f"  node {rank} reported a stall: {reason}")

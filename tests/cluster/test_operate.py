@@ -114,3 +114,15 @@ def test_status_of_a_running_job_and_logs_where_kwok_keeps_none(cli, kube: RealC
     wait_until("running", lambda: "2 running" in cli("status", "ddp-train", "-n", namespace).out)
     line = one_error(cli("logs", "ddp-train", "-n", namespace), 1)
     assert "gpu-node-" in line and "kwok" in line, line
+
+
+def test_a_refused_pod_is_said_while_waiting_not_hidden_as_pending(cli, kube: RealCluster, namespace: str) -> None:
+    """Pod Security `restricted` enforced, a job asking for `baseline`: the Job controller cannot
+    create its pods (an Event on the Job, none on any pod); `--wait` says so, and its timeout too."""
+    kube.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    r = cli("submit", "-n", namespace, "--target", "job", "--pod-security", "baseline", "--wait", "--timeout", "20s")
+    assert r.code == 3, r.err  # a wait timeout
+    said = [line for line in r.err.splitlines() if line.startswith("ddpctl: job/ddp-train cannot create pods: ")]
+    assert said and 'pods "ddp-train-0-' in said[0], r.err
+    assert 'violates PodSecurity "restricted:latest"' in said[0] and len(said) == 1, r.err
+    assert "cannot create pods" in r.err.splitlines()[-1]  # the timeout's own line names it too

@@ -140,8 +140,8 @@ def test_two_pods_train_over_gloo_under_restricted(cli, kube: RealCluster, restr
 # --------------------------------------------------------------------------------------------
 
 
-def _restart_job(name: str, image: str, claim: str, *extra: str) -> list[str]:
-    return ["submit", "--target", "job", "--name", name, "--nodes", "2", "--procs", "1", "--gpus", "0",
+def _restart_job(ns: str, name: str, image: str, claim: str, *extra: str) -> list[str]:
+    return ["submit", "-n", ns, "--target", "job", "--name", name, "--nodes", "2", "--procs", "1", "--gpus", "0",
             "--image", image, *ON_NODE, "--volume", f"checkpoints={claim}:/checkpoints", "--backoff-limit", "3",
             *extra, "--", *RESTART_ARGS]  # fmt: skip
 
@@ -155,7 +155,7 @@ def _final_weights(folder: Path) -> dict[str, Any]:
 @pytest.fixture
 def uninterrupted(cli, restricted: str, node_image: str, local_volume) -> dict[str, Any]:
     folder = local_volume(restricted, "ref")
-    r = cli(*_restart_job("ref", node_image, "ref", "--wait"), "-n", restricted)
+    r = cli(*_restart_job(restricted, "ref", node_image, "ref", "--wait"))
     assert r.code == 0, r.err[-3000:]
     return _final_weights(folder)
 
@@ -178,7 +178,7 @@ def test_an_evicted_pod_is_a_disruption_and_the_job_resumes_bit_identical(
     folder = local_volume(ns, "ckpt")
     hold = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1",
             "-e", "DDP_TRAINER_HOLD_FILE=/checkpoints/held"]  # fmt: skip
-    proc = _ddpctl_popen(*_restart_job("ev", node_image, "ckpt", *hold, "--follow"), "-n", ns)
+    proc = _ddpctl_popen(*_restart_job(ns, "ev", node_image, "ckpt", *hold, "--follow"))
     try:
         wait_until("rank 1 holding after step 5", lambda: (folder / "held").exists() or proc.poll() is not None,
                    JOB_TIMEOUT)  # fmt: skip

@@ -1,0 +1,84 @@
+"""ddpctl.kube.watch, the parts that need no API: which Warning events mean the job's pods cannot
+be created (and the line `--wait` says for each, with the engine's hint for a container its
+controller added), and a stall summary read from a pod's termination message."""
+
+from __future__ import annotations
+
+import pytest
+from ddpctl.kube.kinds import JOB, JOBSET, PYTORCHJOB
+from ddpctl.kube.watch import refusal, stalled_node
+
+PSA = (
+    'pods "{pod}" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false '
+    '(container "{container}" must set securityContext.allowPrivilegeEscalation=false)'
+)
+
+
+def event(kind: str, name: str, reason: str, message: str) -> dict:
+    return {
+        "type": "Warning",
+        "reason": reason,
+        "message": f"Error creating: {message}",
+        "involvedObject": {"kind": kind, "name": name},
+    }
+
+
+CASES = [
+    # kind, event, the line (None: not a refusal of this job's pods), words the hint must hold
+    (JOB, event("Job", "train", "FailedCreate", PSA.format(pod="train-0-x", container="node")),
+     'job/train cannot create pods: pods "train-0-x" is forbidden: violates PodSecurity', None),
+    (JOBSET, event("Job", "train-node-0", "FailedCreate", "exceeded quota: gpus"),
+     "job/train-node-0 cannot create pods: exceeded quota: gpus", None),
+    (PYTORCHJOB, event("PyTorchJob", "train", "FailedCreatePod", PSA.format(pod="train-worker-0",
+                                                                            container="init-pytorch")),
+     "pytorchjob/train cannot create pods: ", "--pytorch-init-container-template-file"),
+    (PYTORCHJOB, event("PyTorchJob", "train", "FailedCreatePod", PSA.format(pod="w", container="pytorch")),
+     "pytorchjob/train cannot create pods: ", None),  # our own container: no operator hint
+    (JOB, event("Job", "other", "FailedCreate", "exceeded quota"), None, None),  # another job
+    (JOB, event("Job", "trainer", "FailedCreate", "exceeded quota"), None, None),  # a name that only starts alike
+    (JOB, event("Pod", "train-0-x", "FailedCreate", "x"), None, None),  # a pod's own event: shown per pod
+    (JOB, event("Job", "train", "BackoffLimitExceeded", "x"), None, None),  # a failure, not a refusal
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("kind", "ev", "line", "hint"), CASES)
+def test_refusal(kind, ev, line, hint) -> None:
+    text = refusal(kind, "train", ev)
+    if line is None:
+        assert text is None
+        return
+    assert text is not None and text.startswith(line), text
+    assert "\n" not in text
+    if hint:
+        assert hint in text and "init-pytorch is the init container the training operator adds" in text
+    else:
+        assert "training operator" not in text
+
+
+SUMMARY = (
+    "ddpctl-trainer: stalled: no rank made progress for 20 s; stopping (exit code 200)\n"
+    "ddpctl-trainer: stalled: rank 2 (node 1, local rank 0, host h) is in forward of step 3:\n"
+    "ddpctl-trainer: stalled:   at /opt/ddpctl/user_models.py:61 in hook: threading.Event().wait()\n"
+)
+
+
+class NoRequests:
+    def call(self, *args, **kwargs):
+        raise AssertionError("a termination message is read from the pod object, without a request")
+
+
+def _failed_pod(message: str | None, where: str = "state") -> dict:
+    terminated = {"exitCode": 200, **({"message": message} if message else {})}
+    status = {"name": "node", where: {"terminated": terminated}}
+    return {
+        "metadata": {"name": "hang-1-x", "namespace": "ns"},
+        "status": {"phase": "Failed", "containerStatuses": [status]},
+    }
+
+
+@pytest.mark.parametrize("where", ["state", "lastState"])
+def test_a_stall_summary_in_the_termination_message_is_found_without_logs(where: str) -> None:
+    found = stalled_node(NoRequests(), JOB, [(1, _failed_pod(SUMMARY, where))])  # type: ignore[arg-type]
+    assert found is not None and found[0] == 1
+    assert found[1].startswith("rank 2 (node 1, local rank 0, host h) is in forward of step 3 at ")
+    assert "/opt/ddpctl/user_models.py:61 in hook" in found[1]
