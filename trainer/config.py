@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -271,6 +272,20 @@ def _env_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         parser.set_defaults(**{action.dest: value})
 
 
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def _local_path(flag: str, value: str | None) -> None:
+    """A URL given where the trainer takes a path would become a local folder named `s3:` (lost
+    with the pod): refuse it, naming what works instead."""
+    if value and _URL.match(value):
+        scheme = value.split("://", 1)[0]
+        raise UsageError(
+            f"{flag} {value}: the trainer reads and writes local paths only, not {scheme}:// URLs; mount the "
+            "storage as a volume (e.g. --volume checkpoints=CLAIM:/checkpoints) and give its path"
+        )
+
+
 def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> TrainConfig:
     """Parse flags (and env defaults) into a ``TrainConfig``; raise ``UsageError`` on bad input."""
     env = os.environ if env is None else env
@@ -334,6 +349,10 @@ def validate_static(cfg: TrainConfig) -> None:
         if not path.is_dir() and not (cfg.dataset == "cifar10" and cfg.download):
             hint = " (or add --download)" if cfg.dataset == "cifar10" else ""
             raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory{hint}")
+    for flag, value in (("--checkpoint-dir", cfg.checkpoint_dir), ("--save-final", cfg.save_final),
+                        ("--data-dir", cfg.data_dir), ("--metrics-file", cfg.metrics_file),
+                        ("--resume", None if cfg.resume in ("auto", "never") else cfg.resume)):  # fmt: skip
+        _local_path(flag, value)
     if cfg.resume not in ("auto", "never") and not cfg.resume:
         raise UsageError("--resume must be 'auto', 'never' or a checkpoint path")
     if not cfg.stall_timeout >= 0:  # also NaN

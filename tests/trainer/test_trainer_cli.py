@@ -48,6 +48,13 @@ def corrupt_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
         (["--backend", "nccl"], 2, r"--backend nccl needs CUDA"),
         (["--resume", "{corrupt}"], 1, r"checkpoint .*ckpt-00000001.pt is unreadable"),
         (["--resume", "/no/such/ckpt.pt"], 1, r"--resume /no/such/ckpt.pt: no such file"),
+        # a URL would have become a local folder named `s3:`, lost with the pod
+        (
+            ["--checkpoint-dir", "s3://bucket/run"],
+            2,
+            r"--checkpoint-dir s3://bucket/run: .*local paths only, not s3://",
+        ),
+        (["--resume", "gs://bucket/ckpt.pt"], 2, r"--resume gs://bucket/ckpt.pt: .*not gs:// URLs; mount"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, corrupt_ckpt: Path, args: list[str], code: int, pattern: str) -> None:
