@@ -105,6 +105,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_first_step.py
 	$(PY) bench/bench_preemption.py
 	$(PY) bench/bench_submit.py
+	$(PY) bench/bench_real_node.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

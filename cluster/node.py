@@ -6,9 +6,9 @@
     the pod sandbox: a pause program built here, imported as an image (no registry exists)
 
 It needs root (a bridge, an iptables rule, mounts, cgroups). Everything it makes lives under
-.cluster/node, except what the kernel keeps elsewhere (the bridge, one FORWARD rule, the kubepods
-cgroups, shim sockets), and `down` removes all of it. Pods land here only when they ask for it:
-the node carries the label and NoSchedule taint `node.ddpctl.io/real=true`.
+.cluster/node, except what the kernel keeps elsewhere (the bridge, one FORWARD rule, the pods'
+cgroups under <hierarchy>/ddpctl-node), and `down` removes all of it. Pods land here only when
+they ask for it: the node carries the label and NoSchedule taint `node.ddpctl.io/real=true`.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ NAMESPACE = "k8s.io"  # containerd's namespace for CRI (kubelet) images and cont
 RUNC = "/usr/sbin/runc"
 CNI_BIN = Path("/usr/lib/cni")
 CGROUPS = Path("/sys/fs/cgroup")
+CGROUP_ROOT = "ddpctl-node"  # the kubelet's cgroupRoot: its pods go to <hierarchy>/ddpctl-node/kubepods
 COMPONENTS = ["kubelet", "coredns", "containerd"]  # stop order
 # Docker sets the FORWARD policy to DROP; pods on our bridge talk to each other through this rule.
 FORWARD_RULE = ["FORWARD", "-i", BRIDGE, "-o", BRIDGE, "-j", "ACCEPT", "-m", "comment", "--comment", "ddpctl-node"]
@@ -283,6 +284,7 @@ def kubelet_config() -> Path:
         "kind": "KubeletConfiguration",
         "failCgroupV1": False,  # this sandbox has cgroup v1 only
         "cgroupDriver": "cgroupfs",
+        "cgroupRoot": f"/{CGROUP_ROOT}",
         "oomScoreAdj": 0,  # the sandbox may not lower scores
         "address": GATEWAY,
         "port": PORTS["kubelet"],
@@ -346,6 +348,7 @@ def up(c: Cluster) -> None:
     for d in ("containerd", "netns", "pod-logs", "kubelet"):
         (DIR / d).mkdir(parents=True, exist_ok=True)
     network_up()
+    make_cgroup_root()
     cni_config()
     c.timed("containerd", lambda: containerd(bin_))
     c.timed("coredns", lambda: coredns(bin_, c))
@@ -362,10 +365,29 @@ def _mounts_under(root: Path) -> list[str]:
     return sorted(set(points), key=len, reverse=True)
 
 
-def _kubepods() -> list[Path]:
-    """Every kubepods cgroup folder in every v1 hierarchy (or the v2 tree), deepest first."""
+def _cgroup_roots() -> list[Path]:
+    """Our cgroup root (CGROUP_ROOT) in each hierarchy: every v1 controller's, or the v2 tree."""
+    if (CGROUPS / "cgroup.controllers").exists():  # cgroup v2: one tree
+        return [CGROUPS / CGROUP_ROOT]
+    return [d / CGROUP_ROOT for d in sorted(CGROUPS.iterdir()) if (d / "cgroup.procs").exists()]
+
+
+def make_cgroup_root() -> None:
+    """The kubelet's cgroupRoot must exist in every hierarchy before it starts. Our own root keeps
+    the node's pods apart from any other kubelet's `kubepods` on this machine, so `down` kills
+    only ours. A v1 cpuset starts with no CPUs and memory nodes: it gets its parent's."""
+    for root in _cgroup_roots():
+        root.mkdir(exist_ok=True)
+        if root.parent.name == "cpuset":
+            for f in ("cpuset.cpus", "cpuset.mems"):
+                if not (root / f).read_text().strip():
+                    (root / f).write_text((root.parent / f).read_text())
+
+
+def _our_cgroups() -> list[Path]:
+    """Every cgroup folder under our root, in every hierarchy, deepest first (the root last)."""
     dirs: list[Path] = []
-    for top in [CGROUPS / "kubepods", *CGROUPS.glob("*/kubepods")]:
+    for top in _cgroup_roots():
         if top.is_dir():
             dirs += [Path(root) for root, _, _ in os.walk(top)]
     return sorted(dirs, key=lambda p: len(p.parts), reverse=True)
@@ -373,14 +395,14 @@ def _kubepods() -> list[Path]:
 
 def _kill_pods() -> None:
     """SIGKILL what still runs in the pods' cgroups, then remove the cgroups."""
-    for d in _kubepods():
+    for d in _our_cgroups():
         try:
             for pid in (d / "cgroup.procs").read_text().split():
                 os.kill(int(pid), signal.SIGKILL)
         except OSError:
             pass
     deadline = time.monotonic() + 10
-    for d in _kubepods():
+    for d in _our_cgroups():
         while True:
             try:
                 d.rmdir()
