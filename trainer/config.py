@@ -342,6 +342,15 @@ def validate_static(cfg: TrainConfig) -> None:
         raise UsageError(f"unknown --model {cfg.model!r}: use one of {', '.join(BUILTIN_MODELS)} or module:factory")
     if cfg.bf16 and cfg.dtype == "float64":
         raise UsageError("--bf16 and --dtype float64 conflict: drop one")
+    paths = {
+        "--checkpoint-dir": cfg.checkpoint_dir,
+        "--save-final": cfg.save_final,
+        "--data-dir": cfg.data_dir,
+        "--metrics-file": cfg.metrics_file,
+        "--resume": None if cfg.resume in ("auto", "never") else cfg.resume,
+    }
+    for path_flag, path_value in paths.items():
+        _local_path(path_flag, path_value)
     if cfg.dataset in ("cifar10", "imagefolder"):
         if not cfg.data_dir:
             raise UsageError(f"--dataset {cfg.dataset} needs --data-dir DIR")
@@ -349,10 +358,6 @@ def validate_static(cfg: TrainConfig) -> None:
         if not path.is_dir() and not (cfg.dataset == "cifar10" and cfg.download):
             hint = " (or add --download)" if cfg.dataset == "cifar10" else ""
             raise UsageError(f"--data-dir {cfg.data_dir} does not exist or is not a directory{hint}")
-    for flag, value in (("--checkpoint-dir", cfg.checkpoint_dir), ("--save-final", cfg.save_final),
-                        ("--data-dir", cfg.data_dir), ("--metrics-file", cfg.metrics_file),
-                        ("--resume", None if cfg.resume in ("auto", "never") else cfg.resume)):  # fmt: skip
-        _local_path(flag, value)
     if cfg.resume not in ("auto", "never") and not cfg.resume:
         raise UsageError("--resume must be 'auto', 'never' or a checkpoint path")
     if not cfg.stall_timeout >= 0:  # also NaN
