@@ -13,6 +13,7 @@ import re
 import shutil
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -188,6 +189,49 @@ def prune(directory: Path, keep_last: int, current: Path) -> list[Path]:
 def newer_than(directory: Path, step: int) -> list[Path]:
     """Checkpoints with a step above ``step`` (``--resume auto`` would pick a loadable one)."""
     return [path for s, path in list_checkpoints(directory) if s > step]
+
+
+def snapshot(obj: Any, copy: bool) -> Any:
+    """The state with every tensor copied (``copy``: tensors that are the live parameters, as on
+    CPU; a GPU state offloaded to CPU is a copy already), so training may go on changing the
+    originals while a writer saves this."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().clone() if copy else obj
+    if isinstance(obj, dict):
+        return {k: snapshot(v, copy) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(snapshot(v, copy) for v in obj)
+    return obj
+
+
+class Writer:
+    """Saves checkpoints on a thread of its own, one at a time: the step loop waits only for the
+    state's copy, never for the disk. A save waits for the one before it (at most one is in
+    flight, so two never overlap); a save that fails (disk full, storage gone) is one warning, and
+    training goes on: the next save tries again. Each save is atomic (``atomic_save``), so a
+    failed or killed one is never visible."""
+
+    def __init__(self, warn: Callable[[str], None]) -> None:
+        self._warn = warn
+        self._thread: threading.Thread | None = None
+
+    def wait(self) -> None:
+        """Until the save in flight (if any) has finished."""
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def submit(self, what: str, save: Callable[[], None]) -> None:
+        self.wait()
+
+        def run() -> None:
+            try:
+                save()
+            except Exception as exc:  # noqa: BLE001 - reported in one line; the next save retries
+                self._warn(f"saving {what} failed ({type(exc).__name__}: {exc}); training goes on, the next save tries")
+
+        self._thread = threading.Thread(target=run, name="ddpctl-checkpoint-writer", daemon=True)
+        self._thread.start()
 
 
 def publish_dir(tmp_dir: Path, final: Path) -> None:

@@ -129,6 +129,7 @@ class Trainer:
         self._last_saved_step = -1
         self._resumed_from: str | None = None
         self._checked_newer = False
+        self.writer = ckpt.Writer(warn)
         self._first_step_logged = False
         self._cpu_last = time.process_time()
         self._fault_step = int(os.environ.get(FAULT_AT_STEP_ENV, "0") or 0)
@@ -284,7 +285,8 @@ class Trainer:
             stop.defer(False)
         elapsed = time.perf_counter() - t0
         if self.step != self._last_saved_step:
-            self.save_checkpoint()
+            self.save_checkpoint(background=False)
+        self.writer.wait()  # the job's last checkpoint is on disk before the process ends
         if cfg.save_final:
             self.save_final(cfg.save_final)
         steps_run = self.step - steps0
@@ -445,7 +447,8 @@ class Trainer:
     def _stop(self) -> None:
         """Write a checkpoint of this step boundary (unless one exists) and stop every rank."""
         if self.step != self._last_saved_step:
-            self.save_checkpoint()
+            self.save_checkpoint(background=False)
+        self.writer.wait()  # the step's checkpoint may still be in the writer's hands
         sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
         path = ckpt.checkpoint_path(self.ckpt_dir, self.step, sharded)
         since = stop.seconds_since_signal()
@@ -505,8 +508,10 @@ class Trainer:
             "grad_accum": self.cfg.grad_accum,
         }
 
-    def save_checkpoint(self) -> None:
-        """Write a checkpoint of the current position (collective: every rank calls it)."""
+    def save_checkpoint(self, background: bool = True) -> None:
+        """Write a checkpoint of the current position (collective: every rank calls it). Rank 0
+        copies the state and a background writer stores it, unless ``background`` is off or a stop
+        is pending: a stop checkpoint (and the last one) is on disk before this returns."""
         self.beacon.mark(CHECKPOINT)
         sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
         rngs = d.all_gather_object(rng_state())
@@ -519,30 +524,43 @@ class Trainer:
         }
         path = ckpt.checkpoint_path(self.ckpt_dir, self.step, sharded)
         if sharded:
+            self.writer.wait()
             self._save_sharded(payload, path)
+            if self.ctx.is_main:
+                self._saved(path, self.step, self.epoch)
         else:
             payload["model"] = get_model_state_dict(self.raw_model, options=_FULL)
             payload["optimizer"] = get_optimizer_state_dict(self.raw_model, self.optimizer, options=_FULL)
             if self.ctx.is_main:
-                ckpt.atomic_save(payload, path, self.step, self.ctx.restart_count)
-        if self.ctx.is_main:
-            removed = ckpt.prune(self.ckpt_dir, self.cfg.keep_last, path)
-            if not self._checked_newer:  # once per process: later saves only add older-than-them files
-                self._checked_newer = True
-                self._warn_newer_checkpoints()
-            self.metrics.emit(
-                "checkpoint", step=self.step, epoch=self.epoch, path=str(path), removed=[str(p) for p in removed]
-            )
+                if background and not stop.requested():
+                    copy = ckpt.snapshot(payload, copy=self.device.type == "cpu")
+                    self.writer.submit(path.name, lambda: self._write(copy, path))
+                else:
+                    self.writer.wait()
+                    self._write(payload, path)
         self._last_saved_step = self.step
         d.barrier()
 
-    def _warn_newer_checkpoints(self) -> None:
+    def _write(self, payload: dict[str, Any], path: Path) -> None:
+        """Store one full checkpoint, then prune (on the writer's thread for a background save:
+        the position comes from the payload, since training has moved on)."""
+        ckpt.atomic_save(payload, path, payload["step"], self.ctx.restart_count)
+        self._saved(path, payload["step"], payload["epoch"])
+
+    def _saved(self, path: Path, step: int, epoch: int) -> None:
+        removed = ckpt.prune(self.ckpt_dir, self.cfg.keep_last, path)
+        if not self._checked_newer:  # once per process: later saves only add older-than-them files
+            self._checked_newer = True
+            self._warn_newer_checkpoints(step)
+        self.metrics.emit("checkpoint", step=step, epoch=epoch, path=str(path), removed=[str(p) for p in removed])
+
+    def _warn_newer_checkpoints(self, step: int) -> None:
         """Loadable checkpoints past this run's step (another run's, e.g. after ``--resume never``)
         are kept, not pruned, but a later ``--resume auto`` would pick them: say so once."""
-        newer = [p for p in ckpt.newer_than(self.ckpt_dir, self.step) if ckpt.is_loadable(p)]
+        newer = [p for p in ckpt.newer_than(self.ckpt_dir, step) if ckpt.is_loadable(p)]
         if newer:
             warn(
-                f"{self.ckpt_dir} holds {len(newer)} checkpoint(s) past step {self.step} from another run "
+                f"{self.ckpt_dir} holds {len(newer)} checkpoint(s) past step {step} from another run "
                 f"(newest {newer[0].name}); they are kept, and --resume auto would pick them over this run's"
             )
 
