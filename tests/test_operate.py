@@ -177,6 +177,23 @@ def test_logs_previous_instance_and_waiting_containers(cli, make_cluster):
     assert r.code == 0 and f"node 1 (pod {p1}): no logs" in r.err and "ImagePullBackOff" not in r.out
 
 
+def test_logs_of_a_pod_deleted_after_the_list_is_a_note_not_a_failure(cli, make_cluster):
+    """A controller may delete a finished job's pod between our list and its log request (the
+    training operator's cleanPodPolicy does, for a worker still exiting): the others still show."""
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for pod in (p0, p1):
+        d.start_container(pod, NS)
+        d.append_log(pod, f"line of {pod}", namespace=NS)
+    c.double.fail_next("GET", rf"/pods/{p1}/log$", status=404, message=f'pods "{p1}" not found')
+    r = cli("logs", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert f"[node 0] line of {p0}" in r.out and p1 not in r.out
+    assert f"ddpctl: node 1 (pod {p1}): no logs: the pod was deleted" in r.err
+
+
 def test_logs_follow_all_ranks_across_a_pod_restart_until_the_job_ends(cli, make_cluster):
     c = make_cluster()
     submit(cli, c, "--restart-policy", "OnFailure")

@@ -87,6 +87,9 @@ def read_logs(
             if exc.code == 400:  # waiting to start / no previous instance: say so, go on
                 note(f"ddpctl: node {rank} (pod {name}): no logs: {exc.message.split(': ', 1)[-1]}")
                 continue
+            if exc.code == 404:  # deleted since it was listed (a controller cleaning up a finished job)
+                note(f"ddpctl: node {rank} (pod {name}): no logs: the pod was deleted")
+                continue
             if exc.code in (500, 502, 503) and _kubelet_unreachable(exc.message):
                 unserved.append((rank, name, (pod.get("spec") or {}).get("nodeName") or "?"))
                 continue

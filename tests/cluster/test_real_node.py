@@ -123,7 +123,10 @@ def test_two_pods_train_over_gloo_under_restricted(cli, kube: RealCluster, restr
     assert "[node 0] [rank 0] done: 4 steps" in r.out
     assert "[node 1] " in r.out  # node 1's torchrun lines, streamed too
     pods = _pods(kube, ns)
-    assert len(pods) == 2 and {p["spec"]["nodeName"] for p in pods} == {NODE}
+    # The master's success ends a PyTorchJob, and the operator's cleanPodPolicy Running then deletes
+    # a worker whose pod is still exiting: only there may one pod be gone.
+    assert len(pods) == 2 or (target == "pytorchjob" and len(pods) == 1), pods
+    assert {p["spec"]["nodeName"] for p in pods} == {NODE}
     assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
     for pod in pods:
         env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
@@ -132,7 +135,8 @@ def test_two_pods_train_over_gloo_under_restricted(cli, kube: RealCluster, restr
         assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
     logs = cli("logs", name, "-n", ns)
     assert logs.code == 0, logs.err
-    assert "[node 0] [rank 0] done: 4 steps" in logs.out and "[node 1] " in logs.out, logs.out[-3000:]
+    assert "[node 0] [rank 0] done: 4 steps" in logs.out, logs.out[-3000:]
+    assert "[node 1] " in logs.out or len(pods) == 1, logs.out[-3000:]
 
 
 # --------------------------------------------------------------------------------------------
