@@ -34,6 +34,7 @@ PR_SET_CHILD_SUBREAPER = 36
 RANK_MARK = "@@ddpctl-rank="
 RANK_LINE = re.compile(re.escape(RANK_MARK) + r"(\d+)@@(.*)$")
 _TRAINER_PREFIX = re.compile(r"^\[rank (\d+)\] ")
+_ANY_MARK = re.compile(re.escape(RANK_MARK) + r"\d+@@")
 
 
 def split_rank_line(text: str) -> tuple[int, str] | None:
@@ -42,7 +43,9 @@ def split_rank_line(text: str) -> tuple[int, str] | None:
     match = RANK_LINE.search(text)
     if not match:
         return None
-    rank, rest = int(match.group(1)), match.group(2)
+    # torchrun may join a line's prefix to the end of the one before (a line written in two parts):
+    # a marker is never the worker's own text
+    rank, rest = int(match.group(1)), _ANY_MARK.sub("", match.group(2))
     dup = _TRAINER_PREFIX.match(rest)
     if dup and int(dup.group(1)) == rank:
         rest = rest[dup.end() :]
