@@ -102,10 +102,6 @@ def local_volume(kube: RealCluster, tmp_path: Path) -> Iterator[Any]:
         kube.kubectl("delete", "pv", pv, "--wait=false", check=False)
 
 
-def _pods(kube: RealCluster, ns: str) -> list[dict[str, Any]]:
-    return kube.pods(ns)
-
-
 # --------------------------------------------------------------------------------------------
 # Training on every engine
 # --------------------------------------------------------------------------------------------
@@ -122,7 +118,7 @@ def test_two_pods_train_over_gloo_under_restricted(cli, kube: RealCluster, restr
     assert "[node 0] [rank 0] world size 4 (ddp, gloo, cpu)" in r.out, r.out[-3000:]
     assert "[node 0] [rank 0] done: 4 steps" in r.out
     assert "[node 1] " in r.out  # node 1's torchrun lines, streamed too
-    pods = _pods(kube, ns)
+    pods = kube.pods(ns)
     # The master's success ends a PyTorchJob, and the operator's cleanPodPolicy Running then deletes
     # a worker whose pod is still exiting: only there may one pod be gone.
     assert len(pods) == 2 or (target == "pytorchjob" and len(pods) == 1), pods
@@ -227,7 +223,7 @@ def test_a_usage_error_fails_the_job_at_once_and_status_names_it(cli, kube: Real
     job = kube.get("job", "bad", "-n", ns)
     failed = [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed" and c["status"] == "True"]
     assert failed and failed[0]["reason"] == "PodFailurePolicy", job["status"]
-    assert len(_pods(kube, ns)) <= 2  # no pod was made again
+    assert len(kube.pods(ns)) <= 2  # no pod was made again
     status = cli("status", "bad", "-n", ns)
     assert "State:       Failed (PodFailurePolicy" in status.out and "exit code 2" in status.out, status.out
     assert "nosuchmod" in r.err, r.err[-3000:]
