@@ -70,7 +70,7 @@ lint: $(STAMP)
 cluster-build:
 	@if command -v go >/dev/null 2>&1 || [ "$$CI" = true ]; then bash cluster/scripts/build.sh >/dev/null && \
 	  bash cluster/node/build.sh >/dev/null && bash cluster/node/install-deps.sh; \
-	else echo "note: no Go here: the cluster tests (tests/cluster) will skip; install Go 1.26+ to run them"; fi
+	else echo "note: no Go here: the cluster tests (tests/e2e/cluster) will skip; install Go 1.26+ to run them"; fi
 
 ## cluster: start the test cluster (a real control plane, kwok GPU nodes, the engines' controllers)
 cluster: $(STAMP) cluster-build

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-IN_CI = os.environ.get("CI") == "true"
+from tests.support import REPO as REPO
+from tests.support import skip_unless as skip_unless
 
 # The API double's fixtures (make_cluster, isolated_kube) for every test module that asks for them.
-pytest_plugins = ["tests.kube_api_double.fixtures"]
+pytest_plugins = ["tests.support.kube_api_double.fixtures"]
 
 
 # Fixtures that build or run containers: a test using one is a `docker` test even if its marker is
@@ -31,7 +31,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
-        "--update-golden", action="store_true", default=False, help="Rewrite tests/golden/* from the current renderer."
+        "--update-golden",
+        action="store_true",
+        default=False,
+        help="Rewrite tests/contract/golden/* from the current renderer.",
     )
 
 
@@ -59,12 +62,3 @@ def cli(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp
         return CliResult(code, captured.out, captured.err)
 
     return run
-
-
-def skip_unless(condition: bool, reason: str) -> None:
-    """Skip on a user's machine that lacks a resource; under CI=true the lack is a failure."""
-    if condition:
-        return
-    if IN_CI:
-        pytest.fail(f"CI must provide this: {reason}")
-    pytest.skip(reason)

@@ -1,0 +1,245 @@
+"""The trainer image on the real node (cluster/node.py): pods that really run, not kwok's.
+
+Everything the rendered pod relies on is real here: Pod Security `restricted` enforced on the
+namespace, the image's numeric user, the memory-backed /dev/shm, the downward-API completion
+index, the headless Service's DNS name (CoreDNS) as the rank-0 address, gloo across two pods on a
+bridge, the Eviction API with a real grace period ending in SIGTERM, and each controller's
+failure rules acting on the trainer's real exit codes. The image is a user's image as users build
+one: the trainer image (`ddpctl build` on the local CPU base) plus their model code
+(tests/e2e/cluster/user-image.Dockerfile), loaded into the node's containerd (`cluster/up.py load`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import REPO, skip_unless
+from tests.support.cluster import UP, RealCluster, wait_until
+from tests.support.docker import BASE_IMAGE, docker_works, image_present
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+NODE = "ddpctl-real-node"
+ON_NODE = ["--node-selector", "node.ddpctl.io/real=true", "--toleration", "node.ddpctl.io/real=true:NoSchedule"]
+TINY = ["--synthetic-samples", "64", "--eval-samples", "16", "--global-batch-size", "16", "--epochs", "1"]
+# The restart tests' job, as in tests/test_run_docker.py: 8 steps per epoch, 2 epochs, a checkpoint
+# every 3 steps, float64, the final weights on the checkpoints volume.
+RESTART_ARGS = [
+    "--synthetic-samples", "128", "--eval-samples", "32", "--global-batch-size", "16", "--epochs", "2",
+    "--save-every", "3", "--dtype", "float64", "--save-final", "/checkpoints/final.pt",
+]  # fmt: skip
+JOB_TIMEOUT = 600
+
+
+def _build(*args: str) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "ddpctl", "build", "--quiet", "--no-latest", *args],
+        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def node_image(real_cluster: RealCluster) -> str:
+    """The user image, on the real node (built and loaded once; both steps are no-ops when cached)."""
+    ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+    state = real_cluster.kubectl("get", "node", NODE, "-o", ready, check=False).stdout.strip()
+    skip_unless(state == "True", f"the real node {NODE} (root, runc and the CNI plugins: make cluster)")
+    skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
+    skip_unless(image_present(BASE_IMAGE), f"the CPU base image {BASE_IMAGE} (bash scripts/make-base-image.sh)")
+    trainer = _build("--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test")
+    user = _build("--base-image", trainer, "--repo", "ddpctl-user-test", "--file",
+                  "tests/e2e/cluster/user-image.Dockerfile", "--context", "tests/support/models")  # fmt: skip
+    r = subprocess.run([sys.executable, str(UP), "load", user], capture_output=True, text=True, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return user
+
+
+@pytest.fixture
+def restricted(kube: RealCluster, namespace: str) -> str:
+    """The test's namespace, enforcing Pod Security `restricted` (pods that break it are refused)."""
+    kube.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    return namespace
+
+
+@pytest.fixture
+def local_volume(kube: RealCluster, tmp_path: Path) -> Iterator[Any]:
+    """make(ns, claim) -> host folder: a `local` PersistentVolume on the real node, pre-bound to a
+    claim in `ns`, its folder owned by the image's user (uid 1000) as a storage admin would set it."""
+    made: list[str] = []
+
+    def make(ns: str, claim: str) -> Path:
+        folder = tmp_path / claim
+        folder.mkdir()
+        os.chown(folder, 1000, 1000)
+        pv = f"{ns}-{claim}"
+        node_term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [NODE]}]}
+        docs = [
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                      "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "ddpctl-local",
+                      "local": {"path": str(folder)}, "nodeAffinity": {"required": {"nodeSelectorTerms": [node_term]}},
+                      "claimRef": {"namespace": ns, "name": claim}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": ns},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "ddpctl-local", "volumeName": pv,
+                      "resources": {"requests": {"storage": "1Gi"}}}},
+        ]  # fmt: skip
+        kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+        made.append(pv)
+        return folder
+
+    yield make
+    for pv in made:
+        kube.kubectl("delete", "pv", pv, "--wait=false", check=False)
+
+
+# --------------------------------------------------------------------------------------------
+# Training on every engine
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob", "trainjob"])
+def test_two_pods_train_over_gloo_under_restricted(cli, kube: RealCluster, restricted: str, node_image: str, target):
+    """submit --follow streams both pods' lines and exits 0; the pods ran on the real node as the
+    image's non-root user, found rank 0 by the Service's DNS name, and `logs` shows them again."""
+    ns, name = restricted, f"rn-{target}"
+    r = cli("submit", "-n", ns, "--target", target, "--name", name, "--nodes", "2", "--procs", "2", "--gpus", "0",
+            "--image", node_image, *ON_NODE, "--follow", "--", *TINY)  # fmt: skip
+    assert r.code == 0, r.err[-3000:] + r.out[-3000:]
+    assert "[node 0] [rank 0] world size 4 (ddp, gloo, cpu)" in r.out, r.out[-3000:]
+    assert "[node 0] [rank 0] done: 4 steps" in r.out
+    assert "[node 1] " in r.out  # node 1's torchrun lines, streamed too
+    pods = kube.pods(ns)
+    # The master's success ends a PyTorchJob, and the operator's cleanPodPolicy Running then deletes
+    # a worker whose pod is still exiting: only there may one pod be gone.
+    assert len(pods) == 2 or (target == "pytorchjob" and len(pods) == 1), pods
+    assert {p["spec"]["nodeName"] for p in pods} == {NODE}
+    assert {p["status"]["phase"] for p in pods} == {"Succeeded"}
+    for pod in pods:
+        env = {e["name"]: e.get("value") for e in pod["spec"]["containers"][0].get("env") or []}
+        master = env.get("MASTER_ADDR") or env.get("PET_MASTER_ADDR")
+        assert master and not master[0].isdigit(), env  # a DNS name, not an IP the test wired
+        assert pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    logs = cli("logs", name, "-n", ns)
+    assert logs.code == 0, logs.err
+    assert "[node 0] [rank 0] done: 4 steps" in logs.out, logs.out[-3000:]
+    assert "[node 1] " in logs.out or len(pods) == 1, logs.out[-3000:]
+
+
+# --------------------------------------------------------------------------------------------
+# Eviction: a disruption, resumed from the SIGTERM checkpoint
+# --------------------------------------------------------------------------------------------
+
+
+def _restart_job(ns: str, name: str, image: str, claim: str, *extra: str) -> list[str]:
+    return ["submit", "-n", ns, "--target", "job", "--name", name, "--nodes", "2", "--procs", "1", "--gpus", "0",
+            "--image", image, *ON_NODE, "--volume", f"checkpoints={claim}:/checkpoints", "--backoff-limit", "3",
+            *extra, "--", *RESTART_ARGS]  # fmt: skip
+
+
+def _final_weights(folder: Path) -> dict[str, Any]:
+    import torch
+
+    return torch.load(folder / "final.pt", weights_only=True)["model"]
+
+
+@pytest.fixture
+def uninterrupted(cli, restricted: str, node_image: str, local_volume) -> dict[str, Any]:
+    folder = local_volume(restricted, "ref")
+    r = cli(*_restart_job(restricted, "ref", node_image, "ref", "--wait"))
+    assert r.code == 0, r.err[-3000:]
+    return _final_weights(folder)
+
+
+def _ddpctl_popen(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "ddpctl", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ},
+    )  # fmt: skip
+
+
+def test_an_evicted_pod_is_a_disruption_and_the_job_resumes_bit_identical(
+    cli, kube: RealCluster, restricted: str, node_image: str, local_volume, uninterrupted: dict[str, Any]
+) -> None:
+    """Evicting node 1's pod after step 5 (the Eviction API, as `kubectl drain` calls it): the
+    kubelet's SIGTERM makes the trainer write its stop checkpoint inside the grace period, the
+    Job's rules ignore the disruption (and the peer's lost-peer exit), both pods run again, resume
+    at step 5 (0 steps lost) and end with the uninterrupted run's float64 weights."""
+    ns = restricted
+    folder = local_volume(ns, "ckpt")
+    hold = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1",
+            "-e", "DDP_TRAINER_HOLD_FILE=/checkpoints/held"]  # fmt: skip
+    proc = _ddpctl_popen(*_restart_job(ns, "ev", node_image, "ckpt", *hold, "--follow"))
+    try:
+        wait_until("rank 1 holding after step 5", lambda: (folder / "held").exists() or proc.poll() is not None,
+                   JOB_TIMEOUT)  # fmt: skip
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        victim = kube.pods(ns, "batch.kubernetes.io/job-completion-index=1,job-name=ev")[0]["metadata"]["name"]
+        eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": victim, "namespace": ns}}
+        kube.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/{victim}/eviction", "-f", "-",
+                     input=json.dumps(eviction))  # fmt: skip
+        out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:] + out[-3000:]
+    assert "resumed from /checkpoints/ckpt-00000005.pt (epoch 1, step 5)" in out, out[-4000:]
+    job = kube.get("job", "ev", "-n", ns)
+    assert not job["status"].get("failed"), job["status"]  # the disruption is not counted against backoffLimit
+    _assert_same_weights(_final_weights(folder), uninterrupted)
+
+
+def _assert_same_weights(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
+    import torch
+
+    assert ours.keys() == theirs.keys()
+    for key in ours:
+        assert torch.equal(ours[key], theirs[key]), key
+
+
+# --------------------------------------------------------------------------------------------
+# Failures the product must explain
+# --------------------------------------------------------------------------------------------
+
+
+def test_a_usage_error_fails_the_job_at_once_and_status_names_it(cli, kube: RealCluster, restricted: str,
+                                                                 node_image: str) -> None:  # fmt: skip
+    """A model that does not exist: every rank exits 2, the Job's FailJob rule ends the job with no
+    restart (backoffLimit 3 notwithstanding), and `status` gives the reason in one line."""
+    ns = restricted
+    r = cli("submit", "-n", ns, "--target", "job", "--name", "bad", "--nodes", "2", "--procs", "1", "--gpus", "0",
+            "--image", node_image, *ON_NODE, "--backoff-limit", "3", "--wait",
+            "--", "--model", "nosuchmod:f")  # fmt: skip
+    assert r.code == 1, r.err[-3000:]
+    job = kube.get("job", "bad", "-n", ns)
+    failed = [c for c in job["status"].get("conditions") or [] if c["type"] == "Failed" and c["status"] == "True"]
+    assert failed and failed[0]["reason"] == "PodFailurePolicy", job["status"]
+    assert len(kube.pods(ns)) <= 2  # no pod was made again
+    status = cli("status", "bad", "-n", ns)
+    assert "State:       Failed (PodFailurePolicy" in status.out and "exit code 2" in status.out, status.out
+    assert "nosuchmod" in r.err, r.err[-3000:]
+
+
+def test_a_rank_that_hangs_is_named_in_status(cli, kube: RealCluster, restricted: str, node_image: str) -> None:
+    """rank 2 (node 1) blocks forever in its forward of step 3: the watchdog ends the job after
+    --stall-timeout and `status` names the rank, the phase and the user's file and line."""
+    ns = restricted
+    r = cli("submit", "-n", ns, "--target", "job", "--name", "hang", "--nodes", "2", "--procs", "2", "--gpus", "0",
+            "--image", node_image, *ON_NODE, "--backoff-limit", "0", "-e", "STALL_RANK=2", "-e", "STALL_AT_STEP=3",
+            "--wait", "--", "--model", "user_models:blocking", "--stall-timeout", "20", "--image-size", "8",
+            "--synthetic-samples", "256", "--eval-samples", "32", "--epochs", "3")  # fmt: skip
+    assert r.code != 0, r.err[-3000:]
+    status = cli("status", "hang", "-n", ns)
+    stalled = [line for line in status.out.splitlines() if line.startswith("Stalled:")]
+    assert stalled, status.out
+    assert "rank 2 (node 1, local rank 0" in stalled[0] and "in forward of step 3" in stalled[0], stalled[0]
+    assert "/opt/ddpctl/user_models.py:" in stalled[0], stalled[0]

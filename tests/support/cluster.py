@@ -1,0 +1,117 @@
+"""The real test cluster for the `cluster` tests: kube-apiserver, controllers and kwok from cluster/.
+
+The session starts it (`cluster/up.py up`, which builds the binaries once into a cache) unless it
+already runs, and stops it at the end if it started it. Every test gets a namespace of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support import REPO, skip_unless
+
+UP = REPO / "cluster" / "up.py"
+STATE = Path(os.environ.get("DDPCTL_CLUSTER_DIR") or REPO / ".cluster")
+
+
+@dataclass
+class RealCluster:
+    kubeconfig: Path
+
+    @property
+    def args(self) -> list[str]:
+        return ["--kubeconfig", str(self.kubeconfig)]
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run(
+            [str(STATE / "bin" / "kubectl"), "--kubeconfig", str(self.kubeconfig), *args],
+            input=input,
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=120,
+        )
+        if check:
+            assert r.returncode == 0, (args, r.stderr)
+        return r
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", "-o", "json", *args).stdout)
+
+    def pods(self, namespace: str, selector: str = "app.kubernetes.io/managed-by=ddpctl") -> list[dict[str, Any]]:
+        return list(self.get("pods", "-n", namespace, "-l", selector)["items"])
+
+
+def _up(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(UP), *args], capture_output=True, text=True, check=False)
+
+
+@pytest.fixture(scope="session")
+def real_cluster() -> Iterator[RealCluster]:
+    skip_unless(
+        shutil.which("go") is not None or (STATE / "bin").exists(),
+        "the cluster tests build Kubernetes from Go modules: install Go 1.26+ (then `make cluster`)",
+    )
+    started_here = _up("status").returncode != 0
+    r = _up("up")
+    assert r.returncode == 0, f"cluster/up.py up failed:\n{r.stderr[-4000:]}"
+    yield RealCluster(kubeconfig=STATE / "kubeconfig")
+    if started_here:
+        _up("down")
+
+
+@pytest.fixture
+def namespace(real_cluster: RealCluster) -> Iterator[str]:
+    """A fresh namespace, deleted afterwards (in the background: nothing waits on its finalizers)."""
+    ns = f"t-{uuid.uuid4().hex[:8]}"
+    real_cluster.kubectl("create", "namespace", ns)
+    yield ns
+    real_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.fixture
+def kube(real_cluster: RealCluster, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> RealCluster:
+    """The real cluster as the CLI's only kubeconfig: $KUBECONFIG points at it, nothing else leaks in."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KUBECONFIG", str(real_cluster.kubeconfig))
+    for key in ("KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT"):
+        monkeypatch.delenv(key, raising=False)
+    return real_cluster
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60) -> Any:
+    """Poll a condition on the cluster until it holds (controllers act asynchronously); fail with `what`."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+
+
+# A pod template annotation our kwok pod-complete stage reads: pods run this long before they succeed.
+KEEP_RUNNING = "pod-complete.stage.kwok.x-k8s.io/delay=1h"
+
+
+def scheduled_pods(kube: RealCluster, ns: str, count: int, timeout: float = 60) -> list[dict[str, Any]]:
+    """Wait until the controllers made `count` pods and the scheduler bound each to a node."""
+
+    def bound() -> list[dict[str, Any]] | None:
+        pods = [p for p in kube.pods(ns) if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")]
+        return pods if len(pods) >= count else None
+
+    return list(wait_until(f"{count} scheduled pods in {ns}", bound, timeout))

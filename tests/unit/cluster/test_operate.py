@@ -1,0 +1,440 @@
+"""`ddpctl status / logs / list / delete` against the API server double (real client, real HTTP)."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rather than skips
+import pytest
+import yaml
+
+from tests.support.api import NAME, NS, objects_left, one_error
+from tests.support.kube_api_double.scripted import BOUND, Scenario
+
+
+def submit(cli, c, *flags):
+    r = cli("submit", *c.args, "-n", NS, *flags)
+    assert r.code == 0, r.err
+    return r
+
+
+# --------------------------------------------------------------------------- status
+
+
+def test_status_shows_ranks_phases_restarts_and_reasons(cli, make_cluster):
+    c = make_cluster(("pytorchjob",))
+    submit(cli, c, "--nodes", "3")
+    d = c.double
+    d.start_pods("PyTorchJob", NAME, NS)
+    d.restart_container(f"{NAME}-worker-0", NS, exit_code=137, reason="OOMKilled")
+    msg = "0/3 nodes are available: 3 Insufficient memory."
+    d.mark_unschedulable(f"{NAME}-worker-1", NS, message=msg)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert "Target:      pytorchjob (pytorchjob.kubeflow.org/ddp-train)" in r.out
+    rows = {line.split()[0]: line for line in r.out.splitlines() if line[:1].isdigit()}
+    assert rows["0"].split()[1:3] == [f"{NAME}-master-0", "Running"]
+    assert "1 (last: OOMKilled (exit code 137))" in rows["1"]
+    assert f"Unschedulable: {msg}" in rows["2"]
+    doc = json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)
+    assert doc["target"] == "pytorchjob" and doc["nodes"] == 3 and doc["state"] == "Running"
+    assert doc["replicas"]["worker"] == {"pending": 1, "running": 1, "succeeded": 0, "failed": 0}
+    assert [p["node"] for p in doc["pods"]] == [0, 1, 2] and doc["pods"][1]["restarts"] == 1
+    assert yaml.safe_load(cli("status", NAME, *c.args, "-n", NS, "-o", "yaml").out) == doc
+
+
+def test_status_of_a_failed_job_and_wait_on_it(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    d.start_container(p0, NS)
+    d.start_container(p1, NS)
+    d.append_log(p0, "  File \"train.py\", line 3", "ValueError: bad batch", namespace=NS)
+    d.terminate_container(p0, NS, exit_code=1)
+    d.finish("Job", NAME, NS, succeeded=False)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert f"State:       Failed (BackoffLimitExceeded: Job {NAME} has failed.)" in r.out
+    assert "Error (exit code 1)" in r.out
+    r = cli("status", NAME, *c.args, "-n", NS, "--wait")
+    one_error(r, 1, f"node 0 (pod {p0}): Error (exit code 1)")
+    assert "    | ValueError: bad batch" in r.err
+
+
+def test_status_of_a_job_failed_by_its_usage_error_rule_says_so(cli, make_cluster):
+    """The pod failure policy fails the Job at the trainer's usage error (exit 2): status shows the
+    Job controller's reason and what the exit code means."""
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for pod in (p0, p1):
+        d.start_container(pod, NS)
+        d.terminate_container(pod, NS, exit_code=2)
+    message = f"Container trainer for pod {NS}/{p0} failed with exit code 2 matching FailJob rule at index 0"
+    d.finish("Job", NAME, NS, succeeded=False, reason="PodFailurePolicy", message=message)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert f"State:       Failed (PodFailurePolicy: {message})" in r.out, r.out
+    assert "Error (exit code 2: usage error)" in r.out, r.out
+
+
+def test_status_name_and_namespace_from_ddp_yaml(cli, make_cluster, tmp_path):
+    c = make_cluster()
+    (tmp_path / "ddp.yaml").write_text("name: mine\nnamespace: team\n")
+    assert cli("submit", *c.args).code == 0
+    r = cli("status", *c.args)
+    assert r.code == 0 and "Name:        mine" in r.out and "Namespace:   team" in r.out
+
+
+def test_status_of_a_missing_job_and_a_missing_namespace(cli, make_cluster):
+    c = make_cluster()
+    one_error(cli("status", "nope", *c.args, "-n", NS), 1, 'no job "nope" in namespace "team"', "ddpctl list -n team")
+    one_error(cli("status", "nope", *c.args, "-n", "ghost"), 1, 'namespace "ghost" does not exist')
+    # NAME defaults as for every other command (ddp.yaml's, else ddp-train), not "missing NAME"
+    one_error(cli("status", *c.args, "-n", NS), 1, 'no job "ddp-train" in namespace "team"')
+
+
+# --------------------------------------------------------------------------- logs
+
+
+def _run_two_ranks(d, kind="Job"):
+    pods = d.pod_names_for(kind, NAME, NS)
+    for i, p in enumerate(pods):
+        d.start_container(p, NS)
+        d.append_log(p, f"rank {i} line 1", f"rank {i} line 2", namespace=NS)
+    return pods
+
+
+def test_logs_of_every_rank_prefixed_in_rank_order(cli, make_cluster):
+    c = make_cluster(("jobset",))
+    submit(cli, c)
+    _run_two_ranks(c.double, "JobSet")
+    r = cli("logs", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == [
+        "[node 0] rank 0 line 1",
+        "[node 0] rank 0 line 2",
+        "[node 1] rank 1 line 1",
+        "[node 1] rank 1 line 2",
+    ]
+    assert cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--tail", "1").out == "rank 1 line 2\n"
+    assert (
+        cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--prefix").out.splitlines()[0] == "[node 1] rank 1 line 1"
+    )
+    one_error(
+        cli("logs", NAME, *c.args, "-n", NS, "--rank", "2"),
+        2,
+        "--rank: node rank 2 is out of range",
+        "2 nodes",
+        "0-1",
+    )
+
+
+def test_node_prefix_is_the_pod_index_beside_the_trainers_global_ranks(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c, "--gpus", "4")
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for p in (p0, p1):
+        d.start_container(p, NS)
+    d.append_log(p1, "[rank 5] epoch 1 loss 0.3", namespace=NS)  # pod 1 runs global ranks 4-7
+    r = cli("logs", NAME, *c.args, "-n", NS, "--rank", "1", "--prefix")
+    assert r.out == "[node 1] [rank 5] epoch 1 loss 0.3\n" and "c10d" not in r.err
+    status = cli("status", NAME, *c.args, "-n", NS)
+    assert [line.split()[:2] for line in status.out.splitlines() if line.startswith("NODE")] == [["NODE", "POD"]]
+    for command in ("logs", "submit"):
+        help_text = " ".join(cli(command, "--help").out.replace("│", " ").split())  # rich wraps it in a box
+        assert "node rank" in help_text and "pod index" in help_text, command
+
+
+def test_rank_of_an_elastic_c10d_job_is_said_to_be_the_pod_index(cli, make_cluster):
+    c = make_cluster(("pytorchjob",))
+    for target in ("job", "pytorchjob"):
+        name = f"el-{target}"
+        r = cli("submit", *c.args, "-n", NS, "--name", name, "--target", target, "--nodes", "1:3")
+        assert r.code == 0, r.err
+        kind = {"job": "Job", "pytorchjob": "PyTorchJob"}[target]
+        for p in c.double.pod_names_for(kind, name, NS):
+            c.double.start_container(p, NS)
+        r = cli("logs", name, *c.args, "-n", NS, "--rank", "0")
+        assert r.code == 0, r.err
+        assert f"ddpctl: {name} uses c10d rendezvous: --rank 0 picks pod index 0" in r.err, target
+
+
+def test_logs_previous_instance_and_waiting_containers(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c, "--restart-policy", "OnFailure")
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    d.start_container(p0, NS)
+    d.append_log(p0, "before the crash", namespace=NS)
+    d.restart_container(p0, NS, exit_code=137, reason="OOMKilled")
+    d.set_container_waiting(p1, NS, reason="ImagePullBackOff")
+    r = cli("logs", NAME, *c.args, "-n", NS, "--previous", "--rank", "0")
+    assert r.out == "before the crash\n"
+    r = cli("logs", NAME, *c.args, "-n", NS)
+    assert r.code == 0 and f"node 1 (pod {p1}): no logs" in r.err and "ImagePullBackOff" not in r.out
+
+
+def test_logs_of_a_pod_deleted_after_the_list_is_a_note_not_a_failure(cli, make_cluster):
+    """A controller may delete a finished job's pod between our list and its log request (the
+    training operator's cleanPodPolicy does, for a worker still exiting): the others still show."""
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for pod in (p0, p1):
+        d.start_container(pod, NS)
+        d.append_log(pod, f"line of {pod}", namespace=NS)
+    c.double.fail_next("GET", rf"/pods/{p1}/log$", status=404, message=f'pods "{p1}" not found')
+    r = cli("logs", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert f"[node 0] line of {p0}" in r.out and p1 not in r.out
+    assert f"ddpctl: node 1 (pod {p1}): no logs: the pod was deleted" in r.err
+
+
+def test_logs_follow_all_ranks_across_a_pod_restart_until_the_job_ends(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c, "--restart-policy", "OnFailure")
+    d = c.double
+    p0, p1 = _run_two_ranks(d)
+
+    def steps():
+        d.wait_follows(p0)
+        d.wait_follows(p1)
+        d.append_log(p0, "rank 0 line 3", namespace=NS)
+        d.restart_container(p0, NS, exit_code=1)
+        d.wait_follows(p0, 2)
+        d.append_log(p0, "rank 0 after restart", namespace=NS)
+        for p in (p0, p1):
+            d.terminate_container(p, NS, exit_code=0)
+        d.finish("Job", NAME, NS)
+
+    with Scenario(steps):
+        r = cli("logs", NAME, *c.args, "-n", NS, "-f")
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    assert [x for x in lines if x.startswith("[node 0]")] == [
+        "[node 0] rank 0 line 1",
+        "[node 0] rank 0 line 2",
+        "[node 0] rank 0 line 3",
+        "[node 0] rank 0 after restart",
+    ]
+    assert [x for x in lines if x.startswith("[node 1]")] == ["[node 1] rank 1 line 1", "[node 1] rank 1 line 2"]
+
+
+def test_logs_follow_with_timestamps_picks_up_a_dropped_stream(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = _run_two_ranks(d)
+
+    def steps():
+        try:
+            d.wait_follows(p0)
+            for n in (1, 2):  # twice: the second resume starts from the newer line
+                d.drop_log_streams(p0, NS)
+                d.append_log(p0, f"rank 0 after drop {n}", namespace=NS)
+                d.wait_follows(p0, 1 + n)
+        finally:
+            for p in (p0, p1):
+                d.terminate_container(p, NS, exit_code=0)
+            d.finish("Job", NAME, NS)
+
+    with Scenario(steps):
+        r = cli("logs", NAME, *c.args, "-n", NS, "-f", "--rank", "0", "--timestamps")
+    assert r.code == 0, r.err
+    stamps, texts = zip(*(line.split(" ", 1) for line in r.out.splitlines()))
+    assert texts == ("rank 0 line 1", "rank 0 line 2", "rank 0 after drop 1", "rank 0 after drop 2")
+    assert all(s.endswith("Z") and s[:4].isdigit() for s in stamps) and list(stamps) == sorted(stamps)
+
+
+@pytest.mark.parametrize(
+    "stamp, ns",
+    [
+        ("1970-01-01T00:00:01Z", 1_000_000_000),
+        ("1970-01-01T00:00:01.5Z", 1_500_000_000),
+        ("1970-01-01T00:00:01.000000007Z", 1_000_000_007),
+        ("1970-01-01T01:00:01.25+01:00", 1_250_000_000),
+        ("1970-01-01T00:00:01-00:30", 1_801_000_000_000),
+        ("step", None),
+        ("", None),
+        ("2030-13-01T00:00:00Z", None),
+    ],
+)
+def test_log_timestamps(stamp, ns):
+    from ddpctl.kube.logs import stamp_ns
+
+    assert stamp_ns(stamp) == ns
+
+
+def test_logs_follow_one_rank_and_a_replaced_pod(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = _run_two_ranks(d)
+    replaced = threading.Event()
+
+    def steps():
+        d.wait_follows(p1)
+        d.terminate_container(p1, NS, exit_code=1)
+        d.delete_pod(p1, NS)  # the Job controller replaces a failed pod (same index, new name)
+        job = d.get("Job", NAME, NS)
+        d.store.put(
+            d.rt("Pod"),
+            {
+                **d.get("Pod", p0, NS),
+                "metadata": {
+                    "name": f"{NAME}-1-again",
+                    "namespace": NS,
+                    "labels": {
+                        **d.get("Pod", p0, NS)["metadata"]["labels"],
+                        "batch.kubernetes.io/job-completion-index": "1",
+                    },
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "batch/v1",
+                            "kind": "Job",
+                            "name": NAME,
+                            "uid": job["metadata"]["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "status": {"phase": "Pending"},
+            },
+        )
+        d.start_container(f"{NAME}-1-again", NS)
+        d.append_log(f"{NAME}-1-again", "second pod of rank 1", namespace=NS)
+        replaced.set()
+        d.wait_follows(f"{NAME}-1-again")
+        for p in (p0, f"{NAME}-1-again"):
+            d.terminate_container(p, NS, exit_code=0)
+        d.finish("Job", NAME, NS)
+
+    with Scenario(steps):
+        r = cli("logs", NAME, *c.args, "-n", NS, "-f", "--rank", "1")
+    assert replaced.wait(BOUND)
+    assert r.code == 0, r.err
+    assert r.out.splitlines() == ["rank 1 line 1", "rank 1 line 2", "second pod of rank 1"]
+
+
+# --------------------------------------------------------------------------- list
+
+
+def test_list_finds_all_four_kinds_by_label(cli, make_cluster):
+    c = make_cluster(("pytorchjob", "jobset", "trainjob"), runtime=True)
+    for name, target, ns in (
+        ("a-job", "job", NS),
+        ("b-pt", "pytorchjob", NS),
+        ("c-js", "jobset", "default"),
+        ("d-tj", "trainjob", NS),
+    ):
+        assert cli("submit", *c.args, "-n", ns, "--name", name, "--target", target).code == 0
+    # something ddpctl did not make is not listed
+    c.double.store.put(
+        c.double.rt("Job"),
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": "other", "namespace": NS},
+            "spec": {"template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "x", "image": "x"}]}}},
+        },
+    )
+    r = cli("list", *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    rows = [line.split() for line in r.out.splitlines()]
+    assert rows[0] == ["NAME", "TARGET", "NODES", "STATE", "AGE"]
+    assert [(row[0], row[1], row[2]) for row in rows[1:]] == [
+        ("a-job", "job", "2"),
+        ("b-pt", "pytorchjob", "2"),
+        ("d-tj", "trainjob", "2"),
+    ]
+    r = cli("list", *c.args, "-A")
+    assert [line.split()[:3] for line in r.out.splitlines()][1:] == [
+        ["default", "c-js", "jobset"],
+        ["team", "a-job", "job"],
+        ["team", "b-pt", "pytorchjob"],
+        ["team", "d-tj", "trainjob"],
+    ]
+    doc = json.loads(cli("list", *c.args, "-A", "-o", "json").out)
+    assert doc["kind"] == "List" and [i["kind"] for i in doc["items"]] == ["JobSet", "Job", "PyTorchJob", "TrainJob"]
+    assert yaml.safe_load(cli("list", *c.args, "-A", "-o", "yaml").out)["items"] == doc["items"]
+    assert cli("list", *c.args, "-n", NS, "-o", "name").out.splitlines() == [
+        "job.batch/a-job",
+        "pytorchjob.kubeflow.org/b-pt",
+        "trainjob.trainer.kubeflow.org/d-tj",
+    ]
+
+
+def test_list_on_a_cluster_without_crds_and_an_empty_namespace(cli, make_cluster):
+    c = make_cluster()
+    r = cli("list", *c.args)
+    assert r.code == 0 and r.out == 'No ddpctl jobs found in namespace "default".\n'
+    submit(cli, c)
+    assert "ddp-train" in cli("list", *c.args, "--namespace", NS).out
+
+
+# --------------------------------------------------------------------------- delete
+
+
+@pytest.mark.parametrize(
+    "engines, runtime, target",
+    [
+        ((), False, "job"),
+        (("pytorchjob",), False, "pytorchjob"),
+        (("jobset",), False, "jobset"),
+        (("trainjob",), True, "trainjob"),
+    ],
+)
+def test_delete_removes_every_object_with_the_engines_propagation(cli, make_cluster, engines, runtime, target):
+    """Foreground, except for a TrainJob, whose controller re-creates the JobSet of a TrainJob that the
+    foreground finalizer holds (seen on the real Trainer): there the pods go in the background."""
+    c = make_cluster(engines, runtime=runtime)
+    submit(cli, c, "--target", target)
+    assert c.double.objects("Pod", NS)
+    r = cli("delete", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert objects_left(c.double) == [] and c.double.objects("Pod", NS) == []
+    deletes = c.double.requests_to("DELETE")
+    workload = "Background" if target == "trainjob" else "Foreground"
+    policies = [req.json["propagationPolicy"] for req in deletes]
+    assert policies[0] == workload and set(policies[1:]) <= {"Foreground"}, policies  # the Service after
+    kind_ref = {
+        "job": "job.batch",
+        "pytorchjob": "pytorchjob.kubeflow.org",
+        "jobset": "jobset.jobset.x-k8s.io",
+        "trainjob": "trainjob.trainer.kubeflow.org",
+    }[target]
+    assert f"{kind_ref}/{NAME} deleted" in r.out.splitlines()
+
+
+def test_delete_of_a_missing_job(cli, make_cluster):
+    c = make_cluster()
+    one_error(cli("delete", "ghost", *c.args, "-n", NS), 1, 'no job "ghost" in namespace "team"')
+    r = cli("delete", "ghost", *c.args, "-n", NS, "--ignore-not-found")
+    assert r.code == 0 and r.out == ""
+
+
+# --------------------------------------------------------------------------- node groups
+
+
+def test_status_logs_and_delete_of_a_job_with_node_groups(cli, make_cluster):
+    """The `job` target makes one Job per node group: status ranks every group's pods (offset +
+    completion index), counts the job's nodes, and delete removes every Job."""
+    c = make_cluster()
+    submit(cli, c, "--layout", "2+1", "--gpus", "0")
+    d = c.double
+    assert sorted(o["metadata"]["name"] for o in d.objects("Job", NS)) == [f"{NAME}-g0", f"{NAME}-g1"]
+    d.start_pods("Job", f"{NAME}-g0", NS)
+    d.start_pods("Job", f"{NAME}-g1", NS)
+    doc = json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)
+    assert doc["nodes"] == 2 and doc["state"] == "Running"
+    pods = [(p["node"], p["pod"].rsplit("-", 1)[0]) for p in doc["pods"]]  # pod names end in a random suffix
+    assert pods == [(0, f"{NAME}-g0-0"), (1, f"{NAME}-g1-0")]
+    rows = [line.split() for line in cli("list", *c.args, "-n", NS).out.splitlines()[1:]]
+    assert [r[:3] for r in rows] == [[NAME, "job", "2"]], "one row per job, not per node group"
+    r = cli("delete", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    assert objects_left(c.double) == [] and c.double.objects("Pod", NS) == []
