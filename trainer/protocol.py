@@ -1,0 +1,120 @@
+"""What the ddpctl CLI and the trainer agree on, in one torch-free module both import.
+
+The CLI starts the trainer as a process (locally, in containers, in pods) and reads back only what
+a process leaves: its exit code, its log lines, the files it writes and the env it was given. Each
+of those is named here once: exit codes (which the rendered failure rules test), log tags (which
+runners and `ddpctl status` grep for), checkpoint file names (which local runs count), env
+variable names and the trainer's default timeouts (which the spec checks against). The Helm
+chart's copies are generated from this module (`tools/chart_contract.py`).
+
+Stdlib only: the CLI imports this module and nothing else of the trainer's runtime.
+"""
+
+from __future__ import annotations
+
+import re
+
+PROG = "ddpctl-trainer"
+TRAINER_MODULE = "ddpctl_trainer"  # `torchrun -m ddpctl_trainer`: the built-in trainer
+LAUNCHER_MODULE = "ddpctl_trainer.launch"  # `python3 -m ddpctl_trainer.launch`: torchrun with exit codes
+LAUNCHER_PYTHON = "python3"  # the interpreter the pods start the launcher with
+
+# ------------------------------------------------------------------------------------ exit codes
+# A pod's exit code is all that Kubernetes failure rules see: the Job's podFailurePolicy
+# (onExitCodes), JobSet's rules (through the child Job's failure), PyTorchJob's restartPolicy
+# ExitCode (which recreates a pod only for 130, 137, 138 and 143).
+
+EXIT_OK = 0
+EXIT_FAILURE = 1  # a runtime failure
+EXIT_USAGE = 2  # bad input, found by every rank alike: a restart cannot help
+EXIT_INTERRUPTED = 130  # SIGINT (Ctrl-C)
+EXIT_KILLED = 137  # SIGKILL: the OOM killer, or the grace period ran out
+# A collective failed because a peer went away (its node died, was OOM-killed or SIGKILLed).
+# 128 + SIGUSR1 is Kubeflow's documented "user-defined retryable" code: a PyTorchJob under
+# restartPolicy ExitCode recreates pods only for 130, 137, 138 and 143, and an Indexed Job's
+# podFailurePolicy ignores it like 143, so only the pod with the root cause counts as a failure.
+EXIT_PEER_LOST = 138
+# SIGTERM (128 + 15). After a checkpoint at a step boundary every rank stops with it and the next
+# start resumes at that step; it equals death by SIGTERM, so rules that retry signals retry it.
+EXIT_PREEMPTED = 143
+# The stall watchdog ended a hung job: above 128 so signal-retrying rules retry a hang, above
+# 128 + 64 so it is never read as "killed by signal N".
+EXIT_STALLED = 200
+
+# Why a pod stopped when the cause was elsewhere: a peer's preemption (every rank stops at the
+# same step and exits 143) or a peer's death (138). Only the pod with the cause counts as a failure.
+CAUSED_BY_A_PEER: tuple[int, ...] = (EXIT_PEER_LOST, EXIT_PREEMPTED)
+# What Kubeflow's training operator retries under restartPolicy ExitCode (kubeflow/common
+# pkg/util/train IsRetryableExitCode): SIGINT, SIGKILL, SIGUSR1 (user-defined retryable), SIGTERM.
+KUBEFLOW_RETRYABLE: tuple[int, ...] = (EXIT_INTERRUPTED, EXIT_KILLED, EXIT_PEER_LOST, EXIT_PREEMPTED)
+
+_MEANINGS = {
+    EXIT_USAGE: "usage error",
+    EXIT_KILLED: "killed by SIGKILL",
+    EXIT_PEER_LOST: "lost a peer",
+    EXIT_PREEMPTED: "stopped by SIGTERM",
+    EXIT_STALLED: "stalled",
+}
+
+
+def meaning(code: int) -> str | None:
+    """What a pod's exit code says when the ddpctl launcher ran it (None for codes it does not give)."""
+    return _MEANINGS.get(code)
+
+
+# ------------------------------------------------------------------------------------ log lines
+
+ERROR_TAG = f"{PROG}: error: "  # the one line a failing rank prints (then `[rank R] ` when distributed)
+WARNING_TAG = f"{PROG}: warning: "
+STALL_SUMMARY_TAG = f"{PROG}: stalled:"  # every line of the stall watchdog's summary starts with it
+STALL_SUMMARY_FIRST = "no rank made progress"  # the first line of a job's (not a rank's) summary
+ALREADY_COMPLETE = "already complete"  # a rerun of a finished job: `... already complete at step N ...`
+LAUNCHER_TAG = f"{PROG}.launch: "  # the launcher's own lines
+LAUNCHER_STOPPED_BY = f"{LAUNCHER_TAG}stopped by "  # + signal name: the agent itself was signalled
+# Kubernetes keeps this file's text as the container's termination message, on the pod object,
+# after the container ended: the stall summary outlives a pod whose logs go with it.
+TERMINATION_LOG = "/dev/termination-log"
+
+# ------------------------------------------------------------------------------------ checkpoints
+
+CHECKPOINT_NAME = re.compile(r"^ckpt-(\d{8,})(\.pt)?$")  # `ckpt-<step>.pt` files, `ckpt-<step>/` sharded dirs
+# what they are written as before the rename: `.ckpt-<step>.pt.tmp.<pid>`, `.ckpt-<step>.tmp`
+CHECKPOINT_TEMP = re.compile(r"^\.ckpt-\d{8,}(\.pt)?\.tmp")
+SHARDED_STATE_FILE = "trainer_state.pt"  # the trainer's position inside a sharded checkpoint directory
+
+
+def checkpoint_name(step: int, sharded: bool = False) -> str:
+    return f"ckpt-{step:08d}" if sharded else f"ckpt-{step:08d}.pt"
+
+
+def checkpoint_step(name: str) -> int | None:
+    """The step of a checkpoint file or directory name; None for any other name."""
+    match = CHECKPOINT_NAME.match(name)
+    return int(match.group(1)) if match else None
+
+
+# ------------------------------------------------------------------------------------ environment
+
+ENV_PREFIX = "DDP_TRAINER_"  # DDP_TRAINER_<FLAG> sets the trainer's --<flag> (a flag on the command line wins)
+
+
+def flag_env(flag: str) -> str:
+    """The env variable of a trainer flag: `--checkpoint-dir` -> `DDP_TRAINER_CHECKPOINT_DIR`."""
+    return ENV_PREFIX + flag.lstrip("-").replace("-", "_").upper()
+
+
+BACKEND_ENV = flag_env("--backend")
+STALL_TIMEOUT_ENV = flag_env("--stall-timeout")
+COLLECTIVE_TIMEOUT_ENV = flag_env("--timeout-s")
+CHECKPOINT_DIR_ENV = flag_env("--checkpoint-dir")
+USER_BACKEND_ENV = "DDP_BACKEND"  # the backend, for a user's own training script
+JOB_NAME_ENV = "DDP_JOB_NAME"
+# Node groups: each group is its own Indexed Job whose completion index starts at 0, so the pod
+# carries its group's first node rank, and node rank = offset + JOB_COMPLETION_INDEX.
+NODE_RANK_OFFSET_ENV = "PET_NODE_RANK_OFFSET"
+COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
+
+# ------------------------------------------------------------------------------------ timeouts
+
+STALL_TIMEOUT_S = 300  # --stall-timeout's default: the collective timeout must exceed it
+COLLECTIVE_TIMEOUT_S = 600  # --timeout-s's default (the process group's): the stall timeout stays below it
