@@ -9,7 +9,6 @@ loaded with ``weights_only=True``: payloads hold only tensors and plain Python v
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import signal
 import sys
@@ -21,19 +20,17 @@ from typing import Any
 import torch
 
 from .errors import CheckpointError
+from .protocol import CHECKPOINT_TEMP, SHARDED_STATE_FILE, checkpoint_name, checkpoint_step
 
 FORMAT = "ddpctl-trainer/1"
 REQUIRED_KEYS = ("format", "model", "optimizer", "epoch", "step", "batches_done")
-_NAME = re.compile(r"^ckpt-(\d{8,})(\.pt)?$")
-_TMP = re.compile(r"^\.ckpt-\d{8,}(\.pt)?\.tmp")
-STATE_FILE = "trainer_state.pt"
 
 FAULT_IN_CHECKPOINT_ENV = "DDP_TRAINER_FAULT_IN_CHECKPOINT"
 FAULT_SIGNAL_ENV = "DDP_TRAINER_FAULT_IN_CHECKPOINT_SIGNAL"  # KILL (default) or TERM
 
 
 def checkpoint_path(directory: Path, step: int, sharded: bool = False) -> Path:
-    return directory / (f"ckpt-{step:08d}" if sharded else f"ckpt-{step:08d}.pt")
+    return directory / checkpoint_name(step, sharded)
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -95,9 +92,9 @@ def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
         return []
     found = []
     for entry in directory.iterdir():
-        m = _NAME.match(entry.name)
-        if m:
-            found.append((int(m.group(1)), entry))
+        step = checkpoint_step(entry.name)
+        if step is not None:
+            found.append((step, entry))
     return sorted(found, key=lambda t: t[0], reverse=True)
 
 
@@ -106,7 +103,7 @@ def remove_stale_temps(directory: Path) -> None:
     if not directory.is_dir():
         return
     for entry in directory.iterdir():
-        if _TMP.match(entry.name):
+        if CHECKPOINT_TEMP.match(entry.name):
             if entry.is_dir():
                 shutil.rmtree(entry, ignore_errors=True)
             else:
@@ -118,7 +115,7 @@ def load_file(path: Path, mmap: bool = False) -> dict[str, Any]:
 
     ``mmap`` maps the tensors instead of reading them: a cheap validity check of a large file.
     """
-    target = path / STATE_FILE if path.is_dir() else path
+    target = path / SHARDED_STATE_FILE if path.is_dir() else path
     try:
         payload = torch.load(target, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as exc:  # noqa: BLE001 - corrupt zip, pickle errors, permissions ...
@@ -163,10 +160,9 @@ def prune(directory: Path, keep_last: int, current: Path) -> list[Path]:
     one just written out. Unloadable files do not count towards ``keep_last``; they go once they
     are older than the oldest checkpoint kept.
     """
-    m = _NAME.match(current.name)
-    if m is None:
+    step = checkpoint_step(current.name)
+    if step is None:
         raise ValueError(f"{current} is not a checkpoint name")
-    step = int(m.group(1))
     kept = 1  # current
     removed = []
     for entry_step, path in list_checkpoints(directory):

@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
-from .errors import PROG, UsageError
-
-ENV_PREFIX = "DDP_TRAINER_"
+from .errors import UsageError
+from .protocol import COLLECTIVE_TIMEOUT_S, ENV_PREFIX, PROG, STALL_TIMEOUT_S, flag_env
 
 STRATEGIES = ("ddp", "fsdp", "dp")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -88,8 +87,8 @@ class TrainConfig:
     metrics_file: str | None = None
     log_every: int = 10
     progress: str = "auto"
-    timeout_s: int = 600
-    stall_timeout: float = 300.0
+    timeout_s: int = COLLECTIVE_TIMEOUT_S
+    stall_timeout: float = float(STALL_TIMEOUT_S)
 
     @property
     def save_every_steps(self) -> int:
@@ -218,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--timeout-s",
         type=int,
-        default=600,
+        default=COLLECTIVE_TIMEOUT_S,
         help="process-group timeout: seconds a collective waits for a peer before this rank fails (so a rank "
         "that died mid-collective stops the group instead of hanging it); keep it above the longest checkpoint "
         "write",
@@ -226,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--stall-timeout",
         type=float,
-        default=300.0,
+        default=float(STALL_TIMEOUT_S),
         help="seconds without progress on any rank before the job is stopped with a summary of who "
         "stalled and where (exit code 200); 0: off. Must exceed the longest checkpoint write or eval batch",
     )
@@ -253,11 +252,11 @@ def _env_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
     for action in parser._actions:  # argparse has no public iterator over actions
         if not action.option_strings or action.dest == "help":
             continue
-        name = ENV_PREFIX + action.dest.upper()
+        flag = action.option_strings[0]
+        name = flag_env(flag)
         if name not in env:
             continue
         raw = env[name]
-        flag = action.option_strings[0]
         try:
             if isinstance(action, argparse.BooleanOptionalAction):
                 value: Any = _bool(raw)

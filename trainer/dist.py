@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import UsageError
+from .protocol import COMPLETION_INDEX_ENV
 
 if TYPE_CHECKING:
     import torch
@@ -81,10 +82,10 @@ def detect(env: Mapping[str, str] | None = None) -> DistContext:
         local_world = _int(env, "LOCAL_WORLD_SIZE", 1)
         node_rank = _int(env, "GROUP_RANK", rank // max(local_world, 1))
         launcher = "torchrun" if "TORCHELASTIC_RUN_ID" in env else "env"
-    elif "WORLD_SIZE" in env and ("RANK" in env or "JOB_COMPLETION_INDEX" in env):
+    elif "WORLD_SIZE" in env and ("RANK" in env or COMPLETION_INDEX_ENV in env):
         # A pod started with plain python by an operator: its index is the rank only when each
         # pod runs exactly one process.
-        source = "RANK" if "RANK" in env else "JOB_COMPLETION_INDEX"
+        source = "RANK" if "RANK" in env else COMPLETION_INDEX_ENV
         nproc = _nproc_per_node(env)
         if nproc > 1:
             raise UsageError(

@@ -4,7 +4,7 @@
 group exists, so all ranks stop together. ``TrainerFailure`` (exit 1) is a runtime failure.
 ``PeerLost`` (exit 138) is a collective that failed because another rank went away after the
 process group was set up: this rank is not the cause, and the job is worth restarting (see
-``is_peer_lost``).
+``is_peer_lost``). The exit codes, and why they are these numbers, are in ``protocol``.
 """
 
 from __future__ import annotations
@@ -14,25 +14,7 @@ import re
 import sys
 import traceback
 
-PROG = "ddpctl-trainer"
-
-EXIT_OK = 0
-EXIT_FAILURE = 1
-EXIT_USAGE = 2
-EXIT_SIGTERM = 128 + 15
-# Stopped on SIGTERM after writing a checkpoint at a step boundary: every rank exits with it, and
-# the next start resumes at exactly that step. The same value as death by SIGTERM, so launchers
-# and operators that retry "killed by a signal" (PyTorchJob ExitCode, podFailurePolicy) retry it.
-EXIT_PREEMPTED = EXIT_SIGTERM
-EXIT_PEER_LOST = 138
-"""A collective failed because a peer went away (its node died, was OOM-killed or SIGKILLed).
-
-138 (128 + SIGUSR1) is the code Kubeflow documents for "a user-defined retryable error": a
-PyTorchJob with ``restartPolicy: ExitCode`` recreates pods only for 130, 137, 138 and 143 and
-fails the job on any other code, so with exit 1 the survivors of a recoverable node loss would
-fail the whole job. Every engine's rules retry it, and an Indexed Job's ``podFailurePolicy``
-ignores it (like 143), so only the pod with the root cause counts against ``backoffLimit``.
-"""
+from .protocol import ERROR_TAG, EXIT_FAILURE, EXIT_PEER_LOST, EXIT_PREEMPTED, EXIT_USAGE
 
 
 class TrainerError(Exception):
@@ -83,7 +65,7 @@ class Terminated(BaseException):
 def print_error(message: str, rank_label: str = "") -> None:
     """Print the single error line on stderr, in one write: ranks that share the stream (torchrun's)
     may print at once, and print() writes the text and its newline separately."""
-    sys.stderr.write(f"{PROG}: error: {rank_label}{message}\n")
+    sys.stderr.write(f"{ERROR_TAG}{rank_label}{message}\n")
     sys.stderr.flush()
 
 

@@ -22,7 +22,15 @@ import os
 import sys
 from collections.abc import MutableMapping, Sequence
 
-from .errors import EXIT_FAILURE, EXIT_PEER_LOST, EXIT_PREEMPTED, EXIT_USAGE
+from .protocol import (
+    CAUSED_BY_A_PEER,
+    COMPLETION_INDEX_ENV,
+    EXIT_FAILURE,
+    EXIT_USAGE,
+    LAUNCHER_STOPPED_BY,
+    LAUNCHER_TAG,
+    NODE_RANK_OFFSET_ENV,
+)
 
 
 def _code(exitcode: int) -> int:
@@ -42,11 +50,8 @@ def exit_code_for(codes_in_failure_order: Sequence[int]) -> int:
         return EXIT_FAILURE
     if EXIT_USAGE in codes:
         return EXIT_USAGE
-    own = [c for c in codes if c not in (EXIT_PEER_LOST, EXIT_PREEMPTED)]
+    own = [c for c in codes if c not in CAUSED_BY_A_PEER]
     return (own or codes)[0] or EXIT_FAILURE
-
-
-NODE_RANK_OFFSET = "PET_NODE_RANK_OFFSET"
 
 
 def set_node_rank(env: MutableMapping[str, str]) -> None:
@@ -54,9 +59,9 @@ def set_node_rank(env: MutableMapping[str, str]) -> None:
     downward API cannot add the group's first node rank, so the pod carries it as
     PET_NODE_RANK_OFFSET and the node rank is PET_NODE_RANK_OFFSET + JOB_COMPLETION_INDEX (the Job
     controller sets JOB_COMPLETION_INDEX). Without an offset, PET_NODE_RANK is left as given."""
-    offset = env.get(NODE_RANK_OFFSET)
-    if offset is not None and "JOB_COMPLETION_INDEX" in env:
-        env["PET_NODE_RANK"] = str(int(offset) + int(env["JOB_COMPLETION_INDEX"]))
+    offset = env.get(NODE_RANK_OFFSET_ENV)
+    if offset is not None and COMPLETION_INDEX_ENV in env:
+        env["PET_NODE_RANK"] = str(int(offset) + int(env[COMPLETION_INDEX_ENV]))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -72,11 +77,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(exc.format_msg(), file=sys.stderr, flush=True)  # torchrun's own report: which rank, which code
         failures = sorted(exc.failures.values(), key=lambda f: f.timestamp)
         code = exit_code_for([f.exitcode for f in failures])
-        print(f"ddpctl-trainer.launch: workers failed; exit {code}", file=sys.stderr, flush=True)
+        print(f"{LAUNCHER_TAG}workers failed; exit {code}", file=sys.stderr, flush=True)
         return code
     except SignalException as exc:
         code = 128 + int(exc.sigval)
-        print(f"ddpctl-trainer.launch: stopped by {exc.sigval.name}; exit {code}", file=sys.stderr, flush=True)
+        print(f"{LAUNCHER_STOPPED_BY}{exc.sigval.name}; exit {code}", file=sys.stderr, flush=True)
         return code
     return 0
 

@@ -12,11 +12,6 @@ from types import FrameType
 
 from . import stop
 from .errors import (
-    EXIT_FAILURE,
-    EXIT_OK,
-    EXIT_PREEMPTED,
-    EXIT_SIGTERM,
-    EXIT_USAGE,
     Terminated,
     TrainerError,
     TrainerFailure,
@@ -24,7 +19,8 @@ from .errors import (
     from_distributed_stack,
     print_error,
 )
-from .watchdog import EXIT_STALLED, stalling
+from .protocol import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_STALLED, EXIT_USAGE
+from .watchdog import stalling
 
 _armed = False  # True while a SIGTERM should interrupt the run
 _WATCHDOG_EXIT_WAIT_S = 60.0
@@ -57,7 +53,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         else:
             print_error("stopped by SIGTERM", label[0])
-        return EXIT_SIGTERM
+        return EXIT_PREEMPTED  # 128 + SIGTERM, as death by the signal would be
     finally:
         _armed = False
         stop.defer(False)
@@ -114,7 +110,7 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print_error("interrupted", rank_label)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a rank's error is reported, never lost
         if stalling():
             return _leave_to_the_watchdog()

@@ -12,9 +12,6 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
-# Rank 0's line when a resumed run finds its checkpoint already at the end (`ddpctl run` reads it).
-ALREADY_COMPLETE = "already complete"
-
 
 class MetricsLog:
     """Appends one JSON object per line; only rank 0 opens the file (appending across restarts)."""

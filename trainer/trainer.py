@@ -38,8 +38,9 @@ from .config import TrainConfig
 from .data import build_data
 from .dist import DistContext
 from .errors import CheckpointError, Preempted, TrainerError, TrainerFailure, is_peer_lost, peer_lost
-from .metrics import ALREADY_COMPLETE, MetricsLog, Progress
+from .metrics import MetricsLog, Progress
 from .models import build_model
+from .protocol import ALREADY_COMPLETE, SHARDED_STATE_FILE, WARNING_TAG
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
 FAULT_AT_STEP_ENV = "DDP_TRAINER_FAULT_AT_STEP"
@@ -55,7 +56,7 @@ _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
 
 def warn(message: str) -> None:
-    print(f"ddpctl-trainer: warning: {message}", file=sys.stderr, flush=True)
+    print(f"{WARNING_TAG}{message}", file=sys.stderr, flush=True)
 
 
 def rng_state() -> dict[str, Any]:
@@ -582,7 +583,7 @@ class Trainer:
         d.barrier()
         if self.ctx.is_main:
             payload.update(model={}, optimizer={}, sharded=True)
-            ckpt.atomic_save(payload, tmp / ckpt.STATE_FILE)
+            ckpt.atomic_save(payload, tmp / SHARDED_STATE_FILE)
             ckpt.publish_dir(tmp, final)
 
     def resume(self) -> None:

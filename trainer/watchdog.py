@@ -39,12 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from .errors import PROG
-
-# A worker that the watchdog stops exits with this code (documented in the README). It is above
-# 128 so restart rules that retry "signal-like" codes (PyTorchJob restartPolicy ExitCode) retry a
-# hang, and above 128 + 64 so it is never read as "killed by signal N".
-EXIT_STALLED = 200
+from .protocol import EXIT_STALLED, PROG, STALL_SUMMARY_FIRST, STALL_SUMMARY_TAG, TERMINATION_LOG, WARNING_TAG
 
 SETUP = "setup"
 DATA = "data"
@@ -57,12 +52,7 @@ EVAL = "eval"
 DONE = "done"
 
 STORE_PREFIX = "ddpctl_watchdog"
-SUMMARY_TAG = f"{PROG}: stalled:"  # every summary line starts with it (runners grep for it)
 _USER_FRAMES = 3  # frames of a behind rank's stack shown in the summary
-# Kubernetes keeps this file's text as the container's termination message, on the pod object,
-# after the container ended: the summary outlives a pod whose logs go with it (the Job controller
-# deletes a failed job's other pods, node 0's, whose rank printed the summary, among them).
-TERMINATION_LOG = "/dev/termination-log"
 
 T = TypeVar("T")
 
@@ -247,8 +237,8 @@ def summary_lines(
     timeout: float,
     roots: Sequence[str],
 ) -> list[str]:
-    """The summary, one string per line, each starting with ``SUMMARY_TAG``."""
-    first = f"no rank made progress for {timeout:g} s (--stall-timeout {timeout:g}); stopping the job"
+    """The summary, one string per line, each starting with ``STALL_SUMMARY_TAG``."""
+    first = f"{STALL_SUMMARY_FIRST} for {timeout:g} s (--stall-timeout {timeout:g}); stopping the job"
     lines = [f"{first} (exit code {EXIT_STALLED})"]
 
     def where(rank: int, header: str) -> None:
@@ -287,7 +277,7 @@ def summary_lines(
             f"never completes, or the same blocking call on every rank; rank {g.ranks[0]}",
         )
     lines.append("every rank's Python stacks are in its log (faulthandler)")
-    return [f"{SUMMARY_TAG} {line}" for line in lines]
+    return [f"{STALL_SUMMARY_TAG} {line}" for line in lines]
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,7 +520,7 @@ class Watchdog:
         """This rank's own line when no job summary comes."""
         b = self.beacon
         print(
-            f"{SUMMARY_TAG} no rank made progress for {self.timeout:g} s; {why}. This is rank {self.rank} "
+            f"{STALL_SUMMARY_TAG} {STALL_SUMMARY_FIRST} for {self.timeout:g} s; {why}. This is rank {self.rank} "
             f"(node {self.node}, local rank {self.local_rank}, host {self.host}), {position(b.step, b.phase)}; "
             f"stopping (exit code {EXIT_STALLED})",
             file=out,
@@ -560,7 +550,9 @@ class Watchdog:
 
 def _keep_as_termination_message(lines: list[str], path: str = TERMINATION_LOG) -> None:
     """Every rank of a pod writes the same summary (one write each, whole): where the file exists,
-    i.e. in a Kubernetes container; elsewhere the runners have every node's output anyway."""
+    i.e. in a Kubernetes container; elsewhere the runners have every node's output anyway. The
+    summary then outlives a pod whose logs go with it (the Job controller deletes a failed job's
+    other pods, node 0's, whose rank printed the summary, among them)."""
     if not os.path.exists(path):
         return
     try:
@@ -603,7 +595,7 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
         store = connect_store(ctx.world_size, ctx.restart_count)
     except Exception as exc:  # noqa: BLE001 - training goes on without the watchdog
         print(
-            f"{PROG}: warning: [rank {ctx.rank}] stall watchdog off: cannot reach the job's store ({exc})",
+            f"{WARNING_TAG}[rank {ctx.rank}] stall watchdog off: cannot reach the job's store ({exc})",
             file=sys.stderr,
         )
         return None
@@ -621,7 +613,6 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
 
 
 __all__ = [
-    "EXIT_STALLED",
     "Analysis",
     "Beacon",
     "Frame",

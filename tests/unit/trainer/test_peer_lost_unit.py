@@ -10,14 +10,13 @@ import pytest
 import torch
 import torch.distributed as dist
 from ddpctl_trainer.errors import (
-    EXIT_PEER_LOST,
-    EXIT_USAGE,
     PeerLost,
     failed_collective,
     failure_reason,
     is_peer_lost,
     peer_lost,
 )
+from ddpctl_trainer.protocol import EXIT_PEER_LOST, EXIT_USAGE
 
 GLOO_RESET = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:12174: "
@@ -151,11 +150,11 @@ def test_a_peer_lost_while_setting_up_says_so_instead_of_a_step() -> None:
 
 
 def test_138_is_the_retryable_code_kubeflow_documents_and_the_one_the_cli_reads() -> None:
-    from ddpctl import exit_codes  # the CLI's copy (it never imports the trainer), read by the failure rules
+    from ddpctl_trainer import protocol
 
     assert EXIT_PEER_LOST == 128 + signal.SIGUSR1 and EXIT_PEER_LOST != EXIT_USAGE
-    assert EXIT_PEER_LOST == exit_codes.PEER_LOST and EXIT_PEER_LOST in exit_codes.KUBEFLOW_RETRYABLE
-    assert EXIT_PEER_LOST in exit_codes.CAUSED_BY_A_PEER
+    assert EXIT_PEER_LOST == protocol.EXIT_PEER_LOST and EXIT_PEER_LOST in protocol.KUBEFLOW_RETRYABLE
+    assert EXIT_PEER_LOST in protocol.CAUSED_BY_A_PEER
 
 
 @pytest.mark.parametrize(

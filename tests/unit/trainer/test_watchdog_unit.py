@@ -13,15 +13,14 @@ import torch.distributed as dist
 from ddpctl_trainer import watchdog
 from ddpctl_trainer.config import parse_args
 from ddpctl_trainer.errors import UsageError
+from ddpctl_trainer.protocol import EXIT_STALLED, STALL_SUMMARY_TAG
 from ddpctl_trainer.watchdog import (
     BACKWARD,
     DATA,
     EVAL,
-    EXIT_STALLED,
     FORWARD,
     LOGGING,
     SETUP,
-    SUMMARY_TAG,
     Beacon,
     Frame,
     Heartbeat,
@@ -189,8 +188,8 @@ def test_summary_names_the_rank_its_node_phase_frame_and_who_waits() -> None:
     beats[3] = beat(3, 7, BACKWARD)
     analysis = analyse(4, beats, {2: STACK, 0: STACK[:1]}, [0, 1, 2, 3])
     lines = summary_lines(analysis, beats, now=100.0, timeout=30.0, roots=ROOTS)
-    assert all(line.startswith(SUMMARY_TAG + " ") for line in lines)
-    text = "\n".join(line[len(SUMMARY_TAG) + 1 :] for line in lines)
+    assert all(line.startswith(STALL_SUMMARY_TAG + " ") for line in lines)
+    text = "\n".join(line[len(STALL_SUMMARY_TAG) + 1 :] for line in lines)
     assert text == (
         f"no rank made progress for 30 s (--stall-timeout 30); stopping the job (exit code {EXIT_STALLED})\n"
         "rank 2 (node 1, local rank 0, host pod-1) stopped 40 s ago in forward of step 3:\n"
@@ -299,9 +298,9 @@ def test_three_ranks_agree_on_one_summary_printed_once_and_all_exit() -> None:
     done.wait(timeout=60)  # every watchdog called exit
     assert exits == [EXIT_STALLED] * 3
     printed = [o.getvalue() for o in outs]
-    reporters = [r for r, text in enumerate(printed) if SUMMARY_TAG in text]
+    reporters = [r for r, text in enumerate(printed) if STALL_SUMMARY_TAG in text]
     assert reporters == [0], printed
-    summary = [line for line in printed[0].splitlines() if line.startswith(SUMMARY_TAG)]
+    summary = [line for line in printed[0].splitlines() if line.startswith(STALL_SUMMARY_TAG)]
     assert "rank 1 (node 1, local rank 0, host " in summary[1] and "in forward of step 5" in summary[1]
     assert "ranks 0, 2 (nodes 0, 2) wait for it in backward+all-reduce of step 5" in summary[-2]
     assert json.loads(store.get("summary"))["reporter"] == 0
@@ -388,7 +387,7 @@ def test_a_store_lost_at_the_stall_still_ends_the_rank_with_its_own_line() -> No
     dog.start()
     assert exited.wait(timeout=60)
     assert codes == [EXIT_STALLED]
-    line = [x for x in out.getvalue().splitlines() if x.startswith(SUMMARY_TAG)]
+    line = [x for x in out.getvalue().splitlines() if x.startswith(STALL_SUMMARY_TAG)]
     assert len(line) == 1 and "the watchdogs could not agree (RuntimeError: Connection reset by peer)" in line[0]
     assert (
         "This is rank 5 (node 2, local rank 1, host pod-2), in forward of step 10; stopping (exit code 200)" in line[0]
@@ -444,8 +443,8 @@ def test_a_store_gone_after_the_summary_leaves_the_summary_the_last_word() -> No
     done.wait(timeout=60)
     assert exits == [EXIT_STALLED] * 3
     printed = [o.getvalue() for o in outs]
-    assert SUMMARY_TAG in printed[0] and "could not agree" not in "".join(printed), printed
-    assert not any(SUMMARY_TAG in text for text in printed[1:]), printed
+    assert STALL_SUMMARY_TAG in printed[0] and "could not agree" not in "".join(printed), printed
+    assert not any(STALL_SUMMARY_TAG in text for text in printed[1:]), printed
 
 
 def test_the_summary_is_kept_as_the_termination_message_where_kubernetes_gives_one(tmp_path) -> None:
