@@ -98,6 +98,11 @@ test-fast: $(STAMP) kubectl
 chart-contract: $(STAMP)
 	$(PY) -m ddpctl.chart_contract --write
 
+## docs: regenerate docs/spec-reference.md and the trainer's flag tables in docs/trainer.md from the code
+.PHONY: docs
+docs: $(STAMP)
+	$(PY) tools/docs_reference.py --write
+
 ## bench: the benchmarks under bench/ (each prints ratios against a baseline measured in the same run)
 bench: $(STAMP)
 	$(PY) bench/bench_render.py
