@@ -1,9 +1,15 @@
 """The ``Trainer``: wrap the model, train, evaluate exactly, checkpoint and resume.
 
-Order of operations follows PyTorch's DDP recipe: model on the local device, wrap (DDP, FSDP
-or DataParallel), create the optimizer *after* wrapping, then load a checkpoint (through the
-``torch.distributed.checkpoint.state_dict`` helpers, which fit every wrapper, so a checkpoint
-written under ``ddp`` resumes under ``fsdp`` and the other way round).
+It reads like PyTorch's DDP tutorial (multi-GPU training with DDP): ``dist.setup``/``teardown``
+around it (main.py), the model on the local rank's device, wrapped (DDP, FSDP or DataParallel),
+the optimizer created *after* wrapping; ``_run_batch`` trains one micro-batch, ``_run_epoch``
+loops over an epoch's batches and steps the optimizer after each accumulation group, ``fit``
+loops over the epochs. The global rank decides who writes (rank 0), the local rank which device.
+What runs after each optimizer step and epoch (the watchdog's heartbeat, metrics and progress,
+the save cadence, ``--max-steps``, the stop vote) is a list of step hooks in a fixed order
+(callbacks.py). Checkpoints go through the ``torch.distributed.checkpoint.state_dict`` helpers,
+which fit every wrapper, so a checkpoint written under ``ddp`` resumes under ``fsdp`` and the
+other way round.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, NoReturn, cast
 
 import torch
 import torch.distributed as dist
@@ -31,9 +37,9 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 
+from . import callbacks, stop, watchdog
 from . import checkpoint as ckpt
 from . import dist as d
-from . import stop, watchdog
 from .config import TrainConfig
 from .data import build_data
 from .dist import DistContext
@@ -91,6 +97,34 @@ def set_rng_state(state: dict[str, Any]) -> None:
             pass
 
 
+class _EnvTestHooks(callbacks.Callback):
+    """Test hooks: SIGKILL rank R after step K (first attempt); or wait after step K on rank R
+    (first attempt) until this rank gets a SIGTERM (see tests/trainer)."""
+
+    def __init__(self) -> None:
+        self.fault_step = int(os.environ.get(FAULT_AT_STEP_ENV, "0") or 0)
+        self.fault_rank = int(os.environ.get(FAULT_RANK_ENV, "0") or 0)
+        self.hold_step = int(os.environ.get(HOLD_AT_STEP_ENV, "0") or 0)
+        self.hold_rank = int(os.environ.get(HOLD_RANK_ENV, "0") or 0)
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        ctx, step = trainer.ctx, trainer.step
+        if self.fault_step and step == self.fault_step and ctx.rank == self.fault_rank and ctx.restart_count == 0:
+            print(f"[fault] killing rank {ctx.rank} at step {step}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if not (self.hold_step and step == self.hold_step and ctx.rank == self.hold_rank):
+            return
+        if ctx.restart_count != 0:
+            return
+        marker = os.environ.get(HOLD_FILE_ENV)
+        if marker and Path(marker).exists():
+            return  # held once already: a group restarted by its runner (new agents, restart count 0) goes on
+        if marker:
+            Path(marker).write_text(str(step))
+        if not stop.wait(HOLD_LIMIT_S):
+            raise TrainerFailure(f"test hook: no SIGTERM arrived within {HOLD_LIMIT_S:g}s of step {step}")
+
+
 class Trainer:
     """Owns the model, optimizer, data and the training position (epoch, step, batch)."""
 
@@ -131,12 +165,6 @@ class Trainer:
         self._resumed_from: str | None = None
         self._checked_newer = False
         self.writer = ckpt.Writer(warn)
-        self._first_step_logged = False
-        self._cpu_last = time.process_time()
-        self._fault_step = int(os.environ.get(FAULT_AT_STEP_ENV, "0") or 0)
-        self._fault_rank = int(os.environ.get(FAULT_RANK_ENV, "0") or 0)
-        self._hold_step = int(os.environ.get(HOLD_AT_STEP_ENV, "0") or 0)
-        self._hold_rank = int(os.environ.get(HOLD_RANK_ENV, "0") or 0)
         # The stop flag's all-reduce runs on a CPU (gloo) group: with nccl it would otherwise make
         # the host wait for the GPU once per step. Created in fit(), where every rank arrives.
         self._control_group: Any = None
@@ -145,6 +173,9 @@ class Trainer:
         self.progress = Progress(cfg.progress, ctx.rank, cfg.epochs)
         self.started = time.time()
         self.beacon = Beacon()  # where this rank is, for the stall watchdog (trainer/watchdog.py)
+        self.stats = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, samples (see _track)
+        self.done = False  # set by a step hook (--max-steps) to end training after this step
+        self.hooks = callbacks.hooks([_EnvTestHooks()])  # what runs after each step and epoch, in order
 
     # ----------------------------------------------------------------------------- setup
     def _wrap(self, raw: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -229,6 +260,33 @@ class Trainer:
         else:
             yield
 
+    def _run_batch(self, x: torch.Tensor, y: torch.Tensor, sync: bool, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One micro-batch: forward, loss, backward. ``sync``: the last micro-batch of an
+        accumulation group of ``group``, whose backward all-reduces the gradients (the others run
+        under ``no_sync``; each loss is divided by ``group``, so the group's gradients add up to
+        its mean). Returns the model's output and the loss."""
+        self.beacon.mark(FORWARD)
+        with self._grad_sync(sync):
+            with self.autocast:
+                out = self.model(x)
+                loss = F.cross_entropy(out, y)
+            self.beacon.mark(BACKWARD)
+            (loss / group if group > 1 else loss).backward()
+        return out, loss
+
+    def _track(self, out: torch.Tensor, loss: torch.Tensor, y: torch.Tensor) -> None:
+        """Add a micro-batch to the running loss sum, correct count and samples (``stats``), on the
+        device: the logging hook reduces them across ranks every ``--log-every`` steps."""
+        with torch.no_grad():
+            n = y.shape[0]
+            self.stats += torch.stack(
+                [
+                    loss.detach().double() * n,
+                    (out.detach().argmax(1) == y).sum().double(),
+                    torch.tensor(float(n), dtype=torch.float64, device=self.device),
+                ]
+            )
+
     def _optimizer_step(self) -> None:
         if self.cfg.clip_grad > 0:
             torch.nn.utils.clip_grad_norm_(self.raw_model.parameters(), self.cfg.clip_grad)
@@ -237,6 +295,44 @@ class Trainer:
         if self.scheduler is not None:
             self.scheduler.step()
         self.step += 1
+
+    def _run_epoch(self, epoch: int) -> None:
+        """One epoch (the rest of one, when resuming mid-epoch): micro-batches in accumulation
+        groups of ``--grad-accum``, an optimizer step at the end of each group, and after it the
+        step hooks. Returns early when a hook ends training (``done``)."""
+        accum, nb = self.cfg.grad_accum, self.batches_per_epoch
+        sampler = self.data.train_sampler
+        sampler.set_epoch(epoch)
+        sampler.set_start(self.batches_done * self.batch)
+        self.loader_generator.manual_seed(self.cfg.seed * 1_000_003 + epoch)
+        self.stats = torch.zeros(3, dtype=torch.float64, device=self.device)
+        i = self.batches_done
+        self.progress.start_epoch(epoch, self.steps_per_epoch, i // accum)
+        for hook in self.hooks:
+            hook.on_epoch_start(self)
+        try:
+            for x, y in self.beacon.batches(self.data.train_loader):
+                x, y = self._to_device(x, y)
+                first = (i // accum) * accum  # the accumulation group's first micro-batch
+                group = min(accum, nb - first)  # an epoch's last group may be shorter
+                last = i == first + group - 1
+                out, loss = self._run_batch(x, y, sync=last, group=group)
+                self._track(out, loss, y)
+                i += 1
+                self.batches_done = i
+                if not last:
+                    continue
+                self.beacon.mark(OPTIMIZER)
+                self._optimizer_step()
+                if i == nb:  # position: the start of the next epoch
+                    self.batches_done = 0
+                for hook in self.hooks:
+                    hook.on_step_end(self)
+                if self.done:
+                    return
+        finally:
+            self.progress.end_epoch()
+        self.batches_done = 0
 
     def fit(self) -> None:
         """Train from the current position to the end (or ``--max-steps``), checkpointing."""
@@ -270,18 +366,17 @@ class Trainer:
             self._control_group = dist.new_group(backend="gloo")
         t0 = time.perf_counter()
         steps0 = self.step
-        done = self._max_steps_reached()
+        self.done = self.max_steps_reached()
         stop.defer(True)
         try:
-            while self.epoch < cfg.epochs and not done:
-                done = self._train_epoch()
+            while self.epoch < cfg.epochs and not self.done:
+                self._run_epoch(self.epoch)
                 if self.batches_done == 0:  # the epoch ended (not cut short by --max-steps)
                     if self.data.eval_loader is not None:
                         self.evaluate()
                     self.epoch += 1
-                    self.save_checkpoint()
-                    if self.epoch < cfg.epochs and not done and self._stop_agreed():
-                        self._stop()
+                    for hook in self.hooks:
+                        hook.on_epoch_end(self)
         finally:
             stop.defer(False)
         elapsed = time.perf_counter() - t0
@@ -299,9 +394,19 @@ class Trainer:
             self.progress.line(f"done: {self.step} steps, {rate:.1f} samples/s (global), {elapsed:.1f}s")
         self.metrics.close()
 
+    # ----------------------------------------------------------------------------- position
+    def step_in_epoch(self) -> int:
+        """Optimizer steps of this epoch done (all of them once its last step is done)."""
+        if self.batches_done == 0:
+            return self.steps_per_epoch
+        return math.ceil(self.batches_done / self.cfg.grad_accum)
+
+    def max_steps_reached(self) -> bool:
+        return bool(self.cfg.max_steps) and self.step >= self.cfg.max_steps
+
     def _already_complete(self) -> bool:
         """A resumed run whose checkpoint is already at the end: say so, train nothing."""
-        if self._resumed_from is None or not (self.epoch >= self.cfg.epochs or self._max_steps_reached()):
+        if self._resumed_from is None or not (self.epoch >= self.cfg.epochs or self.max_steps_reached()):
             return False
         if self.ctx.is_main:
             self.progress.line(
@@ -311,130 +416,8 @@ class Trainer:
             )
         return True
 
-    def _max_steps_reached(self) -> bool:
-        return bool(self.cfg.max_steps) and self.step >= self.cfg.max_steps
-
-    def _train_epoch(self) -> bool:
-        """One (possibly partial, when resuming) epoch. Returns True when --max-steps stops training."""
-        cfg, epoch = self.cfg, self.epoch
-        accum, nb = cfg.grad_accum, self.batches_per_epoch
-        sampler = self.data.train_sampler
-        sampler.set_epoch(epoch)
-        sampler.set_start(self.batches_done * self.batch)
-        self.loader_generator.manual_seed(cfg.seed * 1_000_003 + epoch)
-        stats = torch.zeros(3, dtype=torch.float64, device=self.device)  # loss sum, correct, samples
-        i = self.batches_done
-        self.progress.start_epoch(epoch, self.steps_per_epoch, i // accum)
-        t_last = time.perf_counter()
-        self._cpu_last = time.process_time()
-        try:
-            for x, y in self.beacon.batches(self.data.train_loader):
-                x, y = self._to_device(x, y)
-                self.beacon.mark(FORWARD)
-                group = (i // accum) * accum
-                group_len = min(accum, nb - group)
-                last = i - group == group_len - 1
-                with self._grad_sync(last):
-                    with self.autocast:
-                        out = self.model(x)
-                        loss = F.cross_entropy(out, y)
-                    self.beacon.mark(BACKWARD)
-                    (loss / group_len if group_len > 1 else loss).backward()
-                with torch.no_grad():
-                    n = y.shape[0]
-                    stats += torch.stack(
-                        [
-                            loss.detach().double() * n,
-                            (out.detach().argmax(1) == y).sum().double(),
-                            torch.tensor(float(n), dtype=torch.float64, device=self.device),
-                        ]
-                    )
-                i += 1
-                self.batches_done = i
-                if not last:
-                    continue
-                self.beacon.mark(OPTIMIZER)
-                self._optimizer_step()
-                self.beacon.step_done(self.step)
-                if not self._first_step_logged:
-                    self._first_step_logged = True
-                    self.metrics.emit("first_step", step=self.step, since_start_s=time.time() - self.started)
-                self.progress.step()
-                step_in_epoch = math.ceil(i / accum)
-                if self.step % cfg.log_every == 0 or i == nb:
-                    stats, t_last = self._log(stats, t_last, step_in_epoch)
-                if i == nb:  # position: the start of the next epoch
-                    self.batches_done = 0
-                self._maybe_fault()
-                self._maybe_hold()
-                if cfg.save_every_steps and self.step % cfg.save_every_steps == 0 and self.batches_done != 0:
-                    self.save_checkpoint()
-                if self._max_steps_reached():
-                    return True
-                # At an epoch's last step the position is only complete after eval and the epoch
-                # count move on: fit() checks there instead.
-                if self.batches_done != 0 and self._stop_agreed():
-                    self._stop()
-        finally:
-            self.progress.end_epoch()
-        self.batches_done = 0
-        return False
-
-    def _log(self, stats: torch.Tensor, t_last: float, step_in_epoch: int) -> tuple[torch.Tensor, float]:
-        """Reduce the interval's loss/accuracy across ranks (one collective) and report it."""
-        now = time.perf_counter()
-        local_samples = float(stats[2].item())
-        if d.group_active():
-            dist.all_reduce(stats)
-        loss_sum, correct, count = stats.tolist()
-        dt = max(now - t_last, 1e-9)
-        rate_local = local_samples / dt
-        rate_global = count / dt
-        loss = loss_sum / max(count, 1.0)
-        self.progress.report(self.epoch, step_in_epoch, self.steps_per_epoch, loss, rate_local)
-        cpu_now = time.process_time()
-        self.metrics.emit(
-            "train",
-            epoch=self.epoch,
-            step=self.step,
-            loss=loss,
-            accuracy=correct / max(count, 1.0),
-            samples=int(count),
-            samples_per_s=rate_global,
-            lr=self.optimizer.param_groups[0]["lr"],
-            wall_s=dt,
-            cpu_s=cpu_now - self._cpu_last,
-        )  # cpu_s: this process, for benchmarks
-        self._cpu_last = cpu_now
-        return torch.zeros_like(stats), time.perf_counter()
-
-    def _maybe_fault(self) -> None:
-        """Test hook: SIGKILL this rank after step K on the first attempt (see tests/trainer)."""
-        if (
-            self._fault_step
-            and self.step == self._fault_step
-            and self.ctx.rank == self._fault_rank
-            and self.ctx.restart_count == 0
-        ):
-            print(f"[fault] killing rank {self.ctx.rank} at step {self.step}", file=sys.stderr, flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    def _maybe_hold(self) -> None:
-        """Test hook: wait after step K on rank R (first attempt) until this rank gets a SIGTERM."""
-        if not (self._hold_step and self.step == self._hold_step and self.ctx.rank == self._hold_rank):
-            return
-        if self.ctx.restart_count != 0:
-            return
-        marker = os.environ.get(HOLD_FILE_ENV)
-        if marker and Path(marker).exists():
-            return  # held once already: a group restarted by its runner (new agents, restart count 0) goes on
-        if marker:
-            Path(marker).write_text(str(self.step))
-        if not stop.wait(HOLD_LIMIT_S):
-            raise TrainerFailure(f"test hook: no SIGTERM arrived within {HOLD_LIMIT_S:g}s of step {self.step}")
-
     # ----------------------------------------------------------------------------- stopping
-    def _stop_agreed(self) -> bool:
+    def stop_agreed(self) -> bool:
         """Whether any rank was asked to stop: called by every rank after the same step, so all
         of them stop after that step together (one 1-element all-reduce)."""
         local = stop.requested()
@@ -445,7 +428,7 @@ class Trainer:
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._control_group)
         return bool(flag.item() > 0)
 
-    def _stop(self) -> None:
+    def preempt(self) -> NoReturn:
         """Write a checkpoint of this step boundary (unless one exists) and stop every rank."""
         if self.step != self._last_saved_step:
             self.save_checkpoint(background=False)
@@ -629,7 +612,7 @@ class Trainer:
             ) from None
         self.metrics.emit("resume", path=path, step=self.step, epoch=self.epoch, batches_done=self.batches_done)
         self._resumed_from = path
-        finished = self.epoch >= cfg.epochs or self._max_steps_reached()
+        finished = self.epoch >= cfg.epochs or self.max_steps_reached()
         if self.ctx.is_main and not finished:  # a finished run says so in fit()
             self.progress.line(f"resumed from {path} (epoch {self.epoch + 1}, step {self.step})")
 

@@ -1,0 +1,179 @@
+"""Step hooks: what runs around the training loop, outside the batch itself.
+
+``Trainer._run_epoch`` trains micro-batches and steps the optimizer; everything else that happens
+after an optimizer step or at the end of an epoch is a ``Callback`` in one list, called in a fixed
+order (``hooks``):
+
+1. ``Heartbeat``: tells the stall watchdog the step finished;
+2. ``FirstStepMetric``: the ``first_step`` metric, once per process;
+3. ``ProgressLog``: the progress bar, and every ``--log-every`` steps (and at an epoch's last
+   step) the loss and accuracy reduced over the ranks (an all-reduce) and reported by rank 0;
+4. the user's callbacks (``--callback``), in the order given;
+5. ``SaveCadence``: a checkpoint every ``--save-every`` steps and after every epoch (barriers);
+6. ``MaxSteps``: ends training at ``--max-steps``;
+7. ``StopVote``: after each step the ranks agree whether any of them got SIGTERM (an all-reduce),
+   and if so every rank checkpoints this step and stops.
+
+Every rank runs every hook in this order: the collectives some of them run (the logging
+all-reduce, the checkpoint barriers, the stop vote) must be called by all ranks in the same
+order. Only what they write is rank 0's.
+
+A user's callback (``--callback MODULE:NAME``, or ``DDP_TRAINER_CALLBACK=MODULE:NAME[,...]``) is
+any object with some of the methods of ``Callback``; NAME is such an object, or a class or
+function that makes one when called without arguments.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import IO, TYPE_CHECKING
+
+import torch
+import torch.distributed as dist
+
+from . import dist as d
+
+if TYPE_CHECKING:
+    from .trainer import Trainer
+
+
+class Callback:
+    """The hooks' interface; each method does nothing here. Subclass it (``from
+    ddpctl_trainer.callbacks import Callback``) or give any object with some of these methods.
+
+    A callback runs on every rank, in the training process's main thread (except
+    ``on_checkpoint_write``, see there). What it reads from the trainer: ``trainer.step`` (optimizer
+    steps done), ``trainer.epoch``, ``trainer.batches_done`` (micro-batches of the epoch done; 0
+    once the epoch's last step is done), ``trainer.ctx`` (``rank``, ``local_rank``, ``world_size``,
+    ``node_rank``, ``restart_count``, ``is_main``), ``trainer.model``, ``trainer.optimizer``,
+    ``trainer.metrics`` (``emit``: rank 0's metrics file) and ``trainer.cfg`` (the flags). A
+    callback that runs a collective must run it on every rank alike. An exception from a callback
+    stops the run like any failure of this rank.
+    """
+
+    def on_epoch_start(self, trainer: Trainer) -> None:
+        """Before the first batch of an epoch (of the rest of it, when a run resumes mid-epoch)."""
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        """After each optimizer step: ``trainer.step`` counts it already."""
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        """After an epoch's last step and its evaluation: ``trainer.epoch`` counts it already."""
+
+    def on_checkpoint_write(self, trainer: Trainer, step: int, file: IO[bytes]) -> None:
+        """Rank 0, once the checkpoint of ``step`` is written into ``file`` (a temp file), before
+        it is synced and renamed into place: e.g. to check it, or in a test to end the process
+        half-way through a save. A checkpoint saved in the background calls this on the writer's
+        thread, while training goes on (``trainer.step`` may be past ``step`` then)."""
+
+
+class Heartbeat(Callback):
+    """The stall watchdog's mark: this rank finished a step (what follows is logging)."""
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        trainer.beacon.step_done(trainer.step)
+
+
+class FirstStepMetric(Callback):
+    """How long this process took from its start to its first optimizer step (start-up cost)."""
+
+    def __init__(self) -> None:
+        self.emitted = False
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if not self.emitted:
+            self.emitted = True
+            trainer.metrics.emit("first_step", step=trainer.step, since_start_s=time.time() - trainer.started)
+
+
+class ProgressLog(Callback):
+    """Progress after each step; every ``--log-every`` steps (and at an epoch's last step) the
+    interval's loss and accuracy reduced across ranks (one collective) and reported."""
+
+    def __init__(self) -> None:
+        self.t_last = time.perf_counter()
+        self.cpu_last = time.process_time()
+
+    def on_epoch_start(self, trainer: Trainer) -> None:
+        self.t_last = time.perf_counter()
+        self.cpu_last = time.process_time()
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        trainer.progress.step()
+        if trainer.step % trainer.cfg.log_every == 0 or trainer.batches_done == 0:
+            self.log(trainer)
+
+    def log(self, trainer: Trainer) -> None:
+        """Reduce the interval's loss and accuracy across ranks (one collective) and report them."""
+        now = time.perf_counter()
+        stats = trainer.stats  # loss sum, correct, samples since the last report (this rank)
+        local_samples = float(stats[2].item())
+        if d.group_active():
+            dist.all_reduce(stats)
+        loss_sum, correct, count = stats.tolist()
+        dt = max(now - self.t_last, 1e-9)
+        loss = loss_sum / max(count, 1.0)
+        trainer.progress.report(
+            trainer.epoch, trainer.step_in_epoch(), trainer.steps_per_epoch, loss, local_samples / dt
+        )
+        cpu_now = time.process_time()
+        trainer.metrics.emit(
+            "train",
+            epoch=trainer.epoch,
+            step=trainer.step,
+            loss=loss,
+            accuracy=correct / max(count, 1.0),
+            samples=int(count),
+            samples_per_s=count / dt,
+            lr=trainer.optimizer.param_groups[0]["lr"],
+            wall_s=dt,
+            cpu_s=cpu_now - self.cpu_last,
+        )  # cpu_s: this process, for benchmarks
+        self.cpu_last = cpu_now
+        trainer.stats = torch.zeros_like(stats)
+        self.t_last = time.perf_counter()
+
+
+class SaveCadence(Callback):
+    """A checkpoint every ``--save-every`` steps inside an epoch, and one after every epoch."""
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        every = trainer.cfg.save_every_steps
+        # At an epoch's last step the position is only complete after eval and the epoch count
+        # move on: on_epoch_end saves there instead.
+        if every and trainer.step % every == 0 and trainer.batches_done != 0:
+            trainer.save_checkpoint()
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        trainer.save_checkpoint()
+
+
+class MaxSteps(Callback):
+    """``--max-steps``: training ends after the step that reaches it."""
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if trainer.max_steps_reached():
+            trainer.done = True
+
+
+class StopVote(Callback):
+    """Stop at a step boundary when any rank got SIGTERM: every rank votes after the same step
+    (one 1-element all-reduce), so all of them stop there together, with a checkpoint of it."""
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        # At an epoch's last step the position is only complete after eval: on_epoch_end votes.
+        if not trainer.done and trainer.batches_done != 0 and trainer.stop_agreed():
+            trainer.preempt()
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        if trainer.epoch < trainer.cfg.epochs and not trainer.done and trainer.stop_agreed():
+            trainer.preempt()
+
+
+def hooks(user: Sequence[Callback]) -> list[Callback]:
+    """Every hook of a run, in the order they run (see the module's doc)."""
+    return [Heartbeat(), FirstStepMetric(), ProgressLog(), *user, SaveCadence(), MaxSteps(), StopVote()]
+
+
+__all__ = ["Callback", "hooks"]
