@@ -15,8 +15,8 @@ from typing import Any
 import typer
 from ddpctl import __version__
 from ddpctl.commands import COMMANDS, register
+from ddpctl.commands.options import SpecCommand
 from ddpctl.errors import DdpctlError, Interrupted, printable
-from ddpctl.options import SpecCommand
 from typer.core import TyperCommand
 
 
@@ -64,7 +64,7 @@ def _trainer_flag(exc: Any) -> str | None:
     option = getattr(exc, "option_name", "") or ""
     if ctx is None or ctx.info_name not in ("run", "submit", "render") or not option.startswith("--"):
         return None
-    from ddpctl.local_run import is_trainer_flag
+    from ddpctl.runners.local import is_trainer_flag
 
     if not is_trainer_flag(option):
         return None

@@ -1,7 +1,7 @@
 """The Helm chart's contract, generated from the JobSpec: one source, no hand-written copy.
 
 `charts/ddp-job/values.yaml` (every key's default with its doc) and `values.schema.json` (every
-key's rules) come from the fields of `ddpctl.spec`: the doc and the JSON-Schema keywords each field
+key's rules) come from the fields of `ddpctl.spec.model`: the doc and the JSON-Schema keywords each field
 carries (`spec.doc`), its type annotation, and the spec's constants (TARGETS, MAX_NODES, the name
 regexes, ...). Rules that span keys are derived here from the same constants and from JobSpec's own
 naming, so the chart refuses what `JobSpec` refuses.
@@ -23,8 +23,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpctl import spec as S
-from ddpctl.yamlsafe import dump_portable
+from ddpctl.engines import plan_for
+from ddpctl.manifests.yamlsafe import dump_portable
+from ddpctl.spec import model as S
 
 CHART_DIR = Path(__file__).resolve().parents[1] / "charts" / "ddp-job"
 JSON_SCHEMA = "http://json-schema.org/draft-07/schema#"
@@ -150,7 +151,7 @@ def _name_limits() -> list[dict[str, Any]]:
     by_limit: dict[int, list[str]] = {}
     example: dict[int, str] = {}
     for target in S.TARGETS:
-        host = S.JobSpec(name="n", target=target, nodes=1).longest_generated_name
+        host = plan_for(S.JobSpec(name="n", target=target, nodes=1)).longest_generated_name
         limit = S.MAX_DNS_LABEL - (len(host) - 1)
         by_limit.setdefault(limit, []).append(target)
         example.setdefault(limit, "<name>" + host[1:])

@@ -42,7 +42,7 @@ def build_command(
     print_tag: bool = typer.Option(False, "--print-tag", help="Only compute and print the tag (nothing is built)."),
 ) -> None:
     """Build the trainer image from the Dockerfile; the tag is a hash of what goes into it."""
-    from ddpctl import build
+    from ddpctl.image import build
 
     if print_tag and (push or load_kind):
         raise UsageError("--print-tag builds nothing: drop --push/--load-kind, or --print-tag")
@@ -76,8 +76,8 @@ def build_command(
 def _default_repo() -> str:
     """The repository of the spec's image (DDPCTL_IMAGE or ddp.yaml), so `ddpctl run --docker` and
     `submit` find the :latest tag without --image."""
-    from ddpctl.build import DEFAULT_REPO, repo_of
-    from ddpctl.config import load_spec
+    from ddpctl.image.build import DEFAULT_REPO, repo_of
+    from ddpctl.spec.sources import load_spec
 
     try:
         image = load_spec({}, None).image

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.kube.flags import (
+from ddpctl.cluster.flags import (
     context_option,
     kubeconfig_option,
     namespace_option,
@@ -25,7 +25,7 @@ def delete_command(
     request_timeout: str | None = request_timeout_option(),
 ) -> None:
     """Delete a job: its workload, Service and (by foreground propagation) its pods."""
-    from ddpctl.kube.operate import delete
+    from ddpctl.cluster.operate import delete
 
     delete(
         list(names or []),

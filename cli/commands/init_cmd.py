@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from ddpctl.config import SpecInput
+from ddpctl.commands.options import spec_options
 from ddpctl.errors import UsageError
-from ddpctl.options import spec_options
+from ddpctl.spec.sources import SpecInput
 
 
 def init_command(
@@ -17,13 +17,15 @@ def init_command(
 ) -> None:
     """Write a commented ddp.yaml holding every setting (flags given here fill it in)."""
     from ddpctl.atomic import write_text_atomic
-    from ddpctl.specfile import commented_spec_yaml
+    from ddpctl.manifests.specfile import commented_spec_yaml
 
     if path.exists() and not force:
         raise UsageError(f"--path: {path} already exists; pass --force to overwrite it")
-    from ddpctl.config import merged_layers
+    from ddpctl.engines import plan_for
+    from ddpctl.spec.sources import merged_layers
 
     spec = spec_input.spec()
+    plan_for(spec)  # a spec its target cannot run is refused before it is written
     explicit = frozenset(merged_layers(spec_input.flags, spec_input.config))
     write_text_atomic(path, commented_spec_yaml(spec, explicit))
     typer.echo(f"wrote {path}: edit it, then `ddpctl render` or `ddpctl run --local`", err=True)

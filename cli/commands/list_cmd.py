@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.kube.flags import ListFormat, context_option, kubeconfig_option, namespace_option, request_timeout_option
+from ddpctl.cluster.flags import ListFormat, context_option, kubeconfig_option, namespace_option, request_timeout_option
 
 
 def list_command(
@@ -17,7 +17,7 @@ def list_command(
     request_timeout: str | None = request_timeout_option(),
 ) -> None:
     """List the jobs submitted with ddpctl (Job, PyTorchJob, JobSet, TrainJob)."""
-    from ddpctl.kube.operate import list_jobs
+    from ddpctl.cluster.operate import list_jobs
 
     list_jobs(
         kubeconfig=kubeconfig,

@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.kube.flags import context_option, kubeconfig_option, namespace_option, rank_option, request_timeout_option
+from ddpctl.cluster.flags import (
+    context_option,
+    kubeconfig_option,
+    namespace_option,
+    rank_option,
+    request_timeout_option,
+)
 
 
 def logs_command(
@@ -28,7 +34,7 @@ def logs_command(
     A job run here with `ddpctl run --local` (./ddp-runs/NAME) is read from its files when no
     cluster has it."""
     from ddpctl.errors import ClusterError, UsageError
-    from ddpctl.local_run import find_local_run, job_name, local_logs
+    from ddpctl.runners.local import find_local_run, job_name, local_logs
 
     name = job_name(name)
     local = find_local_run(name)
@@ -63,7 +69,7 @@ def _cluster_logs(
     context: str | None,
     request_timeout: str | None,
 ) -> None:
-    from ddpctl.kube.operate import logs
+    from ddpctl.cluster.operate import logs
 
     logs(
         name,

@@ -6,8 +6,8 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from ddpctl.config import SpecInput
-from ddpctl.options import host_script_warning, spec_options
+from ddpctl.commands.options import host_script_warning, spec_options
+from ddpctl.spec.sources import SpecInput
 
 
 class OutputFormat(str, Enum):
@@ -31,23 +31,25 @@ def render_command(
     ),
 ) -> None:
     """Render the job's Kubernetes manifests (no cluster needed)."""
-    from ddpctl import render
+    from ddpctl.engines import plan_for
+    from ddpctl.manifests import render
 
     spec = spec_input.spec()
+    plan = plan_for(spec)  # what the target cannot run is refused for every output, values included
     warning = host_script_warning(spec.script)
     if warning:
         typer.echo(f"ddpctl: {warning}", err=True)
     if explain:
-        from ddpctl.explain import explain as explain_text
+        from ddpctl.manifests.explain import explain as explain_text
 
-        typer.echo(explain_text(spec), nl=False)
+        typer.echo(explain_text(plan), nl=False)
         return
     if helm_values:
-        from ddpctl.helm_values import helm_values_yaml
+        from ddpctl.manifests.helm_values import helm_values_yaml
 
         typer.echo(helm_values_yaml(spec), nl=False)
         return
-    objects = render.render(spec)
+    objects = render.render_plan(plan)
     if output_dir is not None:
         for path in render.write_output_dir(objects, output_dir):
             typer.echo(f"wrote {path}", err=True)

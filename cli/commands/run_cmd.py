@@ -6,9 +6,9 @@ from enum import Enum
 from pathlib import Path
 
 import typer
-from ddpctl.config import SpecInput
+from ddpctl.commands.options import spec_options
 from ddpctl.errors import UsageError
-from ddpctl.options import spec_options
+from ddpctl.spec.sources import SpecInput
 
 
 class Color(str, Enum):
@@ -52,12 +52,12 @@ def run_command(
     mounts_given = list(mount or [])
     use_color = None if color is Color.auto else color is Color.always
     if docker:
-        from ddpctl.docker_run import plan_docker, run_docker
+        from ddpctl.runners.docker import plan_docker, run_docker
 
         dplan = plan_docker(spec, engine=engine, run_dir=run_dir, mounts=mounts_given, fresh=fresh)
         return run_docker(dplan, color=use_color, timeout=timeout)
 
-    from ddpctl.local_run import clean_run_dir, parse_mounts, plan_local, port_asked_for, run_local
+    from ddpctl.runners.local import clean_run_dir, parse_mounts, plan_local, port_asked_for, run_local
 
     asked = port_asked_for(spec_input.flags, spec_input.config)
     plan = plan_local(spec, run_dir=run_dir, port_explicit=asked, mounts=parse_mounts(mounts_given))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.kube.flags import (
+from ddpctl.cluster.flags import (
     Format,
     context_option,
     kubeconfig_option,
@@ -29,7 +29,7 @@ def status_command(
 
     A job run here with `ddpctl run --local` (./ddp-runs/NAME) is shown when no cluster has it."""
     from ddpctl.errors import ClusterError
-    from ddpctl.local_run import find_local_run, job_name, local_status, read_run_record
+    from ddpctl.runners.local import find_local_run, job_name, local_status, read_run_record
 
     name = job_name(name)
     local = find_local_run(name)
@@ -62,7 +62,7 @@ def _cluster_status(
     wait: bool,
     timeout: str | None,
 ) -> None:
-    from ddpctl.kube.operate import status
+    from ddpctl.cluster.operate import status
 
     status(
         name,

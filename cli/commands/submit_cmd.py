@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import typer
-from ddpctl.config import SpecInput
-from ddpctl.kube.flags import (
+from ddpctl.cluster.flags import (
     DryRun,
     Format,
     context_option,
@@ -13,7 +12,8 @@ from ddpctl.kube.flags import (
     request_timeout_option,
     timeout_option,
 )
-from ddpctl.options import spec_options
+from ddpctl.commands.options import spec_options
+from ddpctl.spec.sources import SpecInput
 
 
 def submit_command(
@@ -53,7 +53,7 @@ def submit_command(
     timeout: str | None = timeout_option(),
 ) -> None:
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""
-    from ddpctl.kube.submit import run
+    from ddpctl.cluster.submit import run
 
     run(
         spec_input,

@@ -4,12 +4,10 @@ An engine is everything ddpctl knows about one way of running a multi-node job o
 objects it creates and their names, the pods' hostnames and DNS names, where rank 0 listens, the
 env its controller injects into the training container, how a pod learns its node rank, what it
 can run (elastic layouts, node groups), and how `status`/`logs`/`delete` find its pods. Render,
-explain, `run --local`, `run --docker` and the kube commands all ask the engine; none of them
-branches on the target. Each engine module's docstring states its contract, with the upstream
-documentation it comes from.
-
-Engines sit below the JobSpec: they take the spec as an argument and import its types only for
-type checking, so `ddpctl.spec` can ask `engine_for(target)` without an import cycle.
+explain, `run --local`, `run --docker` and the cluster commands read the `Plan` the engine makes
+(`engine.plan(spec)`), which asks the engine what depends on the target; none of them branches on
+the target. Each engine module's docstring states its contract, with the upstream documentation it
+comes from.
 """
 
 from __future__ import annotations
@@ -18,16 +16,17 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from ddpctl import exit_codes
 from ddpctl.errors import SpecError
+from ddpctl.plan import Node, Plan
+from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
-    from ddpctl.spec import JobSpec, Node, NodeGroup
+    from ddpctl.spec.model import JobSpec, NodeGroup
 
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 MANAGED_BY = "app.kubernetes.io/managed-by=ddpctl"
 INSTANCE = "app.kubernetes.io/instance"
-NODE_RANK_OFFSET = "PET_NODE_RANK_OFFSET"
+NODE_RANK_OFFSET = protocol.NODE_RANK_OFFSET_ENV
 
 # With node groups, each group is its own Indexed Job whose completion index starts at 0, and the
 # downward API cannot add the group's offset. This launcher does, without a shell (restricted pods,
@@ -42,7 +41,7 @@ NODE_RANK_LAUNCHER = (
     "from torch.distributed.run import main; "
     "main()"
 )
-LAUNCHER_PYTHON = "python3"
+LAUNCHER_PYTHON = protocol.LAUNCHER_PYTHON
 
 
 @dataclass(frozen=True)
@@ -100,7 +99,7 @@ class Engine(ABC):
         adds to the job's pods; None when the controller adds no container of that name."""
         return None
 
-    def podset_group(self, spec: JobSpec) -> str | None:
+    def podset_group(self, plan: Plan) -> str | None:
         """The Kueue podset-group-name that makes two of the job's PodSets one placement unit."""
         return None
 
@@ -109,12 +108,20 @@ class Engine(ABC):
         """The Jinja2 template under templates/ that lays out this engine's objects."""
         return f"{self.target}.yaml.j2"
 
+    def plan(self, spec: JobSpec) -> Plan:
+        """The spec's Plan on this engine, once the engine has checked that it can run the spec
+        (settings it cannot express are refused, never dropped) and that every name it derives fits."""
+        plan = Plan(spec, self)
+        self.check(plan)
+        plan.check_names()
+        return plan
+
     # ------------------------------------------------------------ what it can run
 
-    def check(self, spec: JobSpec) -> None:
+    def check(self, plan: Plan) -> None:
         """Refuse, with a field error, what this engine cannot express (never drop it silently)."""
-        self.check_restart_policy(spec)
-        if spec.elastic and not self.supports_elastic:
+        self.check_restart_policy(plan)
+        if plan.spec.elastic and not self.supports_elastic:
             raise SpecError(
                 "nodes",
                 f"the {self.target} target has no elastic policy",
@@ -132,29 +139,29 @@ class Engine(ABC):
         """`elastic` or `groups` (any node-group layout)."""
         return self.supports_elastic if feature == "elastic" else True
 
-    def restart_limit(self, spec: JobSpec) -> int:
+    def restart_limit(self, plan: Plan) -> int:
         """How many times this engine restarts the whole group after a node fails (`run --local`
         plays the same rule). Plain Jobs and JobSets retry up to backoffLimit."""
-        return spec.backoff_limit
+        return plan.spec.backoff_limit
 
-    def retriable(self, spec: JobSpec, code: int) -> bool:
+    def retriable(self, plan: Plan, code: int) -> bool:
         """Whether a node that exited `code` is restarted (with its group) under the rendered
         rules: every failure but a usage error, which fails the job at once; under restartPolicy
         OnFailure the kubelet restarts every failed container, usage errors too."""
-        if self.pod_restart_policy(spec) == "OnFailure":
+        if self.pod_restart_policy(plan) == "OnFailure":
             return code != 0
-        return code not in (0, exit_codes.USAGE)
+        return code not in (0, protocol.EXIT_USAGE)
 
-    def pod_restart_policy(self, spec: JobSpec) -> str:
+    def pod_restart_policy(self, plan: Plan) -> str:
         """The pods' restartPolicy: the spec's, else Never (a Job's podFailurePolicy needs it)."""
-        return spec.restart_policy or "Never"
+        return plan.spec.restart_policy or "Never"
 
     @abstractmethod
-    def failure_handling(self, spec: JobSpec) -> str:
+    def failure_handling(self, plan: Plan) -> str:
         """What the rendered objects do when a pod fails or is preempted, in words (`--explain`)."""
 
-    def check_restart_policy(self, spec: JobSpec) -> None:
-        if spec.restart_policy == "ExitCode":
+    def check_restart_policy(self, plan: Plan) -> None:
+        if plan.spec.restart_policy == "ExitCode":
             raise SpecError(
                 "restartPolicy",
                 f"ExitCode is the PyTorchJob operator's policy; the {self.target} target's pods take Never "
@@ -164,60 +171,53 @@ class Engine(ABC):
 
     # ------------------------------------------------------------ names
 
-    def workload_name(self, spec: JobSpec, group: NodeGroup) -> str:
+    def workload_name(self, plan: Plan, group: NodeGroup) -> str:
         """The name of the object that runs `group`'s pods (one object for all of them by default)."""
-        return spec.name
+        return plan.spec.name
 
-    def replicated_job_name(self, spec: JobSpec, group: NodeGroup) -> str | None:
+    def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str | None:
         """The JobSet replicatedJob that runs `group` (JobSet-based engines only)."""
         return None
 
-    def subdomain(self, spec: JobSpec) -> str | None:
+    def subdomain(self, plan: Plan) -> str | None:
         """The pods' `spec.subdomain`, where we set it in the pod template."""
         return None
 
-    def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """Extra values this engine's template needs, from the per-group views (by group name)."""
         return {}
 
     @abstractmethod
-    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
+    def pod_hostname(self, plan: Plan, node: Node) -> str:
         """The hostname the engine gives `node`'s pod."""
 
-    def pod_hostnames(self, spec: JobSpec) -> tuple[str, ...]:
-        return tuple(self.pod_hostname(spec, n) for n in spec.nodes_layout)
-
     @abstractmethod
-    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
+    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
         """The names other pods reach `node`'s pod by; the last is the one ddpctl wires."""
 
-    def rank0_host(self, spec: JobSpec) -> str:
-        """The DNS name of rank 0's pod: MASTER_ADDR, or the c10d store's host."""
-        return self.dns_names(spec, spec.first_node)[-1]
-
-    def master_port(self, spec: JobSpec) -> int:
-        return spec.rendezvous.port
+    def master_port(self, plan: Plan) -> int:
+        return plan.spec.rendezvous.port
 
     # ------------------------------------------------------------ wiring
 
     @abstractmethod
-    def node_rank_source(self, spec: JobSpec) -> str:
+    def node_rank_source(self, plan: Plan) -> str:
         """Where a pod learns its node rank, in words."""
 
-    def node_rank_from_index(self, spec: JobSpec) -> bool:
+    def node_rank_from_index(self, plan: Plan) -> bool:
         """Do we (not an operator) give PET_NODE_RANK from the completion index (downward API)?"""
         return False
 
     @abstractmethod
-    def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
+    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]:
         """The PET_* env we put in `group`'s pods (what the engine does not inject itself)."""
 
-    def entrypoint(self, spec: JobSpec, group: NodeGroup) -> tuple[str, ...]:
+    def entrypoint(self, plan: Plan, group: NodeGroup) -> tuple[str, ...]:
         """The container command of `group`'s pods."""
-        return spec.entrypoint
+        return plan.entrypoint
 
     @abstractmethod
-    def injected_env(self, spec: JobSpec, node: Node) -> dict[str, str]:
+    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
         """What the engine's controller adds to the container env of `node`'s pod (so local runs
         and containers get exactly the pod's env); the later entry wins, as in the pod."""
 
@@ -262,9 +262,9 @@ class IndexedEngine(Engine):
     settings are PET_* env in the pod; the node rank is the completion index (downward API), plus
     the group's offset through NODE_RANK_LAUNCHER when there are node groups."""
 
-    def check(self, spec: JobSpec) -> None:
-        super().check(spec)
-        if spec.node_groups and spec.rdzv_mode != "static":
+    def check(self, plan: Plan) -> None:
+        super().check(plan)
+        if plan.spec.node_groups and plan.rdzv_mode != "static":
             raise SpecError(
                 "rendezvous.mode",
                 "node groups need static rendezvous "
@@ -272,8 +272,8 @@ class IndexedEngine(Engine):
                 "leave rendezvous.mode at auto or static",
             )
 
-    def node_rank_from_index(self, spec: JobSpec) -> bool:
-        return spec.rdzv_mode == "static"
+    def node_rank_from_index(self, plan: Plan) -> bool:
+        return plan.rdzv_mode == "static"
 
     def exit_code_rule(self, action: str, codes: tuple[int, ...]) -> dict[str, Any]:
         """A podFailurePolicy rule on the training container's exit code (values sorted, as the API wants)."""
@@ -287,71 +287,62 @@ class IndexedEngine(Engine):
         """A podFailurePolicy rule for a pod the cluster took away (preemption, eviction, node drain or loss)."""
         return {"action": action, "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
 
-    def failure_rules_apply(self, spec: JobSpec) -> bool:
+    def failure_rules_apply(self, plan: Plan) -> bool:
         """podFailurePolicy needs restartPolicy Never (OnFailure restarts containers in place instead)."""
-        return self.pod_restart_policy(spec) == "Never"
+        return self.pod_restart_policy(plan) == "Never"
 
     # What the podFailurePolicy does with a pod the cluster took away (DisruptionTarget), and which
     # exit codes of pods stopped by a peer's fate it handles the same way (see each engine).
     on_disruption: ClassVar[str]
     peer_stop_codes: ClassVar[tuple[int, ...]]
 
-    def pod_failure_policy(self, spec: JobSpec) -> dict[str, Any] | None:
+    def pod_failure_policy(self, plan: Plan) -> dict[str, Any] | None:
         """The (child) Job's podFailurePolicy: a usage error fails it at once, a disruption and its
         knock-on stops get `on_disruption` (exit-code rules only where the pods run ddpctl's launcher)."""
-        if not self.failure_rules_apply(spec):
+        if not self.failure_rules_apply(plan):
             return None
         rules = [self.disruption_rule(self.on_disruption)]
-        if spec.uses_launcher:
-            rules.insert(0, self.exit_code_rule("FailJob", (exit_codes.USAGE,)))
+        if plan.uses_launcher:
+            rules.insert(0, self.exit_code_rule("FailJob", (protocol.EXIT_USAGE,)))
             rules.append(self.exit_code_rule(self.on_disruption, self.peer_stop_codes))
         return {"rules": rules}
 
-    def node_rank_source(self, spec: JobSpec) -> str:
-        if spec.rdzv_mode == "c10d":
+    def node_rank_source(self, plan: Plan) -> str:
+        if plan.rdzv_mode == "c10d":
             return "the c10d rendezvous, in the order nodes join"
-        if spec.node_groups:
+        if plan.spec.node_groups:
             # the built-in trainer's pods run ddpctl_trainer.launch, which adds it; others a python3 -c launcher
-            adder = f"python3 -m {exit_codes.TRAINER_LAUNCHER}" if spec.uses_launcher else "a python3 -c launcher"
+            adder = f"python3 -m {protocol.LAUNCHER_MODULE}" if plan.uses_launcher else "a python3 -c launcher"
             return (
                 "the pod's completion index plus its group's first node rank "
                 f"(PET_NODE_RANK = {NODE_RANK_OFFSET} + JOB_COMPLETION_INDEX, added by {adder})"
             )
         return "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)"
 
-    def group_offset(self, spec: JobSpec, group: NodeGroup) -> int:
-        offset = 0
-        for other in spec.groups:
-            if other is group:
-                return offset
-            offset += other.nodes
-        raise ValueError(f"{group.name} is not a group of this spec")
-
-    def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
-        env: dict[str, str] = {"PET_NNODES": spec.nnodes, "PET_NPROC_PER_NODE": str(group.nproc)}
-        if spec.rdzv_mode == "static":
-            env["PET_MASTER_ADDR"] = spec.rank0_host
-            env["PET_MASTER_PORT"] = str(spec.master_port)
-            if spec.node_groups:
-                env[NODE_RANK_OFFSET] = str(self.group_offset(spec, group))
+    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]:
+        env: dict[str, str] = {"PET_NNODES": plan.nnodes, "PET_NPROC_PER_NODE": str(group.nproc)}
+        if plan.rdzv_mode == "static":
+            env["PET_MASTER_ADDR"] = plan.rank0_host
+            env["PET_MASTER_PORT"] = str(plan.master_port)
+            if plan.spec.node_groups:
+                env[NODE_RANK_OFFSET] = str(plan.group_offset(group))
         else:
             env["PET_RDZV_BACKEND"] = "c10d"
-            env["PET_RDZV_ENDPOINT"] = spec.rdzv_endpoint
-            env["PET_RDZV_ID"] = spec.name
-            env["PET_RDZV_CONF"] = (
-                f"join_timeout={spec.rendezvous.join_timeout},last_call_timeout={spec.rendezvous.last_call_timeout}"
-            )
-        env["PET_MAX_RESTARTS"] = str(spec.rendezvous.max_restarts)
+            env["PET_RDZV_ENDPOINT"] = plan.rdzv_endpoint
+            env["PET_RDZV_ID"] = plan.spec.name
+            rdzv = plan.spec.rendezvous
+            env["PET_RDZV_CONF"] = f"join_timeout={rdzv.join_timeout},last_call_timeout={rdzv.last_call_timeout}"
+        env["PET_MAX_RESTARTS"] = str(plan.spec.rendezvous.max_restarts)
         return env
 
-    def entrypoint(self, spec: JobSpec, group: NodeGroup) -> tuple[str, ...]:
-        entry = spec.entrypoint
-        if spec.node_groups and entry[0] == "torchrun":
+    def entrypoint(self, plan: Plan, group: NodeGroup) -> tuple[str, ...]:
+        entry = plan.entrypoint
+        if plan.spec.node_groups and entry[0] == "torchrun":
             return (LAUNCHER_PYTHON, "-c", NODE_RANK_LAUNCHER, *entry[1:])
         return entry
 
-    def injected_env(self, spec: JobSpec, node: Node) -> dict[str, str]:
+    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
         env = {"JOB_COMPLETION_INDEX": str(node.index)}
-        if self.node_rank_from_index(spec) and not spec.node_groups:
+        if self.node_rank_from_index(plan) and not plan.spec.node_groups:
             env["PET_NODE_RANK"] = str(node.index)  # the downward API field, resolved
         return env

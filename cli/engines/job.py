@@ -5,7 +5,7 @@ Contract (Kubernetes documentation, in our words):
   as the annotation and label `batch.kubernetes.io/job-completion-index` and the env variable
   `JOB_COMPLETION_INDEX`; its pod hostname is `<job>-<index>`.
   https://kubernetes.io/docs/concepts/workloads/controllers/job/#completion-mode
-- With `spec.subdomain: <svc>` and a headless Service of that name (`clusterIP: None`) selecting
+- With `plan.spec.subdomain: <svc>` and a headless Service of that name (`clusterIP: None`) selecting
   the pods, a pod resolves as `<hostname>.<svc>`; `publishNotReadyAddresses` makes the name exist
   before the pod is ready, so workers can reach rank 0 while it starts.
   https://kubernetes.io/docs/concepts/services-networking/dns-pod-service/#pod-s-hostname-and-subdomain-fields
@@ -34,11 +34,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl import exit_codes
 from ddpctl.engines.base import NODE_RANK_OFFSET, IndexedEngine, WorkloadKind, _int
+from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
-    from ddpctl.spec import JobSpec, Node, NodeGroup
+    from ddpctl.plan import Node, Plan
+    from ddpctl.spec.model import NodeGroup
 
 
 class JobEngine(IndexedEngine):
@@ -49,20 +50,20 @@ class JobEngine(IndexedEngine):
     kueue_framework = "batch/job"
     builtin = True
     on_disruption = "Ignore"  # replaced without counting; only the pod with the cause counts
-    peer_stop_codes = exit_codes.CAUSED_BY_A_PEER
+    peer_stop_codes = protocol.CAUSED_BY_A_PEER
 
-    def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return {"pod_failure_policy": self.pod_failure_policy(spec)}
+    def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return {"pod_failure_policy": self.pod_failure_policy(plan)}
 
-    def failure_handling(self, spec: JobSpec) -> str:
-        limit = f"backoffLimit {spec.backoff_limit}"
-        if not self.failure_rules_apply(spec):
+    def failure_handling(self, plan: Plan) -> str:
+        limit = f"backoffLimit {plan.spec.backoff_limit}"
+        if not self.failure_rules_apply(plan):
             return (
-                f"restartPolicy {self.pod_restart_policy(spec)}: the kubelet restarts a failed container in place "
+                f"restartPolicy {self.pod_restart_policy(plan)}: the kubelet restarts a failed container in place "
                 f"(any exit code, usage errors too), counted against {limit}; no podFailurePolicy "
                 "(Kubernetes allows it only with restartPolicy Never)"
             )
-        if not spec.uses_launcher:
+        if not plan.uses_launcher:
             return (
                 f"a preempted or evicted pod (DisruptionTarget) is replaced without counting; any other failed pod "
                 f"counts against {limit} (plain torchrun exits 1 for every failure, so a usage error is retried too)"
@@ -74,19 +75,19 @@ class JobEngine(IndexedEngine):
             "its peers, so every pod is recreated and the whole group resumes from the last checkpoint"
         )
 
-    def workload_name(self, spec: JobSpec, group: NodeGroup) -> str:
-        return f"{spec.name}-{group.name}" if spec.node_groups else spec.name
+    def workload_name(self, plan: Plan, group: NodeGroup) -> str:
+        return f"{plan.spec.name}-{group.name}" if plan.spec.node_groups else plan.spec.name
 
-    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
-        return f"{self.workload_name(spec, node.group)}-{node.index}"
+    def pod_hostname(self, plan: Plan, node: Node) -> str:
+        return f"{self.workload_name(plan, node.group)}-{node.index}"
 
-    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
-        host = self.pod_hostname(spec, node)
-        return (host, f"{host}.{spec.service_name}")
+    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+        host = self.pod_hostname(plan, node)
+        return (host, f"{host}.{plan.service_name}")
 
-    def subdomain(self, spec: JobSpec) -> str:
+    def subdomain(self, plan: Plan) -> str:
         """The pods' `spec.subdomain`: the headless Service's name."""
-        return spec.service_name
+        return plan.service_name
 
     def expected_nodes(self, job: dict[str, Any]) -> int | None:
         """The Job's completions; with node groups (one Job per group) the job's PET_NNODES."""

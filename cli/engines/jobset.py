@@ -33,11 +33,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl import exit_codes
 from ddpctl.engines.base import IndexedEngine, WorkloadKind, _int
+from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
-    from ddpctl.spec import JobSpec, Node, NodeGroup
+    from ddpctl.plan import Node, Plan
+    from ddpctl.spec.model import NodeGroup
 
 REPLICATED_JOB = "node"
 
@@ -51,12 +52,12 @@ class JobSetEngine(IndexedEngine):
     # FailJob, so that the JobSet's rules can tell a preemption from a usage error by the rule's
     # index; a lost peer (138) is left to the default (counted): see the module docstring.
     on_disruption = "FailJob"
-    peer_stop_codes = (exit_codes.PREEMPTED,)
+    peer_stop_codes = (protocol.EXIT_PREEMPTED,)
 
-    def failure_policy(self, spec: JobSpec) -> dict[str, Any]:
+    def failure_policy(self, plan: Plan) -> dict[str, Any]:
         """The JobSet's failurePolicy: maxRestarts, plus rules where the child Jobs have them."""
-        policy: dict[str, Any] = {"maxRestarts": spec.backoff_limit}
-        child = self.pod_failure_policy(spec)
+        policy: dict[str, Any] = {"maxRestarts": plan.spec.backoff_limit}
+        child = self.pod_failure_policy(plan)
         if child is None:
             return policy
         usage = [str(i) for i, rule in enumerate(child["rules"]) if _is_usage_rule(rule)]
@@ -89,32 +90,32 @@ class JobSetEngine(IndexedEngine):
         policy["rules"] = rules
         return policy
 
-    def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return {"pod_failure_policy": self.pod_failure_policy(spec), "failure_policy": self.failure_policy(spec)}
+    def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        return {"pod_failure_policy": self.pod_failure_policy(plan), "failure_policy": self.failure_policy(plan)}
 
-    def failure_handling(self, spec: JobSpec) -> str:
-        limit = f"failurePolicy.maxRestarts {spec.backoff_limit}"
-        if not self.failure_rules_apply(spec):
+    def failure_handling(self, plan: Plan) -> str:
+        limit = f"failurePolicy.maxRestarts {plan.spec.backoff_limit}"
+        if not self.failure_rules_apply(plan):
             return (
-                f"restartPolicy {self.pod_restart_policy(spec)}: containers restart in place; a failed child Job "
+                f"restartPolicy {self.pod_restart_policy(plan)}: containers restart in place; a failed child Job "
                 f"restarts the whole set, up to {limit}"
             )
-        usage = "a usage error (exit 2) fails the JobSet at once; " if spec.uses_launcher else ""
-        stopped = " and the peers that stopped with it (143)" if spec.uses_launcher else ""
+        usage = "a usage error (exit 2) fails the JobSet at once; " if plan.uses_launcher else ""
+        stopped = " and the peers that stopped with it (143)" if plan.uses_launcher else ""
         return (
             f"{usage}a preempted or evicted pod (DisruptionTarget){stopped} restart the whole set without counting; "
             f"any other failure restarts the whole set, up to {limit}, and it resumes from the last checkpoint"
         )
 
-    def replicated_job_name(self, spec: JobSpec, group: NodeGroup) -> str:
-        return group.name if spec.node_groups else REPLICATED_JOB
+    def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str:
+        return group.name if plan.spec.node_groups else REPLICATED_JOB
 
-    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
-        return f"{spec.name}-{self.replicated_job_name(spec, node.group)}-0-{node.index}"
+    def pod_hostname(self, plan: Plan, node: Node) -> str:
+        return f"{plan.spec.name}-{self.replicated_job_name(plan, node.group)}-0-{node.index}"
 
-    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
-        host = self.pod_hostname(spec, node)
-        return (host, f"{host}.{spec.name}")
+    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+        host = self.pod_hostname(plan, node)
+        return (host, f"{host}.{plan.spec.name}")
 
     def expected_nodes(self, job: dict[str, Any]) -> int | None:
         total = 0
@@ -127,7 +128,7 @@ class JobSetEngine(IndexedEngine):
 
 
 def _is_usage_rule(rule: dict[str, Any]) -> bool:
-    return exit_codes.USAGE in (rule.get("onExitCodes") or {}).get("values", [])
+    return protocol.EXIT_USAGE in (rule.get("onExitCodes") or {}).get("values", [])
 
 
 ENGINE = JobSetEngine()

@@ -1,7 +1,7 @@
 """Kubeflow Training Operator v1: PyTorchJob (kubeflow.org/v1) (target `pytorchjob`).
 
 Contract (Training Operator documentation and its env setup, in our words):
-- `spec.pytorchReplicaSpecs` has a `Master` (exactly 1 replica) and `Worker` replicas, each with
+- `plan.spec.pytorchReplicaSpecs` has a `Master` (exactly 1 replica) and `Worker` replicas, each with
   its own pod template; the training container must be named `pytorch`. Pods, and one Service per
   pod, are named `<job>-master-0` and `<job>-worker-<i>`, so a pod's DNS name is its hostname.
   https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/
@@ -9,7 +9,7 @@ Contract (Training Operator documentation and its env setup, in our words):
   cannot override them): MASTER_ADDR = PET_MASTER_ADDR = `<job>-master-0`, MASTER_PORT =
   PET_MASTER_PORT = the container port named `pytorchjob-port`, RANK = PET_NODE_RANK = the node
   index (master 0, worker i -> i+1), PET_NNODES, PET_NPROC_PER_NODE = the job-wide
-  `spec.nprocPerNode`, WORLD_SIZE = replicas x nprocPerNode, PYTHONUNBUFFERED=1.
+  `plan.spec.nprocPerNode`, WORLD_SIZE = replicas x nprocPerNode, PYTHONUNBUFFERED=1.
   https://github.com/kubeflow/training-operator/blob/master/pkg/controller.v1/pytorch/envvar.go
 - Elastic jobs (`elasticPolicy`) have Workers only and get PET_RDZV_ENDPOINT = `<job>-worker-0:<port>`,
   PET_RDZV_BACKEND, PET_NNODES = MIN:MAX and PET_MAX_RESTARTS instead of MASTER_*/RANK/WORLD_SIZE.
@@ -37,12 +37,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl import exit_codes, kueue
 from ddpctl.engines.base import Engine, WorkloadKind, _int
 from ddpctl.errors import SpecError
+from ddpctl.spec import kueue
+from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
-    from ddpctl.spec import JobSpec, Node, NodeGroup
+    from ddpctl.plan import Node, Plan
+    from ddpctl.spec.model import NodeGroup
 
 REPLICA_TYPE = "training.kubeflow.org/replica-type"
 REPLICA_INDEX = "training.kubeflow.org/replica-index"
@@ -71,9 +73,9 @@ class PyTorchJobEngine(Engine):
     port_name = "pytorchjob-port"
     replica_types = ("master", "worker")
 
-    def pod_restart_policy(self, spec: JobSpec) -> str:
+    def pod_restart_policy(self, plan: Plan) -> str:
         """ExitCode where the launcher's exit codes say what a restart can cure, else Never."""
-        return spec.restart_policy or ("ExitCode" if spec.uses_launcher else "Never")
+        return plan.spec.restart_policy or ("ExitCode" if plan.uses_launcher else "Never")
 
     def added_container_hint(self, container: str) -> str | None:
         if container != "init-pytorch":
@@ -84,33 +86,33 @@ class PyTorchJobEngine(Engine):
             "(--pytorch-init-container-template-file, see README: Pod Security), or use --target jobset or job"
         )
 
-    def check_restart_policy(self, spec: JobSpec) -> None:
+    def check_restart_policy(self, plan: Plan) -> None:
         """Every policy is the operator's to apply."""
 
-    def restart_limit(self, spec: JobSpec) -> int:
+    def restart_limit(self, plan: Plan) -> int:
         """The operator restarts failed replicas under restartPolicy OnFailure and ExitCode (the
         latter without a limit but activeDeadlineSeconds: a local run stops at backoffLimit)."""
-        return spec.backoff_limit if self.pod_restart_policy(spec) in ("OnFailure", "ExitCode") else 0
+        return plan.spec.backoff_limit if self.pod_restart_policy(plan) in ("OnFailure", "ExitCode") else 0
 
-    def retriable(self, spec: JobSpec, code: int) -> bool:
-        policy = self.pod_restart_policy(spec)
+    def retriable(self, plan: Plan, code: int) -> bool:
+        policy = self.pod_restart_policy(plan)
         if policy == "ExitCode":
-            return code in exit_codes.KUBEFLOW_RETRYABLE
+            return code in protocol.KUBEFLOW_RETRYABLE
         return policy == "OnFailure" and code != 0
 
-    def failure_handling(self, spec: JobSpec) -> str:
-        policy, limit = self.pod_restart_policy(spec), f"runPolicy.backoffLimit {spec.backoff_limit}"
+    def failure_handling(self, plan: Plan) -> str:
+        policy, limit = self.pod_restart_policy(plan), f"runPolicy.backoffLimit {plan.spec.backoff_limit}"
         if policy == "ExitCode":
             bound = (
-                f"activeDeadlineSeconds {spec.active_deadline_seconds} bounds them"
-                if spec.active_deadline_seconds
+                f"activeDeadlineSeconds {plan.spec.active_deadline_seconds} bounds them"
+                if plan.spec.active_deadline_seconds
                 else "set activeDeadlineSeconds (--deadline) to bound them"
             )
             return (
                 "restartPolicy ExitCode: the operator recreates a pod that was preempted (143, checkpoint written), "
                 "killed (137) or lost a peer (138); a usage error (2), a crash (1) or a stall (200) fails the job. "
                 "The operator does not count these restarts against runPolicy.backoffLimit (kubeflow/trainer#2045): "
-                f"{bound} (run --local stops after backoffLimit {spec.backoff_limit})"
+                f"{bound} (run --local stops after backoffLimit {plan.spec.backoff_limit})"
             )
         if policy == "OnFailure":
             return (
@@ -121,9 +123,9 @@ class PyTorchJobEngine(Engine):
     def can(self, feature: str) -> bool:
         return feature != "groups"  # only some group shapes: see check()
 
-    def check(self, spec: JobSpec) -> None:
-        super().check(spec)
-        groups = spec.node_groups
+    def check(self, plan: Plan) -> None:
+        super().check(plan)
+        groups = plan.spec.node_groups
         if len(groups) > 2 or (len(groups) == 2 and groups[0].nodes != 1):
             raise SpecError(
                 "nodeGroups",
@@ -131,39 +133,39 @@ class PyTorchJobEngine(Engine):
                 "or a first group of 1 node and a second group",
                 "use target job or jobset for this layout",
             )
-        for i, group in enumerate(spec.groups):
-            if spec.topology_of(group).slice_level:
+        for i, group in enumerate(plan.spec.groups):
+            if plan.spec.topology_of(group).slice_level:
                 raise SpecError(
                     f"nodeGroups[{i}].topology.sliceLevel" if group.topology is not None else "topology.sliceLevel",
                     "a PyTorchJob's Master (1 pod) and Worker are two Kueue PodSets, which slices cannot span",
                     "use target job, jobset or trainjob for slices, or drop sliceLevel and sliceSize",
                 )
 
-    def podset_group(self, spec: JobSpec) -> str | None:
+    def podset_group(self, plan: Plan) -> str | None:
         """Kueue places Master and Worker as one (podset-group-name) when both ask for the same
         required or preferred level: else rank 0 could land in another rack than the workers."""
-        specs = self.replica_specs(spec)
+        specs = self.replica_specs(plan)
         if len(specs) != 2:
             return None
-        first, second = (spec.topology_of(g) for _, _, g in specs)
-        return spec.name if first == second and first.level else None
+        first, second = (plan.spec.topology_of(g) for _, _, g in specs)
+        return plan.spec.name if first == second and first.level else None
 
-    def replica_specs(self, spec: JobSpec) -> list[tuple[str, int, NodeGroup]]:
+    def replica_specs(self, plan: Plan) -> list[tuple[str, int, NodeGroup]]:
         """(replica type, replicas, the group whose pods it makes), Master first."""
-        groups = spec.groups
-        if spec.elastic:
-            return [("Worker", spec.replicas, groups[0])]
+        groups = plan.spec.groups
+        if plan.spec.elastic:
+            return [("Worker", plan.replicas, groups[0])]
         if len(groups) == 2:
             return [("Master", 1, groups[0]), ("Worker", groups[1].nodes, groups[1])]
         out = [("Master", 1, groups[0])]
-        if spec.replicas > 1:
-            out.append(("Worker", spec.replicas - 1, groups[0]))
+        if plan.replicas > 1:
+            out.append(("Worker", plan.replicas - 1, groups[0]))
         return out
 
-    def template_values(self, spec: JobSpec, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        podset_group = self.podset_group(spec)
+    def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        podset_group = self.podset_group(plan)
         pods = []
-        for _, _, group in self.replica_specs(spec):
+        for _, _, group in self.replica_specs(plan):
             pod = group_views[group.name]
             if podset_group:
                 grouped = {**pod["pod_annotations"], kueue.PODSET_GROUP_NAME: podset_group}
@@ -172,57 +174,57 @@ class PyTorchJobEngine(Engine):
         return {
             "replica_specs": [
                 {"type": rtype, "replicas": count, "pod": pod}
-                for (rtype, count, _), pod in zip(self.replica_specs(spec), pods)
+                for (rtype, count, _), pod in zip(self.replica_specs(plan), pods)
             ],
-            "nproc_text": str(self.nproc_per_node_field(spec)),  # nprocPerNode is a string
+            "nproc_text": str(self.nproc_per_node_field(plan)),  # nprocPerNode is a string
         }
 
-    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
-        if spec.elastic:
-            return f"{spec.name}-worker-{node.rank}"
-        return f"{spec.name}-master-0" if node.rank == 0 else f"{spec.name}-worker-{node.rank - 1}"
+    def pod_hostname(self, plan: Plan, node: Node) -> str:
+        if plan.spec.elastic:
+            return f"{plan.spec.name}-worker-{node.rank}"
+        return f"{plan.spec.name}-master-0" if node.rank == 0 else f"{plan.spec.name}-worker-{node.rank - 1}"
 
-    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
-        return (self.pod_hostname(spec, node),)  # one Service per replica, named like the pod
+    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+        return (self.pod_hostname(plan, node),)  # one Service per replica, named like the pod
 
-    def node_rank_source(self, spec: JobSpec) -> str:
-        if spec.rdzv_mode == "c10d":
+    def node_rank_source(self, plan: Plan) -> str:
+        if plan.rdzv_mode == "c10d":
             return "the c10d rendezvous, in the order nodes join"
         return "the training operator (PET_NODE_RANK: master 0, worker i -> i+1)"
 
-    def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
+    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]:
         # The operator sets the rest, and PET_MAX_RESTARTS itself for elastic jobs.
-        return {} if spec.elastic else {"PET_MAX_RESTARTS": str(spec.rendezvous.max_restarts)}
+        return {} if plan.spec.elastic else {"PET_MAX_RESTARTS": str(plan.spec.rendezvous.max_restarts)}
 
-    def entrypoint(self, spec: JobSpec, group: NodeGroup) -> tuple[str, ...]:
-        entry = spec.entrypoint
-        if not spec.node_groups:
+    def entrypoint(self, plan: Plan, group: NodeGroup) -> tuple[str, ...]:
+        entry = plan.entrypoint
+        if not plan.spec.node_groups:
             return entry
-        for launcher in (spec.launcher, ("torchrun",)):  # a user command may be torchrun too
+        for launcher in (plan.launcher, ("torchrun",)):  # a user command may be torchrun too
             if entry[: len(launcher)] == launcher:
                 return (*launcher, "--nproc-per-node", str(group.nproc), *entry[len(launcher) :])
         return entry
 
-    def nproc_per_node_field(self, spec: JobSpec) -> int:
-        """`spec.nprocPerNode`: the first group's count (per-template counts are on the command line)."""
-        return spec.groups[0].nproc
+    def nproc_per_node_field(self, plan: Plan) -> int:
+        """`plan.spec.nprocPerNode`: the first group's count (per-template counts are on the command line)."""
+        return plan.spec.groups[0].nproc
 
-    def injected_env(self, spec: JobSpec, node: Node) -> dict[str, str]:
-        nproc = self.nproc_per_node_field(spec)
+    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
+        nproc = self.nproc_per_node_field(plan)
         env = {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": str(nproc)}
-        if spec.elastic:
-            env.update(PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=spec.rdzv_endpoint, PET_NNODES=spec.nnodes)
+        if plan.spec.elastic:
+            env.update(PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=plan.rdzv_endpoint, PET_NNODES=plan.nnodes)
             return env
-        port, rank = str(spec.master_port), str(node.rank)
+        port, rank = str(plan.master_port), str(node.rank)
         env.update(
-            MASTER_ADDR=spec.rank0_host,
-            PET_MASTER_ADDR=spec.rank0_host,
+            MASTER_ADDR=plan.rank0_host,
+            PET_MASTER_ADDR=plan.rank0_host,
             MASTER_PORT=port,
             PET_MASTER_PORT=port,
-            WORLD_SIZE=str(spec.replicas * nproc),
+            WORLD_SIZE=str(plan.replicas * nproc),
             RANK=rank,
             PET_NODE_RANK=rank,
-            PET_NNODES=str(spec.nodes),
+            PET_NNODES=str(plan.spec.nodes),
         )
         return env
 

@@ -4,7 +4,7 @@ Contract (Kubeflow Trainer documentation, in our words):
 - A TrainJob names a (Cluster)TrainingRuntime; `torch-distributed` runs a JobSet whose one
   replicatedJob is `node`, so pods are `<trainjob>-node-0-<index>` with the subdomain `<trainjob>`.
   https://www.kubeflow.org/docs/components/trainer/operator-guides/runtime/
-- `spec.trainer` gives image, command, args, env, numNodes, numProcPerNode (one value for every
+- `plan.spec.trainer` gives image, command, args, env, numNodes, numProcPerNode (one value for every
   node) and resourcesPerNode; pod fields the trainer has no place for go in a runtime patch.
 - The runtime injects only PET_*: PET_NNODES, PET_NPROC_PER_NODE, PET_NODE_RANK (the completion
   index), PET_MASTER_ADDR = `<trainjob>-node-0-0.<trainjob>`, PET_MASTER_PORT = 29500.
@@ -22,7 +22,8 @@ from ddpctl.engines.base import Engine, WorkloadKind, _int
 from ddpctl.errors import SpecError
 
 if TYPE_CHECKING:
-    from ddpctl.spec import JobSpec, Node, NodeGroup
+    from ddpctl.plan import Node, Plan
+    from ddpctl.spec.model import NodeGroup
 
 RUNTIME_PORT = 29500
 REPLICATED_JOB = "node"
@@ -39,19 +40,19 @@ class TrainJobEngine(Engine):
     kueue_framework = "trainer.kubeflow.org/trainjob"
     left_to_engine = ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
     supports_elastic = False
-    runtime = "torch-distributed"  # the ClusterTrainingRuntime it names in spec.runtimeRef
+    runtime = "torch-distributed"  # the ClusterTrainingRuntime it names in plan.spec.runtimeRef
     # Trainer v2.3 reconciles a TrainJob that the foreground finalizer holds and creates its JobSet
     # again, so a foreground delete can take minutes; with the TrainJob gone nothing re-creates it
     delete_propagation = "Background"
 
-    def restart_limit(self, spec: JobSpec) -> int:
+    def restart_limit(self, plan: Plan) -> int:
         """Restarts are the training runtime's to decide; a local run does not guess them."""
         return 0
 
-    def retriable(self, spec: JobSpec, code: int) -> bool:
+    def retriable(self, plan: Plan, code: int) -> bool:
         return False
 
-    def failure_handling(self, spec: JobSpec) -> str:
+    def failure_handling(self, plan: Plan) -> str:
         return (
             f"decided by the {self.runtime} runtime, not per TrainJob: the JobSet it makes carries the runtime's "
             "failurePolicy and podFailurePolicy (the upstream runtime sets neither, nor a backoffLimit: Kubernetes' "
@@ -59,65 +60,65 @@ class TrainJobEngine(Engine):
             "job fails); a platform team can add the rules ddpctl renders for target jobset to the runtime"
         )
 
-    def check(self, spec: JobSpec) -> None:
+    def check(self, plan: Plan) -> None:
         other = "or use target job, jobset or pytorchjob"
-        if spec.elastic:
+        if plan.spec.elastic:
             raise SpecError(
                 "nodes",
                 "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)",
                 "give a fixed count, or use target job, jobset or pytorchjob",
             )
-        if len(spec.node_groups) > 1:
+        if len(plan.spec.node_groups) > 1:
             raise SpecError(
                 "nodeGroups",
                 "the trainjob target cannot run node groups: Trainer v2 has a single numProcPerNode for all nodes",
                 "use target job, jobset or pytorchjob",
             )
-        if spec.priority_class_name:
+        if plan.spec.priority_class_name:
             raise SpecError(
                 "priorityClassName",
                 "the trainjob target cannot set it (TrainJob has no such field)",
                 f"set it in the training runtime, {other}",
             )
-        if spec.env_from_secrets:
+        if plan.spec.env_from_secrets:
             raise SpecError(
                 "envFromSecrets",
                 "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)",
                 f"list the variables in secretEnv, {other}",
             )
 
-    def replicated_job_name(self, spec: JobSpec, group: NodeGroup) -> str:
+    def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str:
         return REPLICATED_JOB
 
-    def pod_hostname(self, spec: JobSpec, node: Node) -> str:
-        return f"{spec.name}-{REPLICATED_JOB}-0-{node.index}"
+    def pod_hostname(self, plan: Plan, node: Node) -> str:
+        return f"{plan.spec.name}-{REPLICATED_JOB}-0-{node.index}"
 
-    def dns_names(self, spec: JobSpec, node: Node) -> tuple[str, ...]:
-        host = self.pod_hostname(spec, node)
-        return (host, f"{host}.{spec.name}")
+    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+        host = self.pod_hostname(plan, node)
+        return (host, f"{host}.{plan.spec.name}")
 
-    def master_port(self, spec: JobSpec) -> int:
+    def master_port(self, plan: Plan) -> int:
         return RUNTIME_PORT  # the torch runtime always uses it
 
-    def node_rank_source(self, spec: JobSpec) -> str:
+    def node_rank_source(self, plan: Plan) -> str:
         return "the Trainer v2 torch runtime (PET_NODE_RANK from the completion index)"
 
-    def torchrun_env(self, spec: JobSpec, group: NodeGroup) -> dict[str, str]:
+    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]:
         env: dict[str, str] = {}
-        if spec.rdzv_mode == "c10d":
+        if plan.rdzv_mode == "c10d":
             env["PET_RDZV_CONF"] = (
-                f"join_timeout={spec.rendezvous.join_timeout},last_call_timeout={spec.rendezvous.last_call_timeout}"
+                f"join_timeout={plan.spec.rendezvous.join_timeout},last_call_timeout={plan.spec.rendezvous.last_call_timeout}"
             )
-        env["PET_MAX_RESTARTS"] = str(spec.rendezvous.max_restarts)
+        env["PET_MAX_RESTARTS"] = str(plan.spec.rendezvous.max_restarts)
         return env
 
-    def injected_env(self, spec: JobSpec, node: Node) -> dict[str, str]:
+    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
         return {
-            "PET_NNODES": str(spec.nodes),
+            "PET_NNODES": str(plan.spec.nodes),
             "PET_NPROC_PER_NODE": str(node.nproc),
             "PET_NODE_RANK": str(node.index),
-            "PET_MASTER_ADDR": spec.rank0_host,
-            "PET_MASTER_PORT": str(spec.master_port),
+            "PET_MASTER_ADDR": plan.rank0_host,
+            "PET_MASTER_PORT": str(plan.master_port),
         }
 
     def pod_selector(self, name: str) -> str:

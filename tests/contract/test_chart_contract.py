@@ -11,9 +11,10 @@ from typing import Any
 
 import jsonschema
 import pytest
-from ddpctl import chart_contract, spec
+from ddpctl import chart_contract
 from ddpctl.errors import SpecError
-from ddpctl.spec import JobSpec
+from ddpctl.spec import model as spec
+from ddpctl.spec.model import JobSpec
 
 from tests.support import REPO
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ddpctl.render import render, to_yaml_documents
-from ddpctl.spec import TARGETS, JobSpec
+from ddpctl.manifests.render import render, to_yaml_documents
+from ddpctl.spec.model import TARGETS, JobSpec
 
 GOLDEN = Path(__file__).parent / "golden"
 SPECS = {

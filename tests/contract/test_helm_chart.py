@@ -4,7 +4,7 @@ Helm runs in-process through PyPI `helm-python-sdk` (import name `helm_python`: 
 behind a C ABI, no `helm` binary, no cluster, no network): `Chart.load(dir).render(values)` for
 `helm template`, `Chart.validate_schema(values)` for values.schema.json and `helm_python.lint(dir,
 values)` for `helm lint`. For every spec in the matrix the chart's objects, parsed, equal
-`ddpctl.render.render(spec)` and validate against the same strict schemas as the render tests.
+`ddpctl.manifests.render.render(spec)` and validate against the same strict schemas as the render tests.
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ from typing import Any
 
 import pytest
 import yaml
+from ddpctl.engines import plan_for
 from ddpctl.errors import SpecError
-from ddpctl.render import render
-from ddpctl.spec import TARGETS, JobSpec
+from ddpctl.manifests.render import render
+from ddpctl.spec.model import TARGETS, JobSpec
 
 from tests.support import REPO, skip_unless
 from tests.support.hostile import HOSTILE
@@ -359,7 +360,7 @@ def test_helm_values_file_reads_back_literally_in_helm(chart: Any, helm: Any, te
     spec = JobSpec.from_dict(
         {"target": "jobset", "args": [text], "env": {"TEXT": text}, "annotations": {"example.com/t": text}}
     )
-    from ddpctl.helm_values import helm_values_yaml
+    from ddpctl.manifests.helm_values import helm_values_yaml
 
     text_file = helm_values_yaml(spec)
     values = helm.values_from_yaml(text_file)
@@ -377,7 +378,7 @@ def test_ddpctl_init_file_is_a_values_file(cli, chart: Any, tmp_path: Path) -> N
 
 
 def test_helm_values_module_dumps_to_dict() -> None:
-    from ddpctl.helm_values import helm_values, helm_values_yaml
+    from ddpctl.manifests.helm_values import helm_values, helm_values_yaml
 
     spec = JobSpec.from_dict({**RICH, "nodes": "1:3", "gpusPerNode": 2})
     assert helm_values(spec) == spec.to_dict()
@@ -670,7 +671,7 @@ GROUPS = [{"name": "a", "nodes": 1, "gpusPerNode": 4}, {"name": "b", "nodes": 1,
 def test_trainjob_with_node_groups_is_refused_by_jobspec_and_chart(chart: Any, helm: Any) -> None:
     data = {"target": "trainjob", "nodeGroups": copy.deepcopy(GROUPS)}
     with pytest.raises(SpecError, match=r"^nodeGroups: .*single numProcPerNode"):
-        JobSpec.from_dict(data)
+        plan_for(JobSpec.from_dict(data))
     chart.validate_schema(chart.merge_values(copy.deepcopy(data)))  # the schema takes groups ...
     with pytest.raises(helm.HelmError) as refused:
         chart.render(copy.deepcopy(data))  # ... and the chart refuses them for trainjob, as ddpctl does
@@ -746,6 +747,7 @@ def test_chart_equals_cli_render_for_node_groups(chart: Any, helm: Any, target: 
     values = {**copy.deepcopy(data), "target": target}
     try:
         spec = JobSpec.from_dict(values)
+        plan_for(spec)
     except SpecError as exc:
         with pytest.raises(helm.HelmError) as refused:
             chart.render(copy.deepcopy(values))
@@ -782,7 +784,7 @@ def test_invalid_node_groups_are_refused_by_jobspec_and_chart(
 ) -> None:
     data = {"target": target, "nodeGroups": groups}
     with pytest.raises(SpecError) as info:
-        JobSpec.from_dict(copy.deepcopy(data))
+        plan_for(JobSpec.from_dict(copy.deepcopy(data)))
     assert info.value.field == key
     with pytest.raises(helm.HelmError) as refused:
         chart.render(copy.deepcopy(data))
@@ -816,8 +818,8 @@ def test_notes_name_each_node_group(chart: Any, target: str) -> None:
     ],
 )
 def test_notes_warn_when_a_restart_starts_from_scratch(chart: Any, data: dict[str, Any], warned: bool) -> None:
-    from ddpctl.spec import JobSpec
+    from ddpctl.spec.model import JobSpec
 
     notes = chart.render(data)["ddp-job/templates/NOTES.txt"]
     assert ("a restart (preemption, node loss) starts from scratch" in " ".join(notes.split())) is warned, notes
-    assert (JobSpec.from_dict(data).restart_starts_from_scratch is not None) is warned
+    assert (plan_for(JobSpec.from_dict(data)).restart_starts_from_scratch is not None) is warned

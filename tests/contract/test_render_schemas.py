@@ -6,8 +6,8 @@ from __future__ import annotations
 import copy
 
 import pytest
-from ddpctl.render import render
-from ddpctl.spec import TARGETS, JobSpec
+from ddpctl.manifests.render import render
+from ddpctl.spec.model import TARGETS, JobSpec
 
 from tests.support.k8s_schemas import require_crds, validate_object
 

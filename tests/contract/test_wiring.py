@@ -7,9 +7,10 @@ import os
 from pathlib import Path
 
 import pytest
+from ddpctl.engines import plan_for
 from ddpctl.errors import SpecError
-from ddpctl.render import render
-from ddpctl.spec import TARGETS, JobSpec
+from ddpctl.manifests.render import render
+from ddpctl.spec.model import TARGETS, JobSpec
 
 from tests.support.engines import launch, torchrun_settings
 
@@ -42,7 +43,7 @@ def test_static_layout_wiring(target: str, nodes: int, gpus: int, procs: int | N
     (rank0,) = [p for p, r in zip(pods, runs) if r.node_rank == 0]
     assert {r.master_addr for r in runs} == {rank0.dns_name}, "MASTER_ADDR must resolve to rank 0's pod"
     (port,) = {r.master_port for r in runs}
-    assert port == spec.master_port
+    assert port == plan_for(spec).master_port
     assert rank0.ports == DECLARED_PORTS[target](port), "rank 0 must declare the port the others connect to"
     assert {r.rdzv_backend for r in runs} == {"static"}
     if gpus:
@@ -69,7 +70,7 @@ def test_elastic_layout_wiring(target: str, low: int, high: int) -> None:
 
 def test_trainjob_refuses_elastic_layouts() -> None:
     with pytest.raises(SpecError, match=r"^nodes: the trainjob target has no elastic policy"):
-        JobSpec.from_dict({"target": "trainjob", "nodes": "2:4", "name": "tj"})
+        plan_for(JobSpec.from_dict({"target": "trainjob", "nodes": "2:4", "name": "tj"}))
 
 
 def test_user_script_and_args_reach_torchrun() -> None:
@@ -108,8 +109,8 @@ GROUP_LAYOUTS = {"4+3": [4, 3], "2x8+1x4": [8, 8, 4], "1x1+3x2": [1, 2, 2, 2]}
 
 
 def _layout_spec(target: str, layout: str, gpus: int | None = None) -> JobSpec:
-    from ddpctl.config import merged_layers
-    from ddpctl.options import parse_layout
+    from ddpctl.commands.options import parse_layout
+    from ddpctl.spec.sources import merged_layers
 
     flags = {"target": target, "name": "wire", "nodeGroups": parse_layout("--layout", layout)}
     if gpus is not None:
@@ -129,7 +130,7 @@ def test_node_group_wiring(target: str, layout: str) -> None:
 
     if not _supported(target, layout):
         with pytest.raises(SpecError, match=r"^nodeGroups: the pytorchjob target .*use target job or jobset"):
-            _layout_spec(target, layout)
+            plan_for(_layout_spec(target, layout))
         return
     objects = render(_layout_spec(target, layout))
     require_crds()
@@ -164,7 +165,7 @@ def test_cpu_layout_has_no_gpu_limits(target: str) -> None:
 
 def test_trainjob_refuses_node_groups() -> None:
     with pytest.raises(SpecError, match=r"^nodeGroups: .*Trainer v2 has a single numProcPerNode"):
-        _layout_spec("trainjob", "4+3")
+        plan_for(_layout_spec("trainjob", "4+3"))
 
 
 @pytest.mark.parametrize(
@@ -198,7 +199,7 @@ def test_node_groups_with_uniform_keys_or_elastic_are_refused() -> None:
     with pytest.raises(SpecError, match=r"^nodeGroups: is set together with nodes"):
         JobSpec.from_dict({"nodeGroups": groups, "nodes": 2})
     with pytest.raises(SpecError, match=r"^rendezvous.mode: node groups need static rendezvous"):
-        JobSpec.from_dict({"nodeGroups": groups, "rendezvous": {"mode": "c10d"}})
+        plan_for(JobSpec.from_dict({"nodeGroups": groups, "rendezvous": {"mode": "c10d"}}))
 
 
 def test_group_scheduling_fields_reach_their_pods_only() -> None:
@@ -239,6 +240,7 @@ def test_group_scheduling_fields_reach_their_pods_only() -> None:
 
 def test_uniform_layout_is_the_one_group_case() -> None:
     spec = JobSpec(nodes=3, gpus_per_node=2)
-    assert [n.nproc for n in spec.nodes_layout] == [2, 2, 2]
-    assert [n.ranks for n in spec.nodes_layout] == [range(2), range(2, 4), range(4, 6)]
+    nodes = plan_for(spec).nodes
+    assert [n.nproc for n in nodes] == [2, 2, 2]
+    assert [n.ranks for n in nodes] == [range(2), range(2, 4), range(4, 6)]
     assert spec.to_dict()["nodeGroups"] == []

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddpctl.build import content_hash, context_files, parse_dockerignore, repo_of
+from ddpctl.image.build import content_hash, context_files, parse_dockerignore, repo_of
 
 from tests.support import REPO, skip_unless
 from tests.support.docker import BASE_IMAGE, docker_works, image_present
@@ -75,7 +75,7 @@ def test_dockerignore_keeps_only_the_dockerfile_and_the_trainer() -> None:
     ],
 )
 def test_dockerignore_semantics_follow_docker(patterns: str, path: str, ignored: bool) -> None:
-    from ddpctl.build import is_ignored
+    from ddpctl.image.build import is_ignored
 
     assert is_ignored(path, parse_dockerignore(patterns)) is ignored
 

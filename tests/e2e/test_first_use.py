@@ -366,8 +366,8 @@ def test_an_agent_that_dies_on_its_own_is_named_with_its_exception() -> None:
     import io
 
     from ddpctl.console import Console
-    from ddpctl.local_run import _show
-    from ddpctl.supervise import JobState, describe_failure
+    from ddpctl.runners.local import _show
+    from ddpctl.runners.supervise import JobState, describe_failure
 
     state = JobState("ddp-train", 2, 4)
     console = Console(io.StringIO(), io.StringIO(), color=False, live_status=False)
@@ -444,7 +444,7 @@ T0, T1 = "2026-12-01_09:57:20", "2026-12-01_09:57:21"
     ],
 )
 def test_the_failure_summary_blames_torchruns_root_cause(reports, rank_errors, expected) -> None:
-    from ddpctl.supervise import JobState, describe_failure
+    from ddpctl.runners.supervise import JobState, describe_failure
 
     state = JobState("ddp-train", 2, 4)
     for rank, error in rank_errors.items():
@@ -455,7 +455,7 @@ def test_the_failure_summary_blames_torchruns_root_cause(reports, rank_errors, e
 
 
 def test_torchruns_omp_banner_is_shown_once_and_other_agent_lines_stay() -> None:
-    from ddpctl.supervise import JobState
+    from ddpctl.runners.supervise import JobState
 
     banner = [
         "",

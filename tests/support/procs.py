@@ -1,5 +1,5 @@
 """Process-tree helpers the tests use to check that nothing outlives a run (ddpctl itself needs
-only `ddpctl.procs.subtree` over one /proc scan)."""
+only `ddpctl.runners.procs.subtree` over one /proc scan)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from ddpctl.procs import kill_if_same, stat_map, subtree
+from ddpctl.runners.procs import kill_if_same, stat_map, subtree
 
 from tests.support import REPO
 

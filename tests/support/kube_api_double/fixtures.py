@@ -32,7 +32,7 @@ def isolated_kube(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.delenv("KUBECONFIG", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
     monkeypatch.delenv("KUBERNETES_SERVICE_PORT", raising=False)
-    from ddpctl.kube import config as kconfig
+    from ddpctl.cluster import config as kconfig
 
     monkeypatch.setattr(kconfig, "RETRY_BACKOFF", 0.01)
     monkeypatch.setattr(kconfig, "CONNECT_TIMEOUT", 2.0)

@@ -7,8 +7,8 @@ import socket
 
 import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rather than skips
 import pytest
-from ddpctl.kube import errors as E
-from ddpctl.kube.kinds import JOB, PYTORCHJOB
+from ddpctl.cluster import errors as E
+from ddpctl.cluster.kinds import JOB, PYTORCHJOB
 
 from tests.support.api import NAME, NS, one_error
 
@@ -233,7 +233,7 @@ def test_a_silent_server_is_reported_then_given_up_on(
     timeout (urllib3 must not retry the read behind ddpctl's back)."""
     c = make_cluster()
     path = c.double.write_kubeconfig(tmp_path / "silent", context="silent", server=silent_server)
-    from ddpctl.kube import config as kconfig
+    from ddpctl.cluster import config as kconfig
 
     monkeypatch.setattr(kconfig, "WAITING_NOTICE_AFTER", 0.2)
     args = [*command, "--kubeconfig", str(path)]
@@ -268,7 +268,7 @@ def test_only_a_dropped_connection_is_retried(method: str, error_name: str, retr
     import http.client
 
     import urllib3
-    from ddpctl.kube.config import retry_policy
+    from ddpctl.cluster.config import retry_policy
     from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError
 
     policy = retry_policy(urllib3)

@@ -264,7 +264,7 @@ def test_logs_follow_with_timestamps_picks_up_a_dropped_stream(cli, make_cluster
     ],
 )
 def test_log_timestamps(stamp, ns):
-    from ddpctl.kube.logs import stamp_ns
+    from ddpctl.cluster.logs import stamp_ns
 
     assert stamp_ns(stamp) == ns
 

@@ -269,7 +269,7 @@ def test_forbidden_names_the_verb_and_resource(cli, make_cluster):
 
 
 def test_interrupt_during_apply_rolls_back(cli, make_cluster, monkeypatch):
-    from ddpctl.kube import apply as A
+    from ddpctl.cluster import apply as A
 
     c = make_cluster()
     real = A.apply_one
@@ -335,7 +335,7 @@ def test_build_builds_and_pushes_first_and_submits_that_image(cli, make_cluster,
         built.append((spec.name, push))
         return "registry.example.com/team/trainer@sha256:" + "a" * 64
 
-    monkeypatch.setattr("ddpctl.build.build_image", build_image)
+    monkeypatch.setattr("ddpctl.image.build.build_image", build_image)
     c = make_cluster()
     r = cli("submit", *c.args, "-n", NS, "--build")
     assert r.code == 0, r.err
@@ -382,7 +382,7 @@ def test_flag_errors_are_usage_errors(cli, flags, needle):
     ],
 )
 def test_timeout_durations(text, seconds):
-    from ddpctl.kube.flags import parse_duration
+    from ddpctl.cluster.flags import parse_duration
 
     got = parse_duration(text)
     assert got is None if seconds is None else got == pytest.approx(seconds)
@@ -390,8 +390,8 @@ def test_timeout_durations(text, seconds):
 
 @pytest.mark.parametrize("text", ["soon", "5x", "ms", "1.5.5s", "5 m", "m5", "1sm", "-1s"])
 def test_timeout_durations_that_are_not(text):
+    from ddpctl.cluster.flags import parse_duration
     from ddpctl.errors import UsageError
-    from ddpctl.kube.flags import parse_duration
 
     with pytest.raises(UsageError, match="is not a duration"):
         parse_duration(text)
@@ -559,7 +559,7 @@ def test_wait_timeout_exits_3_and_says_why_it_stalls_image_pull(cli, make_cluste
 
 def test_wait_timeout_before_the_pod_watch_synced_still_says_why(cli, make_cluster, monkeypatch):
     """A loaded machine: the pod watch has not delivered its first list when --timeout passes."""
-    from ddpctl.kube import watch as W
+    from ddpctl.cluster import watch as W
 
     real_run = W.Watcher.run
 

@@ -1,12 +1,12 @@
-"""ddpctl.kube.watch, the parts that need no API: which Warning events mean the job's pods cannot
+"""ddpctl.cluster.watch, the parts that need no API: which Warning events mean the job's pods cannot
 be created (and the line `--wait` says for each, with the engine's hint for a container its
 controller added), and a stall summary read from a pod's termination message."""
 
 from __future__ import annotations
 
 import pytest
-from ddpctl.kube.kinds import JOB, JOBSET, PYTORCHJOB
-from ddpctl.kube.watch import refusal, stalled_node
+from ddpctl.cluster.kinds import JOB, JOBSET, PYTORCHJOB
+from ddpctl.cluster.watch import refusal, stalled_node
 
 PSA = (
     'pods "{pod}" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false '

@@ -233,7 +233,7 @@ def test_the_highest_layer_picks_the_entrypoint(
 
 def test_init_leaves_context_dependent_keys_unset(cli, tmp_path: Path) -> None:
     """After `init`, submit still picks the engine and the context's namespace."""
-    from ddpctl.config import merged_layers
+    from ddpctl.spec.sources import merged_layers
 
     assert cli("init").code == 0
     chosen = merged_layers({}, tmp_path / "ddp.yaml")

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from ddpctl import exit_codes
-from ddpctl.render import render
-from ddpctl.spec import JobSpec
+from ddpctl.engines import plan_for
+from ddpctl.manifests.render import render
+from ddpctl.spec.model import JobSpec
+from ddpctl_trainer import protocol
 
 
 @dataclass(frozen=True)
@@ -34,11 +35,11 @@ class PodEnd:
 
 NODES = 3
 SCENARIOS: dict[str, list[PodEnd]] = {
-    "usage error": [PodEnd(exit_codes.USAGE)] * NODES,
-    "preempted": [PodEnd(exit_codes.PREEMPTED), PodEnd(exit_codes.PREEMPTED, disrupted=True), PodEnd(143)],
-    "worker killed": [PodEnd(exit_codes.PEER_LOST), PodEnd(exit_codes.KILLED), PodEnd(exit_codes.PEER_LOST)],
-    "crash": [PodEnd(1), PodEnd(exit_codes.PEER_LOST), PodEnd(exit_codes.PEER_LOST)],
-    "stall": [PodEnd(exit_codes.STALLED)] * NODES,
+    "usage error": [PodEnd(protocol.EXIT_USAGE)] * NODES,
+    "preempted": [PodEnd(protocol.EXIT_PREEMPTED), PodEnd(protocol.EXIT_PREEMPTED, disrupted=True), PodEnd(143)],
+    "worker killed": [PodEnd(protocol.EXIT_PEER_LOST), PodEnd(protocol.EXIT_KILLED), PodEnd(protocol.EXIT_PEER_LOST)],
+    "crash": [PodEnd(1), PodEnd(protocol.EXIT_PEER_LOST), PodEnd(protocol.EXIT_PEER_LOST)],
+    "stall": [PodEnd(protocol.EXIT_STALLED)] * NODES,
 }
 FAILS, FREE_RESTART, COUNTED_RESTART = "fails at once", "restarts, not counted", "restarts, counted"
 
@@ -208,7 +209,7 @@ def test_pytorchjob_exit_code_policy_retries_what_a_restart_can_cure(scenario: s
 
 @pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob"])
 def test_local_runs_retry_the_codes_the_rendered_rules_retry(target: str) -> None:
-    """`run --local/--docker` ask the engine (spec.engine.retriable); it must agree with the
+    """`run --local/--docker` ask the plan (plan.retriable, the engine's rule); it must agree with the
     controller reading the rendered object about each node's own exit code."""
     spec = JobSpec.from_dict({"target": target, "nodes": NODES, "name": "fr"})
     objects = render(spec)
@@ -222,7 +223,7 @@ def test_local_runs_retry_the_codes_the_rendered_rules_retry(target: str) -> Non
             rendered = jobset_outcomes(jobset, [end]) != {FAILS}
         else:
             rendered = kubeflow_retryable(code)
-        assert spec.engine.retriable(spec, code) == rendered, (target, code)
+        assert plan_for(spec).retriable(code) == rendered, (target, code)
 
 
 @pytest.mark.parametrize("target", ["job", "jobset"])

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import yaml
 from ddpctl.errors import SpecError
-from ddpctl.render import render, render_text, to_yaml_documents
-from ddpctl.spec import TARGETS, JobSpec
-from ddpctl.yamlsafe import quote
+from ddpctl.manifests.render import render, render_text, to_yaml_documents
+from ddpctl.manifests.yamlsafe import quote
+from ddpctl.spec.model import TARGETS, JobSpec
 
 from tests.support.hostile import HOSTILE
 
@@ -83,7 +83,7 @@ def test_structural_strings_are_refused(field: str, value: object) -> None:
 
 def test_templates_refuse_unfiltered_strings(monkeypatch: pytest.MonkeyPatch) -> None:
     """A template printing a raw string (not through the `y` filter) is a render error."""
-    from ddpctl import render as render_module
+    from ddpctl.manifests import render as render_module
 
     env = render_module._environment()
     template = env.from_string("name: {{ v.name }}\n")
@@ -121,7 +121,7 @@ def _shape(obj, path=""):
 def test_template_bytecode_cache_needs_a_private_directory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cached template code is only loaded from a directory nobody else can write."""
     import jinja2
-    from ddpctl.render import _bytecode_cache
+    from ddpctl.manifests.render import _bytecode_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     assert _bytecode_cache(jinja2) is not None

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from ddpctl.console import make_console
-from ddpctl.spec import JobSpec
-from ddpctl.supervise import Failure, JobFailed, JobState, NodeFailed, run_with_restarts
+from ddpctl.engines import plan_for
+from ddpctl.runners.supervise import Failure, JobFailed, JobState, NodeFailed, run_with_restarts
+from ddpctl.spec.model import JobSpec
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,12 @@ LEFT = "; --backoff-limit 0 turns restarts off)"
 def _run(spec: JobSpec, script: Script, checkpoints: Path | None = None) -> str:
     err = io.StringIO()
     run_with_restarts(
-        spec, make_console(io.StringIO(), err, False), script, nodes=2, checkpoint_dir=checkpoints, timeout=None
+        plan_for(spec),
+        make_console(io.StringIO(), err, False),
+        script,
+        nodes=2,
+        checkpoint_dir=checkpoints,
+        timeout=None,
     )
     return err.getvalue()
 
@@ -220,7 +226,7 @@ def test_a_different_failure_after_a_restart_is_retried() -> None:
 
 
 def test_free_starts_are_capped() -> None:
-    from ddpctl.supervise import MAX_FREE_STARTS
+    from ddpctl.runners.supervise import MAX_FREE_STARTS
 
     script = Script([PREEMPTED] * (MAX_FREE_STARTS + 2))
     with pytest.raises(JobFailed):
@@ -253,7 +259,7 @@ def test_the_timeout_left_is_handed_to_each_start() -> None:
         return next(outcomes)
 
     run_with_restarts(
-        JobSpec(name="w", backoff_limit=3),
+        plan_for(JobSpec(name="w", backoff_limit=3)),
         make_console(io.StringIO(), io.StringIO(), False),
         start_group,
         nodes=2,
@@ -269,7 +275,7 @@ def test_the_timeout_left_is_handed_to_each_start() -> None:
 )
 def test_each_start_of_the_group_logs_to_its_own_file(attempt: int, name: str) -> None:
     """A restart must not overwrite the logs of the start that failed (they say why)."""
-    from ddpctl.supervise import attempt_log
+    from ddpctl.runners.supervise import attempt_log
 
     assert attempt_log(Path("logs") / "node-1.log", attempt) == Path("logs") / name
 
@@ -277,7 +283,7 @@ def test_each_start_of_the_group_logs_to_its_own_file(attempt: int, name: str) -
 def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
     """Rank 0 exited 138 a second before rank 3 crashed (its peer's connection broke first): the
     crash is the cause, whatever the times say."""
-    from ddpctl.supervise import cause_of_failure
+    from ddpctl.runners.supervise import cause_of_failure
 
     state = JobState("job", 2, 4)
     state.failures += [Failure(0, 0, 0, 138, time="10:00:01", root_cause=True), Failure(1, 3, 1, 1, time="10:00:02")]
@@ -301,7 +307,7 @@ def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
 def test_a_rank_killed_at_exit_after_every_other_finished(
     failures: list[Failure], node_codes: dict[int, int], stopped: set[int], waited: set[int], finished: bool
 ) -> None:
-    from ddpctl.supervise import died_after_finishing
+    from ddpctl.runners.supervise import died_after_finishing
 
     state = JobState("w", len(node_codes), max(len(node_codes), 1))
     state.failures += failures
@@ -331,8 +337,8 @@ def test_node_0_failing_to_bind_its_port_is_the_runners_problem(node: int, line:
 
 
 def test_each_start_gets_its_port_and_a_rendezvous_id_of_its_own() -> None:
-    from ddpctl.local_run import plan_local
-    from ddpctl.run_env import start_env
+    from ddpctl.runners.local import plan_local
+    from ddpctl.runners.node_env import start_env
 
     plan = plan_local(JobSpec(name="w", nodes=2, procs_per_node=1, gpus_per_node=0), cwd=Path.cwd())
     env = start_env(plan.nodes[1].env, 40123, "w-abcd-1")
@@ -346,7 +352,7 @@ def test_each_start_gets_its_port_and_a_rendezvous_id_of_its_own() -> None:
 def test_a_crashed_rank_that_torchrun_stopped_on_its_way_out_is_still_the_cause() -> None:
     """Rank 3 raised, then its peer on the same node lost it (138) first and torchrun SIGTERMed rank
     3 before it exited 1: the crash is still named, and it is the same failure as a plain exit 1."""
-    from ddpctl.supervise import describe_failure, failure_signature
+    from ddpctl.runners.supervise import describe_failure, failure_signature
 
     def state(rank3_code: int) -> JobState:
         s = JobState("w", 2, 4)

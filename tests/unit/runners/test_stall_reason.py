@@ -1,9 +1,10 @@
-"""The trainer's stall summary condensed into one failure reason (ddpctl.stall), from real output."""
+"""The trainer's stall summary condensed into one failure reason (ddpctl.runners.stall), from real output."""
 
 from __future__ import annotations
 
 import pytest
-from ddpctl.stall import EXIT_STALLED, SUMMARY_TAG, stall_reason
+from ddpctl.runners.stall import stall_reason
+from ddpctl_trainer.protocol import STALL_SUMMARY_TAG as SUMMARY_TAG
 
 FORWARD = """\
 [rank 1] epoch 1/3 step 2/2 loss 2.3119 2041.8 samples/s
@@ -59,20 +60,3 @@ ALONE = (
 )
 def test_stall_reason(text: str, reason: str | None) -> None:
     assert stall_reason(text.splitlines(keepends=True)) == reason
-
-
-def test_the_cli_and_the_trainer_agree_on_the_tag_and_exit_code() -> None:
-    from ddpctl_trainer import watchdog
-
-    assert (SUMMARY_TAG, EXIT_STALLED) == (watchdog.SUMMARY_TAG, watchdog.EXIT_STALLED)
-
-
-def test_the_cli_and_the_trainer_agree_on_the_exit_codes() -> None:
-    """The runners and the rendered failure rules read the launcher's codes (ddpctl.exit_codes):
-    they must be the trainer's."""
-    from ddpctl import exit_codes
-    from ddpctl_trainer import errors
-
-    assert exit_codes.USAGE == errors.EXIT_USAGE
-    assert exit_codes.PREEMPTED == errors.EXIT_PREEMPTED
-    assert exit_codes.PEER_LOST == errors.EXIT_PEER_LOST

@@ -1,4 +1,6 @@
-"""JobSpec validation and derived values, table-driven."""
+"""ddpctl.spec: what a JobSpec accepts and refuses, table-driven. A spec is refused when it is made
+(its own rules) or when its engine plans it (what the target cannot run): both count as refused,
+with the field named."""
 
 from __future__ import annotations
 
@@ -6,23 +8,9 @@ import dataclasses
 from typing import Any
 
 import pytest
+from ddpctl.engines import plan_for
 from ddpctl.errors import SpecError
-from ddpctl.spec import JobSpec
-
-VALID = [
-    ({}, 2, 2, 4),
-    ({"nodes": 1, "gpusPerNode": 8}, 1, 8, 8),
-    ({"nodes": 4, "gpusPerNode": 4, "procsPerNode": 2}, 4, 2, 8),
-    ({"nodes": 3, "procsPerNode": 5}, 3, 5, 15),
-    ({"nodes": "1:4", "gpusPerNode": 2}, 4, 2, 8),
-    ({"nodes": 64, "gpusPerNode": 8, "target": "pytorchjob"}, 64, 8, 512),
-]
-
-
-@pytest.mark.parametrize("data,replicas,nproc,world", VALID)
-def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) -> None:
-    spec = JobSpec.from_dict(data)
-    assert (spec.replicas, spec.nproc_per_node, spec.world_size) == (replicas, nproc, world)
+from ddpctl.spec.model import JobSpec
 
 
 @pytest.mark.parametrize(
@@ -97,7 +85,7 @@ def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) ->
 )
 def test_invalid_specs_name_the_field_and_fix(data: dict, field: str) -> None:
     with pytest.raises(SpecError) as info:
-        JobSpec.from_dict(data)
+        plan_for(JobSpec.from_dict(data))
     assert info.value.field == field
     message = str(info.value)
     assert message.startswith(f"{field}: ") and "\n" not in message
@@ -137,129 +125,19 @@ def test_to_dict_round_trips(data: dict) -> None:
     assert JobSpec.from_dict(spec.to_dict()) == spec
 
 
-@pytest.mark.parametrize(
-    "data,backend,mode",
-    [
-        ({}, "gloo", "static"),
-        ({"gpusPerNode": 1}, "nccl", "static"),
-        ({"nodes": "1:2"}, "gloo", "c10d"),
-        ({"gpusPerNode": 1, "backend": "gloo"}, "gloo", "static"),
-    ],
-)
-def test_backend_and_rendezvous_auto(data: dict, backend: str, mode: str) -> None:
-    spec = JobSpec.from_dict(data)
-    assert (spec.resolved_backend, spec.rdzv_mode) == (backend, mode)
-
-
-_FR = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
-
-
-@pytest.mark.parametrize(
-    ("data", "expected"),
-    [
-        pytest.param({}, {}, id="cpu-defaults-nothing"),
-        pytest.param({"stallTimeout": 90}, {"DDP_TRAINER_STALL_TIMEOUT": "90"}, id="stall-timeout"),
-        pytest.param({"stallTimeout": 0}, {"DDP_TRAINER_STALL_TIMEOUT": "0"}, id="stall-watchdog-off"),
-        pytest.param({"gpusPerNode": 2}, _FR, id="gpu-flight-recorder-default-dump-file"),
-        pytest.param(
-            {"gpusPerNode": 2, "volumes": {"checkpoints": {"claimName": "c", "mountPath": "/ckpt/"}}},
-            {**_FR, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/ckpt/nccl_trace_rank_"},
-            id="gpu-flight-recorder-dumps-next-to-checkpoints",
-        ),
-        pytest.param(
-            {"gpusPerNode": 2, "env": {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}},
-            {**_FR, "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"},
-            id="user-env-turns-it-off",
-        ),
-    ],
-)
-def test_hang_evidence_env(data: dict, expected: dict) -> None:
-    """The stall watchdog's timeout and, on GPUs, the NCCL flight recorder reach the container env."""
-    env = JobSpec.from_dict(data).container_env()
-    got = {k: v for k, v in env.items() if k == "DDP_TRAINER_STALL_TIMEOUT" or k.startswith("TORCH_NCCL_")}
-    assert got == expected
-
-
-@pytest.mark.parametrize(
-    ("data", "expected"),
-    [
-        ({}, None),  # unset: the trainer's own default
-        ({"collectiveTimeout": 900}, "900"),
-        ({"collectiveTimeout": 60, "stallTimeout": 0}, "60"),  # the watchdog off: any timeout
-        ({"collectiveTimeout": 900, "module": None, "script": "train.py"}, None),  # only our trainer reads it
-    ],
-)
-def test_collective_timeout_reaches_the_trainer_as_its_process_group_timeout(data: dict, expected: str | None) -> None:
-    assert JobSpec.from_dict(data).container_env().get("DDP_TRAINER_TIMEOUT_S") == expected
-
-
 def test_the_spec_knows_the_trainers_timeout_defaults() -> None:
     """The spec checks stallTimeout against collectiveTimeout with the trainer's own defaults."""
-    from ddpctl.spec import TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT
+    from ddpctl.spec.model import TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT
     from ddpctl_trainer.config import TrainConfig
 
     defaults = TrainConfig()
     assert (defaults.timeout_s, defaults.stall_timeout) == (TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT)
 
 
-@pytest.mark.parametrize(
-    ("changes", "limit"),
-    [
-        ({"target": "job", "backoffLimit": 3}, 3),
-        ({"target": "jobset", "backoffLimit": 2}, 2),
-        ({"target": "pytorchjob", "backoffLimit": 3}, 3),  # the trainer: restartPolicy ExitCode
-        ({"target": "pytorchjob", "backoffLimit": 3, "restartPolicy": "Never"}, 0),  # the operator retries nothing
-        ({"target": "pytorchjob", "backoffLimit": 3, "module": "mypkg.train"}, 0),  # plain torchrun: Never
-        ({"target": "pytorchjob", "backoffLimit": 3, "restartPolicy": "OnFailure"}, 3),
-        ({"target": "trainjob", "backoffLimit": 3}, 0),  # the training runtime decides
-    ],
-)
-def test_restart_limit_is_the_engines_rule(changes: dict[str, Any], limit: int) -> None:
-    """`run --local` restarts a failed group as often as the target's controller would."""
-    from ddpctl.restarts import restart_limit
-
-    assert restart_limit(JobSpec.from_dict(changes)) == limit
-
-
-@pytest.mark.parametrize(
-    ("changes", "codes"),
-    [
-        # job and jobset: every failure but a usage error
-        ({"target": "job"}, {1: True, 2: False, 137: True, 138: True, 143: True, 200: True}),
-        ({"target": "jobset"}, {1: True, 2: False, 138: True, 200: True}),
-        ({"target": "job", "restartPolicy": "OnFailure"}, {1: True, 2: True}),  # the kubelet restarts every code
-        # pytorchjob ExitCode: what Kubeflow's operator retries (130, 137, 138, 143), nothing else
-        ({"target": "pytorchjob"}, {1: False, 2: False, 130: True, 137: True, 138: True, 143: True, 200: False}),
-        ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, {1: True, 2: True, 143: True}),
-        ({"target": "pytorchjob", "restartPolicy": "Never"}, {1: False, 143: False}),
-        ({"target": "trainjob"}, {1: False, 143: False}),  # the runtime's to decide
-    ],
-)
-def test_which_exit_codes_the_engines_retry(changes: dict[str, Any], codes: dict[int, bool]) -> None:
-    spec = JobSpec.from_dict(changes)
-    assert {code: spec.engine.retriable(spec, code) for code in codes} == codes
-
-
-@pytest.mark.parametrize(
-    ("changes", "policy"),
-    [
-        ({"target": "job"}, "Never"),
-        ({"target": "jobset"}, "Never"),
-        ({"target": "pytorchjob"}, "ExitCode"),
-        ({"target": "pytorchjob", "module": "mypkg.train"}, "Never"),
-        ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, "OnFailure"),
-        ({"target": "job", "restartPolicy": "OnFailure"}, "OnFailure"),
-    ],
-)
-def test_the_pods_restart_policy_is_the_engines_default_unless_given(changes: dict[str, Any], policy: str) -> None:
-    spec = JobSpec.from_dict(changes)
-    assert spec.engine.pod_restart_policy(spec) == policy
-
-
 @pytest.mark.parametrize("target", ["job", "jobset"])
 def test_exit_code_restart_policy_is_refused_where_no_operator_reads_it(target: str) -> None:
     with pytest.raises(SpecError) as err:
-        JobSpec.from_dict({"target": target, "restartPolicy": "ExitCode"})
+        plan_for(JobSpec.from_dict({"target": target, "restartPolicy": "ExitCode"}))
     assert err.value.field == "restartPolicy" and "pytorchjob" in str(err.value)
 
 
@@ -294,7 +172,7 @@ _RACK = "cloud.ddpctl.io/topology-rack"
 )
 def test_bad_topology_names_the_key(data: dict[str, Any], field: str, problem: str) -> None:
     with pytest.raises(SpecError) as info:
-        JobSpec.from_dict(data)
+        plan_for(JobSpec.from_dict(data))
     assert info.value.field == field and problem in str(info.value), str(info.value)
 
 

@@ -1,0 +1,164 @@
+"""`ddpctl submit`: spec -> target -> objects -> server-side apply -> (wait | follow)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from ddpctl.cluster.flags import DryRun, Format
+from ddpctl.console import plural
+from ddpctl.engines import plan_for
+from ddpctl.errors import SpecError, UsageError
+from ddpctl.spec.sources import SpecInput
+
+if TYPE_CHECKING:
+    from ddpctl.plan import Plan
+
+
+def build_image(spec: Any) -> str:
+    """`--build`: build with `ddpctl build`'s builder and push; returns the pushed reference."""
+    from ddpctl.image import build
+
+    def echo(line: str) -> None:
+        sys.stderr.write(f"[build] {line}\n")
+
+    return build.build_image(spec, push=True, echo=echo)
+
+
+def run(
+    spec_input: SpecInput,
+    *,
+    kubeconfig: str | None,
+    request_timeout: str | None = None,
+    context: str | None,
+    dry_run: DryRun,
+    output: Format | None,
+    build: bool,
+    replace: bool,
+    wait: bool,
+    follow: bool,
+    rank: int | None,
+    timeout: str | None,
+    out: Callable[[str], None],
+    say: Callable[[str], None],
+) -> None:
+    from ddpctl.cluster.config import ClusterOptions
+    from ddpctl.cluster.flags import parse_duration
+    from ddpctl.manifests import render
+
+    timeout_s = parse_duration(timeout)
+    if rank is not None and not follow:
+        raise UsageError("--rank: only with --follow; for a running job use `ddpctl logs NAME --rank N`")
+    if rank is not None and rank < 0:
+        raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
+    if dry_run is not DryRun.none and (wait or follow or build or replace):
+        used = next(
+            f for f, on in (("--wait", wait), ("--follow", follow), ("--build", build), ("--replace", replace)) if on
+        )
+        raise UsageError(f"{used} cannot be combined with --dry-run={dry_run.value}; drop one of them")
+
+    flags = dict(spec_input.flags)
+    explicit_auto = flags.get("target") == "auto"
+    if explicit_auto:
+        del flags["target"]
+    base = SpecInput(flags=flags, config=spec_input.config)
+    chosen = base.chosen()  # what the user set (file, env, flags), no defaults
+    auto = explicit_auto or "target" not in chosen
+
+    def fmt(objects: list[dict[str, Any]]) -> str:
+        return render.to_json_list(objects) if output is Format.json else render.to_yaml_documents(objects)
+
+    if dry_run is DryRun.client:
+        spec = base.spec()  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`
+        if auto:
+            say(
+                f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; "
+                "pass --target to choose)"
+            )
+        objects = render.render(spec)
+        if output is None:
+            for obj in objects:
+                from ddpctl.cluster.kinds import kind_of
+
+                out(f"{kind_of(obj).ref(obj['metadata']['name'])} created (dry run)")
+        else:
+            out(fmt(objects).rstrip("\n"))
+        return
+
+    spec0 = base.spec(target="job") if auto else base.spec()
+    pods = plan_for(spec0).replicas  # a bad spec fails before any cluster contact
+    if rank is not None and rank >= pods:  # the node count does not depend on the target
+        raise UsageError(
+            f"--rank: node rank {rank} is out of range; job {spec0.name} has {plural(pods, 'node')}, "
+            f"node ranks 0-{pods - 1}"
+        )
+    if build:
+        image = build_image(spec0)
+        say(f"ddpctl: built and pushed {image}")
+        flags["image"] = image
+        base = SpecInput(flags=flags, config=spec_input.config)
+
+    from ddpctl.cluster import apply as A
+    from ddpctl.cluster import discovery
+    from ddpctl.cluster.config import connect
+    from ddpctl.cluster.follow import follow_job
+    from ddpctl.cluster.kinds import BY_TARGET, rank_notice
+
+    with connect(ClusterOptions(kubeconfig, context, chosen.get("namespace"), request_timeout)) as cluster:
+        engines = discovery.discover(cluster)
+        overrides: dict[str, Any] = {}
+        if "namespace" not in chosen:
+            overrides["namespace"] = cluster.namespace
+        if auto:
+            plan, why = _first_that_plans(base, discovery.candidates(engines), overrides)
+            say(f"ddpctl: target {plan.spec.target}: {why}")
+        else:
+            plan = plan_for(base.spec(**overrides))
+            discovery.require(engines, plan.spec.target)
+        spec, objects = plan.spec, render.render_plan(plan)
+        server_dry = dry_run is DryRun.server
+        if plan.restart_starts_from_scratch:
+            say(f"ddpctl: warning: {plan.restart_starts_from_scratch}")
+        applied = A.submit(
+            cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say
+        )
+        if spec.queue or spec.workload_priority_class:
+            from ddpctl.cluster.admission import queue_warnings
+
+            top = next(a.obj for a in applied if a.kind is BY_TARGET[spec.target])
+            for note in queue_warnings(cluster, spec.target, top, spec.queue):
+                say(f"ddpctl: warning: {note}")
+        if output is not None:
+            out(fmt([a.obj for a in applied]).rstrip("\n"))
+        else:
+            suffix = " (server dry run)" if server_dry else ""
+            for a in applied:
+                out(f"{a.kind.ref(a.obj['metadata']['name'])} {'created' if a.created else 'configured'}{suffix}")
+        if server_dry:
+            return
+        kind = BY_TARGET[spec.target]
+        job = next(a.obj for a in applied if a.kind is kind)
+        if not (wait or follow):
+            say(
+                f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status "
+                f"{spec.name} -n {spec.namespace}`"
+            )
+            return
+        notice = rank_notice(job, spec.name, rank) if rank is not None else None
+        if notice:
+            say(notice)
+        follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
+
+
+def _first_that_plans(
+    base: SpecInput, candidates: list[tuple[str, str]], overrides: dict[str, Any]
+) -> tuple[Plan, str]:
+    """--target auto: the first engine (best first) that can run the spec, and why it was chosen."""
+    notes: list[str] = []
+    for target, reason in candidates:
+        try:
+            return plan_for(base.spec(target=target, **overrides)), reason + (f"; {notes[0]}" if notes else "")
+        except SpecError as exc:
+            notes.append(f"{target} cannot run this spec ({exc.message})")
+    raise AssertionError(f"no engine can run the spec ({'; '.join(notes)})")  # job, the last candidate, runs any

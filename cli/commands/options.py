@@ -1,0 +1,377 @@
+"""The spec flags shared by `render`, `run` and `submit`, declared once.
+
+`spec_options` adds every flag below to a Typer command and hands the command one `SpecInput`
+(the flags as a camelCase layer, plus --config), so the commands stay thin and agree on flags.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import re
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import typer
+from ddpctl.engines import TARGETS
+from ddpctl.errors import UsageError
+from ddpctl.spec.sources import SpecInput, set_path
+from typer.core import TyperCommand
+
+
+def _split_pair(flag: str, text: str, sep: str = "=") -> tuple[str, str]:
+    key, found, value = text.partition(sep)
+    if not found or not key:
+        raise UsageError(f"{flag}: {text!r} is not KEY{sep}VALUE; write it like {flag} KEY{sep}VALUE")
+    return key, value
+
+
+def _volume(flag: str, text: str) -> tuple[str, dict[str, Any]]:
+    """NAME=CLAIM:/mount/path[:ro]"""
+    name, rest = _split_pair(flag, text)
+    parts = rest.split(":")
+    if len(parts) not in (2, 3) or not parts[0] or not parts[1] or (len(parts) == 3 and parts[2] not in ("ro", "rw")):
+        raise UsageError(f"{flag}: {text!r} is not NAME=CLAIM:/mount/path[:ro]; e.g. {flag} data=imagenet-pvc:/data:ro")
+    return name, {"claimName": parts[0], "mountPath": parts[1], "readOnly": len(parts) == 3 and parts[2] == "ro"}
+
+
+def _secret_env(flag: str, text: str) -> tuple[str, dict[str, str]]:
+    """VAR=SECRET:KEY"""
+    var, ref = _split_pair(flag, text)
+    secret, found, key = ref.partition(":")
+    if not found or not secret or not key:
+        raise UsageError(f"{flag}: {text!r} is not VAR=SECRET:KEY; e.g. {flag} WANDB_API_KEY=wandb:api-key")
+    return var, {"secret": secret, "key": key}
+
+
+def _toleration(flag: str, text: str) -> dict[str, str]:
+    """KEY[=VALUE][:EFFECT]; without a value the operator is Exists."""
+    body, _, effect = text.partition(":")
+    key, has_value, value = body.partition("=")
+    if not key:
+        raise UsageError(f"{flag}: {text!r} has no key; write it like {flag} gpu=true:NoSchedule")
+    tol = {"key": key, "operator": "Equal" if has_value else "Exists"}
+    if has_value:
+        tol["value"] = value
+    if effect:
+        tol["effect"] = effect
+    return tol
+
+
+def _topology(flag: str, text: str) -> dict[str, Any]:
+    """required:LEVEL, preferred:LEVEL or unconstrained; sets all three, so it replaces a file's mode."""
+    mode, _, level = text.partition(":")
+    if mode == "unconstrained" and not level:
+        return {"required": None, "preferred": None, "unconstrained": True}
+    if mode in ("required", "preferred") and level:
+        return {"required": None, "preferred": None, "unconstrained": False, mode: level}
+    raise UsageError(
+        f"{flag}: {text!r} is not required:LEVEL, preferred:LEVEL or unconstrained; "
+        f"e.g. {flag} required:cloud.google.com/gce-topology-block (LEVEL: a node label of Kueue's Topology)"
+    )
+
+
+def _topology_slice(flag: str, text: str) -> dict[str, Any]:
+    """LEVEL:SIZE, slices of SIZE pods each in one domain of LEVEL."""
+    level, _, size = text.rpartition(":")
+    if not level or not size.isdigit():
+        raise UsageError(f"{flag}: {text!r} is not LEVEL:SIZE; e.g. {flag} cloud.google.com/gce-topology-host:2")
+    return {"sliceLevel": level, "sliceSize": int(size)}
+
+
+_LAYOUT_TERM = re.compile(r"(?:([0-9]+)x)?([0-9]+)")
+
+
+def parse_layout(flag: str, text: str) -> list[dict[str, Any]]:
+    """`4+3` (a node of 4 processes and one of 3) or `2x8+1x4` (two nodes of 8, one of 4): one
+    node group per term, named g0, g1, ... `gpusPerNode` is left open (None): one GPU per process
+    unless --gpus 0 says CPU processes, decided once every layer is merged (config.merged_layers)."""
+    groups: list[dict[str, Any]] = []
+    for i, term in enumerate(text.replace(" ", "").split("+")):
+        match = _LAYOUT_TERM.fullmatch(term)
+        nodes, procs = (int(match.group(1) or 1), int(match.group(2))) if match else (0, 0)
+        if not match or nodes < 1 or procs < 1:
+            raise UsageError(
+                f"{flag}: {text!r} is not a layout; write processes per node joined by '+', "
+                f"e.g. {flag} 4+3 (one node of 4, one of 3) or {flag} 2x8+1x4 (two nodes of 8, one of 4)"
+            )
+        groups.append({"name": f"g{i}", "nodes": nodes, "gpusPerNode": None, "procsPerNode": procs})
+    return groups
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One spec flag: its option names, the spec path it sets, and how to read it."""
+
+    names: tuple[str, ...]
+    path: str
+    help: str
+    kind: str = "str"  # str | int | list | map | volumes | secretEnv | tolerations | shell | layout | topology
+
+    @property
+    def repeatable(self) -> bool:
+        return self.kind in ("list", "map", "volumes", "secretEnv", "tolerations")
+
+    @property
+    def param(self) -> str:
+        return "flag_" + self.names[0].lstrip("-").replace("-", "_")
+
+
+SPEC_FLAGS: tuple[Flag, ...] = (
+    Flag(("--name",), "name", "Job name (a DNS-1035 label)."),
+    Flag(("--namespace", "-n"), "namespace", "Namespace of the job's objects."),
+    Flag(
+        ("--target", "-t"),
+        "target",
+        f"Engine: {', '.join(TARGETS)} (job: Indexed Job + Service); submit also takes auto (its default).",
+    ),
+    Flag(("--image",), "image", "Trainer container image."),
+    Flag(("--image-pull-policy",), "imagePullPolicy", "Always, IfNotPresent or Never."),
+    Flag(("--image-pull-secret",), "imagePullSecrets", "Secret for pulling the image (repeatable).", "list"),
+    Flag(("--module", "-m"), "module", "Python module torchrun runs (default: the ddpctl trainer)."),
+    Flag(("--script",), "script", "Python script torchrun runs instead of a module."),
+    Flag(("--command",), "command", "Full container command replacing torchrun (shell-quoted string).", "shell"),
+    Flag(("--nodes",), "nodes", "Nodes (pods): N, or MIN:MAX for an elastic job."),
+    Flag(("--gpus",), "gpusPerNode", "GPUs per node (0 = CPU with gloo).", "int"),
+    Flag(
+        ("--layout",),
+        "nodeGroups",
+        "Nodes of different sizes: processes per node joined by '+', e.g. 4+3 or 2x8+1x4 "
+        "(one GPU each, or CPU processes with --gpus 0); replaces --nodes/--procs.",
+        "layout",
+    ),
+    Flag(("--procs",), "procsPerNode", "Processes per node (default: one per GPU, or 2 on CPU).", "int"),
+    Flag(("--backend",), "backend", "auto (nccl with GPUs, gloo without), nccl or gloo."),
+    Flag(("--rdzv",), "rendezvous.mode", "Rendezvous: auto, static (master address) or c10d."),
+    Flag(("--port",), "rendezvous.port", "Rendezvous / master port.", "int"),
+    Flag(("--max-restarts",), "rendezvous.maxRestarts", "torchrun restarts of the worker group.", "int"),
+    Flag(("--cpu",), "resources.cpu", "CPU request per pod, e.g. 8 or 500m."),
+    Flag(("--memory",), "resources.memory", "Memory request and limit per pod, e.g. 32Gi."),
+    Flag(("--gpu-resource",), "resources.gpuResource", "GPU resource name (default nvidia.com/gpu)."),
+    Flag(("--shm-size",), "shmSize", "Size of the memory-backed /dev/shm."),
+    Flag(("--env", "-e"), "env", "Environment variable KEY=VALUE (repeatable).", "map"),
+    Flag(("--env-from-secret",), "envFromSecrets", "Load every key of a Secret as env (repeatable).", "list"),
+    Flag(("--secret-env",), "secretEnv", "VAR=SECRET:KEY, an env var read from a Secret (repeatable).", "secretEnv"),
+    Flag(
+        ("--volume", "-v"),
+        "volumes",
+        "NAME=CLAIM:/path[:ro], a PVC mount; names data and checkpoints feed the trainer (repeatable).",
+        "volumes",
+    ),
+    Flag(("--node-selector",), "nodeSelector", "Node label KEY=VALUE the pods need (repeatable).", "map"),
+    Flag(("--toleration",), "tolerations", "KEY[=VALUE][:EFFECT] taint to tolerate (repeatable).", "tolerations"),
+    Flag(("--priority-class",), "priorityClassName", "PriorityClass of the pods."),
+    Flag(("--service-account",), "serviceAccountName", "ServiceAccount of the pods."),
+    Flag(("--label", "-l"), "labels", "Label KEY=VALUE on every object (repeatable).", "map"),
+    Flag(("--annotation",), "annotations", "Annotation KEY=VALUE on every object (repeatable).", "map"),
+    Flag(("--queue",), "queue", "Kueue LocalQueue name."),
+    Flag(("--workload-priority-class",), "workloadPriorityClass", "Kueue WorkloadPriorityClass of the job."),
+    Flag(
+        ("--topology",),
+        "topology",
+        "Kueue topology request of every group's pods: required:LEVEL (one domain), preferred:LEVEL or "
+        "unconstrained; LEVEL is a node label of the cluster's Kueue Topology.",
+        "topology",
+    ),
+    Flag(
+        ("--topology-slice",),
+        "topology",
+        "LEVEL:SIZE: place the pods in slices of SIZE, each in one domain of LEVEL (SIZE divides the nodes).",
+        "topologySlice",
+    ),
+    Flag(
+        ("--restart-policy",),
+        "restartPolicy",
+        "Never, OnFailure or ExitCode (pytorchjob); default: the target's, with failure rules.",
+    ),
+    Flag(("--backoff-limit",), "backoffLimit", "Restarts after failures before the job fails (default 3).", "int"),
+    Flag(("--ttl",), "ttlSecondsAfterFinished", "Seconds to keep a finished job.", "int"),
+    Flag(("--deadline",), "activeDeadlineSeconds", "Seconds before a running job is stopped.", "int"),
+    Flag(("--grace-period",), "gracePeriod", "Seconds from a pod's SIGTERM to its SIGKILL (default 120).", "int"),
+    Flag(
+        ("--collective-timeout",),
+        "collectiveTimeout",
+        "Seconds a trainer rank waits in a collective before failing (default 600).",
+        "int",
+    ),
+    Flag(("--pod-security",), "podSecurity", "Pod Security profile: restricted (default) or baseline."),
+    Flag(
+        ("--stall-timeout",),
+        "stallTimeout",
+        "Seconds without progress on any rank before the trainer stops a hung job and names the rank (0: off).",
+        "int",
+    ),
+)
+
+
+# How `--help` groups the spec flags (in this order, after the command's own options).
+HELP_PANELS: dict[str, tuple[str, ...]] = {
+    "Job": ("--config", "--name", "--namespace", "--target", "--label", "--annotation"),
+    "Image and entrypoint": (
+        "--image",
+        "--image-pull-policy",
+        "--image-pull-secret",
+        "--module",
+        "--script",
+        "--command",
+    ),
+    "Layout": ("--nodes", "--gpus", "--procs", "--layout", "--backend", "--rdzv", "--port"),
+    "Resources": ("--cpu", "--memory", "--gpu-resource", "--shm-size"),
+    "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume"),
+    "Placement": (
+        "--node-selector",
+        "--toleration",
+        "--priority-class",
+        "--queue",
+        "--workload-priority-class",
+        "--topology",
+        "--topology-slice",
+    ),
+    "Lifecycle": (
+        "--max-restarts",
+        "--restart-policy",
+        "--backoff-limit",
+        "--ttl",
+        "--deadline",
+        "--grace-period",
+        "--collective-timeout",
+        "--stall-timeout",
+    ),
+    "Security": ("--pod-security", "--service-account"),
+}
+_PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}
+TRAINER_ARGS_HELP = (
+    "Arguments for the training module or script, after -- (e.g. -- --epochs 10 --lr 0.1); "
+    "`python -m ddpctl_trainer --help` lists the built-in trainer's."
+)
+
+
+def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, Any]:
+    """Turn the parsed flag values into a camelCase layer (flags that were not given are absent)."""
+    layer: dict[str, Any] = {}
+    for flag in SPEC_FLAGS:
+        raw = values.get(flag.param)
+        if raw is None or raw == []:
+            continue
+        name = flag.names[0]
+        if not flag.repeatable:
+            if len(raw) > 1:
+                given = " ".join(f"{name} {v}" for v in raw)
+                raise UsageError(f"{name} was given {len(raw)} times ({given}); give it once")
+            raw = raw[0]
+        if flag.kind == "layout":
+            value: Any = parse_layout(name, raw)
+        elif flag.kind == "map":
+            value = dict(_split_pair(name, item) for item in raw)
+        elif flag.kind == "volumes":
+            value = dict(_volume(name, item) for item in raw)
+        elif flag.kind == "secretEnv":
+            value = dict(_secret_env(name, item) for item in raw)
+        elif flag.kind == "tolerations":
+            value = [_toleration(name, item) for item in raw]
+        elif flag.kind in ("topology", "topologySlice"):
+            parsed = (_topology if flag.kind == "topology" else _topology_slice)(name, raw)
+            layer.setdefault("topology", {}).update(parsed)  # --topology and --topology-slice share the map
+            continue
+        elif flag.kind == "shell":
+            try:
+                value = shlex.split(raw)
+            except ValueError as exc:
+                raise UsageError(f"{name}: cannot split {raw!r}: {exc}; quote it as you would in a shell") from None
+        else:
+            value = raw
+        set_path(layer, flag.path, value)
+    if args:
+        layer["args"] = list(args)
+    return layer
+
+
+class SpecCommand(TyperCommand):
+    """A command with the spec flags. Click >= 8.3 sets `help` in Parameter.__init__ and so wipes
+    what Typer < 0.23 set on its arguments just before: put TRAINER_ARGS' help back."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.name == "trainer_args" and not getattr(param, "help", None):
+                param.help = TRAINER_ARGS_HELP
+
+
+IMAGE_WORKDIR = "/workspace"  # the Dockerfile's WORKDIR, where the pods start
+
+
+def host_script_warning(script: str | None) -> str | None:
+    """A warning when `script` names a file on this machine that the pods cannot see: torchrun
+    runs it inside the image, so a host path (e.g. /tmp/train.py) must be copied into the image."""
+    if not script or not script.startswith("/") or script.startswith(IMAGE_WORKDIR + "/"):
+        return None
+    if not Path(script).is_file():
+        return None  # most likely a path inside the image
+    return (
+        f"warning: script: {script} is a file on this machine, but the pods run the script inside the image; "
+        f"COPY it into the image (e.g. `COPY train.py {IMAGE_WORKDIR}/` in the Dockerfile, then `ddpctl build`) "
+        f"and give its path there (--script {IMAGE_WORKDIR}/{Path(script).name})"
+    )
+
+
+def _panel_order(flag: Flag) -> int:
+    return list(HELP_PANELS).index(_PANEL_OF[flag.names[0]])
+
+
+def _typer_param(flag: Flag) -> inspect.Parameter:
+    # Scalar flags are taken as lists too, so that one given twice (`--gpus 4 --gpus 3`) is an
+    # error (flags_to_layer), not silently the last value.
+    annotation: Any = list[int] | None if flag.kind == "int" else list[str] | None
+    option = typer.Option(
+        None, *flag.names, help=flag.help, rich_help_panel=_PANEL_OF[flag.names[0]], show_default=False
+    )
+    return inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
+
+
+def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorate a command taking `spec_input: SpecInput`: adds --config, every spec flag and ARGS."""
+    sig = inspect.signature(func, eval_str=True)  # the command module may use postponed annotations
+    own = [p for p in sig.parameters.values() if p.name != "spec_input"]
+    extra = [
+        inspect.Parameter(
+            "config",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Option(
+                None,
+                "--config",
+                "-f",
+                help="Spec file (default ./ddp.yaml when present).",
+                rich_help_panel=_PANEL_OF["--config"],
+                exists=False,
+                dir_okay=False,
+            ),
+            annotation=Path | None,
+        ),
+        *(_typer_param(f) for f in sorted(SPEC_FLAGS, key=_panel_order)),
+        inspect.Parameter(
+            "trainer_args",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=typer.Argument(None, help=TRAINER_ARGS_HELP, show_default=False, metavar="[-- TRAINER_ARGS...]"),
+            annotation=list[str] | None,
+        ),
+    ]
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        config = kwargs.pop("config", None)
+        trainer_args = kwargs.pop("trainer_args", None)
+        values = {f.param: kwargs.pop(f.param, None) for f in SPEC_FLAGS}
+        spec_input = SpecInput(flags=flags_to_layer(values, trainer_args), config=config)
+        return func(*args, spec_input=spec_input, **kwargs)
+
+    positional = [p for p in own if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    keyword = [p for p in own if p.kind == p.KEYWORD_ONLY]
+    params = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in positional + keyword] + extra
+    wrapper.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]  # read by inspect (PEP 362)
+    # Typer reads type hints too: give it the resolved ones, not the wrapped module's strings.
+    wrapper.__annotations__ = {p.name: p.annotation for p in params} | {"return": sig.return_annotation}
+    del wrapper.__wrapped__  # make inspect use __signature__, not the wrapped function's
+    return wrapper

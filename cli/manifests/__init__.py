@@ -1,0 +1,2 @@
+"""Pure views of a planned spec: Kubernetes objects (Jinja2 templates), their output formats,
+`render --explain`, Helm values and the commented ddp.yaml."""

@@ -1,0 +1,147 @@
+"""`ddpctl render --explain`: the layout in words, so a user can check the wiring before paying for it."""
+
+from __future__ import annotations
+
+import textwrap
+
+from ddpctl.console import plural
+from ddpctl.engines.base import NODE_RANK_LAUNCHER
+from ddpctl.plan import Plan
+from ddpctl.spec.model import GRACE_MARGIN
+
+MAX_TABLE_ROWS = 16  # a 64-node job shows its first and last nodes, not 64 lines
+
+
+def _ranks(first: int, last: int) -> str:
+    return f"rank {first}" if first == last else f"ranks {first}-{last}"
+
+
+def _topology_lines(plan: Plan) -> list[str]:
+    spec = plan.spec
+    """Kueue's topology request per group, and what keeps rank order (or that it does nothing)."""
+    requests = [(g.name, spec.topology_of(g)) for g in spec.groups]
+    if not any(t for _, t in requests):
+        return []
+    group = plan.engine.podset_group(plan)
+    if len(requests) == 1:
+        text = requests[0][1].describe()
+    else:
+        text = "; ".join(f"group {name}: {t.describe() if t else 'none'}" for name, t in requests)
+        if not group:
+            text += " (each group is its own Kueue PodSet, placed on its own)"
+    text += " (Kueue Topology Aware Scheduling; ranks stay in consecutive order per domain)"
+    if group:
+        text += f"; Master and Worker are placed as one (podset-group-name {group})"
+    if not spec.queue:
+        text += "; without --queue Kueue does not place the job, so this does nothing"
+    return _wrapped("  topology:           ", text)
+
+
+def node_table(plan: Plan) -> list[str]:
+    """One line per node: node rank, group, pod, processes, global ranks."""
+    nodes = plan.nodes
+    hosts = plan.pod_hostnames
+    rows = [
+        (f"node {n.rank}", n.group.name, hosts[n.rank], str(n.nproc), _ranks(n.ranks[0], n.ranks[-1])) for n in nodes
+    ]
+    if len(rows) > MAX_TABLE_ROWS:
+        half = MAX_TABLE_ROWS // 2
+        rows = rows[:half] + [("...", "", "", "", "")] + rows[-half:]
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    return ["    " + "  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def _shown(command: tuple[str, ...]) -> tuple[str, ...]:
+    """The node-rank launcher's code is long: name what it does instead."""
+    return tuple(
+        "'<PET_NODE_RANK = PET_NODE_RANK_OFFSET + JOB_COMPLETION_INDEX; torchrun>'" if c == NODE_RANK_LAUNCHER else c
+        for c in command
+    )
+
+
+def _wrapped(label: str, text: str, width: int = 110) -> list[str]:
+    """`label` + `text`, long text continued under the text's first column."""
+    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label))
+
+
+def explain(plan: Plan) -> str:
+    spec, engine = plan.spec, plan.engine
+    hosts = plan.pod_hostnames
+    nproc = plan.nproc_per_node
+    gpus = {g.gpus_per_node for g in spec.groups}
+    if plan.uneven or len(gpus) > 1:
+        per_node = "per node group, see the table"
+        device = "GPUs: one per process" if spec.gpus_per_node else "CPU only"
+    else:
+        per_node = str(nproc)
+        device = f"{plural(spec.gpus_per_node, 'GPU')} per node" if spec.gpus_per_node else "CPU only"
+    if spec.elastic:
+        nodes = f"elastic {spec.min_nodes} to {spec.max_nodes} nodes (pods), {plan.replicas} created"
+        world = (
+            f"{(spec.min_nodes or 0) * nproc} to {plan.world_size} = nodes x {plural(nproc, 'process', 'processes')}"
+        )
+    elif spec.node_groups:
+        groups = ", ".join(f"{g.name}: {g.nodes} x {g.nproc}" for g in spec.groups)
+        nodes = f"{spec.nodes} node(s) (pods) in {len(spec.groups)} group(s) ({groups})"
+        world = f"{plan.world_size} = " + " + ".join(f"{g.nodes} x {g.nproc}" for g in spec.groups) + " processes"
+    else:
+        nodes = f"{plural(spec.nodes, 'node')} (pods)"
+        world = f"{plan.world_size} = {plural(spec.nodes, 'node')} x {plural(nproc, 'process', 'processes')}"
+    if plan.rdzv_mode == "static":
+        rdzv = f"static: every node connects to MASTER_ADDR={plan.rank0_host} MASTER_PORT={plan.master_port}"
+    else:
+        rdzv = f"c10d: every node joins the store at {plan.rdzv_endpoint} (rendezvous id {spec.name})"
+    shown = ", ".join(hosts[:3]) + (f", ..., {hosts[-1]}" if len(hosts) > 3 else "")
+    if plan.uneven:
+        global_rank = "the processes of the nodes before it + local_rank (LOCAL_RANK picks the device)"
+    else:
+        global_rank = f"node_rank x {nproc} + local_rank (LOCAL_RANK picks the device)"
+    commands = {g.name: " ".join(_shown(g.command + plan.trainer_args)) for g in plan.groups}
+    if len(set(commands.values())) == 1:
+        command_lines = [f"  command:            {next(iter(commands.values()))}"]
+    else:
+        # the command starts in the column of every other line's value (22: "  processes per node: ")
+        command_lines = [f"{f'  command ({name}):':<21} {c}" for name, c in commands.items()]
+    lines = [
+        f"job {spec.name} in namespace {spec.namespace}: {engine.title}",
+        f"  nodes:              {nodes}: {shown}",
+        f"  processes per node: {per_node} ({device}, backend {plan.backend})",
+        f"  world size:         {world}",
+        f"  rank 0:             node rank 0 = pod {hosts[0]}, local rank 0",
+        f"  rendezvous:         {rdzv}",
+        f"  node rank from:     {plan.node_rank_source}",
+        *_wrapped("  on failure:         ", plan.failure_handling),
+        f"  global rank:        {global_rank}",
+        *command_lines,
+    ]
+    lines.append(
+        f"  on SIGTERM:         {spec.grace_period} s to stop (terminationGracePeriodSeconds); torchrun waits "
+        f"{spec.grace_period - GRACE_MARGIN} s for its workers"
+        + ("; the trainer checkpoints the step it is in and exits 143" if spec.uses_trainer else "")
+    )
+    if spec.queue:
+        kind = engine.workload.kind
+        lines += _wrapped(
+            "  queue:              ",
+            f"Kueue LocalQueue {spec.queue} (label on the {kind}); Kueue's webhook creates the {kind} suspended "
+            "and it starts when its Workload is admitted"
+            + (
+                f"; priority: WorkloadPriorityClass {spec.workload_priority_class}"
+                if spec.workload_priority_class
+                else ""
+            )
+            + f" (`ddpctl status {spec.name}` says why it waits)",
+        )
+        if engine.kueue_note:
+            lines += _wrapped("  note:               ", engine.kueue_note)
+    lines += _topology_lines(plan)
+    warning = plan.restart_starts_from_scratch
+    if warning:
+        lines.append(f"  warning:            {warning}")
+    ignored = engine.left_to_engine
+    if ignored:
+        lines.append(f"  note:               {spec.target} leaves {', '.join(ignored)} to the training runtime")
+    if not spec.elastic:  # elastic node ranks come from the rendezvous: no fixed table
+        lines.append("  layout:             node, group, pod, processes, global ranks")
+        lines += node_table(plan)
+    return "\n".join(lines) + "\n"

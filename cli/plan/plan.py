@@ -1,0 +1,396 @@
+"""The Plan: every value a JobSpec and its engine derive, each computed once, on first use.
+
+A `Plan` is made by `engine.plan(spec)` (ddpctl.engines), which first checks that the engine can
+run the spec. What depends on the target -- names, DNS names, the env an operator injects, where
+rank 0 listens, failure rules -- is asked of `plan.engine`, which answers from the plan; what does
+not -- the layout in rank order, world size, the backend, torchrun's launcher and the trainer's
+arguments, the env ddpctl gives the training container -- is computed here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ddpctl.errors import SpecError
+from ddpctl.spec import kueue
+from ddpctl.spec.model import GRACE_MARGIN, MAX_DNS_LABEL, JobSpec, NodeGroup, Topology
+from ddpctl_trainer import protocol
+
+if TYPE_CHECKING:
+    from ddpctl.engines.base import Engine
+
+NO_CHECKPOINT_VOLUME = (
+    "no `checkpoints` volume: the trainer's checkpoints stay in the pod's own file system, so a restart "
+    "(preemption, node loss) starts from scratch; add one, e.g. --volume checkpoints=CLAIM:/checkpoints"
+)
+NODE_GROUP_LABEL = "ddpctl.io/node-group"
+
+
+@dataclass(frozen=True)
+class Node:
+    """One node (pod) of the job in rank order: its group, index in the group, processes and ranks."""
+
+    rank: int  # node rank: 0 is the first group's first node
+    group: NodeGroup
+    group_index: int  # which group, in spec order
+    index: int  # the completion index within its group
+    first_rank: int  # global rank of its local rank 0 (ranks are contiguous per node)
+
+    @property
+    def nproc(self) -> int:
+        return self.group.nproc
+
+    @property
+    def ranks(self) -> range:
+        return range(self.first_rank, self.first_rank + self.nproc)
+
+
+@dataclass(frozen=True)
+class GroupPlan:
+    """One node group's workload and pods: its object's name, pods, command and container env."""
+
+    group: NodeGroup
+    index: int  # in spec order
+    first_node: int  # the node rank of its first pod
+    pods: int  # the pods its workload asks for (the elastic maximum when elastic)
+    workload_name: str  # the object that runs its pods
+    replicated_job: str | None  # its JobSet replicatedJob (JobSet-based engines)
+    command: tuple[str, ...]  # the training container's command
+    env: Mapping[str, str]  # the training container's literal env: wiring first, then the user's
+    topology: Topology  # Kueue's topology request for its pods
+    labels: Mapping[str, str]  # on its pods (and its workload object's template)
+    pod_annotations: Mapping[str, str]  # on its pod template: the spec's and Kueue's topology request
+
+    @property
+    def name(self) -> str:
+        return self.group.name
+
+    @property
+    def nproc(self) -> int:
+        return self.group.nproc
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A checked spec and its engine, with everything they derive (see the module docstring)."""
+
+    spec: JobSpec
+    engine: Engine
+
+    # ------------------------------------------------------------------ the layout
+
+    @property
+    def elastic(self) -> bool:
+        return self.spec.elastic
+
+    @property
+    def replicas(self) -> int:
+        """Pods to create: the fixed node count, or the elastic maximum."""
+        return sum(g.nodes for g in self.spec.groups)
+
+    @property
+    def nnodes(self) -> str:
+        """torchrun's --nnodes value: `N` or `MIN:MAX`."""
+        spec = self.spec
+        return f"{spec.min_nodes}:{spec.max_nodes}" if spec.elastic else str(self.replicas)
+
+    @property
+    def nproc_per_node(self) -> int:
+        """Processes per node of the first group (per-node counts are in `nodes`)."""
+        return self.spec.groups[0].nproc
+
+    @property
+    def uneven(self) -> bool:
+        """Do nodes run different numbers of processes?"""
+        return len({g.nproc for g in self.spec.groups}) > 1
+
+    @property
+    def layout_summary(self) -> str:
+        """`2 nodes x 4 processes`, or per group `1 x 4 + 1 x 3 processes` (node groups)."""
+        if not self.spec.node_groups:
+            return f"{self.nnodes} nodes x {self.nproc_per_node} processes"
+        return " + ".join(f"{g.nodes} x {g.nproc}" for g in self.spec.groups) + " processes"
+
+    @functools.cached_property
+    def nodes(self) -> tuple[Node, ...]:
+        """Every node in rank order: groups in spec order, nodes in completion-index order, and
+        global ranks contiguous per node (as torchrun assigns them: a cumulative sum of the nodes'
+        process counts in node-rank order)."""
+        out: list[Node] = []
+        first_rank = 0
+        for g, group in enumerate(self.spec.groups):
+            for index in range(group.nodes):
+                out.append(Node(len(out), group, g, index, first_rank))
+                first_rank += group.nproc
+        return tuple(out)
+
+    @property
+    def first_node(self) -> Node:
+        """Node rank 0: the first group's first node."""
+        return Node(0, self.spec.groups[0], 0, 0, 0)
+
+    def edge_nodes(self) -> list[Node]:
+        """The first and last node of every group, without laying out the nodes between (checking
+        a 1024-node spec must not build 1024 names)."""
+        out: list[Node] = []
+        rank = first_rank = 0
+        for g, group in enumerate(self.spec.groups):
+            out.append(Node(rank, group, g, 0, first_rank))
+            last = group.nodes - 1
+            out.append(Node(rank + last, group, g, last, first_rank + last * group.nproc))
+            rank += group.nodes
+            first_rank += group.nodes * group.nproc
+        return out
+
+    @property
+    def world_size(self) -> int:
+        """Total processes: the sum over nodes (the elastic maximum when elastic)."""
+        return sum(g.nodes * g.nproc for g in self.spec.groups)
+
+    def group_offset(self, group: NodeGroup) -> int:
+        """The node rank of `group`'s first pod."""
+        offset = 0
+        for other in self.spec.groups:
+            if other is group:
+                return offset
+            offset += other.nodes
+        raise ValueError(f"{group.name} is not a group of this spec")
+
+    # ------------------------------------------------------------------ wiring
+
+    @property
+    def backend(self) -> str:
+        """The process-group backend: the spec's, or nccl with GPUs and gloo without."""
+        if self.spec.backend != "auto":
+            return self.spec.backend
+        return "nccl" if self.spec.gpus_per_node else "gloo"
+
+    @property
+    def rdzv_mode(self) -> str:
+        """c10d for elastic jobs (required), static otherwise unless asked."""
+        mode = self.spec.rendezvous.mode
+        if mode != "auto":
+            return mode
+        return "c10d" if self.spec.elastic else "static"
+
+    @functools.cached_property
+    def rank0_host(self) -> str:
+        """The DNS name the engine gives rank 0's pod: MASTER_ADDR / rendezvous host."""
+        return self.engine.dns_names(self, self.first_node)[-1]
+
+    @property
+    def master_port(self) -> int:
+        return self.engine.master_port(self)
+
+    @property
+    def rdzv_endpoint(self) -> str:
+        return f"{self.rank0_host}:{self.master_port}"
+
+    @property
+    def service_name(self) -> str:
+        """The headless Service / subdomain that gives pods DNS names (Indexed Job and JobSet targets)."""
+        return self.spec.name
+
+    @property
+    def node_rank_from_index(self) -> bool:
+        """Static layouts on targets where we (not an operator) map the completion index to
+        PET_NODE_RANK; with c10d the rendezvous assigns node ranks."""
+        return self.engine.node_rank_from_index(self)
+
+    @property
+    def node_rank_source(self) -> str:
+        """Where each pod learns its node rank, for `render --explain`."""
+        return self.engine.node_rank_source(self)
+
+    # ------------------------------------------------------------------ names
+
+    @functools.cached_property
+    def pod_hostnames(self) -> tuple[str, ...]:
+        """Every pod's hostname (without the subdomain), rank order."""
+        return tuple(self.engine.pod_hostname(self, n) for n in self.nodes)
+
+    @property
+    def longest_generated_name(self) -> str:
+        """The longest hostname/Service name the engine derives; it must fit a DNS label. Names
+        differ only by index within a group, so each group's first and last node are enough."""
+        return max((self.engine.pod_hostname(self, n) for n in self.edge_nodes()), key=len)
+
+    def check_names(self) -> None:
+        """Every name the engine derives from the job's name fits a DNS label."""
+        longest, name = self.longest_generated_name, self.spec.name
+        if len(longest) > MAX_DNS_LABEL:
+            raise SpecError(
+                "name",
+                f"{name!r} makes the {self.spec.target} name {longest!r} ({len(longest)} characters, the limit is "
+                f"{MAX_DNS_LABEL})",
+                f"shorten name to at most {MAX_DNS_LABEL - (len(longest) - len(name))} characters",
+            )
+
+    @property
+    def recommended_labels(self) -> dict[str, str]:
+        return {
+            "app.kubernetes.io/name": "ddp-job",
+            "app.kubernetes.io/instance": self.spec.name,
+            "app.kubernetes.io/component": "trainer",
+            "app.kubernetes.io/managed-by": "ddpctl",
+        }
+
+    @property
+    def object_labels(self) -> dict[str, str]:
+        """Labels on every object and pod: the user's, then ours (ours win, `list` relies on them)."""
+        labels = dict(self.spec.labels)
+        labels.update(self.recommended_labels)
+        return dict(sorted(labels.items()))
+
+    @property
+    def top_labels(self) -> dict[str, str]:
+        """Labels on the top-level objects: the object labels, and Kueue's queue and priority class."""
+        labels = self.object_labels
+        if self.spec.queue:
+            labels[kueue.QUEUE_LABEL] = self.spec.queue
+        if self.spec.workload_priority_class:
+            labels[kueue.PRIORITY_LABEL] = self.spec.workload_priority_class
+        return dict(sorted(labels.items()))
+
+    @property
+    def selector_labels(self) -> dict[str, str]:
+        """The stable subset used by Service selectors and `ddpctl list/logs`."""
+        return {"app.kubernetes.io/instance": self.spec.name, "app.kubernetes.io/managed-by": "ddpctl"}
+
+    # ------------------------------------------------------------------ what the pods run
+
+    @property
+    def uses_trainer(self) -> bool:
+        return self.spec.uses_trainer
+
+    @property
+    def uses_launcher(self) -> bool:
+        """Whether the pods run torchrun through ddpctl_trainer.launch, whose exit code says why a
+        node stopped (2 usage, 138 lost a peer, 143 preempted) for the failure rules to read. Only
+        when the job runs the ddpctl trainer do we know the image holds it; other modules and
+        scripts run plain torchrun, which exits 1 for every failure."""
+        return self.spec.uses_trainer and not self.spec.command
+
+    @property
+    def launcher(self) -> tuple[str, ...]:
+        """The torchrun the pods run: `python3 -m ddpctl_trainer.launch` (same arguments) or `torchrun`."""
+        if self.uses_launcher:
+            return (protocol.LAUNCHER_PYTHON, "-m", protocol.LAUNCHER_MODULE)
+        return ("torchrun",)
+
+    @property
+    def entrypoint(self) -> tuple[str, ...]:
+        """The container's command: torchrun of the module/script (layout comes from PET_* env)."""
+        spec = self.spec
+        if spec.command:
+            return spec.command
+        if spec.module:
+            return (*self.launcher, "-m", spec.module)
+        assert spec.script is not None  # validation requires one of module, script and command
+        return (*self.launcher, spec.script)
+
+    @property
+    def trainer_args(self) -> tuple[str, ...]:
+        """Arguments after the entrypoint: the user's, with mount paths fed to our trainer."""
+        spec, extra = self.spec, []
+        if spec.uses_trainer:
+            if "checkpoints" in spec.volumes and "--checkpoint-dir" not in spec.args:
+                extra += ["--checkpoint-dir", spec.volumes["checkpoints"].mount_path]
+            if "data" in spec.volumes and "--data-dir" not in spec.args:
+                extra += ["--data-dir", spec.volumes["data"].mount_path]
+        return tuple(extra) + spec.args
+
+    @property
+    def restart_starts_from_scratch(self) -> str | None:
+        """A warning when the ddpctl trainer's checkpoints live in the container's own file system:
+        a restarted pod (after preemption or a node loss) then finds none. None when they persist."""
+        spec = self.spec
+        if not spec.uses_trainer or "checkpoints" in spec.volumes or "--checkpoint-dir" in spec.args:
+            return None
+        return NO_CHECKPOINT_VOLUME
+
+    def container_env(self, group: NodeGroup) -> dict[str, str]:
+        """Literal env of `group`'s training container: wiring first, then the user's (user wins on clash)."""
+        spec = self.spec
+        env = self.engine.torchrun_env(self, group)
+        # The backend for the training code: our trainer reads DDP_TRAINER_<FLAG>, a user's script DDP_BACKEND.
+        env[protocol.BACKEND_ENV if spec.uses_trainer else protocol.USER_BACKEND_ENV] = self.backend
+        env[protocol.JOB_NAME_ENV] = spec.name
+        env["PYTHONUNBUFFERED"] = "1"
+        # Hang evidence: the trainer's stall watchdog, and on GPUs PyTorch's NCCL flight recorder (a
+        # ring buffer of recent collectives, dumped on a timeout or by the watchdog), written next to
+        # the checkpoints when there is a volume for them. Legacy TORCH_NCCL_* names: read by the
+        # image's torch 2.5 and, as fallbacks, by newer ones.
+        if spec.stall_timeout is not None:
+            env[protocol.STALL_TIMEOUT_ENV] = str(spec.stall_timeout)
+        if spec.gpus_per_node:
+            env["TORCH_NCCL_TRACE_BUFFER_SIZE"] = "2000"
+            env["TORCH_NCCL_DUMP_ON_TIMEOUT"] = "1"
+            if "checkpoints" in spec.volumes:
+                mount = spec.volumes["checkpoints"].mount_path.rstrip("/")
+                env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"] = f"{mount}/nccl_trace_rank_"
+        # torchrun forwards SIGTERM to its workers and SIGKILLs them after this wait (default 30 s):
+        # fitted inside the pod's grace period so a checkpoint in progress can finish.
+        env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(spec.grace_period - GRACE_MARGIN)
+        if spec.collective_timeout is not None and spec.uses_trainer:
+            env[protocol.COLLECTIVE_TIMEOUT_ENV] = str(spec.collective_timeout)  # the process-group timeout
+        env.update(spec.env)
+        return dict(sorted(env.items()))
+
+    @functools.cached_property
+    def groups(self) -> tuple[GroupPlan, ...]:
+        """Each node group's workload and pods, in spec order (the uniform layout is one group)."""
+        spec, engine, out = self.spec, self.engine, []
+        for i, group in enumerate(spec.groups):
+            labels = self.object_labels
+            if spec.node_groups:
+                labels[NODE_GROUP_LABEL] = group.name
+            topology = spec.topology_of(group)
+            annotations = {**spec.annotations, **topology.annotations()}
+            out.append(
+                GroupPlan(
+                    group=group,
+                    index=i,
+                    first_node=self.group_offset(group),
+                    pods=group.nodes,
+                    workload_name=engine.workload_name(self, group),
+                    replicated_job=engine.replicated_job_name(self, group),
+                    command=engine.entrypoint(self, group),
+                    env=self.container_env(group),
+                    topology=topology,
+                    labels=dict(sorted(labels.items())),
+                    pod_annotations=dict(sorted(annotations.items())),
+                )
+            )
+        return tuple(out)
+
+    def node_env(self, node: Node) -> dict[str, str]:
+        """The env of `node`'s training container as the pod gets it: what ddpctl renders, then what
+        the engine's controller injects (the later wins, as in the pod)."""
+        env = dict(self.groups[node.group_index].env)
+        env.update(self.engine.injected_env(self, node))
+        env.update(self.spec.env)  # the user's values win, as in the rendered container
+        return env
+
+    # ------------------------------------------------------------------ failures
+
+    @property
+    def pod_restart_policy(self) -> str:
+        return self.engine.pod_restart_policy(self)
+
+    @property
+    def failure_handling(self) -> str:
+        """What the rendered objects do when a pod fails or is preempted, in words."""
+        return self.engine.failure_handling(self)
+
+    @property
+    def restart_limit(self) -> int:
+        """How many times the target restarts the whole group after a node fails."""
+        return self.engine.restart_limit(self)
+
+    def retriable(self, code: int) -> bool:
+        """Whether the target retries a node that ended with `code`."""
+        return self.engine.retriable(self, code)

@@ -1,0 +1,417 @@
+"""`ddpctl run --docker`: each replica of the job's pod as a container on a private network.
+
+Containers get the pod's hostname (`--hostname <job>-<i>`) and the DNS name other pods use for it
+in the cluster as a network alias (`<job>-0.<svc>` for the Indexed Job), so MASTER_ADDR is the very
+name the cluster gives; the env is the pod's (`run_env.cluster_env`), the command the pod's
+(torchrun of the trainer), /dev/shm the spec's size, and the spec's volumes are host directories.
+Restricted pods drop every capability and forbid privilege escalation here too.
+
+Everything ddpctl creates carries the label `ddpctl.io/run=<id>` and is removed at the end,
+whatever the end is (success, failure, Ctrl-C, an error while starting).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import shutil
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from ddpctl.console import make_console, relative_path
+from ddpctl.engines import plan_for
+from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
+from ddpctl.plan import Plan
+from ddpctl.runners.local import check_trainer_args, parse_mounts, remap_paths, remove_checkpoints
+from ddpctl.runners.node_env import cluster_env
+from ddpctl.runners.supervise import (
+    STOP_GRACE_S,
+    JobState,
+    NodeFailed,
+    attempt_log,
+    describe_failure,
+    failure_code,
+    finish_note,
+    layout_phrase,
+    run_with_restarts,
+    start_failure,
+    supervise,
+)
+from ddpctl.spec.model import QUANTITY, JobSpec
+from ddpctl_trainer import protocol
+
+RUN_LABEL = "ddpctl.io/run"
+JOB_LABEL = "ddpctl.io/job"
+LOCAL_CHECKPOINTS = "/checkpoints"
+_TRAINER_RANK = re.compile(rf"^(?:{re.escape(protocol.ERROR_TAG)})?\[rank (\d+)\] ")
+_TRAINER_ERROR = protocol.ERROR_TAG
+_UNITS = {
+    "": 1,
+    "k": 1000,
+    "M": 1000**2,
+    "G": 1000**3,
+    "T": 1000**4,
+    "P": 1000**5,
+    "E": 1000**6,
+    "Ki": 1024,
+    "Mi": 1024**2,
+    "Gi": 1024**3,
+    "Ti": 1024**4,
+    "Pi": 1024**5,
+    "Ei": 1024**6,
+}
+
+
+def quantity_bytes(text: str) -> int:
+    """A Kubernetes memory quantity ('2Gi', '512M', '1e9') in bytes, for --shm-size."""
+    match = QUANTITY.fullmatch(text)
+    if not match:
+        raise UsageError(f"shmSize: {text!r} is not a size docker understands; use values like 2Gi or 512Mi")
+    number, unit = float(match["number"]), match["suffix"] or ""
+    if unit == "m":  # milli: a thousandth of a byte
+        return int(number / 1000)
+    factor = 10 ** int(unit[1:]) if unit.startswith("e") else _UNITS[unit]
+    return int(number * factor)
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    index: int
+    name: str
+    hostname: str
+    aliases: tuple[str, ...]
+    argv: tuple[str, ...]  # the full `docker run ...` command
+
+
+@dataclass(frozen=True)
+class DockerPlan:
+    job: Plan  # the spec's Plan: what its pods would get in the cluster
+    engine: str
+    run_id: str
+    network: str
+    run_dir: Path
+    checkpoint_dir: Path | None
+    containers: tuple[ContainerPlan, ...]
+    host_dirs: Mapping[str, Path]
+
+    @property
+    def spec(self) -> JobSpec:
+        return self.job.spec
+
+
+def dns_names(plan: Plan) -> list[tuple[str, ...]]:
+    """Per node: the names other pods reach it by in the cluster (its engine's DNS names)."""
+    return [plan.engine.dns_names(plan, node) for node in plan.nodes]
+
+
+def require_engine_cli(engine: str) -> str:
+    path = shutil.which(engine)
+    if path is None:
+        raise RuntimeFailure(
+            f"--engine {engine}: {engine} is not installed (not on PATH); install it (Docker: bash "
+            "scripts/install-docker.sh) or use ddpctl run --local"
+        )
+    from ddpctl.image.build import require_engine
+
+    require_engine(engine)
+    return path
+
+
+def ensure_image(engine: str, spec: JobSpec) -> None:
+    """The image must exist locally, or be pullable unless imagePullPolicy is Never."""
+    from ddpctl.image.build import image_exists
+
+    if spec.image_pull_policy != "Always" and image_exists(engine, spec.image):
+        return
+    if spec.image_pull_policy == "Never":
+        raise UsageError(
+            f"image: {spec.image} is not in the local {engine} images and imagePullPolicy is Never; build it (ddpctl "
+            "build) or pass --image"
+        )
+    try:
+        proc = subprocess.run([engine, "pull", spec.image], capture_output=True, text=True, timeout=600)
+    except subprocess.TimeoutExpired:
+        raise RuntimeFailure(
+            f"image: pulling {spec.image} took more than 10 minutes; pull it yourself or pass --image"
+        ) from None
+    if proc.returncode != 0:
+        why = " ".join((proc.stderr or proc.stdout).split())[-240:] or f"exit code {proc.returncode}"
+        raise UsageError(
+            f"image: {spec.image} does not exist locally and cannot be pulled ({why}); build it with ddpctl build "
+            "(it tags ddpctl-trainer:latest) or pass --image"
+        )
+
+
+def _host_dirs(spec: JobSpec, run_dir: Path, mounts: Mapping[str, Path]) -> dict[str, Path]:
+    from ddpctl.runners.local import volume_dirs
+
+    return volume_dirs(spec, run_dir, mounts)
+
+
+IMAGE_UID = 1000  # the Dockerfile's user (ARG UID/GID); the pod runs as it in the cluster too
+IMAGE_GID = 1000
+
+
+def writable_by(path: Path, uid: int = IMAGE_UID, gid: int = IMAGE_GID) -> bool:
+    """Can `uid:gid` create files in the existing directory `path` (mode bits; ACLs not read)?"""
+    st = path.stat()
+    if uid == 0:
+        return True
+    if st.st_uid == uid:
+        need = 0o300
+    elif st.st_gid == gid:
+        need = 0o030
+    else:
+        need = 0o003
+    return st.st_mode & need == need
+
+
+def prepare_volume_dir(path: Path, *, read_only: bool, given_as: str | None, ours: bool) -> None:
+    """Make sure a host directory a container mounts exists and, when mounted read-write, that the
+    image's user (uid 1000) can write to it.
+
+    Only ddpctl's own directories are opened up (chmod 0777: the host user may be anyone, and
+    files the container writes must stay deletable by them): one it creates now, or, with `ours`,
+    one in its default layout (./ddp-runs/NAME/VOLUME, made by an earlier run). Any other existing
+    directory is the user's (--mount DIR, or under --run-dir): its mode is never changed (a --mount
+    of $HOME/data must not become world-writable); if uid 1000 cannot write to it, that is a
+    one-line error with the fix. Running the container as the directory's owner (--user) instead
+    would run it as root for a root-owned directory, unlike the pod in the cluster: not done.
+    `given_as` names the --mount that chose the directory, for the message."""
+    if path.is_dir():
+        if read_only or writable_by(path):
+            return
+        if not ours:
+            how = f"--mount {given_as}: {path}" if given_as else f"{path}"
+            fix = f"sudo chown -R {IMAGE_UID} {path}, or chmod o+rwx {path}"
+            alt = (
+                f"or drop --mount {given_as} to let ddpctl make one"
+                if given_as
+                else "or remove it so ddpctl makes it anew"
+            )
+            raise UsageError(
+                f"{how} is not writable by uid {IMAGE_UID}, the user the image runs as; make it writable ({fix}) {alt}"
+            )
+    else:
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise RuntimeFailure(f"cannot create {path}: {exc.strerror or exc}") from None
+    if not read_only:
+        try:
+            path.chmod(0o777)
+        except PermissionError:
+            pass
+
+
+def plan_docker(
+    spec: JobSpec,
+    *,
+    engine: str = "docker",
+    run_dir: Path | None = None,
+    mounts: Sequence[str] = (),
+    fresh: bool = False,
+    run_id: str | None = None,
+) -> DockerPlan:
+    """Check the engine and image, compute every `docker run`; creates host directories only.
+    (No host port is used: each container has a network namespace of its own.)"""
+    job = plan_for(spec)
+    if spec.gpus_per_node:
+        raise UsageError(
+            f"gpusPerNode: {spec.gpus_per_node} GPUs per node cannot be given to local containers by ddpctl; use "
+            "--gpus 0 (CPU + gloo)"
+        )
+    cwd = Path.cwd().resolve()
+    default_run_dir = run_dir is None
+    run_dir = (run_dir or cwd / "ddp-runs" / spec.name).resolve()
+    given = parse_mounts(mounts)
+    dirs = _host_dirs(spec, run_dir, given)
+    if spec.uses_trainer:  # before the image is looked for or pulled: a bad flag is found at once
+        host_paths = {vol.mount_path: dirs[name] for name, vol in spec.volumes.items()}
+        check_trainer_args(remap_paths(job.trainer_args, host_paths), cluster_env(job, 0), job.world_size)
+    require_engine_cli(engine)
+    ensure_image(engine, spec)
+    run_id = run_id or secrets.token_hex(3)
+    network = f"ddpctl-{spec.name}-{run_id}"
+    labels = {RUN_LABEL: run_id, JOB_LABEL: spec.name}
+
+    volumes: list[tuple[Path, str, bool]] = []  # (host dir, mount path, read-only)
+    checkpoint_dir: Path | None = None
+    extra_env: dict[str, str] = {}
+    for vname, vol in spec.volumes.items():
+        volumes.append((dirs[vname], vol.mount_path, vol.read_only))
+        if vname == "checkpoints":
+            checkpoint_dir = dirs[vname]
+    if (
+        spec.uses_trainer
+        and checkpoint_dir is None
+        and "--checkpoint-dir" not in " ".join(spec.args)
+        and "DDP_TRAINER_CHECKPOINT_DIR" not in spec.env
+    ):
+        # No checkpoint volume in the spec: keep them on the host all the same.
+        checkpoint_dir = dirs.get("checkpoints", run_dir / "checkpoints")
+        volumes.append((checkpoint_dir, LOCAL_CHECKPOINTS, False))
+        extra_env["DDP_TRAINER_CHECKPOINT_DIR"] = LOCAL_CHECKPOINTS
+    if fresh:
+        remove_checkpoints(checkpoint_dir)
+    mounted_by = {path: name for name, path in given.items()}
+    for host, _, read_only in volumes:
+        mount_name = mounted_by.get(host)
+        prepare_volume_dir(host, read_only=read_only, given_as=mount_name, ours=mount_name is None and default_run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)  # logs: written by ddpctl on the host, not mounted
+
+    shm = quantity_bytes(spec.shm_size)
+    containers = []
+    for index, (hostname, names) in enumerate(zip(job.pod_hostnames, dns_names(job))):
+        env = {**cluster_env(job, index), **extra_env}
+        name = f"ddpctl-{run_id}-{hostname}"
+        argv = [engine, "run", "--name", name, "--hostname", hostname, "--network", network]
+        for alias in names:
+            argv += ["--network-alias", alias]
+        for key, value in {**labels, "ddpctl.io/node": str(index)}.items():
+            argv += ["--label", f"{key}={value}"]
+        argv += ["--shm-size", str(shm)]
+        if spec.pod_security == "restricted":
+            argv += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges"]
+        for host, target, read_only in volumes:
+            argv += ["-v", f"{host}:{target}{':ro' if read_only else ''}"]
+        for key, value in env.items():
+            argv += ["-e", f"{key}={value}"]
+        # the pod's command: for the built-in trainer `python3 -m ddpctl_trainer.launch`, the
+        # container's PID 1, so a SIGTERM to the container (docker stop, the kubelet's) reaches it
+        entry = job.groups[job.nodes[index].group_index].command
+        argv += ["--entrypoint", entry[0], spec.image, *entry[1:], *job.trainer_args]
+        containers.append(ContainerPlan(index, name, hostname, names, tuple(argv)))
+    return DockerPlan(job, engine, run_id, network, run_dir, checkpoint_dir, tuple(containers), dirs)
+
+
+def _docker(engine: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([engine, *args], capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+def remove_containers(engine: str, run_id: str) -> None:
+    """Remove every container labelled with this run (a restart runs them again by the same names)."""
+    ids = _docker(engine, "ps", "-aq", "--filter", f"label={RUN_LABEL}={run_id}").stdout.split()
+    if ids:
+        _docker(engine, "rm", "-f", *ids)
+
+
+def cleanup(engine: str, run_id: str) -> list[str]:
+    """Remove every container and network labelled with this run; returns what is left (should be
+    nothing). Uses the label, so containers created by a half-finished start are found too."""
+    flt = f"label={RUN_LABEL}={run_id}"
+    remove_containers(engine, run_id)
+    nets = _docker(engine, "network", "ls", "-q", "--filter", flt).stdout.split()
+    if nets:
+        _docker(engine, "network", "rm", *nets)
+    left = (
+        _docker(engine, "ps", "-aq", "--filter", flt).stdout.split()
+        + _docker(engine, "network", "ls", "-q", "--filter", flt).stdout.split()
+    )
+    return left
+
+
+def _exit_state(engine: str, name: str) -> tuple[int | None, bool]:
+    """(exit code, OOM-killed) of a container, as the engine recorded it."""
+    proc = _docker(engine, "inspect", "--format", "{{.State.ExitCode}} {{.State.OOMKilled}}", name)
+    if proc.returncode != 0:
+        return None, False
+    code, oom = (proc.stdout.split() + ["", ""])[:2]
+    return (int(code) if code.lstrip("-").isdigit() else None), oom == "true"
+
+
+def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | None = None) -> int:
+    """Create the network, run every container, stream, wait, and always remove it all. A failed
+    node restarts the whole group as the target's rules say (`supervise.run_with_restarts`, as
+    run --local): every container is removed and run again on the same network, with the same
+    volumes (so the trainer resumes from the same checkpoints)."""
+    from ddpctl.runners import procs
+
+    spec, job, engine = plan.spec, plan.job, plan.engine
+    console = make_console(None, None, color)
+    console.note(
+        f"running {spec.name} in {engine}: {layout_phrase(job, 'container')} = world size {job.world_size}, "
+        f"{job.backend}, rank 0 at {job.rdzv_endpoint} on network {plan.network}"
+    )
+    labels = [f"--label={RUN_LABEL}={plan.run_id}", f"--label={JOB_LABEL}={spec.name}"]
+    by_index = {c.index: c for c in plan.containers}
+    logs = relative_path(plan.run_dir / "logs", Path.cwd())
+
+    def start(attempt: int) -> Iterator[procs.Child]:
+        for c in plan.containers:  # rank 0's container first: its name must resolve when others look
+            try:
+                yield procs.start_child(
+                    c.index,
+                    f"node {c.index} ({c.name})",
+                    c.argv,
+                    os.environ,
+                    log_path=attempt_log(plan.run_dir / "logs" / f"{c.hostname}.log", attempt),
+                )
+            except OSError as exc:
+                raise start_failure(c.argv, exc, user_command=False, what=f"node {c.index} ({engine} run)") from None
+
+    def stop(children: list[procs.Child]) -> None:
+        names = [by_index[c.index].name for c in children if c.poll() is None]
+        if names:
+            _docker(engine, "stop", "-t", str(int(STOP_GRACE_S)), *names, timeout=STOP_GRACE_S + 60)
+        procs.stop_children([c for c in children if c.poll() is None], grace_s=5)
+
+    def start_group(state: JobState, left: float | None) -> NodeFailed | None:
+        def show(child: procs.Child, text: str) -> None:
+            match = _TRAINER_RANK.match(text)
+            if match:
+                rank = int(match.group(1))
+                rest = text if text.startswith(f"{protocol.PROG}:") else text[match.end() :]
+                state.on_rank_line(rank, rest)
+                console.rank_line(rank, rest, progress=state.is_progress(rank, rest))
+                return
+            if text.startswith(_TRAINER_ERROR):  # a usage error, printed without a rank (every rank finds it)
+                for rank in job.nodes[child.index].ranks:
+                    state.last_error.setdefault(rank, text)
+            if state.on_node_line(child.index, text):
+                console.node_line(child.index, text)
+
+        try:
+            failed, timed_out = supervise(
+                lambda: start(state.attempt), state, console, show=show, stop=stop, timeout=left
+            )
+            exit_states = {c.index: _exit_state(engine, c.name) for c in plan.containers}
+        finally:
+            remove_containers(engine, plan.run_id)
+        if timed_out:
+            raise WaitTimeout(
+                f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its "
+                f"containers (logs in {logs})"
+            )
+        if failed is None:
+            return None
+        code, oom = exit_states.get(failed.index, (None, False))
+        code = failure_code(state, code if code is not None else (failed.returncode or 1))
+        if code == 125 and not state.ranks_spoke:  # the engine could not run the container: no restart helps
+            raise RuntimeFailure(
+                f"{engine} run of node {failed.index} failed: see {logs}/{by_index[failed.index].hostname}.log"
+            )
+        text = describe_failure(state, failed.index, code, job.nodes[failed.index].ranks)
+        if oom:
+            text += " (out of memory)"
+        container = by_index[failed.index].hostname
+        return NodeFailed(failed.index, code, f"{text} (container {container}, exit code {code}; logs in {logs})")
+
+    try:
+        made = _docker(engine, "network", "create", *labels, plan.network)
+        if made.returncode != 0:
+            raise RuntimeFailure(
+                f"{engine} network create {plan.network} failed: {' '.join(made.stderr.split())[:300]}"
+            )
+        state = run_with_restarts(
+            job, console, start_group, nodes=len(plan.containers), checkpoint_dir=plan.checkpoint_dir, timeout=timeout
+        )
+    finally:
+        left = cleanup(engine, plan.run_id)
+        if left:
+            console.note(f"could not remove {len(left)} objects labelled {RUN_LABEL}={plan.run_id}: {' '.join(left)}")
+    finish_note(console, state, plan.checkpoint_dir, Path.cwd(), plan.run_dir / "logs")
+    return 0

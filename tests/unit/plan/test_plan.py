@@ -1,0 +1,139 @@
+"""ddpctl.plan: what a spec and its engine derive (layout, backend, rendezvous, container env,
+restart rules), table-driven."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from ddpctl.engines import plan_for
+from ddpctl.plan import Plan
+from ddpctl.spec.model import JobSpec
+
+
+def planned(data: dict[str, Any]) -> Plan:
+    return plan_for(JobSpec.from_dict(data))
+
+
+VALID = [
+    ({}, 2, 2, 4),
+    ({"nodes": 1, "gpusPerNode": 8}, 1, 8, 8),
+    ({"nodes": 4, "gpusPerNode": 4, "procsPerNode": 2}, 4, 2, 8),
+    ({"nodes": 3, "procsPerNode": 5}, 3, 5, 15),
+    ({"nodes": "1:4", "gpusPerNode": 2}, 4, 2, 8),
+    ({"nodes": 64, "gpusPerNode": 8, "target": "pytorchjob"}, 64, 8, 512),
+]
+
+_FR = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
+
+
+@pytest.mark.parametrize("data,replicas,nproc,world", VALID)
+def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) -> None:
+    plan = planned(data)
+    assert (plan.replicas, plan.nproc_per_node, plan.world_size) == (replicas, nproc, world)
+
+
+@pytest.mark.parametrize(
+    "data,backend,mode",
+    [
+        ({}, "gloo", "static"),
+        ({"gpusPerNode": 1}, "nccl", "static"),
+        ({"nodes": "1:2"}, "gloo", "c10d"),
+        ({"gpusPerNode": 1, "backend": "gloo"}, "gloo", "static"),
+    ],
+)
+def test_backend_and_rendezvous_auto(data: dict, backend: str, mode: str) -> None:
+    plan = planned(data)
+    assert (plan.backend, plan.rdzv_mode) == (backend, mode)
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        pytest.param({}, {}, id="cpu-defaults-nothing"),
+        pytest.param({"stallTimeout": 90}, {"DDP_TRAINER_STALL_TIMEOUT": "90"}, id="stall-timeout"),
+        pytest.param({"stallTimeout": 0}, {"DDP_TRAINER_STALL_TIMEOUT": "0"}, id="stall-watchdog-off"),
+        pytest.param({"gpusPerNode": 2}, _FR, id="gpu-flight-recorder-default-dump-file"),
+        pytest.param(
+            {"gpusPerNode": 2, "volumes": {"checkpoints": {"claimName": "c", "mountPath": "/ckpt/"}}},
+            {**_FR, "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/ckpt/nccl_trace_rank_"},
+            id="gpu-flight-recorder-dumps-next-to-checkpoints",
+        ),
+        pytest.param(
+            {"gpusPerNode": 2, "env": {"TORCH_NCCL_TRACE_BUFFER_SIZE": "0"}},
+            {**_FR, "TORCH_NCCL_TRACE_BUFFER_SIZE": "0"},
+            id="user-env-turns-it-off",
+        ),
+    ],
+)
+def test_hang_evidence_env(data: dict, expected: dict) -> None:
+    """The stall watchdog's timeout and, on GPUs, the NCCL flight recorder reach the container env."""
+    env = planned(data).groups[0].env
+    got = {k: v for k, v in env.items() if k == "DDP_TRAINER_STALL_TIMEOUT" or k.startswith("TORCH_NCCL_")}
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({}, None),  # unset: the trainer's own default
+        ({"collectiveTimeout": 900}, "900"),
+        ({"collectiveTimeout": 60, "stallTimeout": 0}, "60"),  # the watchdog off: any timeout
+        ({"collectiveTimeout": 900, "module": None, "script": "train.py"}, None),  # only our trainer reads it
+    ],
+)
+def test_collective_timeout_reaches_the_trainer_as_its_process_group_timeout(data: dict, expected: str | None) -> None:
+    assert planned(data).groups[0].env.get("DDP_TRAINER_TIMEOUT_S") == expected
+
+
+@pytest.mark.parametrize(
+    ("changes", "limit"),
+    [
+        ({"target": "job", "backoffLimit": 3}, 3),
+        ({"target": "jobset", "backoffLimit": 2}, 2),
+        ({"target": "pytorchjob", "backoffLimit": 3}, 3),  # the trainer: restartPolicy ExitCode
+        ({"target": "pytorchjob", "backoffLimit": 3, "restartPolicy": "Never"}, 0),  # the operator retries nothing
+        ({"target": "pytorchjob", "backoffLimit": 3, "module": "mypkg.train"}, 0),  # plain torchrun: Never
+        ({"target": "pytorchjob", "backoffLimit": 3, "restartPolicy": "OnFailure"}, 3),
+        ({"target": "trainjob", "backoffLimit": 3}, 0),  # the training runtime decides
+    ],
+)
+def test_restart_limit_is_the_engines_rule(changes: dict[str, Any], limit: int) -> None:
+    """`run --local` restarts a failed group as often as the target's controller would."""
+    from ddpctl.runners.restarts import restart_limit
+
+    assert restart_limit(planned(changes)) == limit
+
+
+@pytest.mark.parametrize(
+    ("changes", "codes"),
+    [
+        # job and jobset: every failure but a usage error
+        ({"target": "job"}, {1: True, 2: False, 137: True, 138: True, 143: True, 200: True}),
+        ({"target": "jobset"}, {1: True, 2: False, 138: True, 200: True}),
+        ({"target": "job", "restartPolicy": "OnFailure"}, {1: True, 2: True}),  # the kubelet restarts every code
+        # pytorchjob ExitCode: what Kubeflow's operator retries (130, 137, 138, 143), nothing else
+        ({"target": "pytorchjob"}, {1: False, 2: False, 130: True, 137: True, 138: True, 143: True, 200: False}),
+        ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, {1: True, 2: True, 143: True}),
+        ({"target": "pytorchjob", "restartPolicy": "Never"}, {1: False, 143: False}),
+        ({"target": "trainjob"}, {1: False, 143: False}),  # the runtime's to decide
+    ],
+)
+def test_which_exit_codes_the_engines_retry(changes: dict[str, Any], codes: dict[int, bool]) -> None:
+    plan = planned(changes)
+    assert {code: plan.retriable(code) for code in codes} == codes
+
+
+@pytest.mark.parametrize(
+    ("changes", "policy"),
+    [
+        ({"target": "job"}, "Never"),
+        ({"target": "jobset"}, "Never"),
+        ({"target": "pytorchjob"}, "ExitCode"),
+        ({"target": "pytorchjob", "module": "mypkg.train"}, "Never"),
+        ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, "OnFailure"),
+        ({"target": "job", "restartPolicy": "OnFailure"}, "OnFailure"),
+    ],
+)
+def test_the_pods_restart_policy_is_the_engines_default_unless_given(changes: dict[str, Any], policy: str) -> None:
+    assert planned(changes).pod_restart_policy == policy
