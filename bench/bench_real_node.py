@@ -5,7 +5,8 @@
    volume, which this machine sees), against the baseline: the same manifests, rendered
    beforehand with `ddpctl render`, applied with `kubectl apply` and polled the same way.
    Interleaved, a fresh namespace each; the medians' ratio. Target: ddpctl / kubectl <= 1.05.
-2. eviction: node 1's pod of a running 2 x 1 job is evicted (the Eviction API) after step 5;
+2. eviction: node 1's pod of a running 2 x 1 job is evicted (the Eviction API) after step 5
+   (where rank 1 holds: the tests' fault plugin, in an image of the trainer plus the plugin);
    reported is the time to the resumed job's first step, as a timeline of where it goes: the
    stop checkpoint durable (the trainer's `preempted` event), the old pod gone (the grace period
    used), both new trainers running (pod start), rendezvous (rank 0's "world size" line),
@@ -61,6 +62,16 @@ def kubectl(*args: str, input: str | None = None) -> str:
 def image() -> str:
     """The trainer image on the CPU base, on the real node (a no-op when both are there)."""
     tag = ddpctl("build", "--quiet", "--no-latest", "--base-image", "ddpctl-base:cpu", "--repo", "ddpctl-trainer-test")
+    sh(sys.executable, str(REPO / "cluster/up.py"), "load", tag.strip())
+    return tag.strip()
+
+
+def test_image(trainer: str) -> str:
+    """The trainer image plus the tests' fault plugin (tests/e2e/cluster/user-image.Dockerfile), on
+    the real node: the eviction holds rank 1 after step 5 with it."""
+    tag = ddpctl("build", "--quiet", "--no-latest", "--base-image", trainer, "--repo", "ddpctl-user-test",
+                 "--file", str(REPO / "tests/e2e/cluster/user-image.Dockerfile"),
+                 "--context", str(REPO / "tests/support/models"))  # fmt: skip
     sh(sys.executable, str(REPO / "cluster/up.py"), "load", tag.strip())
     return tag.strip()
 
@@ -155,8 +166,9 @@ def pods(ns: str) -> list[dict[str, Any]]:
 
 def eviction(img: str, tmp: Path) -> dict[str, float]:
     ns, folder = namespace_with_volume(tmp)
-    hold = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e",
-            "DDP_TRAINER_HOLD_FILE=/checkpoints/held"]  # fmt: skip
+    # the tests' fault plugin (in the test image): rank 1 writes /checkpoints/held after step 5 and waits
+    hold = ["-e", "DDP_TRAINER_CALLBACK=test_faults:Faults", "-e", "DDPCTL_TEST_HOLD_AT_STEP=5", "-e",
+            "DDPCTL_TEST_HOLD_RANK=1", "-e", "DDPCTL_TEST_HOLD_FILE=/checkpoints/held"]  # fmt: skip
     try:
         ddpctl("submit", *job_flags(img, "--nodes", "2", "--procs", "1", *hold), "-n", ns, "--", *RESTART)
         poll("rank 1 holding after step 5", lambda: (folder / "held").exists())
@@ -214,7 +226,7 @@ def main() -> int:
         results["ratio"] = ours / theirs
         print(f"submit to first step: ddpctl {ours:.2f} s, kubectl apply {theirs:.2f} s: ratio {ours / theirs:.3f} "
               "(target <= 1.05)")  # fmt: skip
-        results["eviction"] = ev = eviction(img, Path(tmp))
+        results["eviction"] = ev = eviction(test_image(img), Path(tmp))
         print(f"eviction to the resumed first step: {ev['first step after resume']:.1f} s; the timeline:")
         for mark, at in sorted(ev.items(), key=lambda kv: kv[1]):
             print(f"  {at:7.2f} s  {mark}")

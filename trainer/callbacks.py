@@ -25,6 +25,7 @@ function that makes one when called without arguments.
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
@@ -33,6 +34,7 @@ import torch
 import torch.distributed as dist
 
 from . import dist as d
+from .errors import UsageError
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -176,4 +178,80 @@ def hooks(user: Sequence[Callback]) -> list[Callback]:
     return [Heartbeat(), FirstStepMetric(), ProgressLog(), *user, SaveCadence(), MaxSteps(), StopVote()]
 
 
-__all__ = ["Callback", "hooks"]
+# --------------------------------------------------------------------------------------------
+# The user's callbacks: --callback MODULE:NAME
+# --------------------------------------------------------------------------------------------
+
+HOOK_METHODS = ("on_epoch_start", "on_step_end", "on_epoch_end", "on_checkpoint_write")
+
+
+class _Loaded(Callback):
+    """A user's object with some of the hook methods (and no ``Callback`` base): the ones it has are called."""
+
+    def __init__(self, obj: object) -> None:
+        self.obj = obj
+
+    def on_epoch_start(self, trainer: Trainer) -> None:
+        if hasattr(self.obj, "on_epoch_start"):
+            self.obj.on_epoch_start(trainer)
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        if hasattr(self.obj, "on_step_end"):
+            self.obj.on_step_end(trainer)
+
+    def on_epoch_end(self, trainer: Trainer) -> None:
+        if hasattr(self.obj, "on_epoch_end"):
+            self.obj.on_epoch_end(trainer)
+
+    def on_checkpoint_write(self, trainer: Trainer, step: int, file: IO[bytes]) -> None:
+        if hasattr(self.obj, "on_checkpoint_write"):
+            self.obj.on_checkpoint_write(trainer, step, file)
+
+
+def _has_hooks(obj: object) -> bool:
+    return any(callable(getattr(obj, name, None)) for name in HOOK_METHODS)
+
+
+def _resolve(spec: str) -> object:
+    """``module:name`` -> the object it names; the one place that checks a callback's spec."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"--callback {spec!r}: a callback is written module:name, e.g. mypkg.hooks:Checkpointer")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"--callback {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+    found: object = getattr(module, attr, None)
+    if found is None:
+        raise UsageError(f"--callback {spec!r}: {module_name} has no {attr!r}")
+    if not (_has_hooks(found) or callable(found)):
+        raise UsageError(
+            f"--callback {spec!r}: {attr!r} is neither a callback (an object with some of "
+            f"{', '.join(HOOK_METHODS)}) nor a class or function that makes one"
+        )
+    return found
+
+
+def check_callback_specs(specs: Sequence[str]) -> None:
+    """Fail early (before the process group, on every rank alike) on a callback that cannot be imported."""
+    for spec in specs:
+        _resolve(spec)
+
+
+def load_callbacks(specs: Sequence[str]) -> list[Callback]:
+    """The user's callbacks: a class (or a function) named by ``--callback`` is called without
+    arguments to make one; an object with hook methods is used as it is."""
+    loaded: list[Callback] = []
+    for spec in specs:
+        found = _resolve(spec)
+        obj = found() if callable(found) and (isinstance(found, type) or not _has_hooks(found)) else found
+        if not _has_hooks(obj):
+            raise UsageError(
+                f"--callback {spec!r}: the {type(obj).__name__} it made has none of the hook methods "
+                f"({', '.join(HOOK_METHODS)})"
+            )
+        loaded.append(obj if isinstance(obj, Callback) else _Loaded(obj))
+    return loaded
+
+
+__all__ = ["HOOK_METHODS", "Callback", "check_callback_specs", "hooks", "load_callbacks"]

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import torch
 
@@ -24,9 +22,6 @@ from .protocol import CHECKPOINT_TEMP, SHARDED_STATE_FILE, checkpoint_name, chec
 
 FORMAT = "ddpctl-trainer/1"
 REQUIRED_KEYS = ("format", "model", "optimizer", "epoch", "step", "batches_done")
-
-FAULT_IN_CHECKPOINT_ENV = "DDP_TRAINER_FAULT_IN_CHECKPOINT"
-FAULT_SIGNAL_ENV = "DDP_TRAINER_FAULT_IN_CHECKPOINT_SIGNAL"  # KILL (default) or TERM
 
 
 def checkpoint_path(directory: Path, step: int, sharded: bool = False) -> Path:
@@ -47,36 +42,16 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def _fault_hook(step: int, restart_count: int) -> Callable[[Any], None] | None:
-    """Test hook: signal this process (SIGKILL, or SIGTERM: the grace period's end or a second
-    SIGTERM) half-way through writing the checkpoint of step K (first attempt only)."""
-    raw = os.environ.get(FAULT_IN_CHECKPOINT_ENV)
-    if not raw or int(raw) != step or restart_count != 0:
-        return None
-    sig = signal.SIGTERM if os.environ.get(FAULT_SIGNAL_ENV, "KILL") == "TERM" else signal.SIGKILL
-
-    def die(f: Any) -> None:
-        f.flush()
-        size = f.tell()
-        f.truncate(size // 2)
-        f.flush()
-        os.fsync(f.fileno())
-        print(f"[fault] {sig.name} to rank during checkpoint write of step {step}", file=sys.stderr, flush=True)
-        os.kill(os.getpid(), sig)
-
-    return die
-
-
-def atomic_save(obj: Any, path: Path, step: int = -1, restart_count: int = 0) -> None:
-    """``torch.save`` to ``path`` so that a crash at any point leaves no partial ``path``."""
+def atomic_save(obj: Any, path: Path, on_write: Callable[[IO[bytes]], None] | None = None) -> None:
+    """``torch.save`` to ``path`` so that a crash at any point leaves no partial ``path``.
+    ``on_write`` gets the temp file once the state is in it, before it is synced and renamed."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.parent / f".{path.name}.tmp.{os.getpid()}"
-    hook = _fault_hook(step, restart_count)
     try:
         with open(tmp, "wb") as f:
             torch.save(obj, f)
-            if hook is not None:
-                hook(f)
+            if on_write is not None:
+                on_write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

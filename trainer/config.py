@@ -89,6 +89,8 @@ class TrainConfig:
     progress: str = "auto"
     timeout_s: int = COLLECTIVE_TIMEOUT_S
     stall_timeout: float = float(STALL_TIMEOUT_S)
+    # step hooks
+    callback: tuple[str, ...] = ()
 
     @property
     def save_every_steps(self) -> int:
@@ -114,6 +116,22 @@ def _bool(text: str) -> bool:
     if low in ("0", "false", "no", "off", ""):
         return False
     raise ValueError(f"not a boolean: {text!r}")
+
+
+class _Repeatable(argparse.Action):
+    """A flag that may be given several times (a list). Its default (from the environment) is
+    replaced, not extended, by the values on the command line: the command line wins."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: str | Sequence[Any] | None,
+        option_string: str | None = None,
+    ) -> None:
+        given = getattr(namespace, self.dest, None)
+        items = [] if given is None or given is self.default else list(given)
+        setattr(namespace, self.dest, [*items, values])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -229,6 +247,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="seconds without progress on any rank before the job is stopped with a summary of who "
         "stalled and where (exit code 200); 0: off. Must exceed the longest checkpoint write or eval batch",
     )
+
+    g = p.add_argument_group("step hooks")
+    g.add_argument(
+        "--callback",
+        action=_Repeatable,
+        default=None,
+        metavar="MODULE:NAME",
+        help="your own step hooks: an object (or a class or function that makes one) with some of the methods "
+        "on_epoch_start, on_step_end, on_epoch_end (each given the trainer) and on_checkpoint_write, called "
+        "on every rank after the trainer's own logging and before its checkpoints and stop vote (see "
+        f"ddpctl_trainer.callbacks); repeat the flag for several ({flag_env('--callback')}: comma-separated)",
+    )
     _show_defaults(p)
     return p
 
@@ -260,6 +290,8 @@ def _env_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         try:
             if isinstance(action, argparse.BooleanOptionalAction):
                 value: Any = _bool(raw)
+            elif isinstance(action, _Repeatable):
+                value = [part.strip() for part in raw.split(",") if part.strip()]
             elif action.type is not None:
                 value = action.type(raw)  # type: ignore[operator]  # typeshed allows str types; ours are callables
             else:
@@ -296,6 +328,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
         raise UsageError("--batch-size and --global-batch-size are exclusive: give only one")
     if values["batch_size"] is None and values["global_batch_size"] is None:
         values["batch_size"] = 32
+    values["callback"] = tuple(values["callback"] or ())
     cfg = TrainConfig(**values)
     validate_static(cfg)
     return cfg
@@ -339,6 +372,10 @@ def validate_static(cfg: TrainConfig) -> None:
         raise UsageError(f"--save-every must be 'epoch' or a number of steps, got {cfg.save_every!r}")
     if cfg.model not in BUILTIN_MODELS and ":" not in cfg.model:
         raise UsageError(f"unknown --model {cfg.model!r}: use one of {', '.join(BUILTIN_MODELS)} or module:factory")
+    for spec in cfg.callback:
+        module_name, _, name = spec.partition(":")
+        if not module_name or not name:
+            raise UsageError(f"--callback {spec!r}: a callback is written module:name, e.g. mypkg.hooks:Checkpointer")
     if cfg.bf16 and cfg.dtype == "float64":
         raise UsageError("--bf16 and --dtype float64 conflict: drop one")
     paths = {

@@ -89,11 +89,13 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
 
         import torch
 
+        from .callbacks import check_callback_specs
         from .dist import resolve_backend, setup
         from .models import check_model_spec
         from .trainer import run_trainer
 
         check_model_spec(cfg.model)
+        check_callback_specs(cfg.callback)
         backend = resolve_backend(cfg.backend, torch.cuda.is_available())
         device = setup(ctx, backend, cfg.timeout_s, need_group=cfg.strategy == "fsdp")
         run_trainer(cfg, ctx, device, backend)

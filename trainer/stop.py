@@ -42,7 +42,8 @@ def requested() -> bool:
 
 
 def wait(timeout: float) -> bool:
-    """Block until a stop is requested or ``timeout`` passes (test hook: hold a rank at a step)."""
+    """Block until a stop is requested or ``timeout`` passes (e.g. a callback that holds a rank at a
+    step until it is signalled, as the tests' fault plugin does)."""
     return _requested.wait(timeout)
 
 

@@ -6,24 +6,22 @@ the optimizer created *after* wrapping; ``_run_batch`` trains one micro-batch, `
 loops over an epoch's batches and steps the optimizer after each accumulation group, ``fit``
 loops over the epochs. The global rank decides who writes (rank 0), the local rank which device.
 What runs after each optimizer step and epoch (the watchdog's heartbeat, metrics and progress,
-the save cadence, ``--max-steps``, the stop vote) is a list of step hooks in a fixed order
-(callbacks.py). Checkpoints go through the ``torch.distributed.checkpoint.state_dict`` helpers,
-which fit every wrapper, so a checkpoint written under ``ddp`` resumes under ``fsdp`` and the
-other way round.
+the save cadence, ``--max-steps``, the stop vote, and the user's ``--callback``s) is a list of
+step hooks in a fixed order (callbacks.py). Checkpoints go through the
+``torch.distributed.checkpoint.state_dict`` helpers, which fit every wrapper, so a checkpoint
+written under ``ddp`` resumes under ``fsdp`` and the other way round.
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import random
-import signal
 import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NoReturn, cast
+from typing import IO, Any, NoReturn, cast
 
 import torch
 import torch.distributed as dist
@@ -48,15 +46,6 @@ from .metrics import MetricsLog, Progress
 from .models import build_model
 from .protocol import ALREADY_COMPLETE, SHARDED_STATE_FILE, WARNING_TAG
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
-
-FAULT_AT_STEP_ENV = "DDP_TRAINER_FAULT_AT_STEP"
-FAULT_RANK_ENV = "DDP_TRAINER_FAULT_RANK"
-# Test hook: after step K (first attempt, rank R) create this file and wait there for a SIGTERM,
-# so a test can signal between two known steps without sleeping.
-HOLD_AT_STEP_ENV = "DDP_TRAINER_HOLD_AT_STEP"
-HOLD_RANK_ENV = "DDP_TRAINER_HOLD_RANK"
-HOLD_FILE_ENV = "DDP_TRAINER_HOLD_FILE"
-HOLD_LIMIT_S = 120.0
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
@@ -95,34 +84,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
             np.random.set_state((name, key.numpy().astype("uint32"), *rest))
         except ImportError:
             pass
-
-
-class _EnvTestHooks(callbacks.Callback):
-    """Test hooks: SIGKILL rank R after step K (first attempt); or wait after step K on rank R
-    (first attempt) until this rank gets a SIGTERM (see tests/trainer)."""
-
-    def __init__(self) -> None:
-        self.fault_step = int(os.environ.get(FAULT_AT_STEP_ENV, "0") or 0)
-        self.fault_rank = int(os.environ.get(FAULT_RANK_ENV, "0") or 0)
-        self.hold_step = int(os.environ.get(HOLD_AT_STEP_ENV, "0") or 0)
-        self.hold_rank = int(os.environ.get(HOLD_RANK_ENV, "0") or 0)
-
-    def on_step_end(self, trainer: Trainer) -> None:
-        ctx, step = trainer.ctx, trainer.step
-        if self.fault_step and step == self.fault_step and ctx.rank == self.fault_rank and ctx.restart_count == 0:
-            print(f"[fault] killing rank {ctx.rank} at step {step}", file=sys.stderr, flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-        if not (self.hold_step and step == self.hold_step and ctx.rank == self.hold_rank):
-            return
-        if ctx.restart_count != 0:
-            return
-        marker = os.environ.get(HOLD_FILE_ENV)
-        if marker and Path(marker).exists():
-            return  # held once already: a group restarted by its runner (new agents, restart count 0) goes on
-        if marker:
-            Path(marker).write_text(str(step))
-        if not stop.wait(HOLD_LIMIT_S):
-            raise TrainerFailure(f"test hook: no SIGTERM arrived within {HOLD_LIMIT_S:g}s of step {step}")
 
 
 class Trainer:
@@ -175,7 +136,8 @@ class Trainer:
         self.beacon = Beacon()  # where this rank is, for the stall watchdog (trainer/watchdog.py)
         self.stats = torch.zeros(3, dtype=torch.float64, device=device)  # loss sum, correct, samples (see _track)
         self.done = False  # set by a step hook (--max-steps) to end training after this step
-        self.hooks = callbacks.hooks([_EnvTestHooks()])  # what runs after each step and epoch, in order
+        # what runs after each step and epoch, in order: the trainer's own hooks and the user's --callback
+        self.hooks = callbacks.hooks(callbacks.load_callbacks(cfg.callback))
 
     # ----------------------------------------------------------------------------- setup
     def _wrap(self, raw: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -528,8 +490,14 @@ class Trainer:
     def _write(self, payload: dict[str, Any], path: Path) -> None:
         """Store one full checkpoint, then prune (on the writer's thread for a background save:
         the position comes from the payload, since training has moved on)."""
-        ckpt.atomic_save(payload, path, payload["step"], self.ctx.restart_count)
-        self._saved(path, payload["step"], payload["epoch"])
+        step = payload["step"]
+
+        def written(file: IO[bytes]) -> None:  # the hooks see the file before it is synced and renamed
+            for hook in self.hooks:
+                hook.on_checkpoint_write(self, step, file)
+
+        ckpt.atomic_save(payload, path, on_write=written)
+        self._saved(path, step, payload["epoch"])
 
     def _saved(self, path: Path, step: int, epoch: int) -> None:
         removed = ckpt.prune(self.ckpt_dir, self.cfg.keep_last, path)

@@ -24,6 +24,7 @@ from ddpctl.spec import JobSpec
 
 from tests.support import REPO, skip_unless
 from tests.support.docker import BASE_IMAGE, docker_works, image_present
+from tests.support.models.faults import env_flags, hold_at, plugin_env
 
 JOB_TIMEOUT = 300
 SMALL = ["--", "--synthetic-samples", "512", "--eval-samples", "64"]
@@ -124,6 +125,37 @@ def trainer_image() -> str:
             BASE_IMAGE,
             "--repo",
             "ddpctl-trainer-test",
+        ],
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def fault_image(trainer_image: str) -> str:
+    """The trainer image plus the tests' fault plugin (tests/e2e/cluster/user-image.Dockerfile, as
+    the real-node tests build it): the product image ships no test hooks."""
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ddpctl",
+            "build",
+            "--quiet",
+            "--no-latest",
+            "--base-image",
+            trainer_image,
+            "--repo",
+            "ddpctl-user-test",
+            "--file",
+            "tests/e2e/cluster/user-image.Dockerfile",
+            "--context",
+            "tests/support/models",
         ],
         cwd=REPO,
         env=_env(),
@@ -415,16 +447,10 @@ RESTART_ARGS = [
     "--synthetic-samples", "128", "--eval-samples", "32", "--global-batch-size", "16", "--epochs", "2",
     "--save-every", "3", "--dtype", "float64", "--save-final", "/checkpoints/final.pt",
 ]  # fmt: skip
-# The trainer's hold hook: rank 1 (node 1's only process) waits after step 5 for a SIGTERM, having
-# written this file on the checkpoints volume (once: a restarted group does not hold again).
-HOLD = [
-    "-e",
-    "DDP_TRAINER_HOLD_AT_STEP=5",
-    "-e",
-    "DDP_TRAINER_HOLD_RANK=1",
-    "-e",
-    "DDP_TRAINER_HOLD_FILE=/checkpoints/held",
-]
+# The tests' fault plugin (in `fault_image`): rank 1 (node 1's only process) waits after step 5
+# for a SIGTERM, having written this file on the checkpoints volume (once: a restarted group does
+# not hold again).
+HOLD = env_flags(plugin_env(hold_at(5, rank=1, file="/checkpoints/held"), image=True))
 # Run inside a container: SIGKILL the training process, PID 1's (the launcher's) child.
 KILL_WORKER = (
     "import os, signal\n"
@@ -489,13 +515,13 @@ def _container_of_node(job: str, node: int) -> str:
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_preempted_container_restarts_the_group_which_resumes_at_that_step(
-    trainer_image: str, uninterrupted: dict, tmp_path: Path, docker_job
+    fault_image: str, uninterrupted: dict, tmp_path: Path, docker_job
 ) -> None:
     """SIGTERM to node 1's container after step 5 (the kubelet's signal to a preempted pod's PID 1,
     which is the trainer's launcher): every rank stops after step 5 with a checkpoint, all
     containers run again (backoffLimit 3) and the job ends with an uninterrupted run's weights."""
     job, start = docker_job
-    proc = start("--image", trainer_image, *RESTART_LAYOUT, *HOLD, *RESTART_ARGS, cwd=tmp_path)
+    proc = start("--image", fault_image, *RESTART_LAYOUT, *HOLD, *RESTART_ARGS, cwd=tmp_path)
     run_dir = tmp_path / "ddp-runs" / job
     _wait_for_hold(proc, run_dir / "checkpoints" / "held")
     victim = _container_of_node(job, 1)
@@ -516,13 +542,13 @@ def test_a_preempted_container_restarts_the_group_which_resumes_at_that_step(
 @pytest.mark.docker
 @pytest.mark.slow
 def test_a_killed_worker_restarts_the_group_which_resumes_from_its_last_checkpoint(
-    trainer_image: str, uninterrupted: dict, tmp_path: Path, docker_job
+    fault_image: str, uninterrupted: dict, tmp_path: Path, docker_job
 ) -> None:
     """SIGKILL of node 1's training process after step 5 (as the OOM killer would): the group
     restarts from the checkpoint of step 3, trains steps 4 and 5 again on the same data, and ends
     with an uninterrupted run's weights."""
     job, start = docker_job
-    proc = start("--image", trainer_image, *RESTART_LAYOUT, *HOLD, *RESTART_ARGS, cwd=tmp_path)
+    proc = start("--image", fault_image, *RESTART_LAYOUT, *HOLD, *RESTART_ARGS, cwd=tmp_path)
     run_dir = tmp_path / "ddp-runs" / job
     _wait_for_hold(proc, run_dir / "checkpoints" / "held")
     killed = subprocess.run(

@@ -27,6 +27,7 @@ from ddpctl.run_env import cluster_env, loopback_env
 from ddpctl.spec import JobSpec
 
 from tests.support import skip_unless
+from tests.support.models.faults import env_flags, hold_at, plugin_env
 from tests.support.procs import ddpctl_env as _env
 from tests.support.procs import descendants, start_ddpctl, stop_like_a_user, with_env
 from tests.support.procs import run_ddpctl as _ddpctl
@@ -148,8 +149,9 @@ def test_default_run_trains_2x2_on_cpu_and_writes_a_checkpoint(tmp_path: Path) -
 
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(started, tmp_path: Path) -> None:
-    """Rank 3 holds after step 2 (the trainer's test hook), so the process tree is complete when the
-    test reads it; then the test SIGKILLs that rank, as the OOM killer would."""
+    """Rank 3 holds after step 2 (the tests' fault plugin, loaded with the trainer's --callback), so
+    the process tree is complete when the test reads it; then the test SIGKILLs that rank, as the
+    OOM killer would."""
     needs_proc()
     hold = tmp_path / "held"
     proc = started(
@@ -157,12 +159,7 @@ def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(starte
         "--local",
         "--backoff-limit",
         "0",  # no restart: the job ends with the kill
-        "-e",
-        "DDP_TRAINER_HOLD_AT_STEP=2",
-        "-e",
-        "DDP_TRAINER_HOLD_RANK=3",
-        "-e",
-        f"DDP_TRAINER_HOLD_FILE={hold}",
+        *env_flags(plugin_env(hold_at(2, rank=3, file=hold))),
         "--",
         "--synthetic-samples",
         "512",
@@ -187,7 +184,7 @@ def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(starte
 
 
 def _wait_for_file(proc: subprocess.Popen[str], path: Path) -> None:
-    """Wait until the trainer's hold hook wrote `path` (the held rank finished its step and waits)."""
+    """Wait until the fault plugin's hold wrote `path` (the held rank finished its step and waits)."""
     deadline = time.monotonic() + JOB_TIMEOUT
     while not path.exists():
         assert proc.poll() is None, proc.communicate()
@@ -638,7 +635,7 @@ def test_a_killed_worker_restarts_the_group_which_resumes_from_the_last_save(
     redoes them, and ends with the weights of an uninterrupted run."""
     needs_proc()
     hold = tmp_path / "held"
-    hook = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e", f"DDP_TRAINER_HOLD_FILE={hold}"]
+    hook = env_flags(plugin_env(hold_at(5, rank=1, file=hold)))
     proc = started(*RESTART_LAYOUT, *hook, *RESTART_ARGS, cwd=tmp_path)
     _wait_for_file(proc, hold)
     os.kill(with_env(_trainer_pids(proc.pid), "RANK", "1"), signal.SIGKILL)
@@ -665,10 +662,10 @@ def test_a_preempted_node_restarts_the_group_which_resumes_at_that_step(
     needs_proc()
     layout = RESTART_LAYOUT
     hold = tmp_path / "held"
-    hook = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e", f"DDP_TRAINER_HOLD_FILE={hold}"]
+    hook = env_flags(plugin_env(hold_at(5, rank=1, file=hold)))
     (tmp_path / "preempted").mkdir()
     proc = started(*layout, *hook, *RESTART_ARGS, cwd=tmp_path / "preempted")
-    _wait_for_file(proc, hold)  # rank 1 finished step 5 and waits for a signal (the trainer's test hook)
+    _wait_for_file(proc, hold)  # rank 1 finished step 5 and waits for a signal (the fault plugin's hold)
     os.kill(_node_agent(proc.pid, 1), signal.SIGTERM)  # as the kubelet does to a preempted pod
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode == 0, err[-3000:]
@@ -774,7 +771,7 @@ def test_a_lost_node_restarts_the_group_without_counting(
     peer; the group restarts and the restart count is unchanged (backoffLimit 1 still left)."""
     needs_proc()
     hold = tmp_path / "held"
-    hook = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1", "-e", f"DDP_TRAINER_HOLD_FILE={hold}"]
+    hook = env_flags(plugin_env(hold_at(5, rank=1, file=hold)))
     proc = started(*RESTART_LAYOUT, *hook, *RESTART_ARGS, cwd=tmp_path)
     _wait_for_file(proc, hold)
     agent = _node_agent(proc.pid, 1)

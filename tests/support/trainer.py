@@ -32,6 +32,8 @@ from typing import Any
 import pytest
 import torch
 
+from tests.support import REPO
+
 PY = sys.executable
 PROG_PREFIX = "ddpctl-trainer: error:"
 
@@ -75,7 +77,8 @@ class Run:
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The test's environment minus anything that would make the trainer think it is distributed."""
+    """The test's environment minus anything that would make the trainer think it is distributed,
+    with the checkout on PYTHONPATH (the trainer imports the tests' models and fault plugin from it)."""
     env = {
         k: v
         for k, v in os.environ.items()
@@ -95,6 +98,7 @@ def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
         )
     }
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
     if "GLOO_SOCKET_IFNAME" not in env and os.path.exists("/sys/class/net/lo"):
         env["GLOO_SOCKET_IFNAME"] = "lo"  # test hosts often map their hostname to 127.0.0.1
     env.update(extra or {})

@@ -5,8 +5,9 @@ namespace, the image's numeric user, the memory-backed /dev/shm, the downward-AP
 index, the headless Service's DNS name (CoreDNS) as the rank-0 address, gloo across two pods on a
 bridge, the Eviction API with a real grace period ending in SIGTERM, and each controller's
 failure rules acting on the trainer's real exit codes. The image is a user's image as users build
-one: the trainer image (`ddpctl build` on the local CPU base) plus their model code
-(tests/e2e/cluster/user-image.Dockerfile), loaded into the node's containerd (`cluster/up.py load`).
+one: the trainer image (`ddpctl build` on the local CPU base) plus their model code and the tests'
+fault plugin (tests/e2e/cluster/user-image.Dockerfile), loaded into the node's containerd
+(`cluster/up.py load`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import pytest
 from tests.support import REPO, skip_unless
 from tests.support.cluster import UP, RealCluster, wait_until
 from tests.support.docker import BASE_IMAGE, docker_works, image_present
+from tests.support.models.faults import env_flags, hold_at, plugin_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -176,8 +178,8 @@ def test_an_evicted_pod_is_a_disruption_and_the_job_resumes_bit_identical(
     at step 5 (0 steps lost) and end with the uninterrupted run's float64 weights."""
     ns = restricted
     folder = local_volume(ns, "ckpt")
-    hold = ["-e", "DDP_TRAINER_HOLD_AT_STEP=5", "-e", "DDP_TRAINER_HOLD_RANK=1",
-            "-e", "DDP_TRAINER_HOLD_FILE=/checkpoints/held"]  # fmt: skip
+    # the tests' fault plugin (in the user image): rank 1 writes /checkpoints/held after step 5 and waits
+    hold = env_flags(plugin_env(hold_at(5, rank=1, file="/checkpoints/held"), image=True))
     proc = _ddpctl_popen(*_restart_job(ns, "ev", node_image, "ckpt", *hold, "--follow"))
     try:
         wait_until("rank 1 holding after step 5", lambda: (folder / "held").exists() or proc.poll() is not None,

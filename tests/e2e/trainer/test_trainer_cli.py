@@ -1,5 +1,6 @@
 """The trainer as users start it: bad input ends in one line, every launcher shape works,
-and the optional features (dp, custom models, image folders, workers, bf16, ...) run."""
+and the optional features (dp, custom models, --callback step hooks, image folders, workers,
+bf16, ...) run."""
 
 from __future__ import annotations
 
@@ -55,6 +56,8 @@ def corrupt_ckpt(tmp_path_factory: pytest.TempPathFactory) -> Path:
             r"--checkpoint-dir s3://bucket/run: .*local paths only, not s3://",
         ),
         (["--resume", "gs://bucket/ckpt.pt"], 2, r"--resume gs://bucket/ckpt.pt: .*not gs:// URLs; mount"),
+        (["--callback", "no_such_module_xyz:Hook"], 2, r"--callback .*cannot import 'no_such_module_xyz'"),
+        (["--callback", "hooks"], 2, r"--callback 'hooks': a callback is written module:name"),
     ],
 )
 def test_bad_input_is_one_line(tmp_path: Path, corrupt_ckpt: Path, args: list[str], code: int, pattern: str) -> None:
@@ -164,6 +167,29 @@ def _write_user_model(tmp_path: Path) -> Path:
         "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 8 * 8, 32), nn.ReLU(), nn.Linear(32, num_classes))\n"
     )
     return pkg
+
+
+USER_HOOKS = """\
+class Hooks:
+    def on_step_end(self, trainer):
+        trainer.metrics.emit("user_step", step=trainer.step, rank=trainer.ctx.rank)
+
+    def on_epoch_end(self, trainer):
+        trainer.metrics.emit("user_epoch", epoch=trainer.epoch)
+"""
+
+
+def test_a_users_callback_runs_after_every_step_and_epoch(tmp_path: Path) -> None:
+    """The documented seam, as a user loads their own hooks: --callback MODULE:NAME (a class, made
+    by the trainer), from the user's code on PYTHONPATH."""
+    pkg = tmp_path / "usermods"
+    pkg.mkdir()
+    (pkg / "tiny_user_hooks.py").write_text(USER_HOOKS)
+    args = [*SMALL, "--batch-size", "16", "--epochs", "2", "--no-eval", "--callback", "tiny_user_hooks:Hooks"]
+    run = launch(tmp_path, args, env={"PYTHONPATH": str(pkg)})
+    assert run.code == 0, run.explain()
+    assert [e["step"] for e in run.events("user_step")] == [1, 2, 3, 4, 5, 6, 7, 8]  # 64 samples / 16
+    assert [e["epoch"] for e in run.events("user_epoch")] == [1, 2]
 
 
 def _write_image_folder(root: Path) -> None:

@@ -1,6 +1,9 @@
 """Faults: a rank SIGKILLed mid-epoch under torchrun --max-restarts resumes from the last
 checkpoint and ends with the weights of an uninterrupted run; a rank killed while writing a
-checkpoint leaves the previous one loadable; corrupt files are skipped; SIGTERM tears down."""
+checkpoint leaves the previous one loadable; corrupt files are skipped; SIGTERM tears down.
+
+The faults come from the test plugin tests/support/models/faults.py, loaded into the trainer
+through its --callback seam (DDP_TRAINER_CALLBACK)."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tests.support.models.faults import hold_at, kill_at, kill_in_checkpoint, plugin_env
 from tests.support.procs import with_env
 from tests.support.trainer import (
     PY,
@@ -98,7 +102,7 @@ def test_sigkill_mid_epoch_resumes_and_matches_uninterrupted(baselines: dict[str
         [*COMMON, "--strategy", "ddp"],
         nproc=2,
         torchrun_args=RESTART,
-        env={"DDP_TRAINER_FAULT_AT_STEP": "5", "DDP_TRAINER_FAULT_RANK": "1"},
+        env=plugin_env(kill_at(5, rank=1)),
     )
     assert run.code == 0, run.explain()
     assert "[fault] killing rank 1 at step 5" in run.err
@@ -114,7 +118,7 @@ def test_kill_during_checkpoint_write_keeps_previous_loadable(baselines: dict[st
         [*COMMON, "--strategy", "ddp"],
         nproc=2,
         torchrun_args=RESTART,
-        env={"DDP_TRAINER_FAULT_IN_CHECKPOINT": "6"},
+        env=plugin_env(kill_in_checkpoint(6)),
     )
     assert run.code == 0, run.explain()
     assert "SIGKILL to rank during checkpoint write of step 6" in run.err
@@ -130,7 +134,7 @@ def test_fsdp_sharded_checkpoint_resume_matches_uninterrupted(baselines: dict[st
         [*COMMON, "--strategy", "fsdp", "--fsdp-state-dict", "sharded"],
         nproc=2,
         torchrun_args=RESTART,
-        env={"DDP_TRAINER_FAULT_AT_STEP": "5", "DDP_TRAINER_FAULT_RANK": "0"},
+        env=plugin_env(kill_at(5, rank=0)),
     )
     assert run.code == 0, run.explain()
     (resume,) = _resumes(run)
@@ -210,7 +214,7 @@ def _start_nodes(
 
 
 def _wait_for_file(path: Path, procs: list, limit: float = 180) -> None:
-    """Wait until a test hook has created ``path`` (polling a file the trainer writes)."""
+    """Wait until the fault plugin's hold has created ``path`` (polling a file the trainer writes)."""
     deadline = time.monotonic() + limit
     while not path.exists():
         for p in procs:
@@ -233,7 +237,7 @@ def test_sigterm_to_one_nodes_agent_checkpoints_that_step_and_resumes_with_zero_
     ranks agree to stop after step 5, rank 0 (on the other node) writes ckpt-5, every worker exits
     143. The whole group then starts again (as the engine restarts it) and resumes at step 5."""
     hold = tmp_path / "held"
-    env = {"DDP_TRAINER_HOLD_AT_STEP": "5", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(hold)}
+    env = plugin_env(hold_at(5, rank=1, file=hold))
     args = [*COMMON, "--strategy", "ddp"]
     procs = _start_nodes(tmp_path, args, env, launcher="ddpctl_trainer.launch")
     try:
@@ -279,7 +283,7 @@ def test_sigkill_of_one_nodes_worker_then_group_restart_loses_only_steps_since_l
     """Node loss: node 1's worker is SIGKILLed after step 5 (no chance to save); rank 0 sees its
     collective fail and stops; the group restarts from ckpt-3 (--save-every 3) and ends equal."""
     args = [*COMMON, "--strategy", "ddp"]
-    first = _run_nodes(tmp_path, args, {"DDP_TRAINER_FAULT_AT_STEP": "5", "DDP_TRAINER_FAULT_RANK": "1"})
+    first = _run_nodes(tmp_path, args, plugin_env(kill_at(5, rank=1)))
     assert first.code != 0 and "[fault] killing rank 1 at step 5" in first.err, first.explain()
     assert not first.events("preempted")
     again = _run_nodes(tmp_path, args)
@@ -295,7 +299,7 @@ def test_a_rank_that_loses_its_peer_exits_138_and_names_it(tmp_path: Path) -> No
     says which peer it lost and exits 138 (retried by every engine's rules, where 1 would fail a
     PyTorchJob for good); node 1's launcher reports its worker's death by SIGKILL (137)."""
     hold = tmp_path / "held"
-    env = {"DDP_TRAINER_HOLD_AT_STEP": "5", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(hold)}
+    env = plugin_env(hold_at(5, rank=1, file=hold))
     procs = _start_nodes(tmp_path, [*COMMON, "--strategy", "ddp"], env, launcher="ddpctl_trainer.launch")
     try:
         _wait_for_file(hold, procs)  # rank 1 has finished step 5 and waits (its peer is waiting for it)
@@ -323,8 +327,7 @@ def test_a_peer_lost_before_training_started_is_retried_too(tmp_path: Path) -> N
     """Node 1's worker dies while it builds its model (a node lost while the job starts up, e.g.
     during a long data download), when the process group already works: node 0 waits for it in
     the setup all-reduce and exits 138 as well, not 1 (which a PyTorchJob would never retry)."""
-    root = str(Path(__file__).resolve().parents[3])
-    env = {"KILL_RANK": "1", "PYTHONPATH": root}
+    env = {"KILL_RANK": "1"}
     procs = _start_nodes(
         tmp_path,
         [*COMMON, "--model", "tests.support.models.fault_models:killed_while_built"],
@@ -345,12 +348,12 @@ def test_a_peer_lost_before_training_started_is_retried_too(tmp_path: Path) -> N
 SINGLE = [*COMMON, "--save-every", "2", "--no-eval"]
 
 
-def _signal_when_held(tmp_path: Path, args: list[str], env: dict[str, str]) -> tuple[int, str]:
-    """One process, held after a known step; SIGTERM it there and collect (exit code, stderr)."""
+def _signal_when_held(tmp_path: Path, args: list[str], *faults: dict[str, str]) -> tuple[int, str]:
+    """One process, held after step 3 (and `faults`); SIGTERM it there and collect (exit code, stderr)."""
     hold = tmp_path / "held"
     cmd = [PY, "-m", "ddpctl_trainer", "--checkpoint-dir", str(tmp_path / "ckpt")]
     cmd += ["--metrics-file", str(tmp_path / "metrics.jsonl"), *args]
-    proc = start(cmd, tmp_path, clean_env({"DDP_TRAINER_HOLD_FILE": str(hold), **env}))
+    proc = start(cmd, tmp_path, clean_env(plugin_env(hold_at(3, file=hold), *faults)))
     try:
         _wait_for_file(hold, [proc])
         proc.send_signal(signal.SIGTERM)
@@ -361,7 +364,7 @@ def _signal_when_held(tmp_path: Path, args: list[str], env: dict[str, str]) -> t
 
 
 def test_sigterm_mid_epoch_writes_that_step_and_exits_143(tmp_path: Path) -> None:
-    code, err = _signal_when_held(tmp_path, SINGLE, {"DDP_TRAINER_HOLD_AT_STEP": "3"})
+    code, err = _signal_when_held(tmp_path, SINGLE)
     assert code == 128 + signal.SIGTERM, err
     assert err.strip().splitlines()[-1].startswith("ddpctl-trainer: error: stopped by SIGTERM after step 3;"), err
     assert "Traceback" not in err
@@ -373,12 +376,7 @@ def test_sigterm_mid_epoch_writes_that_step_and_exits_143(tmp_path: Path) -> Non
 def test_second_sigterm_during_the_save_keeps_the_previous_checkpoint_loadable(tmp_path: Path) -> None:
     """The grace period's end (or a second SIGTERM) half-way through the stop checkpoint: the
     temp file is dropped and the newest loadable checkpoint is the one before."""
-    env = {
-        "DDP_TRAINER_HOLD_AT_STEP": "3",
-        "DDP_TRAINER_FAULT_IN_CHECKPOINT": "3",
-        "DDP_TRAINER_FAULT_IN_CHECKPOINT_SIGNAL": "TERM",
-    }
-    code, err = _signal_when_held(tmp_path, SINGLE, env)
+    code, err = _signal_when_held(tmp_path, SINGLE, kill_in_checkpoint(3, "TERM"))
     assert code == 128 + signal.SIGTERM, err
     assert "SIGTERM to rank during checkpoint write of step 3" in err
     assert "stopped by a second SIGTERM before the checkpoint was written; the previous one is kept" in err
@@ -398,11 +396,11 @@ def ckpt_loadable(path: Path) -> bool:
 
 
 def test_collective_timeout_ends_a_wait_for_a_hung_rank(tmp_path: Path) -> None:
-    """Rank 1 hangs after step 3 (the hold hook: alive, never joining the next collective); with
+    """Rank 1 hangs after step 3 (the fault plugin's hold: alive, never joining the next collective); with
     --timeout-s 5 rank 0's collective fails instead of waiting PyTorch's 30 minutes (or our 600 s),
     and the job ends: the test's own 120 s limit would fail it otherwise."""
     args = [*COMMON, "--strategy", "ddp", "--timeout-s", "5", "--stall-timeout", "0"]  # no watchdog: the timeout acts
-    env = {"DDP_TRAINER_HOLD_AT_STEP": "3", "DDP_TRAINER_HOLD_RANK": "1", "DDP_TRAINER_HOLD_FILE": str(tmp_path / "h")}
+    env = plugin_env(hold_at(3, rank=1, file=tmp_path / "h"))
     run = launch(tmp_path, args, nproc=2, env=env, timeout=120)
     assert run.code != 0, run.explain()
     # a timeout is not a lost peer (a slow or hung peer may come back; 138 would not be counted):

@@ -220,6 +220,23 @@ def test_atomic_save_prune_and_skip_corrupt(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".*tmp*"))
 
 
+def test_atomic_save_shows_the_written_temp_file_and_an_interrupted_save_leaves_nothing(tmp_path: Path) -> None:
+    """``on_write`` (the step hooks' on_checkpoint_write) sees the temp file with the state in it,
+    before the rename; a save that ends there (an exception, as a signal's) leaves neither file."""
+    path = ckpt.checkpoint_path(tmp_path, 1)
+    seen: list[tuple[str, int]] = []
+    ckpt.atomic_save(_payload(1), path, on_write=lambda f: seen.append((Path(f.name).name, f.tell())))
+    assert len(seen) == 1 and seen[0][0].startswith(".ckpt-00000001.pt.tmp.") and seen[0][1] > 0
+    assert ckpt.load_file(path)["step"] == 1
+
+    def interrupted(f: object) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.atomic_save(_payload(2), ckpt.checkpoint_path(tmp_path, 2), on_write=interrupted)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-00000001.pt"]
+
+
 def test_prune_never_removes_the_checkpoint_just_written(tmp_path: Path) -> None:
     """Higher-step leftovers (corrupt, or another run's) sort first by name; they must not push
     the new checkpoint and its predecessors out, and unloadable files do not count as kept."""

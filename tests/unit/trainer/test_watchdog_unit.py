@@ -45,7 +45,7 @@ def _process_not_left_stalling():
 ROOTS = ("/usr/lib/python3.11/", "/opt/ddpctl_trainer/")
 USER_FRAME = Frame("/work/model.py", 88, "forward", "self.lock.acquire()")
 STACK = [
-    Frame("/opt/ddpctl_trainer/trainer.py", 300, "_train_epoch", "out = self.model(x)"),
+    Frame("/opt/ddpctl_trainer/trainer.py", 300, "_run_batch", "out = self.model(x)"),
     Frame("/venv/lib/python3.11/site-packages/torch/nn/modules/module.py", 1794, "_call_impl", ""),
     USER_FRAME,
     Frame("/usr/lib/python3.11/threading.py", 320, "wait", "waiter.acquire()"),

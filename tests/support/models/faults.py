@@ -1,0 +1,128 @@
+"""Fault injection for the trainer's tests, loaded into the trainer through its step-hook seam.
+
+The trainer ships no test hooks. A test loads this plugin like any user's callback, from the
+checkout (``DDP_TRAINER_CALLBACK=tests.support.models.faults:Faults``, the repository on
+PYTHONPATH) or in the test image (``test_faults:Faults``: tests/e2e/cluster/user-image.Dockerfile
+copies this file there), and tells it what to do in variables that only this plugin reads. Every
+fault acts on the first attempt only (torchrun's restart count 0):
+
+* ``DDPCTL_TEST_KILL_AT_STEP=K`` (``DDPCTL_TEST_KILL_RANK=R``, default 0): rank R SIGKILLs itself
+  after step K, as the OOM killer or a lost node would end it.
+* ``DDPCTL_TEST_HOLD_AT_STEP=K`` (``DDPCTL_TEST_HOLD_RANK=R``, default 0; ``DDPCTL_TEST_HOLD_FILE=PATH``):
+  rank R writes PATH after step K and waits there until it gets SIGTERM (at most ``HOLD_LIMIT_S``),
+  so a test can signal or kill it between two known steps without sleeping. Once PATH exists the
+  hold is spent: a group that its runner restarted (new agents, restart count 0 again) goes on.
+* ``DDPCTL_TEST_KILL_IN_CHECKPOINT=K`` (``DDPCTL_TEST_KILL_IN_CHECKPOINT_SIGNAL=KILL`` or ``TERM``):
+  half-way through writing the checkpoint of step K, rank 0 cuts the temp file to half its size
+  and sends itself the signal (SIGTERM: the grace period's end, or a second SIGTERM).
+
+``plugin_env`` and the functions after it build that environment for a test. The module imports
+only the standard library and the trainer, as the image has nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from ddpctl_trainer import stop
+from ddpctl_trainer.errors import TrainerFailure
+
+if TYPE_CHECKING:
+    from ddpctl_trainer.trainer import Trainer
+
+CALLBACK_ENV = "DDP_TRAINER_CALLBACK"  # the trainer's --callback
+CALLBACK = "tests.support.models.faults:Faults"  # from the checkout
+IMAGE_CALLBACK = "test_faults:Faults"  # in the test image
+
+KILL_AT_STEP = "DDPCTL_TEST_KILL_AT_STEP"
+KILL_RANK = "DDPCTL_TEST_KILL_RANK"
+HOLD_AT_STEP = "DDPCTL_TEST_HOLD_AT_STEP"
+HOLD_RANK = "DDPCTL_TEST_HOLD_RANK"
+HOLD_FILE = "DDPCTL_TEST_HOLD_FILE"
+KILL_IN_CHECKPOINT = "DDPCTL_TEST_KILL_IN_CHECKPOINT"
+KILL_IN_CHECKPOINT_SIGNAL = "DDPCTL_TEST_KILL_IN_CHECKPOINT_SIGNAL"  # KILL (default) or TERM
+HOLD_LIMIT_S = 120.0
+
+
+def _int(name: str) -> int:
+    return int(os.environ.get(name, "0") or 0)
+
+
+class Faults:
+    """The faults the environment asks for (read once, when the trainer loads the plugin). A
+    callback needs no base class: the trainer calls the hook methods it has (see
+    ddpctl_trainer.callbacks.Callback); so this module imports no torch, and the tests that only
+    build its environment stay light."""
+
+    def __init__(self) -> None:
+        self.kill_step, self.kill_rank = _int(KILL_AT_STEP), _int(KILL_RANK)
+        self.hold_step, self.hold_rank = _int(HOLD_AT_STEP), _int(HOLD_RANK)
+        self.hold_file = os.environ.get(HOLD_FILE)
+        self.checkpoint_step = _int(KILL_IN_CHECKPOINT)
+        term = os.environ.get(KILL_IN_CHECKPOINT_SIGNAL, "KILL") == "TERM"
+        self.checkpoint_signal = signal.SIGTERM if term else signal.SIGKILL
+
+    def on_step_end(self, trainer: Trainer) -> None:
+        rank, step = trainer.ctx.rank, trainer.step
+        if trainer.ctx.restart_count != 0:
+            return
+        if self.kill_step and step == self.kill_step and rank == self.kill_rank:
+            print(f"[fault] killing rank {rank} at step {step}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.hold_step and step == self.hold_step and rank == self.hold_rank:
+            self._hold(step)
+
+    def _hold(self, step: int) -> None:
+        if self.hold_file and Path(self.hold_file).exists():
+            return  # held once already
+        if self.hold_file:
+            Path(self.hold_file).write_text(str(step))
+        if not stop.wait(HOLD_LIMIT_S):
+            raise TrainerFailure(f"test hook: no SIGTERM arrived within {HOLD_LIMIT_S:g}s of step {step}")
+
+    def on_checkpoint_write(self, trainer: Trainer, step: int, file: IO[bytes]) -> None:
+        if not self.checkpoint_step or step != self.checkpoint_step or trainer.ctx.restart_count != 0:
+            return
+        file.flush()
+        size = file.tell()
+        file.truncate(size // 2)
+        file.flush()
+        os.fsync(file.fileno())
+        sig = self.checkpoint_signal
+        print(f"[fault] {sig.name} to rank during checkpoint write of step {step}", file=sys.stderr, flush=True)
+        os.kill(os.getpid(), sig)
+
+
+# --------------------------------------------------------------------------------------------
+# For the tests: the environment that loads the plugin and asks for faults
+# --------------------------------------------------------------------------------------------
+
+
+def plugin_env(*faults: dict[str, str], image: bool = False) -> dict[str, str]:
+    """The trainer's environment that loads this plugin and asks for ``faults`` (``kill_at``,
+    ``hold_at``, ``kill_in_checkpoint``): from the checkout, or in the test image."""
+    env = {CALLBACK_ENV: IMAGE_CALLBACK if image else CALLBACK}
+    for fault in faults:
+        env.update(fault)
+    return env
+
+
+def kill_at(step: int, rank: int = 0) -> dict[str, str]:
+    return {KILL_AT_STEP: str(step), KILL_RANK: str(rank)}
+
+
+def hold_at(step: int, rank: int = 0, file: str | Path | None = None) -> dict[str, str]:
+    return {HOLD_AT_STEP: str(step), HOLD_RANK: str(rank), **({HOLD_FILE: str(file)} if file else {})}
+
+
+def kill_in_checkpoint(step: int, sig: str = "KILL") -> dict[str, str]:
+    return {KILL_IN_CHECKPOINT: str(step), KILL_IN_CHECKPOINT_SIGNAL: sig}
+
+
+def env_flags(env: dict[str, str]) -> list[str]:
+    """``env`` as ``ddpctl run``/``submit`` flags: ``-e NAME=VALUE`` each."""
+    return [arg for name, value in env.items() for arg in ("-e", f"{name}={value}")]
