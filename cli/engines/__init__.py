@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from ddpctl.engines import job, jobset, pytorchjob, trainjob
 from ddpctl.engines.base import Engine, WorkloadKind
-from ddpctl.spec.model import TARGETS
+from ddpctl.spec.schema import TARGETS
 
 if TYPE_CHECKING:
     from ddpctl.plan import Plan

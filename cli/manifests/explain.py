@@ -7,7 +7,7 @@ import textwrap
 from ddpctl.console import plural
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.plan import Plan
-from ddpctl.spec.model import GRACE_MARGIN
+from ddpctl.spec.schema import GRACE_MARGIN
 
 MAX_TABLE_ROWS = 16  # a 64-node job shows its first and last nodes, not 64 lines
 

@@ -19,7 +19,8 @@ from ddpctl.engines.base import COMPLETION_INDEX as COMPLETION_INDEX_ANNOTATION
 from ddpctl.manifests.yamlsafe import finalize, to_yaml
 from ddpctl.plan import GroupPlan, Plan
 from ddpctl.plan.plan import NODE_GROUP_LABEL
-from ddpctl.spec.model import SHM_MOUNT, JobSpec, NodeGroup
+from ddpctl.spec.model import JobSpec, NodeGroup
+from ddpctl.spec.schema import SHM_MOUNT
 
 if TYPE_CHECKING:
     import jinja2

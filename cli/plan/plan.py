@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 
 from ddpctl.errors import SpecError
 from ddpctl.spec import kueue
-from ddpctl.spec.model import GRACE_MARGIN, MAX_DNS_LABEL, JobSpec, NodeGroup, Topology
+from ddpctl.spec.model import JobSpec, NodeGroup, Topology
+from ddpctl.spec.names import MAX_DNS_LABEL
+from ddpctl.spec.schema import GRACE_MARGIN
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:

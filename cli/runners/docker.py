@@ -40,7 +40,8 @@ from ddpctl.runners.supervise import (
     start_failure,
     supervise,
 )
-from ddpctl.spec.model import QUANTITY, JobSpec
+from ddpctl.spec.model import JobSpec
+from ddpctl.spec.names import QUANTITY
 from ddpctl_trainer import protocol
 
 RUN_LABEL = "ddpctl.io/run"

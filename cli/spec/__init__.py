@@ -5,16 +5,8 @@
 names the Kueue API fields a spec can ask for.
 """
 
-from ddpctl.spec.model import (
-    TARGETS,
-    JobSpec,
-    NodeGroup,
-    Rendezvous,
-    Resources,
-    SecretKeyRef,
-    Topology,
-    Volume,
-    camel,
-)
+from ddpctl.spec.model import JobSpec, NodeGroup, Rendezvous, Resources, SecretKeyRef, Topology, Volume
+from ddpctl.spec.schema import TARGETS
+from ddpctl.spec.serial import camel
 
 __all__ = ["TARGETS", "JobSpec", "NodeGroup", "Rendezvous", "Resources", "SecretKeyRef", "Topology", "Volume", "camel"]

@@ -13,306 +13,69 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from ddpctl.errors import SpecError
 from ddpctl.spec import kueue
-from ddpctl_trainer import protocol
-
-# The engines a spec may name, in the order `--help` and the docs list them; each is described by
-# its module in ddpctl.engines, which a test keeps in step with this tuple.
-TARGETS: tuple[str, ...] = ("job", "pytorchjob", "jobset", "trainjob")
-BACKENDS: tuple[str, ...] = ("auto", "nccl", "gloo")
-RDZV_MODES: tuple[str, ...] = ("auto", "static", "c10d")
-PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
-RESTART_POLICIES: tuple[str, ...] = ("Never", "OnFailure", "ExitCode")
-POD_SECURITY: tuple[str, ...] = ("restricted", "baseline")
-TRAINER_MODULE = protocol.TRAINER_MODULE
-DEFAULT_BACKOFF_LIMIT = 3
-DEFAULT_IMAGE = "ddpctl-trainer:latest"
-MAX_DNS_LABEL = 63
-MAX_NODES = 1024
-TOLERATION_OPERATORS: tuple[str, ...] = ("Equal", "Exists")
-TAINT_EFFECTS: tuple[str, ...] = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
-AFFINITY_KINDS: tuple[str, ...] = ("nodeAffinity", "podAffinity", "podAntiAffinity")
-SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path in the pod, not a temporary file
-
-_DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_DNS1035_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
-_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
-_ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
-# A Kubernetes resource quantity (the API's own grammar, minus signs and E-notation with capitals).
-QUANTITY = re.compile(
-    r"^(?P<number>[+]?[0-9]+(\.[0-9]*)?|[+]?\.[0-9]+)(?P<suffix>m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei|e[0-9]+)?$"
+from ddpctl.spec.checks import (
+    check_json_like,
+    check_node_selector,
+    check_plain_string,
+    check_quantity,
+    check_tolerations,
+    one_of,
+    positive_int,
+    require,
 )
-_IMAGE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
-_MODULE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
-_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
-_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
-_SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
-
-
-# Preemption (issue 11): the pods' grace period by default, its least value, and how much of it
-# torchrun leaves for itself after its workers' shutdown wait.
-DEFAULT_GRACE_PERIOD = 120
-TRAINER_STALL_TIMEOUT = protocol.STALL_TIMEOUT_S  # --stall-timeout's default: collectiveTimeout must exceed it
-TRAINER_COLLECTIVE_TIMEOUT = protocol.COLLECTIVE_TIMEOUT_S  # --timeout-s's default: stallTimeout must stay below it
-GRACE_MARGIN = 10
-MIN_GRACE_PERIOD = GRACE_MARGIN + 5
-
-
-def doc(text: str, **schema: Any) -> dict[str, Any]:
-    """A field's contract, kept on the field: `text` documents the key (the comments of
-    charts/ddp-job/values.yaml) and `schema` holds its JSON-Schema keywords (values.schema.json),
-    written with the constants `_validate` checks against. `ddpctl.chart_contract` generates both
-    files from these (`make chart-contract`); the JSON type comes from the field's annotation."""
-    return {"doc": text, "schema": schema}
-
-
-def _no_chars(chars: str, *, min_one: bool = False) -> str:
-    """A JSON-Schema pattern for a string without any of the regex class `chars`."""
-    return f"^[^{chars}]{'+' if min_one else '*'}$"
-
-
-_NO_NUL = _no_chars(r"\x00")
-_QUANTITY_PATTERN = re.sub(r"\(\?P<\w+>", "(", QUANTITY.pattern)  # JSON Schema (ECMA 262) has no (?P<name>...)
-_CONTROL_CLASS = _CONTROL_CHARS.pattern[1:-1]
-_SECRET_NAME = {"type": "string", "maxLength": MAX_DNS_LABEL, "pattern": _DNS1123_LABEL.pattern}
-
-
-def _bounded(regex: re.Pattern[str]) -> str:
-    """`regex` as a JSON-Schema pattern of at most MAX_DNS_LABEL characters, where no maxLength can
-    say so (map keys): its one `*` becomes `{0,61}` (the first and last characters are fixed)."""
-    assert regex.pattern.count("*") == 1, regex.pattern
-    return regex.pattern.replace("*", f"{{0,{MAX_DNS_LABEL - 2}}}")
-
-
-_LABEL_KEY_PATTERN = f"^({_DNS1123_SUBDOMAIN.pattern[1:-1]}/)?{_bounded(_LABEL_NAME)[1:-1]}$"
-
-
-_TOLERATION = {
-    "type": "object",
-    "additionalProperties": False,
-    "properties": {
-        "key": {"type": "string", "pattern": _NO_NUL},
-        "operator": {"type": "string", "enum": TOLERATION_OPERATORS},
-        "value": {"type": "string", "pattern": _NO_NUL},
-        "effect": {"type": "string", "enum": TAINT_EFFECTS},
-        "tolerationSeconds": {"type": "integer"},
-    },
-}
-
-
-def _string_map(value: dict[str, Any], keys: str = _LABEL_KEY_PATTERN) -> dict[str, Any]:
-    """A map whose keys match `keys` and whose values match `value`; any other key is refused."""
-    return {"patternProperties": {keys: value}, "additionalProperties": False}
-
-
-# --------------------------------------------------------------------------------------------
-# Small value checks shared by the spec and the CLI's flag parsers.
-# --------------------------------------------------------------------------------------------
-
-
-def check_dns_label(field_name: str, value: str, *, rfc1035: bool = False) -> None:
-    """Kubernetes object names that become hostnames or Service names are DNS labels."""
-    pattern = _DNS1035_LABEL if rfc1035 else _DNS1123_LABEL
-    kind = "DNS-1035 label" if rfc1035 else "DNS-1123 label"
-    if not isinstance(value, str) or not value:
-        raise SpecError(field_name, "must not be empty", "give a lowercase name such as 'resnet-ddp'")
-    if len(value) > MAX_DNS_LABEL:
-        raise SpecError(
-            field_name, f"{value!r} is {len(value)} characters, the limit is {MAX_DNS_LABEL}", "use a shorter name"
-        )
-    if not pattern.fullmatch(value):
-        start = "a lowercase letter" if rfc1035 else "a lowercase letter or digit"
-        raise SpecError(
-            field_name,
-            f"{value!r} is not a valid {kind}",
-            f"use lowercase letters, digits and '-', starting with {start} and ending with a letter or digit",
-        )
-
-
-def check_dns_subdomain(field_name: str, value: str) -> None:
-    """Names of PVCs, PriorityClasses and ServiceAccounts: DNS-1123 subdomains (253 characters)."""
-    if not isinstance(value, str) or len(value) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(value):
-        raise SpecError(
-            field_name,
-            f"{value!r} is not a valid name",
-            "use lowercase letters, digits, '-' and '.', at most 253 characters",
-        )
-
-
-def check_label_key(field_name: str, key: str) -> None:
-    """Label and annotation keys: an optional DNS-subdomain prefix and a 63-character name."""
-    if not isinstance(key, str) or not key:
-        raise SpecError(field_name, "a key must not be empty", "use keys like 'team' or 'example.com/team'")
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN.fullmatch(prefix)):
-        raise SpecError(
-            field_name, f"key {key!r} has an invalid prefix", "the prefix must be a lowercase DNS subdomain"
-        )
-    if len(name) > MAX_DNS_LABEL or not _LABEL_NAME.fullmatch(name):
-        raise SpecError(
-            field_name,
-            f"key {key!r} is not a valid label key",
-            "use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
-        )
-
-
-def check_label_value(field_name: str, value: str) -> None:
-    if not isinstance(value, str) or len(value) > MAX_DNS_LABEL or not _LABEL_VALUE.fullmatch(value):
-        raise SpecError(
-            field_name,
-            f"{value!r} is not a valid label value",
-            "use at most 63 letters, digits, '-', '_' or '.', starting and ending with a letter or digit",
-        )
-
-
-def check_quantity(field_name: str, value: str) -> None:
-    if not isinstance(value, str) or not QUANTITY.fullmatch(value):
-        raise SpecError(field_name, f"{yaml_spelling(value)} is not a Kubernetes quantity", quantity_fix(value))
-
-
-def quantity_fix(value: Any) -> str:
-    """The fix for a size written the way other tools write it: `2GB`, `2g`, `512 MiB` -> 2Gi, 512Mi."""
-    match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([kKmMgGtTpPeE])(i?)[bB]?\s*", str(value))
-    if match:
-        return f"write it as {match.group(1)}{match.group(2).upper()}i (Kubernetes units: Ki, Mi, Gi)"
-    return "use values like '500m', '4', '16Gi'"
-
-
-def yaml_spelling(value: Any) -> str:
-    """A value as the user wrote it in YAML (`true`, `null`), not as Python prints it (`True`)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if value is None:
-        return "null"
-    return repr(value)
-
-
-def did_you_mean(word: str, choices: Any) -> str | None:
-    """The closest of `choices` to a misspelt `word`, if one is close."""
-    import difflib
-
-    found = difflib.get_close_matches(word, [str(c) for c in choices], n=1, cutoff=0.6)
-    return found[0] if found else None
-
-
-def check_plain_string(field_name: str, value: Any, *, allow_empty: bool = True) -> None:
-    """Free text (args, env values, annotations) may hold anything printable, newlines included."""
-    if not isinstance(value, str):
-        raise SpecError(field_name, f"expected a string, got {type(value).__name__}", "quote the value")
-    if not allow_empty and not value:
-        raise SpecError(field_name, "must not be empty", "give a value")
-    if "\x00" in value:
-        raise SpecError(field_name, "contains a NUL character", "remove it")
-
-
-def _check_json_like(field_name: str, value: Any) -> None:
-    """Free-form structures (affinity) hold only what a manifest can: maps, lists, scalars.
-    YAML turns `2024-01-01` into a date; that must be a field error, not a render crash."""
-    if isinstance(value, Mapping):
-        for key, item in value.items():
-            _require(isinstance(key, str), field_name, f"key {key!r} is not a string", "quote the key")
-            _check_json_like(f"{field_name}.{key}", item)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_json_like(f"{field_name}[{i}]", item)
-    else:
-        _require(
-            value is None or isinstance(value, (str, int, float, bool)),
-            field_name,
-            f"a {type(value).__name__} cannot go into a manifest",
-            "quote the value",
-        )
-
-
-def _require(cond: bool, field_name: str, problem: str, fix: str = "") -> None:
-    if not cond:
-        raise SpecError(field_name, problem, fix)
-
-
-def _positive_int(field_name: str, value: Any, *, minimum: int = 1, allow_none: bool = False) -> None:
-    if value is None and allow_none:
-        return
-    _require(
-        isinstance(value, int) and not isinstance(value, bool) and value >= minimum,
-        field_name,
-        f"{yaml_spelling(value)} must be an integer >= {minimum}",
-        f"set {field_name} to a whole number of at least {minimum}",
-    )
-
-
-def _one_of(field_name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value in allowed:
-        return
-    near = did_you_mean(str(value), allowed) if isinstance(value, str) else None
-    hint = f"did you mean {near}? " if near else ""
-    raise SpecError(
-        field_name, f"{yaml_spelling(value)} is not a valid value", f"{hint}choose one of {', '.join(allowed)}"
-    )
-
-
-def _str_map(field_name: str, value: Any) -> None:
-    _require(
-        isinstance(value, Mapping),
-        field_name,
-        f"expected a map of strings, got {type(value).__name__}",
-        "write it as key: value pairs",
-    )
-    for key, val in value.items():
-        _require(
-            isinstance(key, str) and isinstance(val, str),
-            f"{field_name}.{key}",
-            "keys and values must be strings",
-            "quote the value",
-        )
-
-
-def _check_node_selector(field_name: str, selector: Any) -> None:
-    _str_map(field_name, selector)
-    for key, value in selector.items():
-        check_label_key(f"{field_name}.{key}", key)
-        check_label_value(f"{field_name}.{key}", value)
-
-
-def _check_tolerations(field_name: str, tolerations: Any) -> None:
-    """Tolerations as the pod takes them: key, operator, value, effect, tolerationSeconds."""
-    _require(isinstance(tolerations, tuple), field_name, "expected a list", "write it as a YAML list")
-    for i, tol in enumerate(tolerations):
-        _require(
-            isinstance(tol, Mapping), f"{field_name}[{i}]", "must be a map", "use keys key, operator, value, effect"
-        )
-        unknown = set(tol) - {"key", "operator", "value", "effect", "tolerationSeconds"}
-        _require(
-            not unknown,
-            f"{field_name}[{i}]",
-            f"unknown key {', '.join(sorted(unknown))}",
-            "use keys key, operator, value, effect, tolerationSeconds",
-        )
-        _require(
-            tol.get("operator", "Equal") in TOLERATION_OPERATORS,
-            f"{field_name}[{i}].operator",
-            f"{tol.get('operator')!r} is not Equal or Exists",
-            "use Equal or Exists",
-        )
-        _require(
-            tol.get("effect", "NoSchedule") in TAINT_EFFECTS,
-            f"{field_name}[{i}].effect",
-            f"{tol.get('effect')!r} is not a taint effect",
-            "use NoSchedule, PreferNoSchedule or NoExecute",
-        )
-        for key in ("key", "value", "operator", "effect"):
-            if key in tol:
-                check_plain_string(f"{field_name}[{i}].{key}", tol[key])
-        if "tolerationSeconds" in tol:
-            _positive_int(f"{field_name}[{i}].tolerationSeconds", tol["tolerationSeconds"], minimum=0)
-
+from ddpctl.spec.names import (
+    CONTROL_CHARS,
+    DNS1035_LABEL,
+    DNS1123_LABEL,
+    DNS1123_SUBDOMAIN,
+    ENV_NAME,
+    IMAGE,
+    LABEL_VALUE,
+    MAX_DNS_LABEL,
+    MODULE,
+    RESOURCE_NAME,
+    SECRET_KEY,
+    check_dns_label,
+    check_dns_subdomain,
+    check_label_key,
+    check_label_value,
+)
+from ddpctl.spec.schema import (
+    AFFINITY_KINDS,
+    BACKENDS,
+    CONTROL_CLASS,
+    DEFAULT_BACKOFF_LIMIT,
+    DEFAULT_GRACE_PERIOD,
+    DEFAULT_IMAGE,
+    GRACE_MARGIN,
+    LABEL_KEY_PATTERN,
+    MAX_NODES,
+    MIN_GRACE_PERIOD,
+    NO_NUL,
+    POD_SECURITY,
+    PULL_POLICIES,
+    QUANTITY_PATTERN,
+    RDZV_MODES,
+    RESTART_POLICIES,
+    SECRET_NAME,
+    SHM_MOUNT,
+    TARGETS,
+    TOLERATION,
+    TRAINER_COLLECTIVE_TIMEOUT,
+    TRAINER_MODULE,
+    TRAINER_STALL_TIMEOUT,
+    bounded,
+    doc,
+    no_chars,
+    string_map,
+)
+from ddpctl.spec.serial import camel, env_value, key_fix, parse_nodes, plain, snake, sub_dataclass
 
 # --------------------------------------------------------------------------------------------
 # The spec's parts.
@@ -324,12 +87,12 @@ class Volume:
     """A PersistentVolumeClaim mounted into every pod (data sets, checkpoints)."""
 
     claim_name: str = field(
-        metadata=doc("PersistentVolumeClaim name.", maxLength=253, pattern=_DNS1123_SUBDOMAIN.pattern)
+        metadata=doc("PersistentVolumeClaim name.", maxLength=253, pattern=DNS1123_SUBDOMAIN.pattern)
     )
     mount_path: str = field(
         metadata=doc(
             f"Absolute mount path (not {SHM_MOUNT}, which shmSize manages).",
-            pattern=f"^/[^:{_CONTROL_CLASS}]*$",
+            pattern=f"^/[^:{CONTROL_CLASS}]*$",
             **{"not": {"pattern": f"^{SHM_MOUNT}/*$"}},
         )
     )
@@ -340,8 +103,8 @@ class Volume:
 class SecretKeyRef:
     """An env var whose value lives in a Secret: referenced, never inlined."""
 
-    secret: str = field(metadata=doc("Secret name.", **_SECRET_NAME))
-    key: str = field(metadata=doc("Key in the Secret.", pattern=_SECRET_KEY.pattern))
+    secret: str = field(metadata=doc("Secret name.", **SECRET_NAME))
+    key: str = field(metadata=doc("Key in the Secret.", pattern=SECRET_KEY.pattern))
 
 
 @dataclass(frozen=True)
@@ -369,15 +132,15 @@ class Resources:
 
     cpu: str | None = field(
         default=None,
-        metadata=doc('CPU request (a quantity such as "8" or "500m"); null: none.', pattern=_QUANTITY_PATTERN),
+        metadata=doc('CPU request (a quantity such as "8" or "500m"); null: none.', pattern=QUANTITY_PATTERN),
     )
     memory: str | None = field(
         default=None,
-        metadata=doc('Memory request and limit (a quantity such as "64Gi"); null: none.', pattern=_QUANTITY_PATTERN),
+        metadata=doc('Memory request and limit (a quantity such as "64Gi"); null: none.', pattern=QUANTITY_PATTERN),
     )
     gpu_resource: str = field(
         default="nvidia.com/gpu",
-        metadata=doc("Extended resource that counts GPUs (limit = gpusPerNode).", pattern=_RESOURCE_NAME.pattern),
+        metadata=doc("Extended resource that counts GPUs (limit = gpusPerNode).", pattern=RESOURCE_NAME.pattern),
     )
 
 
@@ -394,7 +157,7 @@ class Topology:
             "Node label of the level whose one domain must hold all the group's pods (Kueue "
             "podset-required-topology); null: none.",
             minLength=1,
-            pattern=_LABEL_KEY_PATTERN,
+            pattern=LABEL_KEY_PATTERN,
         ),
     )
     preferred: str | None = field(
@@ -403,7 +166,7 @@ class Topology:
             "Node label of the level Kueue tries first, going up a level when the pods do not fit "
             "(podset-preferred-topology); null: none.",
             minLength=1,
-            pattern=_LABEL_KEY_PATTERN,
+            pattern=LABEL_KEY_PATTERN,
         ),
     )
     unconstrained: bool = field(
@@ -416,7 +179,7 @@ class Topology:
             "Node label of the level one slice of sliceSize pods must fit (podset-slice-required-topology); "
             "null: no slices.",
             minLength=1,
-            pattern=_LABEL_KEY_PATTERN,
+            pattern=LABEL_KEY_PATTERN,
         ),
     )
     slice_size: int | None = field(
@@ -472,7 +235,7 @@ class Topology:
         modes = [k for k in ("required", "preferred") if getattr(self, k) is not None]
         if self.unconstrained:
             modes.append("unconstrained")
-        _require(
+        require(
             isinstance(self.unconstrained, bool),
             f"{where}.unconstrained",
             f"{self.unconstrained!r} is not a boolean",
@@ -492,15 +255,15 @@ class Topology:
                 f"{where}.{missing}", f"is missing (with {given})", "give sliceLevel and sliceSize together"
             )
         if self.slice_size is not None:
-            _positive_int(f"{where}.sliceSize", self.slice_size)
-            _require(
+            positive_int(f"{where}.sliceSize", self.slice_size)
+            require(
                 pods is not None,
                 f"{where}.sliceSize",
                 "an elastic job's node count changes, so slices cannot divide it",
                 "give a fixed node count, or drop the slice",
             )
             assert pods is not None
-            _require(
+            require(
                 pods % self.slice_size == 0,
                 f"{where}.sliceSize",
                 f"{self.slice_size} does not divide the group's {pods} nodes",
@@ -519,7 +282,7 @@ class NodeGroup:
             "Group name, a DNS label unique in the job; names the group's Job/replicatedJob and pods.",
             minLength=1,
             maxLength=MAX_DNS_LABEL,
-            pattern=_DNS1123_LABEL.pattern,
+            pattern=DNS1123_LABEL.pattern,
         )
     )
     nodes: int = field(metadata=doc("Nodes (pods) of this shape.", minimum=1, maximum=MAX_NODES))
@@ -531,21 +294,21 @@ class NodeGroup:
         default_factory=dict,
         metadata=doc(
             "Node labels this group's pods need, added to nodeSelector (the group's win).",
-            **_string_map({"type": "string", "pattern": _bounded(_LABEL_VALUE)}),
+            **string_map({"type": "string", "pattern": bounded(LABEL_VALUE)}),
         ),
     )
     tolerations: tuple[Mapping[str, Any], ...] = field(
         default=(),
         metadata=doc(
             "Taints this group's pods tolerate, added to tolerations.",
-            items=_TOLERATION,
+            items=TOLERATION,
         ),
     )
     resources: Mapping[str, str] = field(
         default_factory=dict,
         metadata=doc(
             "cpu and/or memory of this group's pods, over resources' (GPUs come from gpusPerNode).",
-            properties={k: {"type": "string", "pattern": _QUANTITY_PATTERN} for k in ("cpu", "memory")},
+            properties={k: {"type": "string", "pattern": QUANTITY_PATTERN} for k in ("cpu", "memory")},
             additionalProperties=False,
         ),
     )
@@ -553,7 +316,7 @@ class NodeGroup:
         default=None,
         metadata=doc(
             "Extended resource that counts this group's GPUs; null: resources.gpuResource.",
-            pattern=_RESOURCE_NAME.pattern,
+            pattern=RESOURCE_NAME.pattern,
         ),
     )
     topology: Topology | None = field(
@@ -593,7 +356,7 @@ class JobSpec:
             "names derived from it must stay within 63 characters.",
             minLength=1,
             maxLength=MAX_DNS_LABEL,
-            pattern=_DNS1035_LABEL.pattern,
+            pattern=DNS1035_LABEL.pattern,
         ),
     )
     namespace: str = field(
@@ -603,7 +366,7 @@ class JobSpec:
             "Argo CD `destination.namespace`, Flux `targetNamespace`).",
             minLength=1,
             maxLength=MAX_DNS_LABEL,
-            pattern=_DNS1123_LABEL.pattern,
+            pattern=DNS1123_LABEL.pattern,
         ),
     )
     target: str = field(
@@ -615,13 +378,13 @@ class JobSpec:
         ),
     )
     image: str = field(
-        default=DEFAULT_IMAGE, metadata=doc("Trainer image (`ddpctl build` makes one).", pattern=_IMAGE.pattern)
+        default=DEFAULT_IMAGE, metadata=doc("Trainer image (`ddpctl build` makes one).", pattern=IMAGE.pattern)
     )
     image_pull_policy: str = field(
         default="IfNotPresent", metadata=doc("Always, IfNotPresent or Never.", enum=PULL_POLICIES)
     )
     image_pull_secrets: tuple[str, ...] = field(
-        default=(), metadata=doc("Names of Secrets used to pull the image.", items=_SECRET_NAME)
+        default=(), metadata=doc("Names of Secrets used to pull the image.", items=SECRET_NAME)
     )
     # What each node runs: torchrun of a module (default: the ddpctl trainer) or a script,
     # or a full command that replaces torchrun.
@@ -630,7 +393,7 @@ class JobSpec:
         metadata=doc(
             "Python module torchrun runs on every node (default: the ddpctl trainer). The container runs "
             "`torchrun -m <module>`; set it to null when you give script or command.",
-            pattern=_MODULE.pattern,
+            pattern=MODULE.pattern,
         ),
     )
     script: str | None = field(
@@ -638,15 +401,15 @@ class JobSpec:
         metadata=doc(
             "Or a script path inside the image: `torchrun <script>` (set module: null).",
             minLength=1,
-            pattern=_no_chars(_CONTROL_CLASS, min_one=True),
+            pattern=no_chars(CONTROL_CLASS, min_one=True),
         ),
     )
     command: tuple[str, ...] = field(
         default=(),
         metadata=doc(
             "Or a full container command that replaces torchrun, e.g. [python, train.py] (set module: null).",
-            items=[{"type": "string", "minLength": 1, "pattern": _NO_NUL}],
-            additionalItems={"type": "string", "pattern": _NO_NUL},
+            items=[{"type": "string", "minLength": 1, "pattern": NO_NUL}],
+            additionalItems={"type": "string", "pattern": NO_NUL},
         ),
     )
     args: tuple[str, ...] = field(
@@ -654,7 +417,7 @@ class JobSpec:
         metadata=doc(
             'Arguments after the module/script/command, e.g. [--epochs, "10"] (strings). With the ddpctl trainer, '
             "volumes named `data` and `checkpoints` add --data-dir/--checkpoint-dir.",
-            items={"type": "string", "pattern": _NO_NUL},
+            items={"type": "string", "pattern": NO_NUL},
         ),
     )
     # Layout: `nodes` fixed, or elastic between min_nodes and max_nodes.
@@ -704,26 +467,26 @@ class JobSpec:
         default="2Gi",
         metadata=doc(
             "Size of the memory-backed /dev/shm emptyDir (DataLoader workers need more than 64M).",
-            pattern=_QUANTITY_PATTERN,
+            pattern=QUANTITY_PATTERN,
         ),
     )
     env: Mapping[str, str] = field(
         default_factory=dict,
         metadata=doc(
             "Environment variables, a map NAME: value (strings). Yours win over ddpctl's wiring.",
-            # YAML numbers are kept as written (`_env_value`); booleans are refused.
-            **_string_map({"type": ["string", "number"], "pattern": _NO_NUL}, keys=_ENV_NAME.pattern),
+            # YAML numbers are kept as written (`env_value`); booleans are refused.
+            **string_map({"type": ["string", "number"], "pattern": NO_NUL}, keys=ENV_NAME.pattern),
         ),
     )
     env_from_secrets: tuple[str, ...] = field(
         default=(),
-        metadata=doc("Secrets whose keys all become env variables (referenced, never inlined).", items=_SECRET_NAME),
+        metadata=doc("Secrets whose keys all become env variables (referenced, never inlined).", items=SECRET_NAME),
     )
     secret_env: Mapping[str, SecretKeyRef] = field(
         default_factory=dict,
         metadata=doc(
             "Env variables read from Secrets: a map VAR: {secret: NAME, key: KEY}.",
-            patternProperties={_ENV_NAME.pattern: SecretKeyRef},
+            patternProperties={ENV_NAME.pattern: SecretKeyRef},
             additionalProperties=False,
         ),
     )
@@ -732,7 +495,7 @@ class JobSpec:
         metadata=doc(
             "PersistentVolumeClaims to mount: a map NAME: {claimName, mountPath, readOnly (default false)}. `data` "
             "and `checkpoints` are passed to the ddpctl trainer. The name `dshm` is reserved.",
-            patternProperties={_bounded(_DNS1123_LABEL): Volume},
+            patternProperties={bounded(DNS1123_LABEL): Volume},
             properties={"dshm": False},
             additionalProperties=False,
         ),
@@ -740,14 +503,14 @@ class JobSpec:
     node_selector: Mapping[str, str] = field(
         default_factory=dict,
         metadata=doc(
-            "Node labels the pods need (map).", **_string_map({"type": "string", "pattern": _bounded(_LABEL_VALUE)})
+            "Node labels the pods need (map).", **string_map({"type": "string", "pattern": bounded(LABEL_VALUE)})
         ),
     )
     tolerations: tuple[Mapping[str, Any], ...] = field(
         default=(),
         metadata=doc(
             "Taints the pods tolerate: a list of {key, operator, value, effect, tolerationSeconds}.",
-            items=_TOLERATION,
+            items=TOLERATION,
         ),
     )
     affinity: Mapping[str, Any] = field(
@@ -763,7 +526,7 @@ class JobSpec:
         metadata=doc(
             "PriorityClass of the pods (not available with target trainjob); null: none.",
             maxLength=253,
-            pattern=_DNS1123_SUBDOMAIN.pattern,
+            pattern=DNS1123_SUBDOMAIN.pattern,
         ),
     )
     service_account_name: str | None = field(
@@ -771,28 +534,26 @@ class JobSpec:
         metadata=doc(
             "ServiceAccount of the pods; null: the namespace's default.",
             maxLength=253,
-            pattern=_DNS1123_SUBDOMAIN.pattern,
+            pattern=DNS1123_SUBDOMAIN.pattern,
         ),
     )
     labels: Mapping[str, str] = field(
         default_factory=dict,
         metadata=doc(
             "Labels on every object and pod (map). ddpctl's app.kubernetes.io/* labels win on a clash.",
-            **_string_map({"type": "string", "pattern": _bounded(_LABEL_VALUE)}),
+            **string_map({"type": "string", "pattern": bounded(LABEL_VALUE)}),
         ),
     )
     annotations: Mapping[str, str] = field(
         default_factory=dict,
-        metadata=doc(
-            "Annotations on every object and pod (map).", **_string_map({"type": "string", "pattern": _NO_NUL})
-        ),
+        metadata=doc("Annotations on every object and pod (map).", **string_map({"type": "string", "pattern": NO_NUL})),
     )
     queue: str | None = field(
         default=None,
         metadata=doc(
             "Kueue LocalQueue (adds the kueue.x-k8s.io/queue-name label); null: none.",
             minLength=1,
-            pattern=_bounded(_LABEL_VALUE),
+            pattern=bounded(LABEL_VALUE),
         ),
     )
     workload_priority_class: str | None = field(
@@ -801,7 +562,7 @@ class JobSpec:
             "Kueue WorkloadPriorityClass (adds the kueue.x-k8s.io/priority-class label; not the pods' "
             "priorityClassName); null: none.",
             minLength=1,
-            pattern=_bounded(_LABEL_VALUE),
+            pattern=bounded(LABEL_VALUE),
         ),
     )
     topology: Topology = field(
@@ -889,22 +650,22 @@ class JobSpec:
     # ---------------------------------------------------------------- validation
 
     def _validate(self) -> None:
-        _one_of("target", self.target, TARGETS)
+        one_of("target", self.target, TARGETS)
         check_dns_label("name", self.name, rfc1035=True)
         check_dns_label("namespace", self.namespace)
         self._validate_layout()
-        _require(
-            isinstance(self.image, str) and bool(_IMAGE.fullmatch(self.image or "")),
+        require(
+            isinstance(self.image, str) and bool(IMAGE.fullmatch(self.image or "")),
             "image",
             f"{self.image!r} is not an image reference",
             "use a reference like 'registry.example.com/team/trainer:1.0'",
         )
-        _one_of("imagePullPolicy", self.image_pull_policy, PULL_POLICIES)
+        one_of("imagePullPolicy", self.image_pull_policy, PULL_POLICIES)
         for i, secret in enumerate(self.image_pull_secrets):
             check_dns_label(f"imagePullSecrets[{i}]", secret)
         self._validate_entrypoint()
-        _one_of("backend", self.backend, BACKENDS)
-        _require(
+        one_of("backend", self.backend, BACKENDS)
+        require(
             not (self.backend == "nccl" and self.gpus_per_node == 0),
             "backend",
             "nccl needs GPUs but gpusPerNode is 0",
@@ -915,17 +676,17 @@ class JobSpec:
         self._validate_pod_fields()
         self._validate_topology()
         if self.restart_policy is not None:
-            _one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
-        _positive_int("backoffLimit", self.backoff_limit, minimum=0)
-        _positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
-        _positive_int("activeDeadlineSeconds", self.active_deadline_seconds, minimum=1, allow_none=True)
-        _positive_int("collectiveTimeout", self.collective_timeout, minimum=1, allow_none=True)
-        _positive_int("gracePeriod", self.grace_period, minimum=MIN_GRACE_PERIOD)
-        _one_of("podSecurity", self.pod_security, POD_SECURITY)
-        _positive_int("stallTimeout", self.stall_timeout, minimum=0, allow_none=True)
+            one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
+        positive_int("backoffLimit", self.backoff_limit, minimum=0)
+        positive_int("ttlSecondsAfterFinished", self.ttl_seconds_after_finished, minimum=0, allow_none=True)
+        positive_int("activeDeadlineSeconds", self.active_deadline_seconds, minimum=1, allow_none=True)
+        positive_int("collectiveTimeout", self.collective_timeout, minimum=1, allow_none=True)
+        positive_int("gracePeriod", self.grace_period, minimum=MIN_GRACE_PERIOD)
+        one_of("podSecurity", self.pod_security, POD_SECURITY)
+        positive_int("stallTimeout", self.stall_timeout, minimum=0, allow_none=True)
         if self.uses_trainer and self.collective_timeout is not None:
             stall = TRAINER_STALL_TIMEOUT if self.stall_timeout is None else self.stall_timeout
-            _require(
+            require(
                 stall == 0 or stall < self.collective_timeout,
                 "collectiveTimeout",
                 f"{self.collective_timeout} is not above the stall watchdog's {stall} s (stallTimeout): the trainer "
@@ -933,7 +694,7 @@ class JobSpec:
                 f"set collectiveTimeout above {stall}, or lower stallTimeout",
             )
         elif self.uses_trainer and self.stall_timeout:
-            _require(
+            require(
                 self.stall_timeout < TRAINER_COLLECTIVE_TIMEOUT,
                 "stallTimeout",
                 f"{self.stall_timeout} is not below the trainer's process-group timeout of "
@@ -943,23 +704,23 @@ class JobSpec:
 
     def _validate_entrypoint(self) -> None:
         chosen = [n for n, v in (("module", self.module), ("script", self.script), ("command", self.command)) if v]
-        _require(
+        require(
             len(chosen) == 1,
             "module",
             f"exactly one of module, script or command must be set, got {', '.join(chosen) or 'none'}",
             "set just one of them",
         )
         if self.module:
-            _require(
-                bool(_MODULE.fullmatch(self.module)),
+            require(
+                bool(MODULE.fullmatch(self.module)),
                 "module",
                 f"{self.module!r} is not a Python module path",
                 "use a dotted name like 'mypkg.train'",
             )
         if self.script:
             check_plain_string("script", self.script, allow_empty=False)
-            _require(
-                not _CONTROL_CHARS.search(self.script),
+            require(
+                not CONTROL_CHARS.search(self.script),
                 "script",
                 "contains control characters",
                 "give a plain file path",
@@ -972,24 +733,24 @@ class JobSpec:
     def _validate_layout(self) -> None:
         elastic = self.min_nodes is not None or self.max_nodes is not None
         if elastic:
-            _positive_int("minNodes", self.min_nodes)
-            _positive_int("maxNodes", self.max_nodes)
+            positive_int("minNodes", self.min_nodes)
+            positive_int("maxNodes", self.max_nodes)
             lo, hi = self.min_nodes, self.max_nodes
-            assert lo is not None and hi is not None  # _positive_int rejected None
-            _require(lo <= hi, "nodes", f"min {lo} is more than max {hi}", "write nodes as MIN:MAX with MIN <= MAX")
-            _require(hi <= MAX_NODES, "nodes", f"max {hi} is more than {MAX_NODES}", f"use at most {MAX_NODES} nodes")
+            assert lo is not None and hi is not None  # positive_int rejected None
+            require(lo <= hi, "nodes", f"min {lo} is more than max {hi}", "write nodes as MIN:MAX with MIN <= MAX")
+            require(hi <= MAX_NODES, "nodes", f"max {hi} is more than {MAX_NODES}", f"use at most {MAX_NODES} nodes")
         else:
-            _positive_int("nodes", self.nodes)
-            _require(
+            positive_int("nodes", self.nodes)
+            require(
                 self.nodes <= MAX_NODES,
                 "nodes",
                 f"{self.nodes} is more than {MAX_NODES}",
                 f"use at most {MAX_NODES} nodes",
             )
-        _positive_int("gpusPerNode", self.gpus_per_node, minimum=0)
-        _positive_int("procsPerNode", self.procs_per_node, allow_none=True)
+        positive_int("gpusPerNode", self.gpus_per_node, minimum=0)
+        positive_int("procsPerNode", self.procs_per_node, allow_none=True)
         if self.gpus_per_node and self.procs_per_node is not None:
-            _require(
+            require(
                 self.procs_per_node <= self.gpus_per_node,
                 "procsPerNode",
                 f"{self.procs_per_node} processes cannot share {self.gpus_per_node} GPUs one each",
@@ -1002,33 +763,33 @@ class JobSpec:
         seen: set[str] = set()
         for i, group in enumerate(self.node_groups):
             where = f"nodeGroups[{i}]"
-            _require(isinstance(group, NodeGroup), where, "must be a map", "write it as {name, nodes, gpusPerNode}")
+            require(isinstance(group, NodeGroup), where, "must be a map", "write it as {name, nodes, gpusPerNode}")
             check_dns_label(f"{where}.name", group.name)
-            _require(
+            require(
                 group.name not in seen, f"{where}.name", f"{group.name!r} is used twice", "give each group its own name"
             )
             seen.add(group.name)
-            _positive_int(f"{where}.nodes", group.nodes)
-            _positive_int(f"{where}.gpusPerNode", group.gpus_per_node, minimum=0)
-            _positive_int(f"{where}.procsPerNode", group.procs_per_node, allow_none=True)
+            positive_int(f"{where}.nodes", group.nodes)
+            positive_int(f"{where}.gpusPerNode", group.gpus_per_node, minimum=0)
+            positive_int(f"{where}.procsPerNode", group.procs_per_node, allow_none=True)
             if group.gpus_per_node and group.procs_per_node is not None:
-                _require(
+                require(
                     group.procs_per_node <= group.gpus_per_node,
                     f"{where}.procsPerNode",
                     f"{group.procs_per_node} processes cannot share {group.gpus_per_node} GPUs one each",
                     "leave procsPerNode unset to use one process per GPU",
                 )
             first = self.node_groups[0]
-            _require(
+            require(
                 bool(group.gpus_per_node) == bool(first.gpus_per_node),
                 f"{where}.gpusPerNode",
                 f"{group.gpus_per_node} GPUs here but {first.gpus_per_node} in nodeGroups[0]: "
                 "one backend serves the whole job",
                 "give every group GPUs, or none (CPU processes with gloo)",
             )
-            _check_node_selector(f"{where}.nodeSelector", group.node_selector)
-            _check_tolerations(f"{where}.tolerations", group.tolerations)
-            _require(
+            check_node_selector(f"{where}.nodeSelector", group.node_selector)
+            check_tolerations(f"{where}.tolerations", group.tolerations)
+            require(
                 isinstance(group.resources, Mapping) and set(group.resources) <= {"cpu", "memory"},
                 f"{where}.resources",
                 "only cpu and memory can be set per group",
@@ -1037,20 +798,20 @@ class JobSpec:
             for key, value in group.resources.items():
                 check_quantity(f"{where}.resources.{key}", value)
             if group.gpu_resource is not None:
-                _require(
-                    isinstance(group.gpu_resource, str) and bool(_RESOURCE_NAME.fullmatch(group.gpu_resource)),
+                require(
+                    isinstance(group.gpu_resource, str) and bool(RESOURCE_NAME.fullmatch(group.gpu_resource)),
                     f"{where}.gpuResource",
                     f"{group.gpu_resource!r} is not a resource name",
                     "use a name like 'nvidia.com/gpu'",
                 )
-        _require(
+        require(
             self.min_nodes is None and self.max_nodes is None,
             "nodeGroups",
             "an elastic job (nodes MIN:MAX) cannot have node groups",
             "give fixed node counts per group, or drop nodeGroups for an elastic job",
         )
         total = sum(g.nodes for g in self.node_groups)
-        _require(
+        require(
             total <= MAX_NODES,
             "nodeGroups",
             f"{total} nodes in all is more than {MAX_NODES}",
@@ -1058,40 +819,40 @@ class JobSpec:
         )
 
     def _validate_topology(self) -> None:
-        _require(isinstance(self.topology, Topology), "topology", "must be a map", "see `ddpctl init` for its keys")
+        require(isinstance(self.topology, Topology), "topology", "must be a map", "see `ddpctl init` for its keys")
         for i, group in enumerate(self.groups):
             where = f"nodeGroups[{i}].topology" if group.topology is not None else "topology"
             topology = self.topology_of(group)
-            _require(isinstance(topology, Topology), where, "must be a map", "write it as {required: LEVEL}")
+            require(isinstance(topology, Topology), where, "must be a map", "write it as {required: LEVEL}")
             topology.check(where, None if self.elastic else (group.nodes if self.node_groups else self.nodes))
 
     def _validate_rendezvous(self) -> None:
         rdzv = self.rendezvous
-        _require(isinstance(rdzv, Rendezvous), "rendezvous", "must be a map", "see `ddpctl init` for its keys")
-        _one_of("rendezvous.mode", rdzv.mode, RDZV_MODES)
-        _require(
+        require(isinstance(rdzv, Rendezvous), "rendezvous", "must be a map", "see `ddpctl init` for its keys")
+        one_of("rendezvous.mode", rdzv.mode, RDZV_MODES)
+        require(
             not (self.elastic and rdzv.mode == "static"),
             "rendezvous.mode",
             "an elastic job (nodes MIN:MAX) cannot use static rendezvous",
             "use mode c10d or auto",
         )
-        _positive_int("rendezvous.port", rdzv.port)
-        _require(
+        positive_int("rendezvous.port", rdzv.port)
+        require(
             rdzv.port <= 65535, "rendezvous.port", f"{rdzv.port} is not a TCP port", "use a port between 1 and 65535"
         )
-        _positive_int("rendezvous.joinTimeout", rdzv.join_timeout)
-        _positive_int("rendezvous.lastCallTimeout", rdzv.last_call_timeout)
-        _positive_int("rendezvous.maxRestarts", rdzv.max_restarts, minimum=0)
+        positive_int("rendezvous.joinTimeout", rdzv.join_timeout)
+        positive_int("rendezvous.lastCallTimeout", rdzv.last_call_timeout)
+        positive_int("rendezvous.maxRestarts", rdzv.max_restarts, minimum=0)
 
     def _validate_resources(self) -> None:
         res = self.resources
-        _require(isinstance(res, Resources), "resources", "must be a map", "see `ddpctl init` for its keys")
+        require(isinstance(res, Resources), "resources", "must be a map", "see `ddpctl init` for its keys")
         if res.cpu is not None:
             check_quantity("resources.cpu", res.cpu)
         if res.memory is not None:
             check_quantity("resources.memory", res.memory)
-        _require(
-            isinstance(res.gpu_resource, str) and bool(_RESOURCE_NAME.fullmatch(res.gpu_resource)),
+        require(
+            isinstance(res.gpu_resource, str) and bool(RESOURCE_NAME.fullmatch(res.gpu_resource)),
             "resources.gpuResource",
             f"{res.gpu_resource!r} is not a resource name",
             "use a name like 'nvidia.com/gpu'",
@@ -1100,8 +861,8 @@ class JobSpec:
 
     def _validate_pod_fields(self) -> None:
         for key, value in self.env.items():
-            _require(
-                isinstance(key, str) and bool(_ENV_NAME.fullmatch(key)),
+            require(
+                isinstance(key, str) and bool(ENV_NAME.fullmatch(key)),
                 f"env.{key}",
                 "is not a valid environment variable name",
                 "use letters, digits, '_', '-' or '.', not starting with a digit",
@@ -1110,77 +871,77 @@ class JobSpec:
         for i, secret in enumerate(self.env_from_secrets):
             check_dns_label(f"envFromSecrets[{i}]", secret)
         for key, ref in self.secret_env.items():
-            _require(
-                bool(_ENV_NAME.fullmatch(key)),
+            require(
+                bool(ENV_NAME.fullmatch(key)),
                 f"secretEnv.{key}",
                 "is not a valid environment variable name",
                 "use letters, digits and '_'",
             )
-            _require(
+            require(
                 isinstance(ref, SecretKeyRef),
                 f"secretEnv.{key}",
                 "must name a secret and a key",
                 "write it as {secret: NAME, key: KEY}",
             )
             check_dns_label(f"secretEnv.{key}.secret", ref.secret)
-            _require(
-                isinstance(ref.key, str) and bool(_SECRET_KEY.fullmatch(ref.key)),
+            require(
+                isinstance(ref.key, str) and bool(SECRET_KEY.fullmatch(ref.key)),
                 f"secretEnv.{key}.key",
                 f"{ref.key!r} is not a Secret key",
                 "use letters, digits, '-', '_' or '.'",
             )
         clash = set(self.env) & set(self.secret_env)
-        _require(
+        require(
             not clash, "secretEnv", f"{', '.join(sorted(clash))} is also set in env", "set each variable in one place"
         )
         mounts: dict[str, str] = {}
         for vname, vol in self.volumes.items():
             check_dns_label(f"volumes.{vname}", vname)
-            _require(
+            require(
                 vname != "dshm",
                 f"volumes.{vname}",
                 "the name 'dshm' is reserved for /dev/shm",
                 "choose another volume name",
             )
-            _require(
+            require(
                 isinstance(vol, Volume),
                 f"volumes.{vname}",
                 "must give claimName and mountPath",
                 "write it as {claimName: PVC, mountPath: /path}",
             )
             check_dns_subdomain(f"volumes.{vname}.claimName", vol.claim_name)
-            _require(
+            require(
                 isinstance(vol.mount_path, str)
                 and vol.mount_path.startswith("/")
-                and not _CONTROL_CHARS.search(vol.mount_path)
+                and not CONTROL_CHARS.search(vol.mount_path)
                 and ":" not in vol.mount_path,
                 f"volumes.{vname}.mountPath",
                 f"{vol.mount_path!r} is not an absolute path",
                 "use a path like /data",
             )
-            _require(
+            require(
                 vol.mount_path.rstrip("/") != SHM_MOUNT,
                 f"volumes.{vname}.mountPath",
                 "/dev/shm is managed by shmSize",  # noqa: S108 - a message, not a path
                 "mount the volume elsewhere",
             )
-            _require(
+            require(
                 vol.mount_path not in mounts,
                 f"volumes.{vname}.mountPath",
                 f"{vol.mount_path} is also used by volume {mounts.get(vol.mount_path)}",
                 "give each volume its own path",
             )
             mounts[vol.mount_path] = vname
-        _check_node_selector("nodeSelector", self.node_selector)
-        _check_tolerations("tolerations", self.tolerations)
+        check_node_selector("nodeSelector", self.node_selector)
+        check_tolerations("tolerations", self.tolerations)
         for key in self.affinity:
-            _require(
+            require(
                 key in AFFINITY_KINDS,
                 f"affinity.{key}",
                 "is not an affinity kind",
                 "use nodeAffinity, podAffinity or podAntiAffinity",
             )
-        _check_json_like("affinity", self.affinity)
+        check_json_like("affinity", self.affinity)
         for fname, object_name in (
             ("priorityClassName", self.priority_class_name),
             ("serviceAccountName", self.service_account_name),
@@ -1195,10 +956,10 @@ class JobSpec:
             check_plain_string(f"annotations.{key}", value)
         if self.queue is not None:
             check_label_value("queue", self.queue)
-            _require(bool(self.queue), "queue", "must not be empty", "name a Kueue LocalQueue or leave queue unset")
+            require(bool(self.queue), "queue", "must not be empty", "name a Kueue LocalQueue or leave queue unset")
         if self.workload_priority_class is not None:
             check_label_value("workloadPriorityClass", self.workload_priority_class)
-            _require(
+            require(
                 bool(self.workload_priority_class),
                 "workloadPriorityClass",
                 "must not be empty",
@@ -1265,7 +1026,7 @@ class JobSpec:
             elif isinstance(value, tuple):
                 out[key] = [dict(v) if isinstance(v, Mapping) else v for v in value]
             elif isinstance(value, Mapping):
-                out[key] = _plain(value)
+                out[key] = plain(value)
             else:
                 out[key] = value
         return out
@@ -1301,59 +1062,8 @@ def _group_dict(group: NodeGroup) -> dict[str, Any]:
     return out
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def camel(snake: str) -> str:
-    """The spec file's (camelCase) name of a JobSpec field: `gpus_per_node` -> `gpusPerNode`."""
-    head, *rest = snake.split("_")
-    return head + "".join(p.capitalize() for p in rest)
-
-
-def _snake(name: str) -> str:
-    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
-
-
 _SPEC_FIELDS = {f.name for f in dataclasses.fields(JobSpec)} - {"min_nodes", "max_nodes"}
 _SPEC_KEYS = sorted(camel(n) for n in _SPEC_FIELDS)
-
-
-def parse_nodes(value: Any, field_name: str = "nodes") -> tuple[int, int | None, int | None]:
-    """`2` -> fixed; `"1:4"` -> elastic. Returns (nodes, min_nodes, max_nodes)."""
-    if isinstance(value, bool):
-        raise SpecError(field_name, f"{value!r} is not a node count", "use a number like 2 or a range like 1:4")
-    if isinstance(value, int):
-        return value, None, None
-    text = str(value).strip()
-    if re.fullmatch(r"[0-9]+", text):
-        return int(text), None, None
-    match = re.fullmatch(r"([0-9]+):([0-9]+)", text)
-    if not match:
-        raise SpecError(field_name, f"{value!r} is not a node count", "use a number like 2 or a range like 1:4")
-    low, high = int(match.group(1)), int(match.group(2))
-    return high, low, high
-
-
-def _sub_dataclass(cls: type, field_name: str, data: Any) -> Any:
-    if not isinstance(data, Mapping):
-        raise SpecError(field_name, f"expected a map, got {type(data).__name__}", "write it as key: value pairs")
-    known = {f.name for f in dataclasses.fields(cls)}
-    kwargs = {}
-    for key, value in data.items():
-        if _snake(key) not in known or key != camel(_snake(key)):
-            raise SpecError(
-                f"{field_name}.{key}", "is not a known key", _key_fix(str(key), sorted(camel(k) for k in known))
-            )
-        kwargs[_snake(key)] = value
-    try:
-        return cls(**kwargs)
-    except TypeError as exc:
-        raise SpecError(field_name, str(exc), "see `ddpctl init` for the keys") from None
 
 
 _GROUP_KEYS = {
@@ -1396,28 +1106,13 @@ def _node_groups(value: Any) -> tuple[NodeGroup, ...]:
             elif not isinstance(kwargs[key], Mapping):
                 raise SpecError(f"{where}.{camel(key)}", "expected a map", "write it as key: value pairs")
         if kwargs.get("topology") is not None:
-            kwargs["topology"] = _sub_dataclass(Topology, f"{where}.topology", kwargs["topology"])
+            kwargs["topology"] = sub_dataclass(Topology, f"{where}.topology", kwargs["topology"])
         if kwargs.get("tolerations") is None:
             kwargs["tolerations"] = ()
         elif not isinstance(kwargs["tolerations"], (list, tuple)):
             raise SpecError(f"{where}.tolerations", "expected a list", "write it as a YAML list")
         groups.append(NodeGroup(**kwargs))
     return tuple(groups)
-
-
-def _env_value(field_name: str, value: Any) -> Any:
-    """YAML turns `OMP_NUM_THREADS: 4` into an int; env values are strings, so numbers are kept
-    as written. Booleans are refused: YAML's `yes`/`on` would silently become 'True'."""
-    if isinstance(value, bool):
-        raise SpecError(field_name, f"{value!r} is a boolean", "quote it, e.g. \"true\"")
-    if isinstance(value, (int, float)):
-        return str(value)
-    return value
-
-
-def _key_fix(key: str, known: Any) -> str:
-    near = did_you_mean(key, known)
-    return f"did you mean {near}?" if near else f"use one of {', '.join(known)}"
 
 
 def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -1427,29 +1122,29 @@ def _kwargs_from_dict(data: Mapping[str, Any]) -> dict[str, Any]:
         )
     kwargs: dict[str, Any] = {}
     for key, value in data.items():
-        name = _snake(str(key))
+        name = snake(str(key))
         if name not in _SPEC_FIELDS or key != camel(name):
-            raise SpecError(str(key), "is not a known key", _key_fix(str(key), _SPEC_KEYS))
+            raise SpecError(str(key), "is not a known key", key_fix(str(key), _SPEC_KEYS))
         if name == "nodes":
             kwargs["nodes"], kwargs["min_nodes"], kwargs["max_nodes"] = parse_nodes(value)
         elif name == "node_groups":
             kwargs[name] = _node_groups(value)
         elif name == "rendezvous":
-            kwargs[name] = _sub_dataclass(Rendezvous, key, value)
+            kwargs[name] = sub_dataclass(Rendezvous, key, value)
         elif name == "resources":
-            kwargs[name] = _sub_dataclass(Resources, key, value)
+            kwargs[name] = sub_dataclass(Resources, key, value)
         elif name == "topology":
-            kwargs[name] = _sub_dataclass(Topology, key, {} if value is None else value)
+            kwargs[name] = sub_dataclass(Topology, key, {} if value is None else value)
         elif name == "volumes" and value is not None:
             if not isinstance(value, Mapping):
                 raise SpecError(key, "expected a map of volume name to {claimName, mountPath}", "see `ddpctl init`")
-            kwargs[name] = {k: _sub_dataclass(Volume, f"volumes.{k}", v) for k, v in value.items()}
+            kwargs[name] = {k: sub_dataclass(Volume, f"volumes.{k}", v) for k, v in value.items()}
         elif name == "secret_env" and value is not None:
             if not isinstance(value, Mapping):
                 raise SpecError(key, "expected a map of VAR to {secret, key}", "see `ddpctl init`")
-            kwargs[name] = {k: _sub_dataclass(SecretKeyRef, f"secretEnv.{k}", v) for k, v in value.items()}
+            kwargs[name] = {k: sub_dataclass(SecretKeyRef, f"secretEnv.{k}", v) for k, v in value.items()}
         elif name == "env" and isinstance(value, Mapping):
-            kwargs[name] = {k: _env_value(f"env.{k}", v) for k, v in value.items()}
+            kwargs[name] = {k: env_value(f"env.{k}", v) for k, v in value.items()}
         elif value is None and name in (
             "env",
             "secret_env",

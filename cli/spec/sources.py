@@ -19,7 +19,9 @@ from typing import Any
 
 import yaml
 from ddpctl.errors import SpecError, UsageError
-from ddpctl.spec.model import JobSpec, Rendezvous, Resources, camel, did_you_mean
+from ddpctl.spec.checks import did_you_mean
+from ddpctl.spec.model import JobSpec, Rendezvous, Resources
+from ddpctl.spec.serial import camel
 
 DEFAULT_CONFIG = "ddp.yaml"
 ENV_PREFIX = "DDPCTL_"

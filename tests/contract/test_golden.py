@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 from ddpctl.manifests.render import render, to_yaml_documents
-from ddpctl.spec.model import TARGETS, JobSpec
+from ddpctl.spec.model import JobSpec
+from ddpctl.spec.schema import TARGETS
 
 GOLDEN = Path(__file__).parent / "golden"
 SPECS = {

@@ -7,7 +7,8 @@ import copy
 
 import pytest
 from ddpctl.manifests.render import render
-from ddpctl.spec.model import TARGETS, JobSpec
+from ddpctl.spec.model import JobSpec
+from ddpctl.spec.schema import TARGETS
 
 from tests.support.k8s_schemas import require_crds, validate_object
 

@@ -10,7 +10,8 @@ import pytest
 from ddpctl.engines import plan_for
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import render
-from ddpctl.spec.model import TARGETS, JobSpec
+from ddpctl.spec.model import JobSpec
+from ddpctl.spec.schema import TARGETS
 
 from tests.support.engines import launch, torchrun_settings
 

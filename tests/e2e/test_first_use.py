@@ -1,4 +1,4 @@
-"""What a new user sees (issue 12): each case runs the command as the user typed it, checks that
+"""What a new user sees: each case runs the command as the user typed it, checks that
 the old, unhelpful output is gone and that the new line says what is wrong and how to fix it."""
 
 from __future__ import annotations

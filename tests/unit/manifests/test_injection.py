@@ -8,7 +8,8 @@ import yaml
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import render, render_text, to_yaml_documents
 from ddpctl.manifests.yamlsafe import quote
-from ddpctl.spec.model import TARGETS, JobSpec
+from ddpctl.spec.model import JobSpec
+from ddpctl.spec.schema import TARGETS
 
 from tests.support.hostile import HOSTILE
 

@@ -127,7 +127,7 @@ def test_to_dict_round_trips(data: dict) -> None:
 
 def test_the_spec_knows_the_trainers_timeout_defaults() -> None:
     """The spec checks stallTimeout against collectiveTimeout with the trainer's own defaults."""
-    from ddpctl.spec.model import TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT
+    from ddpctl.spec.schema import TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT
     from ddpctl_trainer.config import TrainConfig
 
     defaults = TrainConfig()
