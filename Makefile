@@ -57,10 +57,6 @@ kubectl:
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
-	@# mypy sees cli/ and trainer/ under their installed names (see [tool.mypy] in pyproject.toml)
-	mkdir -p $(VENV)/typecheck
-	ln -sfn ../../cli $(VENV)/typecheck/ddpctl
-	ln -sfn ../../trainer $(VENV)/typecheck/ddpctl_trainer
 	$(PY) -m mypy
 	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 
