@@ -47,7 +47,8 @@ def submit_command(
     follow: bool = typer.Option(
         False,
         "--follow",
-        help="Like --wait, and stream every node's logs, each line prefixed \\[node N] (N: the node rank, the pod's index).",
+        help="Like --wait, and stream every node's logs, each line prefixed \\[node N] (N: the node rank, "
+        "the pod's index).",
     ),
     rank: int | None = rank_option("With --follow: "),
     timeout: str | None = timeout_option(),

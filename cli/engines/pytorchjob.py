@@ -83,7 +83,8 @@ class PyTorchJobEngine(Engine):
         return (
             "init-pytorch is the init container the training operator adds to every worker, and its built-in "
             "one sets no securityContext; give the operator a template that does "
-            "(--pytorch-init-container-template-file, see docs/engines.md, PyTorchJob and Pod Security), or use --target jobset or job"
+            "(--pytorch-init-container-template-file, see docs/engines.md, PyTorchJob and Pod Security), "
+            "or use --target jobset or job"
         )
 
     def check_restart_policy(self, plan: Plan) -> None:
