@@ -144,7 +144,7 @@ def stall(runs: int, root: Path) -> dict[str, Any]:
     counts: dict[str, Any] = {"runs": runs, "every_summary_names_rank_2_and_line": 0, "starts": []}
     started = time.monotonic()
     args = ["--backoff-limit", "3", "-e", "STALL_RANK=2", "-e", "STALL_AT_STEP=3", "--"]
-    args += ["--model", "tests.trainer.stall_models:blocking", "--stall-timeout", "5", "--image-size", "8"]
+    args += ["--model", "tests.support.models.stall_models:blocking", "--stall-timeout", "5", "--image-size", "8"]
     args += ["--synthetic-samples", "256", "--eval-samples", "32", "--epochs", "3"]
     for i in range(runs):
         folder = root / f"stall{i}"
@@ -165,7 +165,7 @@ def stall(runs: int, root: Path) -> dict[str, Any]:
 def crash(runs: int, root: Path) -> dict[str, Any]:
     counts: dict[str, Any] = {"runs": runs, "starts": [], "says_why": 0}
     args = ["--backoff-limit", "3", "-e", "CRASH_RANK=3", "-e", "CRASH_AT_STEP=5", "--"]
-    args += ["--model", "tests.trainer.fault_models:crashing", "--image-size", "8", "--synthetic-samples", "1024"]
+    args += ["--model", "tests.support.models.fault_models:crashing", "--image-size", "8", "--synthetic-samples", "1024"]
     args += ["--eval-samples", "32", "--save-every", "100"]
     started = time.monotonic()
     for i in range(runs):

@@ -19,8 +19,9 @@ import time
 from pathlib import Path
 
 import pytest
-from ddpctl.docker_run import dns_names, plan_docker, quantity_bytes
-from ddpctl.spec import JobSpec
+from ddpctl.engines import plan_for
+from ddpctl.runners.docker import dns_names, plan_docker, quantity_bytes
+from ddpctl.spec.model import JobSpec
 
 from tests.support import REPO, skip_unless
 from tests.support.docker import BASE_IMAGE, docker_works, image_present
@@ -182,10 +183,10 @@ def fault_image(trainer_image: str) -> str:
     ],
 )
 def test_rank0_alias_is_the_address_the_cluster_gives(target: str, rank0: tuple[str, ...]) -> None:
-    spec = JobSpec(name="w", target=target)
-    names = dns_names(spec)
+    plan = plan_for(JobSpec(name="w", target=target))
+    names = dns_names(plan)
     assert names[0] == rank0
-    assert spec.rank0_host in names[0]  # MASTER_ADDR / the rendezvous host resolves on the network
+    assert plan.rank0_host in names[0]  # MASTER_ADDR / the rendezvous host resolves on the network
 
 
 def test_shm_size_quantities() -> None:
@@ -412,10 +413,10 @@ def test_docker_plan_of_a_layout_uses_each_groups_command_and_names(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr("ddpctl.docker_run.require_engine_cli", lambda engine: engine)
-    monkeypatch.setattr("ddpctl.docker_run.ensure_image", lambda engine, spec: None)
-    from ddpctl.config import merged_layers
-    from ddpctl.options import parse_layout
+    monkeypatch.setattr("ddpctl.runners.docker.require_engine_cli", lambda engine: engine)
+    monkeypatch.setattr("ddpctl.runners.docker.ensure_image", lambda engine, spec: None)
+    from ddpctl.commands.options import parse_layout
+    from ddpctl.spec.sources import merged_layers
 
     spec = JobSpec.from_dict(
         merged_layers(

@@ -21,10 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from ddpctl.local_run import plan_local
-from ddpctl.procs import alive
-from ddpctl.run_env import cluster_env, loopback_env
-from ddpctl.spec import JobSpec
+from ddpctl.engines import plan_for
+from ddpctl.runners.local import plan_local
+from ddpctl.runners.node_env import cluster_env, loopback_env
+from ddpctl.runners.procs import alive
+from ddpctl.spec.model import JobSpec
 
 from tests.support import skip_unless
 from tests.support.models.faults import env_flags, hold_at, plugin_env
@@ -303,12 +304,12 @@ def test_each_node_gets_its_pods_env_with_rank0_on_loopback(target: str, tmp_pat
             "ddpctl_trainer",
         )
         # without the loopback rewrite it is exactly what the cluster gives this pod
-        assert cluster_env(spec, index)["PET_MASTER_ADDR"] == spec.rank0_host
+        assert cluster_env(plan.job, index)["PET_MASTER_ADDR"] == plan.job.rank0_host
 
 
 def test_elastic_nodes_use_c10d_with_node_0_hosting_the_store() -> None:
-    spec = JobSpec(name="el", nodes=2, min_nodes=1, max_nodes=2)
-    envs = [loopback_env(cluster_env(spec, i), spec, i, "127.0.0.1", 4242) for i in range(spec.replicas)]
+    plan = plan_for(JobSpec(name="el", nodes=2, min_nodes=1, max_nodes=2))
+    envs = [loopback_env(cluster_env(plan, i), plan, i, "127.0.0.1", 4242) for i in range(plan.replicas)]
     assert [e["PET_RDZV_ENDPOINT"] for e in envs] == ["127.0.0.1:4242"] * 2
     assert "is_host=true" in envs[0]["PET_RDZV_CONF"] and "is_host=false" in envs[1]["PET_RDZV_CONF"]
     assert all("PET_NODE_RANK" not in e for e in envs)  # the rendezvous assigns node ranks
@@ -354,7 +355,7 @@ def _checkpoint_dir_with_a_users_file(directory: Path) -> None:
 
 
 def test_fresh_removes_the_trainers_checkpoints_and_nothing_else(tmp_path: Path) -> None:
-    from ddpctl.local_run import clean_run_dir
+    from ddpctl.runners.local import clean_run_dir
 
     _checkpoint_dir_with_a_users_file(tmp_path)
     spec = JobSpec.from_dict({"args": ["--checkpoint-dir", "."]})
@@ -364,19 +365,26 @@ def test_fresh_removes_the_trainers_checkpoints_and_nothing_else(tmp_path: Path)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-notes", "notes.txt"]
 
 
-def test_fresh_knows_the_trainers_checkpoint_names() -> None:
-    """ddpctl restates the trainer's name patterns (its module imports torch): they must agree."""
-    from ddpctl.local_run import CHECKPOINT_NAME, CHECKPOINT_TEMP
+def test_fresh_removes_the_checkpoints_the_trainer_writes_and_nothing_else(tmp_path: Path) -> None:
+    """--fresh knows the trainer's checkpoint names from the protocol module both sides import: what
+    the trainer's writer names a checkpoint (file or sharded directory, and their temp files) goes;
+    a user's file with a look-alike name stays."""
+    from ddpctl.runners.local import remove_checkpoints
     from ddpctl_trainer import checkpoint
 
-    assert CHECKPOINT_NAME.pattern == checkpoint._NAME.pattern and CHECKPOINT_TEMP.pattern == checkpoint._TMP.pattern
-    for sharded in (False, True):
-        name = checkpoint.checkpoint_path(Path("/c"), 16, sharded).name
-        assert (
-            CHECKPOINT_NAME.match(name)
-            and CHECKPOINT_TEMP.match(f".{name}.tmp.123")
-            and CHECKPOINT_TEMP.match(f".{name}.tmp")
-        )
+    made = []
+    for step, sharded in ((16, False), (24, True)):
+        final = checkpoint.checkpoint_path(tmp_path, step, sharded)
+        for path in (final, final.with_name(f".{final.name}.tmp.123"), final.with_name(f".{final.name}.tmp")):
+            if sharded and not path.name.endswith(".123"):
+                path.mkdir()
+            else:
+                path.write_text("x")
+            made.append(path.name)
+    (tmp_path / "ckpt-notes.txt").write_text("mine")
+    removed = remove_checkpoints(tmp_path)
+    assert sorted(p.name for p in removed) == sorted(made)
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt-notes.txt"]
 
 
 @pytest.mark.slow
@@ -423,9 +431,9 @@ def test_a_missing_command_is_a_one_line_usage_error(cli) -> None:
 def test_a_node_that_fails_to_start_leaves_the_started_ones_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ddpctl import procs
     from ddpctl.errors import RuntimeFailure
-    from ddpctl.local_run import run_local
+    from ddpctl.runners import procs
+    from ddpctl.runners.local import run_local
 
     spec = JobSpec(nodes=3, procs_per_node=1)
     plan = plan_local(spec, cwd=tmp_path, parent_env={})
@@ -456,7 +464,7 @@ def test_a_node_that_fails_to_start_leaves_the_started_ones_stopped(
 def test_the_sweep_never_kills_a_process_that_reused_a_recorded_pid(tmp_path: Path) -> None:
     """A pid recorded in a child's tree may belong to another process by the end of the job."""
     needs_proc()
-    from ddpctl import procs
+    from ddpctl.runners import procs
 
     bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     try:
@@ -477,7 +485,7 @@ def test_the_sweep_never_kills_a_process_that_reused_a_recorded_pid(tmp_path: Pa
 
 def test_process_trees_are_read_at_most_once_a_second(monkeypatch: pytest.MonkeyPatch) -> None:
     needs_proc()
-    from ddpctl import procs
+    from ddpctl.runners import procs
 
     scans = []
     real = procs.stat_map
@@ -517,7 +525,7 @@ def test_a_busy_port_asked_for_in_ddp_yaml_or_the_environment_is_an_error(
 
 
 def test_port_asked_for_reads_every_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddpctl.local_run import port_asked_for
+    from ddpctl.runners.local import port_asked_for
 
     monkeypatch.chdir(tmp_path)
     assert not port_asked_for({}, None, {})
@@ -557,7 +565,7 @@ def test_uneven_layout_all_reduces_over_every_rank(target: str, layout: str, pro
     rendezvous; torchrun sums their local world sizes, every rank 0..2 exists once."""
     import json
 
-    from ddpctl.procs import free_port
+    from ddpctl.runners.procs import free_port
 
     (tmp_path / "allreduce.py").write_text(ALLREDUCE_SCRIPT)
     port = str(free_port())  # not the shared default: other jobs on this machine may hold it
@@ -840,7 +848,7 @@ def test_status_and_logs_default_the_name_like_every_command(
     env: dict[str, str],
     name: str,
 ) -> None:
-    from ddpctl.local_run import job_name
+    from ddpctl.runners.local import job_name
 
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith("DDPCTL_")]:
@@ -855,7 +863,7 @@ def test_status_and_logs_default_the_name_like_every_command(
 def test_logs_of_a_local_run_read_the_latest_start_or_the_one_before(tmp_path: Path) -> None:
     """The files a run with one restart leaves: node-N.log (first start), node-N.restart-1.log."""
     from ddpctl.errors import UsageError
-    from ddpctl.local_run import local_logs
+    from ddpctl.runners.local import local_logs
 
     logs = tmp_path / "logs"
     logs.mkdir()
