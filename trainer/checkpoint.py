@@ -185,6 +185,7 @@ class Writer:
     def __init__(self, warn: Callable[[str], None]) -> None:
         self._warn = warn
         self._thread: threading.Thread | None = None
+        self.failed = False  # whether the last save failed (read after ``wait``)
 
     def wait(self) -> None:
         """Until the save in flight (if any) has finished."""
@@ -198,8 +199,13 @@ class Writer:
         def run() -> None:
             try:
                 save()
+                self.failed = False
             except Exception as exc:  # noqa: BLE001 - reported in one line; the next save retries
-                self._warn(f"saving {what} failed ({type(exc).__name__}: {exc}); training goes on, the next save tries")
+                self.failed = True
+                reason = " ".join(str(exc).split())
+                self._warn(
+                    f"saving {what} failed ({type(exc).__name__}: {reason}); training goes on, the next save tries"
+                )
 
         self._thread = threading.Thread(target=run, name="ddpctl-checkpoint-writer", daemon=True)
         self._thread.start()

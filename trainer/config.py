@@ -12,15 +12,24 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
 from .errors import UsageError
-from .protocol import COLLECTIVE_TIMEOUT_S, ENV_PREFIX, PROG, STALL_TIMEOUT_S, flag_env
+from .protocol import (
+    CHECKPOINT_URL_SCHEMES,
+    COLLECTIVE_TIMEOUT_S,
+    ENV_PREFIX,
+    OBJECT_STORE_ENDPOINT_ENV,
+    PROG,
+    STALL_TIMEOUT_S,
+    flag_env,
+    url_scheme,
+)
 
 STRATEGIES = ("ddp", "fsdp", "dp")
 BACKENDS = ("auto", "gloo", "nccl")
@@ -202,7 +211,13 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--find-unused-parameters", action=bo, default=False)
 
     g = p.add_argument_group("checkpoints")
-    g.add_argument("--checkpoint-dir", default="./checkpoints")
+    g.add_argument(
+        "--checkpoint-dir",
+        default="./checkpoints",
+        help="a local directory, or an object store URL: s3://BUCKET/PREFIX (an S3-compatible server: "
+        f"{OBJECT_STORE_ENDPOINT_ENV}), gs://BUCKET/PREFIX or az://CONTAINER/PREFIX; credentials from the "
+        "environment or workload identity (needs the obstore package)",
+    )
     g.add_argument("--keep-last", type=int, default=3, help="checkpoints to keep")
     g.add_argument("--save-every", default="epoch", help="'epoch' or a number of optimizer steps")
     g.add_argument(
@@ -215,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--fsdp-state-dict",
         default="full",
         choices=FSDP_STATE_DICTS,
-        help="fsdp checkpoints: one full file from rank 0, or sharded (needs a shared --checkpoint-dir)",
+        help="fsdp checkpoints: one full file from rank 0, or sharded: every rank writes its own shard (needs "
+        "a shared --checkpoint-dir, or an object store URL)",
     )
     g.add_argument(
         "--save-final",
@@ -303,17 +319,36 @@ def _env_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
         parser.set_defaults(**{action.dest: value})
 
 
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
-
-
 def _local_path(flag: str, value: str | None) -> None:
     """A URL given where the trainer takes a path would become a local folder named `s3:` (lost
     with the pod): refuse it, naming what works instead."""
-    if value and _URL.match(value):
-        scheme = value.split("://", 1)[0]
+    scheme = url_scheme(value) if value else None
+    if scheme is not None:
         raise UsageError(
             f"{flag} {value}: the trainer reads and writes local paths only, not {scheme}:// URLs; mount the "
             "storage as a volume (e.g. --volume checkpoints=CLAIM:/checkpoints) and give its path"
+        )
+
+
+def _checkpoint_dir(value: str) -> None:
+    """A local path, or an object store URL of a supported scheme whose client is installed: any
+    other URL would become a local folder named `ftp:` (lost with the pod)."""
+    scheme = url_scheme(value)
+    if scheme is None:
+        return
+    schemes = ", ".join(f"{s}://" for s in CHECKPOINT_URL_SCHEMES)
+    if scheme not in CHECKPOINT_URL_SCHEMES:
+        raise UsageError(
+            f"--checkpoint-dir {value}: {scheme}:// is not a supported object store; give a local path or a URL "
+            f"of {schemes}"
+        )
+    if not value.split("://", 1)[1].strip("/"):
+        raise UsageError(f"--checkpoint-dir {value}: the URL names no bucket (e.g. {scheme}://BUCKET/PREFIX)")
+    if importlib.util.find_spec("obstore") is None:
+        raise UsageError(
+            f"--checkpoint-dir {value}: checkpoints in object storage need the obstore package, which is not "
+            "installed: pip install 'obstore>=0.12,<0.13' (or 'ddpctl[s3]'); ddpctl build --build-arg "
+            "OBJECT_STORE=1 puts it in the trainer image"
         )
 
 
@@ -378,8 +413,8 @@ def validate_static(cfg: TrainConfig) -> None:
             raise UsageError(f"--callback {spec!r}: a callback is written module:name, e.g. mypkg.hooks:Checkpointer")
     if cfg.bf16 and cfg.dtype == "float64":
         raise UsageError("--bf16 and --dtype float64 conflict: drop one")
+    _checkpoint_dir(cfg.checkpoint_dir)
     paths = {
-        "--checkpoint-dir": cfg.checkpoint_dir,
         "--save-final": cfg.save_final,
         "--data-dir": cfg.data_dir,
         "--metrics-file": cfg.metrics_file,

@@ -83,6 +83,25 @@ CHECKPOINT_TEMP = re.compile(r"^\.ckpt-\d{8,}(\.pt)?\.tmp")
 SHARDED_STATE_FILE = "trainer_state.pt"  # the trainer's position inside a sharded checkpoint directory
 
 
+# --checkpoint-dir may also be an object store URL of one of these schemes (the client, obstore, is
+# an optional extra: `pip install 'ddpctl[s3]'`, or the trainer image built with OBJECT_STORE=1).
+# Under the URL's prefix every checkpoint is `ckpt-<step:08d>/` (checkpoint_name(step, sharded=True)):
+# its data in `ckpt-<step>/<attempt>/`, then `ckpt-<step>/manifest.json` (written after every data
+# object: a checkpoint without it is incomplete and never loaded), then the `latest` object (JSON:
+# step, checkpoint), written last with a conditional write, names the newest published one.
+CHECKPOINT_URL_SCHEMES: tuple[str, ...] = ("s3", "gs", "az")
+URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+CHECKPOINT_MANIFEST = "manifest.json"
+CHECKPOINT_LATEST = "latest"
+CHECKPOINT_STATE_FILE = "state.pt"  # a full checkpoint's one data object in the object store
+
+
+def url_scheme(value: str) -> str | None:
+    """The scheme of a URL (`s3` of `s3://bucket/run`), None for a path."""
+    match = URL.match(value)
+    return match.group(1).lower() if match else None
+
+
 def checkpoint_name(step: int, sharded: bool = False) -> str:
     return f"ckpt-{step:08d}" if sharded else f"ckpt-{step:08d}.pt"
 
@@ -113,6 +132,21 @@ JOB_NAME_ENV = "DDP_JOB_NAME"
 # carries its group's first node rank, and node rank = offset + JOB_COMPLETION_INDEX.
 NODE_RANK_OFFSET_ENV = "PET_NODE_RANK_OFFSET"
 COMPLETION_INDEX_ENV = "JOB_COMPLETION_INDEX"  # set by the Job controller in every Indexed Job pod
+# An object store checkpoint dir: an S3-compatible server's URL (MinIO, Ceph, SeaweedFS; an http://
+# one is allowed for it). Credentials come from the environment (a Secret's keys) or from workload
+# identity (IRSA's AWS_ROLE_ARN + AWS_WEB_IDENTITY_TOKEN_FILE, GKE's metadata server): no Secret.
+OBJECT_STORE_ENDPOINT_ENV = "AWS_ENDPOINT_URL"
+# The variables whose values are secrets: never in a manifest's plain env, and the trainer scrubs
+# their values from every message it prints.
+OBJECT_STORE_SECRET_ENV: tuple[str, ...] = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "GOOGLE_SERVICE_ACCOUNT_KEY",
+    "AZURE_STORAGE_ACCOUNT_KEY",
+    "AZURE_STORAGE_SAS_KEY",
+    "AZURE_CLIENT_SECRET",
+)
 
 # ------------------------------------------------------------------------------------ timeouts
 

@@ -44,7 +44,8 @@ from .dist import DistContext
 from .errors import CheckpointError, Preempted, TrainerError, TrainerFailure, is_peer_lost, peer_lost
 from .metrics import MetricsLog, Progress
 from .models import build_model
-from .protocol import ALREADY_COMPLETE, SHARDED_STATE_FILE, WARNING_TAG
+from .protocol import ALREADY_COMPLETE, WARNING_TAG
+from .store import ShardedSave, StoreError, open_store
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -129,7 +130,8 @@ class Trainer:
         # The stop flag's all-reduce runs on a CPU (gloo) group: with nccl it would otherwise make
         # the host wait for the GPU once per step. Created in fit(), where every rank arrives.
         self._control_group: Any = None
-        self.ckpt_dir = Path(cfg.checkpoint_dir)
+        # a local directory or an object store URL (store.py); only rank 0 reads and writes full checkpoints
+        self.store = open_store(cfg.checkpoint_dir, warn, timeout_s=cfg.timeout_s)
         self.metrics = MetricsLog(cfg.metrics_file, ctx.is_main)
         self.progress = Progress(cfg.progress, ctx.rank, cfg.epochs)
         self.started = time.time()
@@ -342,9 +344,7 @@ class Trainer:
         finally:
             stop.defer(False)
         elapsed = time.perf_counter() - t0
-        if self.step != self._last_saved_step:
-            self.save_checkpoint(background=False)
-        self.writer.wait()  # the job's last checkpoint is on disk before the process ends
+        self._save_now()  # the job's last checkpoint is stored before the process ends
         if cfg.save_final:
             self.save_final(cfg.save_final)
         steps_run = self.step - steps0
@@ -391,26 +391,44 @@ class Trainer:
         return bool(flag.item() > 0)
 
     def preempt(self) -> NoReturn:
-        """Write a checkpoint of this step boundary (unless one exists) and stop every rank."""
-        if self.step != self._last_saved_step:
-            self.save_checkpoint(background=False)
-        self.writer.wait()  # the step's checkpoint may still be in the writer's hands
+        """Write a checkpoint of this step boundary (unless one exists) and stop every rank. The
+        save in flight (if any) finishes first; a stop checkpoint that cannot be stored (the object
+        store down) still stops the run, saying so: the next start resumes from the newest one."""
+        failed: str | None = None
+        try:
+            self._save_now()
+        except StoreError as exc:
+            failed = str(exc)
         sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
-        path = ckpt.checkpoint_path(self.ckpt_dir, self.step, sharded)
+        path = self.store.where(self.step, sharded)
         since = stop.seconds_since_signal()
         self.metrics.emit(
             "preempted",
             step=self.step,
             epoch=self.epoch,
-            path=str(path),
+            path=path,
             signal_to_durable_s=since,
             signalled=since is not None,
+            saved=failed is None,
         )
         self.metrics.close()
         who = "SIGTERM" if stop.requested() else "SIGTERM to another rank"
+        if failed is not None:
+            raise Preempted(
+                f"stopped by {who} after step {self.step}; its checkpoint could not be stored ({failed}), the next "
+                "start resumes from the newest complete one"
+            )
         raise Preempted(
             f"stopped by {who} after step {self.step}; checkpoint {path} written, the next start resumes there"
         )
+
+    def _save_now(self) -> None:
+        """Collective: the save in flight finishes; then, unless it stored this very step, this
+        step's checkpoint is written now (also when the save in flight failed: it is tried again)."""
+        self.writer.wait()
+        failed = d.broadcast_object(self.writer.failed)  # rank 0's writer publishes
+        if self.step != self._last_saved_step or failed:
+            self.save_checkpoint(background=False)
 
     # ----------------------------------------------------------------------------- eval
     @torch.no_grad()
@@ -457,7 +475,8 @@ class Trainer:
     def save_checkpoint(self, background: bool = True) -> None:
         """Write a checkpoint of the current position (collective: every rank calls it). Rank 0
         copies the state and a background writer stores it, unless ``background`` is off or a stop
-        is pending: a stop checkpoint (and the last one) is on disk before this returns."""
+        is pending: a stop checkpoint (and the last one) is stored before this returns (or every
+        rank raises ``StoreError``)."""
         self.beacon.mark(CHECKPOINT)
         sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
         rngs = d.all_gather_object(rng_state())
@@ -468,74 +487,100 @@ class Trainer:
             "rng": rngs,
             "config": self.cfg.to_dict(),
         }
-        path = ckpt.checkpoint_path(self.ckpt_dir, self.step, sharded)
+        background = background and not stop.requested()
+        error: str | None = None
         if sharded:
-            self.writer.wait()
-            self._save_sharded(payload, path)
-            if self.ctx.is_main:
-                self._saved(path, self.step, self.epoch)
+            self._save_sharded(payload, background)
         else:
             payload["model"] = get_model_state_dict(self.raw_model, options=_FULL)
             payload["optimizer"] = get_optimizer_state_dict(self.raw_model, self.optimizer, options=_FULL)
             if self.ctx.is_main:
-                if background and not stop.requested():
+                if background:
                     copy = ckpt.snapshot(payload, copy=self.device.type == "cpu")
-                    self.writer.submit(path.name, lambda: self._write(copy, path))
+                    self.writer.submit(self.store.where(self.step, False), lambda: self._write(copy))
                 else:
                     self.writer.wait()
-                    self._write(payload, path)
+                    try:
+                        self._write(payload)
+                        self.writer.failed = False
+                    except StoreError as exc:  # every rank raises it (below), so all stop alike
+                        error = str(exc)
+            if not background:
+                error = d.broadcast_object(error)
         self._last_saved_step = self.step
         d.barrier()
+        if error is not None:
+            raise StoreError(error)
 
-    def _write(self, payload: dict[str, Any], path: Path) -> None:
+    def _write(self, payload: dict[str, Any]) -> None:
         """Store one full checkpoint, then prune (on the writer's thread for a background save:
         the position comes from the payload, since training has moved on)."""
         step = payload["step"]
 
-        def written(file: IO[bytes]) -> None:  # the hooks see the file before it is synced and renamed
+        def written(file: IO[bytes]) -> None:  # the hooks see the file before it is synced and published
             for hook in self.hooks:
                 hook.on_checkpoint_write(self, step, file)
 
-        ckpt.atomic_save(payload, path, on_write=written)
-        self._saved(path, step, payload["epoch"])
+        where = self.store.save(payload, on_write=written)
+        self._saved(where, step, payload["epoch"], sharded=False)
 
-    def _saved(self, path: Path, step: int, epoch: int) -> None:
-        removed = ckpt.prune(self.ckpt_dir, self.cfg.keep_last, path)
+    def _saved(self, where: str, step: int, epoch: int, sharded: bool) -> None:
+        removed = self.store.prune(self.cfg.keep_last, step, sharded)
         if not self._checked_newer:  # once per process: later saves only add older-than-them files
             self._checked_newer = True
             self._warn_newer_checkpoints(step)
-        self.metrics.emit("checkpoint", step=step, epoch=epoch, path=str(path), removed=[str(p) for p in removed])
+        self.metrics.emit("checkpoint", step=step, epoch=epoch, path=where, removed=removed)
 
     def _warn_newer_checkpoints(self, step: int) -> None:
         """Loadable checkpoints past this run's step (another run's, e.g. after ``--resume never``)
         are kept, not pruned, but a later ``--resume auto`` would pick them: say so once."""
-        newer = [p for p in ckpt.newer_than(self.ckpt_dir, step) if ckpt.is_loadable(p)]
+        newer = self.store.newer_than(step)
         if newer:
             warn(
-                f"{self.ckpt_dir} holds {len(newer)} checkpoint(s) past step {step} from another run "
-                f"(newest {newer[0].name}); they are kept, and --resume auto would pick them over this run's"
+                f"{self.store.location} holds {len(newer)} checkpoint(s) past step {step} from another run "
+                f"(newest {newer[0]}); they are kept, and --resume auto would pick them over this run's"
             )
 
-    def _save_sharded(self, payload: dict[str, Any], final: Path) -> None:
-        import shutil
-
+    def _save_sharded(self, payload: dict[str, Any], background: bool) -> None:
+        """Every rank saves its own shard (``torch.distributed.checkpoint``, no gather to rank 0)
+        where the store says; the store then publishes it: a shared directory renamed into place
+        (now), or each rank's files uploaded (on its writer thread, unless ``background`` is off)
+        and published by rank 0."""
         import torch.distributed.checkpoint as dcp
 
-        tmp = final.parent / f".{final.name}.tmp"
-        if self.ctx.is_main:
-            shutil.rmtree(tmp, ignore_errors=True)
-            tmp.mkdir(parents=True)
-        d.barrier()
+        self.writer.wait()
+        step, epoch = self.step, self.epoch
+        save = self.store.begin_sharded(step, self.ctx)
         state = {
             "model": get_model_state_dict(self.raw_model),
             "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer),
         }
-        dcp.save(state, checkpoint_id=str(tmp))
-        d.barrier()
-        if self.ctx.is_main:
-            payload.update(model={}, optimizer={}, sharded=True)
-            ckpt.atomic_save(payload, tmp / SHARDED_STATE_FILE)
-            ckpt.publish_dir(tmp, final)
+        try:
+            dcp.save(state, checkpoint_id=str(save.dir))
+            if self.ctx.is_main:
+                save.write_state(payload)
+        except BaseException:
+            save.abandon()
+            raise
+        if background and save.background:
+            self.writer.submit(save.where, lambda: self._commit_sharded(save, step, epoch))
+            return
+        error: str | None = None
+        try:
+            self._commit_sharded(save, step, epoch)
+        except CheckpointError as exc:
+            if not save.background:  # a shared directory: as it always did, the error ends the run
+                raise
+            error = str(exc)
+        if save.background:  # every rank learns whether all stored theirs, so all go on (or stop) alike
+            errors = [e for e in d.all_gather_object(error) if e]
+            if errors:
+                raise StoreError(errors[0])
+
+    def _commit_sharded(self, save: ShardedSave, step: int, epoch: int) -> None:
+        where = save.commit()
+        if where is not None:
+            self._saved(where, step, epoch, sharded=True)
 
     def resume(self) -> None:
         """Load the newest valid checkpoint (rank 0 reads it; every rank gets it by broadcast).
@@ -550,10 +595,10 @@ class Trainer:
         if self.ctx.is_main:
             try:
                 if cfg.resume == "auto":
-                    ckpt.remove_stale_temps(self.ckpt_dir)
-                    found = ckpt.find_latest(self.ckpt_dir, warn)
+                    self.store.remove_stale()
+                    found = self.store.find_latest(warn)
                     if found is not None:
-                        msg = ("ok", str(found[0]), found[1])
+                        msg = ("ok", found[0], found[1])
                 else:
                     path = Path(cfg.resume)
                     if not path.exists():
@@ -594,7 +639,11 @@ class Trainer:
                 "model": get_model_state_dict(self.raw_model),
                 "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer),
             }
-            dcp.load(state, checkpoint_id=payload["sharded_dir"])
+            if "sharded_dir" in payload:  # a local directory (also --resume PATH under an object store)
+                reader: Any = dcp.FileSystemReader(payload["sharded_dir"])
+            else:  # in the object store: each rank downloads the files it reads
+                reader = self.store.sharded_reader(payload)
+            dcp.load(state, storage_reader=reader)
             set_model_state_dict(self.raw_model, state["model"])
             set_optimizer_state_dict(self.raw_model, self.optimizer, state["optimizer"])
         else:
