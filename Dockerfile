@@ -13,6 +13,11 @@ FROM ${BASE_IMAGE}
 # Extra Python packages for the trainer (torch comes with the base). tqdm draws the progress bar;
 # pip does not reach the network when the base already satisfies them.
 ARG PIP_PACKAGES="tqdm>=4.66"
+# Checkpoints in object storage (--checkpoint-dir s3://, gs://, az://) need obstore, which no base
+# brings: OBJECT_STORE=1 (any non-empty value) installs it from PyPI (the build then needs the
+# network); the default image has none and builds offline.
+ARG OBJECT_STORE=""
+ARG OBJECT_STORE_PACKAGE="obstore==0.12.1"
 ARG UID=1000
 ARG GID=1000
 
@@ -23,13 +28,15 @@ ENV PYTHONUNBUFFERED=1 \
     PYTHONPATH=/opt/ddpctl \
     HOME=/workspace
 
-# 1. Dependencies (cached until PIP_PACKAGES or the base change). Fail early on a base without
+# 1. Dependencies (cached until PIP_PACKAGES, OBJECT_STORE or the base change). Fail early on a base without
 #    torch or torchrun, with a message instead of a broken image.
 RUN python3 -c "import torch, torch.distributed.run" \
       || { echo "BASE_IMAGE needs python3 with torch (torchrun); e.g. make one: scripts/make-base-image.sh" >&2; exit 1; } \
  && command -v torchrun >/dev/null \
  && if [ -n "$PIP_PACKAGES" ]; then python3 -m pip install --quiet --break-system-packages $PIP_PACKAGES 2>/dev/null \
-      || python3 -m pip install --quiet $PIP_PACKAGES; fi
+      || python3 -m pip install --quiet $PIP_PACKAGES; fi \
+ && if [ -n "$OBJECT_STORE" ]; then python3 -m pip install --quiet --break-system-packages "$OBJECT_STORE_PACKAGE" 2>/dev/null \
+      || python3 -m pip install --quiet "$OBJECT_STORE_PACKAGE"; fi
 
 # 2. A numeric non-root user (runAsNonRoot in the restricted Pod Security profile checks the
 #    image's numeric UID) with a writable home / working directory for ./checkpoints.
