@@ -69,11 +69,11 @@ def test_a_new_trainer_flag_makes_the_trainer_page_stale(
 ) -> None:
     def with_a_new_flag() -> argparse.ArgumentParser:
         parser = build_parser()
-        parser.add_argument_group("callbacks").add_argument("--callback", default=None, help="a new flag")
+        parser.add_argument_group("new").add_argument("--a-new-flag", default=None, help="a new flag")
         return parser
 
     monkeypatch.setattr(docs_reference, "build_parser", with_a_new_flag)
-    assert "| `--callback` TEXT | `DDP_TRAINER_CALLBACK` | none | a new flag |" in docs_reference.trainer_flags()
+    assert "| `--a-new-flag` TEXT | `DDP_TRAINER_A_NEW_FLAG` | none | a new flag |" in docs_reference.trainer_flags()
     assert docs_reference.main(["--check"]) == 1
     assert capsys.readouterr().err.startswith("docs/trainer.md is stale")
 
