@@ -77,13 +77,14 @@ class Run:
 
 
 def clean_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """The test's environment minus anything that would make the trainer think it is distributed,
-    with the checkout on PYTHONPATH (the trainer imports the tests' models and fault plugin from it)."""
+    """The test's environment minus anything that would make the trainer think it is distributed
+    (or reach a developer's own cloud storage: AWS_*), with the checkout on PYTHONPATH (the trainer
+    imports the tests' models and fault plugin from it)."""
     env = {
         k: v
         for k, v in os.environ.items()
         if not (
-            k.startswith(("PET_", "DDP_TRAINER_", "TORCHELASTIC_"))
+            k.startswith(("PET_", "DDP_TRAINER_", "TORCHELASTIC_", "AWS_"))
             or k
             in (
                 "RANK",

@@ -7,7 +7,9 @@ copies this file there), and tells it what to do in variables that only this plu
 fault acts on the first attempt only (torchrun's restart count 0):
 
 * ``DDPCTL_TEST_KILL_AT_STEP=K`` (``DDPCTL_TEST_KILL_RANK=R``, default 0): rank R SIGKILLs itself
-  after step K, as the OOM killer or a lost node would end it.
+  after step K, as the OOM killer or a lost node would end it. With ``DDPCTL_TEST_KILL_SETTLED=1``
+  every rank first waits at step K for its checkpoint writer (a background save still storing is
+  lost with its process: this makes "the newest save before the kill" deterministic).
 * ``DDPCTL_TEST_HOLD_AT_STEP=K`` (``DDPCTL_TEST_HOLD_RANK=R``, default 0; ``DDPCTL_TEST_HOLD_FILE=PATH``):
   rank R writes PATH after step K and waits there until it gets SIGTERM (at most ``HOLD_LIMIT_S``),
   so a test can signal or kill it between two known steps without sleeping. Once PATH exists the
@@ -15,6 +17,11 @@ fault acts on the first attempt only (torchrun's restart count 0):
 * ``DDPCTL_TEST_KILL_IN_CHECKPOINT=K`` (``DDPCTL_TEST_KILL_IN_CHECKPOINT_SIGNAL=KILL`` or ``TERM``):
   half-way through writing the checkpoint of step K, rank 0 cuts the temp file to half its size
   and sends itself the signal (SIGTERM: the grace period's end, or a second SIGTERM).
+* ``DDPCTL_TEST_PAUSE_IN_CHECKPOINT=K[,K2...]`` (``DDPCTL_TEST_PAUSE_FILE=PATH``): once the
+  checkpoint of step K is written into its temp file, before it is stored, rank 0 writes
+  ``PATH.K`` and waits (at most ``HOLD_LIMIT_S``) until ``PATH.K.go`` exists: a test can take the
+  storage away (or bring it back) in the middle of that save. A background save pauses on the
+  writer's thread, so training goes on meanwhile (up to the next save, which waits for this one).
 
 ``plugin_env`` and the functions after it build that environment for a test. The module imports
 only the standard library and the trainer, as the image has nothing else.
@@ -25,6 +32,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -40,11 +48,14 @@ IMAGE_CALLBACK = "test_faults:Faults"  # in the test image
 
 KILL_AT_STEP = "DDPCTL_TEST_KILL_AT_STEP"
 KILL_RANK = "DDPCTL_TEST_KILL_RANK"
+KILL_SETTLED = "DDPCTL_TEST_KILL_SETTLED"
 HOLD_AT_STEP = "DDPCTL_TEST_HOLD_AT_STEP"
 HOLD_RANK = "DDPCTL_TEST_HOLD_RANK"
 HOLD_FILE = "DDPCTL_TEST_HOLD_FILE"
 KILL_IN_CHECKPOINT = "DDPCTL_TEST_KILL_IN_CHECKPOINT"
 KILL_IN_CHECKPOINT_SIGNAL = "DDPCTL_TEST_KILL_IN_CHECKPOINT_SIGNAL"  # KILL (default) or TERM
+PAUSE_IN_CHECKPOINT = "DDPCTL_TEST_PAUSE_IN_CHECKPOINT"
+PAUSE_FILE = "DDPCTL_TEST_PAUSE_FILE"
 HOLD_LIMIT_S = 120.0
 
 
@@ -60,16 +71,21 @@ class Faults:
 
     def __init__(self) -> None:
         self.kill_step, self.kill_rank = _int(KILL_AT_STEP), _int(KILL_RANK)
+        self.kill_settled = _int(KILL_SETTLED) == 1
         self.hold_step, self.hold_rank = _int(HOLD_AT_STEP), _int(HOLD_RANK)
         self.hold_file = os.environ.get(HOLD_FILE)
         self.checkpoint_step = _int(KILL_IN_CHECKPOINT)
         term = os.environ.get(KILL_IN_CHECKPOINT_SIGNAL, "KILL") == "TERM"
         self.checkpoint_signal = signal.SIGTERM if term else signal.SIGKILL
+        self.pause_steps = {int(s) for s in os.environ.get(PAUSE_IN_CHECKPOINT, "").split(",") if s.strip()}
+        self.pause_file = os.environ.get(PAUSE_FILE)
 
     def on_step_end(self, trainer: Trainer) -> None:
         rank, step = trainer.ctx.rank, trainer.step
         if trainer.ctx.restart_count != 0:
             return
+        if self.kill_step and step == self.kill_step and self.kill_settled:
+            trainer.writer.wait()  # every rank: the saves before step K are stored (or failed)
         if self.kill_step and step == self.kill_step and rank == self.kill_rank:
             print(f"[fault] killing rank {rank} at step {step}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -85,6 +101,8 @@ class Faults:
             raise TrainerFailure(f"test hook: no SIGTERM arrived within {HOLD_LIMIT_S:g}s of step {step}")
 
     def on_checkpoint_write(self, trainer: Trainer, step: int, file: IO[bytes]) -> None:
+        if step in self.pause_steps and self.pause_file and trainer.ctx.restart_count == 0:
+            self._pause(step, Path(f"{self.pause_file}.{step}"))
         if not self.checkpoint_step or step != self.checkpoint_step or trainer.ctx.restart_count != 0:
             return
         file.flush()
@@ -96,6 +114,17 @@ class Faults:
         print(f"[fault] {sig.name} to rank during checkpoint write of step {step}", file=sys.stderr, flush=True)
         os.kill(os.getpid(), sig)
 
+    @staticmethod
+    def _pause(step: int, marker: Path) -> None:
+        go = marker.with_name(marker.name + ".go")
+        marker.write_text(str(step))
+        print(f"[fault] checkpoint of step {step} paused before it is stored", file=sys.stderr, flush=True)
+        deadline = time.monotonic() + HOLD_LIMIT_S
+        while not go.exists():  # the test's signal: a file (this runs on the writer's thread)
+            if time.monotonic() > deadline:
+                raise TrainerFailure(f"test hook: {go} did not appear within {HOLD_LIMIT_S:g}s")
+            time.sleep(0.02)
+
 
 # --------------------------------------------------------------------------------------------
 # For the tests: the environment that loads the plugin and asks for faults
@@ -104,15 +133,15 @@ class Faults:
 
 def plugin_env(*faults: dict[str, str], image: bool = False) -> dict[str, str]:
     """The trainer's environment that loads this plugin and asks for ``faults`` (``kill_at``,
-    ``hold_at``, ``kill_in_checkpoint``): from the checkout, or in the test image."""
+    ``hold_at``, ``kill_in_checkpoint``, ``pause_in_checkpoint``): from the checkout, or in the test image."""
     env = {CALLBACK_ENV: IMAGE_CALLBACK if image else CALLBACK}
     for fault in faults:
         env.update(fault)
     return env
 
 
-def kill_at(step: int, rank: int = 0) -> dict[str, str]:
-    return {KILL_AT_STEP: str(step), KILL_RANK: str(rank)}
+def kill_at(step: int, rank: int = 0, settled: bool = False) -> dict[str, str]:
+    return {KILL_AT_STEP: str(step), KILL_RANK: str(rank), **({KILL_SETTLED: "1"} if settled else {})}
 
 
 def hold_at(step: int, rank: int = 0, file: str | Path | None = None) -> dict[str, str]:
@@ -121,6 +150,10 @@ def hold_at(step: int, rank: int = 0, file: str | Path | None = None) -> dict[st
 
 def kill_in_checkpoint(step: int, sig: str = "KILL") -> dict[str, str]:
     return {KILL_IN_CHECKPOINT: str(step), KILL_IN_CHECKPOINT_SIGNAL: sig}
+
+
+def pause_in_checkpoint(steps: list[int], file: str | Path) -> dict[str, str]:
+    return {PAUSE_IN_CHECKPOINT: ",".join(map(str, steps)), PAUSE_FILE: str(file)}
 
 
 def env_flags(env: dict[str, str]) -> list[str]:
