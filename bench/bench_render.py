@@ -8,7 +8,10 @@
   pins urllib3<1.27, which the kubernetes client of ddpctl's venv does not accept), made on first
   use from PyPI; where it cannot be made (offline) or with --no-torchx, that comparison is skipped.
 
-The commands run as new processes, in turn, and the medians are compared.
+The commands run as new processes, in turn (the order alternating from round to round), and the
+medians are compared. On a shared machine one slow run can sway a median, so the render/floor
+ratio is also given per round (each render run against the floor run beside it): the lowest,
+median and highest of those ratios, and the ratio of the two fastest runs.
 """
 
 from __future__ import annotations
@@ -90,9 +93,10 @@ def main() -> None:
         for cmd in commands.values():  # warm caches (page cache, Jinja bytecode) once each
             timed(cmd, cwd, env)
         times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
-        for _ in range(opts.runs):
-            for name, cmd in commands.items():
-                times[name].append(timed(cmd, cwd, env))
+        for i in range(opts.runs):
+            # alternate the order, so that neither command always runs right after the other
+            for name in list(commands)[:: 1 if i % 2 == 0 else -1]:
+                times[name].append(timed(commands[name], cwd, env))
     wall = {name: statistics.median(w for w, _ in t) for name, t in times.items()}
     cpu = {name: statistics.median(c for _, c in t) for name, t in times.items()}
     labels = {
@@ -107,6 +111,13 @@ def main() -> None:
         f"ratio render/floor: {wall['render'] / wall['floor']:.2f} wall, {cpu['render'] / cpu['floor']:.2f} cpu"
         "  (target <= 1.2)"
     )
+    for kind, i in (("wall", 0), ("cpu", 1)):
+        render, floor = [t[i] for t in times["render"]], [t[i] for t in times["floor"]]
+        rounds = sorted(r / f for r, f in zip(render, floor))
+        print(
+            f"  {kind:<4} per round: lowest {rounds[0]:.2f}, median {statistics.median(rounds):.2f}, "
+            f"highest {rounds[-1]:.2f}; fastest render / fastest floor {min(render) / min(floor):.2f}"
+        )
     if "torchx" in wall:
         ratio = wall["render"] / wall["torchx"]
         print(f"ratio render/torchx: {ratio:.3f} wall  (target <= 0.25: ddpctl {1 / ratio:.1f}x faster)")
