@@ -90,9 +90,10 @@ test: $(STAMP) docker kubectl cluster-build lint
 test-fast: $(STAMP) kubectl
 	$(PY) -m pytest -q -m "not slow and not docker"
 
-## chart-contract: regenerate charts/ddp-job/values.yaml and values.schema.json from cli/spec.py
+## chart-contract: regenerate charts/ddp-job's values.yaml, values.schema.json and templates/_generated.tpl
+## from the JobSpec's fields and the engines
 chart-contract: $(STAMP)
-	$(PY) -m ddpctl.chart_contract --write
+	$(PY) tools/chart_contract.py --write
 
 ## docs: regenerate docs/spec-reference.md and the trainer's flag tables in docs/trainer.md from the code
 .PHONY: docs

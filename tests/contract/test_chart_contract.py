@@ -1,6 +1,9 @@
-"""charts/ddp-job's values.yaml and values.schema.json are generated from the JobSpec's fields
-(`make chart-contract`), so the chart cannot drift from the spec: the committed files must equal
-the generated ones, and the schema must judge single values as JobSpec does."""
+"""charts/ddp-job cannot drift from ddpctl: tools/chart_contract.py (`make chart-contract`)
+generates its values.yaml and values.schema.json from the JobSpec's fields, and its
+templates/_generated.tpl -- the limits, defaults, error messages, labels, env and per-engine
+tables its templates use -- from running ddpctl's own code. The committed files must equal the
+generated ones, a change in the code must make them stale, the hand-written helpers must restate
+none of it, and the schema must judge single values as JobSpec does."""
 
 from __future__ import annotations
 
@@ -11,38 +14,81 @@ from typing import Any
 
 import jsonschema
 import pytest
-from ddpctl import chart_contract
+from ddpctl.engines import ENGINES
+from ddpctl.engines.base import NODE_RANK_LAUNCHER, Engine
 from ddpctl.errors import SpecError
 from ddpctl.spec import model as spec
+from ddpctl.spec import names, schema
 from ddpctl.spec.model import JobSpec
+from ddpctl.spec.serial import camel
 
 from tests.support import REPO
+from tools import chart_contract
+from tools.chart_contract import derive, fill
+
+HELPERS = REPO / "charts" / "ddp-job" / "templates" / "_helpers.tpl"
 
 
-def test_committed_chart_files_are_the_generated_ones() -> None:
-    for path, text in chart_contract.generated().items():
-        assert path.read_text(encoding="utf-8") == text, (
-            f"{path.relative_to(REPO)} is not what cli/spec.py generates: run `make chart-contract` "
-            "(python -m ddpctl.chart_contract --write) and review the diff"
-        )
+def test_committed_chart_files_are_the_generated_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    code = chart_contract.main(["--check"])
+    assert code == 0, capsys.readouterr().err
 
 
-def test_check_fails_on_a_stale_file_and_write_repairs_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    for path, text in chart_contract.generated(tmp_path).items():
-        path.write_text(text, encoding="utf-8")
-    assert chart_contract.main(["--check", "--chart-dir", str(tmp_path)]) == 0
-    (tmp_path / "values.yaml").write_text("name: hand-edited\n", encoding="utf-8")
-    assert chart_contract.main(["--check", "--chart-dir", str(tmp_path)]) == 1
-    assert "values.yaml differs from cli/spec.py: run `make chart-contract`" in capsys.readouterr().err
+def test_check_names_each_stale_file_and_write_repairs_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert chart_contract.main(["--write", "--chart-dir", str(tmp_path)]) == 0
     assert chart_contract.main(["--check", "--chart-dir", str(tmp_path)]) == 0
+    capsys.readouterr()
+    (tmp_path / "templates" / "_generated.tpl").write_text("{{/* hand-edited */}}\n", encoding="utf-8")
+    assert chart_contract.main(["--check", "--chart-dir", str(tmp_path)]) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(str(tmp_path / "templates" / "_generated.tpl") + " is stale")
+    assert "run `make chart-contract`" in line
+    assert chart_contract.main(["--write", "--chart-dir", str(tmp_path)]) == 0
+    assert chart_contract.main(["--check", "--chart-dir", str(tmp_path)]) == 0
+
+
+def test_a_change_in_an_engine_makes_the_generated_template_stale(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = chart_contract.generated_tpl()
+    monkeypatch.setattr(type(ENGINES["jobset"]), "container_name", "worker")
+    assert '"containerName": "worker"' in chart_contract.generated_tpl()
+
+    def check_restart_policy(self: Engine, plan: Any) -> None:
+        if plan.spec.restart_policy == "ExitCode":
+            raise SpecError("restartPolicy", f"{self.target} takes no ExitCode", "say Never")
+
+    monkeypatch.setattr(Engine, "check_restart_policy", check_restart_policy)
+    after = chart_contract.generated_tpl()
+    assert after != before and '"problem": "job takes no ExitCode"' in after
+
+
+def test_the_helpers_restate_nothing_the_code_knows() -> None:
+    """No target names, limits, env names, label keys, messages or launcher in _helpers.tpl: they
+    come from _generated.tpl."""
+    data = chart_contract.generated_data()
+    words = [*schema.TARGETS, *(e["containerName"] for e in data["engines"].values())]
+    texts = [f'"{w}"' for w in words] + [NODE_RANK_LAUNCHER, "app.kubernetes.io", "kueue.x-k8s.io", "PET_", "DDP_"]
+    texts += [m["problem"] for m in data["messages"].values()]
+    texts += [r["problem"] for e in data["engines"].values() for r in e["refuses"]]
+    numbers = [schema.MAX_NODES, names.MAX_DNS_LABEL, 29500, schema.TRAINER_STALL_TIMEOUT, schema.GRACE_MARGIN]
+    helpers = HELPERS.read_text(encoding="utf-8")
+    assert [t for t in texts if t in helpers] == []
+    assert [n for n in numbers if f" {n}" in helpers or f"{n} " in helpers] == []
+
+
+def test_a_template_is_what_fits_every_probe() -> None:
+    probes = [{"n": 3, "w": "a"}, {"n": 5, "w": "b"}]
+    assert derive(lambda p: f"{p['n']} of 3 in [{p['w']}]", probes) == "%(n) of 3 in [%(w)]"
+    assert derive(lambda p: {"x": [p["w"], "w"]}, probes) == {"x": ["%(w)", "w"]}
+    assert fill("%(n) of %(w)", {"n": 4, "w": "c"}) == "4 of c"
+    with pytest.raises(ValueError, match="templates fit"):
+        derive(lambda p: "3" if p["n"] == 3 else "x", probes)  # not a function of the arguments
 
 
 @pytest.mark.parametrize("cls", [JobSpec, spec.Rendezvous, spec.Resources, spec.Volume, spec.SecretKeyRef])
 def test_every_key_carries_its_doc_on_the_field(cls: type) -> None:
     keys = JobSpec().to_dict() if cls is JobSpec else None
     for f in dataclasses.fields(cls):
-        if keys is not None and spec.camel(f.name) not in keys:
+        if keys is not None and camel(f.name) not in keys:
             continue  # min_nodes/max_nodes: set from `nodes`, not keys of their own
         assert str(f.metadata.get("doc", "")).strip(), f"{cls.__name__}.{f.name} has no doc (metadata=doc(...))"
 
@@ -56,14 +102,14 @@ def test_values_yaml_documents_each_key_above_it() -> None:
 
 def test_schema_rules_are_the_spec_constants() -> None:
     props = chart_contract.values_schema()["properties"]
-    assert props["target"]["enum"] == list(spec.TARGETS)
-    assert props["backend"]["enum"] == list(spec.BACKENDS)
-    assert props["rendezvous"]["properties"]["mode"]["enum"] == list(spec.RDZV_MODES)
-    assert props["tolerations"]["items"]["properties"]["effect"]["enum"] == list(spec.TAINT_EFFECTS)
-    assert props["nodes"]["oneOf"][0]["maximum"] == spec.MAX_NODES
-    assert props["name"]["pattern"] == spec._DNS1035_LABEL.pattern
-    assert props["shmSize"]["pattern"] == spec._QUANTITY_PATTERN
-    assert set(props["affinity"]["properties"]) == set(spec.AFFINITY_KINDS)
+    assert props["target"]["enum"] == list(schema.TARGETS)
+    assert props["backend"]["enum"] == list(schema.BACKENDS)
+    assert props["rendezvous"]["properties"]["mode"]["enum"] == list(schema.RDZV_MODES)
+    assert props["tolerations"]["items"]["properties"]["effect"]["enum"] == list(schema.TAINT_EFFECTS)
+    assert props["nodes"]["oneOf"][0]["maximum"] == schema.MAX_NODES
+    assert props["name"]["pattern"] == names.DNS1035_LABEL.pattern
+    assert props["shmSize"]["pattern"] == schema.QUANTITY_PATTERN
+    assert set(props["affinity"]["properties"]) == set(schema.AFFINITY_KINDS)
 
 
 # One key at a time, valid and invalid: the schema and JobSpec must give the same verdict.
@@ -77,7 +123,7 @@ AGREE: list[tuple[str, Any]] = [
     ("imagePullPolicy", "Sometimes"),
     ("nodes", 4),
     ("nodes", 0),
-    ("nodes", spec.MAX_NODES + 1),
+    ("nodes", schema.MAX_NODES + 1),
     ("nodes", "1:4"),
     ("nodes", "two"),
     ("gpusPerNode", -1),

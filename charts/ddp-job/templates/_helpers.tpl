@@ -1,20 +1,22 @@
 {{/*
-Helpers of the ddp-job chart. They mirror ddpctl's Python (cli/spec.py derived values and
-cli/render.py `view()`) so that the chart renders the same objects as `ddpctl render`.
-`ddp-job.view` computes every derived value once, as a dict (returned as JSON); the templates
-only lay it out. Every value reaches the YAML through `ddp-job.json`, so no string a user gives
-(quotes, newlines, `{{`, `: `) can change a document's structure.
+Helpers of the ddp-job chart: they compute what `ddpctl render` computes in Python (the spec's
+Plan and render.view()), so the chart renders the same objects. What Python knows -- limits,
+defaults, error messages, labels, env, and per engine its names, wiring, failure rules and what it
+refuses -- comes from _generated.tpl (tools/chart_contract.py reads it off the code); these
+helpers hold only the logic that applies it to the values. `ddp-job.view` computes every derived
+value once, as a dict (returned as JSON); the templates only lay it out. Every value reaches the
+YAML through `ddp-job.json`, so no string a user gives (quotes, newlines, `{{`, `: `) can change a
+document's structure.
 */}}
 
 {{/*
 ddp-job.json: any value as one JSON (= YAML flow) node. Go's JSON encoder escapes control
-characters below U+0020 and U+2028/U+2029 but not U+007F-U+009F, which YAML parsers refuse
-(or read as line breaks), so those are escaped here too.
+characters below U+0020 and U+2028/U+2029 but not U+007F-U+009F, U+FFFE and U+FFFF, which YAML
+parsers refuse (or read as line breaks), so those are escaped here too.
 */}}
 {{- define "ddp-job.json" -}}
 {{- $out := toJson . -}}
-{{- range $i := until 33 -}}
-{{- $code := add 127 $i -}}
+{{- range $code := concat (untilStep 127 160 1) (list 65534 65535) -}}
 {{- $out = replace (printf "%c" $code) (printf "\\u%04x" $code) $out -}}
 {{- end -}}
 {{- $out -}}
@@ -25,357 +27,328 @@ characters below U+0020 and U+2028/U+2029 but not U+007F-U+009F, which YAML pars
 {{- if . -}}{{- include "ddp-job.json" . -}}{{- else -}}[]{{- end -}}
 {{- end -}}
 
-{{/* ddp-job.fail: stop rendering with "<key>: <problem> (<fix>)", like ddpctl's SpecError. */}}
-{{- define "ddp-job.fail" -}}
-{{- fail (printf "%s: %s (%s)" (index . 0) (index . 1) (index . 2)) -}}
+{{/* ddp-job.format: a generated text with its `%(arg)` placeholders filled. Context: (list text args). */}}
+{{- define "ddp-job.format" -}}
+{{- $text := index . 0 -}}
+{{- $args := index . 1 -}}
+{{- $parts := regexSplit "%\\(\\w+\\)" $text -1 -}}
+{{- $out := index $parts 0 -}}
+{{- range $i, $ref := regexFindAll "%\\(\\w+\\)" $text -1 -}}
+{{- $arg := trimSuffix ")" (trimPrefix "%(" $ref) -}}
+{{- if not (hasKey $args $arg) -}}{{- fail (printf "ddp-job.format: no %s for %q" $arg $text) -}}{{- end -}}
+{{- $out = print $out (get $args $arg) (index $parts (add1 $i)) -}}
+{{- end -}}
+{{- $out -}}
 {{- end -}}
 
-{{/* ddp-job.envValue: env values are strings; a YAML number is kept as written (4 -> "4"). */}}
+{{/* ddp-job.fill: a generated JSON value with every text formatted, as {"v": value}. Context: (list value args). */}}
+{{- define "ddp-job.fill" -}}
+{{- $value := index . 0 -}}
+{{- $args := index . 1 -}}
+{{- if kindIs "string" $value -}}
+{{- $value = include "ddp-job.format" (list $value $args) -}}
+{{- else if kindIs "map" $value -}}
+{{- $out := dict -}}
+{{- range $k, $item := $value -}}{{- $_ := set $out $k (include "ddp-job.fill" (list $item $args) | fromJson).v -}}{{- end -}}
+{{- $value = $out -}}
+{{- else if kindIs "slice" $value -}}
+{{- $out := list -}}
+{{- range $item := $value -}}{{- $out = append $out (include "ddp-job.fill" (list $item $args) | fromJson).v -}}{{- end -}}
+{{- $value = $out -}}
+{{- end -}}
+{{- toJson (dict "v" $value) -}}
+{{- end -}}
+
+{{/* ddp-job.fail: stop rendering with "<field>: <problem>; <fix>", ddpctl's SpecError. Context: (list message args). */}}
+{{- define "ddp-job.fail" -}}
+{{- $m := (include "ddp-job.fill" . | fromJson).v -}}
+{{- fail (printf "%s: %s%s" $m.field $m.problem (ternary (printf "; %s" $m.fix) "" (ne $m.fix ""))) -}}
+{{- end -}}
+
+{{/* ddp-job.envValue: env values are strings; a YAML number is kept as written (4 -> "4", 0.5 -> "0.5";
+JSON's digits are Python's from 1e-4 to 1e16). */}}
 {{- define "ddp-job.envValue" -}}
 {{- if and (kindIs "float64" .) (eq . (float64 (int64 .))) -}}
 {{- int64 . -}}
+{{- else if kindIs "float64" . -}}
+{{- toJson . -}}
 {{- else -}}
 {{- toString . -}}
 {{- end -}}
 {{- end -}}
 
 {{/*
-ddp-job.view: every derived value, as JSON (use `include "ddp-job.view" . | fromJson`).
-Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express fail here.
+ddp-job.view: every derived value, as JSON (use `include "ddp-job.view" . | fromJson`). The
+rules JSON Schema cannot express fail here, in ddpctl's order: the spec's own (JobSpec), then
+what the engine cannot run (Engine.check), then the length of the names it derives.
 */}}
 {{- define "ddp-job.view" -}}
 {{- $V := .Values -}}
+{{- $G := include "ddp-job.generated" . | fromJson -}}
+{{- $C := $G.constants -}}
+{{- $M := $G.messages -}}
+{{- $E := index $G.engines $V.target -}}
 {{- $name := $V.name -}}
-{{- $target := $V.target -}}
-{{- $trainer := "ddpctl_trainer" -}}
-{{- /* NODE_RANK_LAUNCHER of cli/engines/base.py, verbatim. */ -}}
-{{- $launcher := "import os, sys; os.environ['PET_NODE_RANK'] = str(int(os.environ['PET_NODE_RANK_OFFSET']) + int(os.environ['JOB_COMPLETION_INDEX'])); sys.argv[0] = 'torchrun'; from torch.distributed.run import main; main()" -}}
-{{- $res := default dict $V.resources -}}
-{{- $gpuResource := default "nvidia.com/gpu" $res.gpuResource -}}
+{{- $maxNodes := int64 $C.maxNodes -}}
 
-{{- /* Layout: node groups (JobSpec.groups), or nodes is N or "MIN:MAX" (JobSpec.parse_nodes). */ -}}
+{{- /* The layout (JobSpec.groups): node groups, or the uniform layout as its one group. */ -}}
+{{- $grouped := not (empty $V.nodeGroups) -}}
 {{- $elastic := false -}}
-{{- $nodes := 0 -}}
 {{- $min := 0 -}}
 {{- $max := 0 -}}
-{{- $gpus := 0 -}}
-{{- $nproc := 0 -}}
 {{- $groups := list -}}
-{{- $grouped := false -}}
-{{- if $V.nodeGroups -}}
-{{- $grouped = true -}}
+{{- if $grouped -}}
+{{- $set := list -}}
+{{- range $d := $C.layoutDefaults -}}
+{{- if ne (toJson (index $V $d.key)) (toJson $d.default) -}}{{- $set = append $set $d.key -}}{{- end -}}
+{{- end -}}
+{{- if $set -}}{{- include "ddp-job.fail" (list $M.groupsWithLayout (dict "keys" (join ", " $set))) -}}{{- end -}}
 {{- $seen := dict -}}
-{{- $firstGpus := -1 -}}
+{{- $firstGpus := int64 (index $V.nodeGroups 0).gpusPerNode -}}
 {{- range $i, $g := $V.nodeGroups -}}
-{{- $where := printf "nodeGroups[%d]" $i -}}
-{{- if hasKey $seen $g.name -}}
-{{- include "ddp-job.fail" (list (printf "%s.name" $where) (printf "%q is used twice" $g.name) "give each group its own name") -}}
-{{- end -}}
+{{- $at := dict "where" (printf "nodeGroups[%d]" $i) -}}
+{{- if hasKey $seen $g.name -}}{{- include "ddp-job.fail" (list $M.groupName (merge (dict "name" $g.name) $at)) -}}{{- end -}}
 {{- $_ := set $seen $g.name true -}}
-{{- $gn := int64 $g.nodes -}}
-{{- $gg := int64 $g.gpusPerNode -}}
-{{- $gp := ternary $gg (int64 2) (gt $gg 0) -}}
+{{- $gpus := int64 $g.gpusPerNode -}}
+{{- $nproc := ternary $gpus (int64 $C.cpuProcsPerNode) (gt $gpus 0) -}}
 {{- if not (kindIs "invalid" $g.procsPerNode) -}}
-{{- $gp = int64 $g.procsPerNode -}}
-{{- if and (gt $gg 0) (gt $gp $gg) -}}
-{{- include "ddp-job.fail" (list (printf "%s.procsPerNode" $where) (printf "%d processes cannot share %d GPUs one each" $gp $gg) "leave procsPerNode unset to use one process per GPU") -}}
+{{- $nproc = int64 $g.procsPerNode -}}
+{{- if and (gt $gpus 0) (gt $nproc $gpus) -}}{{- include "ddp-job.fail" (list $M.groupProcs (merge (dict "procs" $nproc "gpus" $gpus) $at)) -}}{{- end -}}
 {{- end -}}
+{{- if ne (gt $gpus 0) (gt $firstGpus 0) -}}{{- include "ddp-job.fail" (list $M.groupGpus (merge (dict "gpus" $gpus "first" $firstGpus) $at)) -}}{{- end -}}
+{{- $groups = append $groups (dict "name" $g.name "nodes" (int64 $g.nodes) "gpus" $gpus "nproc" $nproc "nodeSelector" (default dict $g.nodeSelector) "tolerations" (default list $g.tolerations) "resources" (default dict $g.resources) "gpuResource" (default "" $g.gpuResource) "topology" $g.topology "topologyAt" (printf "%s.topology" $at.where)) -}}
 {{- end -}}
-{{- if eq $i 0 -}}{{- $firstGpus = $gg -}}{{- end -}}
-{{- if ne (gt $gg 0) (gt $firstGpus 0) -}}
-{{- include "ddp-job.fail" (list (printf "%s.gpusPerNode" $where) (printf "%d GPUs here but %d in nodeGroups[0]: one backend serves the whole job" $gg $firstGpus) "give every group GPUs, or none (CPU processes with gloo)") -}}
-{{- end -}}
-{{- $groups = append $groups (dict "name" $g.name "nodes" $gn "gpus" $gg "nproc" $gp "nodeSelector" (default dict $g.nodeSelector) "tolerations" (default list $g.tolerations) "resources" (default dict $g.resources) "gpuResource" (default "" $g.gpuResource) "topology" $g.topology "topologyAt" (printf "%s.topology" $where)) -}}
-{{- $nodes = add $nodes $gn -}}
-{{- if gt $gg $gpus -}}{{- $gpus = $gg -}}{{- end -}}
-{{- end -}}
-{{- if gt $nodes 1024 -}}{{- include "ddp-job.fail" (list "nodeGroups" (printf "%d nodes in all is more than 1024" $nodes) "use at most 1024 nodes") -}}{{- end -}}
-{{- $nproc = (index $groups 0).nproc -}}
-{{- if and (eq $target "trainjob") (gt (len $groups) 1) -}}
-{{- include "ddp-job.fail" (list "nodeGroups" "the trainjob target cannot run node groups: Trainer v2 has a single numProcPerNode for all nodes" "use target job, jobset or pytorchjob") -}}
-{{- end -}}
-{{- if and (eq $target "pytorchjob") (or (gt (len $groups) 2) (and (eq (len $groups) 2) (ne (int64 (index $groups 0).nodes) 1))) -}}
-{{- include "ddp-job.fail" (list "nodeGroups" "the pytorchjob target has two templates, Master (1 node) and Worker: it runs one group, or a first group of 1 node and a second group" "use target job or jobset for this layout") -}}
-{{- end -}}
+{{- $total := 0 -}}
+{{- range $g := $groups -}}{{- $total = add $total $g.nodes -}}{{- end -}}
+{{- if gt $total $maxNodes -}}{{- include "ddp-job.fail" (list $M.groupsNodes (dict "total" $total)) -}}{{- end -}}
 {{- else -}}
-{{- if kindIs "string" $V.nodes -}}
-{{- $text := trim $V.nodes -}}
-{{- if regexMatch "^[0-9]+:[0-9]+$" $text -}}
-{{- $parts := splitList ":" $text -}}
+{{- $nodes := 0 -}}
+{{- $text := trim (toString $V.nodes) -}}
+{{- if contains ":" $text -}}
 {{- $elastic = true -}}
-{{- $min = int64 (atoi (index $parts 0)) -}}
-{{- $max = int64 (atoi (index $parts 1)) -}}
+{{- $min = int64 (atoi (index (splitList ":" $text) 0)) -}}
+{{- $max = int64 (atoi (index (splitList ":" $text) 1)) -}}
 {{- $nodes = $max -}}
-{{- else if regexMatch "^[0-9]+$" $text -}}
-{{- $nodes = int64 (atoi $text) -}}
+{{- if gt $min $max -}}{{- include "ddp-job.fail" (list $M.nodesRange (dict "min" $min "max" $max)) -}}{{- end -}}
+{{- if gt $max $maxNodes -}}{{- include "ddp-job.fail" (list $M.nodesMax (dict "max" $max)) -}}{{- end -}}
 {{- else -}}
-{{- include "ddp-job.fail" (list "nodes" (printf "%q is not a node count" $V.nodes) "use a number like 2 or a range like 1:4") -}}
+{{- $nodes = int64 (ternary (atoi $text) $V.nodes (kindIs "string" $V.nodes)) -}}
+{{- if gt $nodes $maxNodes -}}{{- include "ddp-job.fail" (list $M.nodes (dict "nodes" $nodes)) -}}{{- end -}}
 {{- end -}}
-{{- else -}}
-{{- $nodes = int64 $V.nodes -}}
-{{- end -}}
-{{- if $elastic -}}
-{{- if lt $min 1 -}}{{- include "ddp-job.fail" (list "minNodes" (printf "%d must be an integer >= 1" $min) "set minNodes to a whole number of at least 1") -}}{{- end -}}
-{{- if lt $max 1 -}}{{- include "ddp-job.fail" (list "maxNodes" (printf "%d must be an integer >= 1" $max) "set maxNodes to a whole number of at least 1") -}}{{- end -}}
-{{- if gt $min $max -}}{{- include "ddp-job.fail" (list "nodes" (printf "min %d is more than max %d" $min $max) "write nodes as MIN:MAX with MIN <= MAX") -}}{{- end -}}
-{{- if eq $target "trainjob" -}}{{- include "ddp-job.fail" (list "nodes" "the trainjob target has no elastic policy (Trainer v2 runs a fixed node count)" "give a fixed count, or use target job, jobset or pytorchjob") -}}{{- end -}}
-{{- if gt $max 1024 -}}{{- include "ddp-job.fail" (list "nodes" (printf "max %d is more than 1024" $max) "use at most 1024 nodes") -}}{{- end -}}
-{{- else -}}
-{{- if lt $nodes 1 -}}{{- include "ddp-job.fail" (list "nodes" (printf "%d must be an integer >= 1" $nodes) "set nodes to a whole number of at least 1") -}}{{- end -}}
-{{- if gt $nodes 1024 -}}{{- include "ddp-job.fail" (list "nodes" (printf "%d is more than 1024" $nodes) "use at most 1024 nodes") -}}{{- end -}}
-{{- end -}}
-{{- $gpus = int64 (default 0 $V.gpusPerNode) -}}
-{{- $nproc = ternary $gpus (int64 2) (gt $gpus 0) -}}
+{{- $gpus := int64 $V.gpusPerNode -}}
+{{- $nproc := ternary $gpus (int64 $C.cpuProcsPerNode) (gt $gpus 0) -}}
 {{- if not (kindIs "invalid" $V.procsPerNode) -}}
 {{- $nproc = int64 $V.procsPerNode -}}
-{{- if and (gt $gpus 0) (gt $nproc $gpus) -}}
-{{- include "ddp-job.fail" (list "procsPerNode" (printf "%d processes cannot share %d GPUs one each" $nproc $gpus) "leave procsPerNode unset to use one process per GPU") -}}
+{{- if and (gt $gpus 0) (gt $nproc $gpus) -}}{{- include "ddp-job.fail" (list $M.procs (dict "procs" $nproc "gpus" $gpus)) -}}{{- end -}}
 {{- end -}}
+{{- $groups = list (dict "name" $C.uniformGroup "nodes" $nodes "gpus" $gpus "nproc" $nproc "nodeSelector" dict "tolerations" list "resources" dict "gpuResource" "" "topology" nil "topologyAt" "topology") -}}
 {{- end -}}
-{{- $groups = list (dict "name" "node" "nodes" $nodes "gpus" $gpus "nproc" $nproc "nodeSelector" dict "tolerations" list "resources" dict "gpuResource" "" "topology" nil) -}}
+{{- $replicas := 0 -}}
+{{- $gpus := 0 -}}
+{{- range $g := $groups -}}
+{{- $replicas = add $replicas $g.nodes -}}
+{{- if gt $g.gpus $gpus -}}{{- $gpus = $g.gpus -}}{{- end -}}
 {{- end -}}
-{{- $replicas := ternary $max $nodes $elastic -}}
-{{- $nnodes := ternary (printf "%d:%d" $min $max) (printf "%d" $nodes) $elastic -}}
+{{- $layout := ternary "grouped" (ternary "elastic" "fixed" $elastic) $grouped -}}
 
-{{- /* Backend and rendezvous. */ -}}
-{{- $backend := $V.backend -}}
-{{- if eq $backend "auto" -}}{{- $backend = ternary "nccl" "gloo" (gt $gpus 0) -}}{{- end -}}
-{{- if and (eq $V.backend "nccl") (eq $gpus 0) -}}
-{{- include "ddp-job.fail" (list "backend" "nccl needs GPUs but gpusPerNode is 0" "use backend gloo (or auto), or set gpusPerNode") -}}
-{{- end -}}
-{{- $rdzv := $V.rendezvous -}}
-{{- if and $elastic (eq $rdzv.mode "static") -}}
-{{- include "ddp-job.fail" (list "rendezvous.mode" "an elastic job (nodes MIN:MAX) cannot use static rendezvous" "use mode c10d or auto") -}}
-{{- end -}}
-{{- $mode := $rdzv.mode -}}
-{{- if eq $mode "auto" -}}{{- $mode = ternary "c10d" "static" $elastic -}}{{- end -}}
-{{- if and $grouped (has $target (list "job" "jobset")) (ne $mode "static") -}}
-{{- include "ddp-job.fail" (list "rendezvous.mode" "node groups need static rendezvous (c10d numbers nodes in the order they join, so rank 0 could be anywhere)" "leave rendezvous.mode at auto or static") -}}
-{{- end -}}
-
-{{- /* Names the engine derives (cli/engines: workload names, pod hostnames, rank 0's DNS name). */ -}}
-{{- $first := index $groups 0 -}}
-{{- $longest := "" -}}
-{{- $rank0 := "" -}}
-{{- if eq $target "pytorchjob" -}}
-{{- if $elastic -}}
-{{- $rank0 = printf "%s-worker-0" $name -}}
-{{- $longest = printf "%s-worker-%d" $name (sub $replicas 1) -}}
-{{- else -}}
-{{- $rank0 = printf "%s-master-0" $name -}}
-{{- $longest = printf "%s-master-0" $name -}}
-{{- if and (gt $replicas 1) (gt (len (printf "%s-worker-%d" $name (sub $replicas 2))) (len $longest)) -}}
-{{- $longest = printf "%s-worker-%d" $name (sub $replicas 2) -}}
-{{- end -}}
-{{- end -}}
-{{- else -}}
-{{- range $i, $g := $groups -}}
-{{- $host := "" -}}
-{{- $host0 := "" -}}
-{{- if eq $target "job" -}}
-{{- $wname := ternary (printf "%s-%s" $name $g.name) $name $grouped -}}
-{{- $_ := set $g "workload" $wname -}}
-{{- $host = printf "%s-%d" $wname (sub (int64 $g.nodes) 1) -}}
-{{- $host0 = printf "%s-0" $wname -}}
-{{- else -}}
-{{- $rjob := ternary $g.name "node" (and $grouped (eq $target "jobset")) -}}
-{{- $_ := set $g "rjob" $rjob -}}
-{{- $host = printf "%s-%s-0-%d" $name $rjob (sub (int64 $g.nodes) 1) -}}
-{{- $host0 = printf "%s-%s-0-0" $name $rjob -}}
-{{- end -}}
-{{- if eq $i 0 -}}{{- $rank0 = printf "%s.%s" $host0 $name -}}{{- end -}}
-{{- if gt (len $host) (len $longest) -}}{{- $longest = $host -}}{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- if gt (len $longest) 63 -}}
-{{- include "ddp-job.fail" (list "name" (printf "%q makes the %s name %q (%d characters, the limit is 63)" $name $target $longest (len $longest)) (printf "shorten name to at most %d characters" (sub 63 (sub (len $longest) (len $name))))) -}}
-{{- end -}}
-{{- $port := ternary (int64 29500) (int64 $rdzv.port) (eq $target "trainjob") -}}
-
-{{- /* Entrypoint: command, else torchrun of script, else of module (see docs in values.yaml). */ -}}
-{{- /* The ddpctl trainer runs under its launcher (JobSpec.launcher): torchrun whose exit code keeps the reason. */ -}}
+{{- /* What each pod runs (JobSpec._validate_entrypoint, Plan.entrypoint): a file that gives a script or
+   command leaves out the default module, which the chart cannot tell from one given. */ -}}
+{{- $module := default "" $V.module -}}
 {{- $command := default list $V.command -}}
-{{- $module := "" -}}
-{{- $entrypoint := list -}}
-{{- $usesLauncher := and (not $command) (not $V.script) (eq (toString $V.module) $trainer) -}}
-{{- $torchrun := ternary (list "python3" "-m" "ddpctl_trainer.launch") (list "torchrun") $usesLauncher -}}
-{{- if $command -}}
-{{- $entrypoint = $command -}}
-{{- else if $V.script -}}
-{{- $entrypoint = concat $torchrun (list $V.script) -}}
-{{- else if $V.module -}}
-{{- $module = $V.module -}}
-{{- $entrypoint = concat $torchrun (list "-m" $module) -}}
-{{- else -}}
-{{- include "ddp-job.fail" (list "module" "exactly one of module, script or command must be set, got none" "set just one of them") -}}
-{{- end -}}
-{{- $usesTrainer := eq $module $trainer -}}
-{{- $args := default list $V.args -}}
+{{- if and (or $V.script $command) (eq $module $C.trainerModule) -}}{{- $module = "" -}}{{- end -}}
+{{- $chosen := list -}}
+{{- if $module -}}{{- $chosen = append $chosen "module" -}}{{- end -}}
+{{- if $V.script -}}{{- $chosen = append $chosen "script" -}}{{- end -}}
+{{- if $command -}}{{- $chosen = append $chosen "command" -}}{{- end -}}
+{{- if ne (len $chosen) 1 -}}{{- include "ddp-job.fail" (list $M.entrypoint (dict "chosen" (default "none" (join ", " $chosen)))) -}}{{- end -}}
+{{- $usesTrainer := eq $module $C.trainerModule -}}
+{{- $usesLauncher := and $usesTrainer (not $command) -}}
+{{- $code := ternary "builtin" "custom" $usesTrainer -}}
+
+{{- if and (eq $V.backend "nccl") (eq $gpus 0) -}}{{- include "ddp-job.fail" (list $M.backend dict) -}}{{- end -}}
 {{- $volumes := default dict $V.volumes -}}
-{{- $extra := list -}}
-{{- if $usesTrainer -}}
-{{- if and (hasKey $volumes "checkpoints") (not (has "--checkpoint-dir" $args)) -}}
-{{- $extra = concat $extra (list "--checkpoint-dir" (get $volumes "checkpoints").mountPath) -}}
-{{- end -}}
-{{- if and (hasKey $volumes "data") (not (has "--data-dir" $args)) -}}
-{{- $extra = concat $extra (list "--data-dir" (get $volumes "data").mountPath) -}}
-{{- end -}}
-{{- end -}}
-
-{{- /* Environment (the engine's torchrun_env, JobSpec.container_env; render._env_list): the job-wide part. */ -}}
-{{- $wiredByUs := has $target (list "job" "jobset") -}}
-{{- $env := dict -}}
-{{- if $wiredByUs -}}
-{{- $_ := set $env "PET_NNODES" $nnodes -}}
-{{- if eq $mode "static" -}}
-{{- $_ := set $env "PET_MASTER_ADDR" $rank0 -}}
-{{- $_ := set $env "PET_MASTER_PORT" (toString $port) -}}
-{{- else -}}
-{{- $_ := set $env "PET_RDZV_BACKEND" "c10d" -}}
-{{- $_ := set $env "PET_RDZV_ENDPOINT" (printf "%s:%d" $rank0 $port) -}}
-{{- $_ := set $env "PET_RDZV_ID" $name -}}
-{{- end -}}
-{{- end -}}
-{{- if and (eq $mode "c10d") (ne $target "pytorchjob") -}}
-{{- $_ := set $env "PET_RDZV_CONF" (printf "join_timeout=%d,last_call_timeout=%d" (int64 $rdzv.joinTimeout) (int64 $rdzv.lastCallTimeout)) -}}
-{{- end -}}
-{{- if or (ne $target "pytorchjob") (not $elastic) -}}
-{{- $_ := set $env "PET_MAX_RESTARTS" (toString (int64 $rdzv.maxRestarts)) -}}
-{{- end -}}
-{{- $_ := set $env (ternary "DDP_TRAINER_BACKEND" "DDP_BACKEND" $usesTrainer) $backend -}}
-{{- $_ := set $env "DDP_JOB_NAME" $name -}}
-{{- $_ := set $env "PYTHONUNBUFFERED" "1" -}}
-{{- $_ := set $env "TORCH_ELASTIC_SHUTDOWN_TIMEOUT" (toString (sub (int64 $V.gracePeriod) 10)) -}}
-{{- if and $usesTrainer (not (kindIs "invalid" $V.collectiveTimeout)) -}}
-{{- $stall := 300 -}}
-{{- if not (kindIs "invalid" $V.stallTimeout) -}}{{- $stall = int64 $V.stallTimeout -}}{{- end -}}
-{{- if and (ne (int64 $stall) 0) (ge (int64 $stall) (int64 $V.collectiveTimeout)) -}}
-{{- include "ddp-job.fail" (list "collectiveTimeout" (printf "%d is not above the stall watchdog's %d s (stallTimeout): the trainer would refuse to start" (int64 $V.collectiveTimeout) (int64 $stall)) (printf "set collectiveTimeout above %d, or lower stallTimeout" (int64 $stall))) -}}
-{{- end -}}
-{{- $_ := set $env "DDP_TRAINER_TIMEOUT_S" (toString (int64 $V.collectiveTimeout)) -}}
-{{- else if and $usesTrainer (not (kindIs "invalid" $V.stallTimeout)) -}}
-{{- if ge (int64 $V.stallTimeout) 600 -}}
-{{- include "ddp-job.fail" (list "stallTimeout" (printf "%d is not below the trainer's process-group timeout of 600 s (collectiveTimeout): the trainer would refuse to start" (int64 $V.stallTimeout)) "set stallTimeout below 600, or raise collectiveTimeout") -}}
-{{- end -}}
-{{- end -}}
-{{- if not (kindIs "invalid" $V.stallTimeout) -}}
-{{- $_ := set $env "DDP_TRAINER_STALL_TIMEOUT" (toString (int64 $V.stallTimeout)) -}}
-{{- end -}}
-{{- if gt $gpus 0 -}}
-{{- $_ := set $env "TORCH_NCCL_TRACE_BUFFER_SIZE" "2000" -}}
-{{- $_ := set $env "TORCH_NCCL_DUMP_ON_TIMEOUT" "1" -}}
-{{- if hasKey $volumes "checkpoints" -}}
-{{- $_ := set $env "TORCH_NCCL_DEBUG_INFO_TEMP_FILE" (printf "%s/nccl_trace_rank_" (trimSuffix "/" (get $volumes "checkpoints").mountPath)) -}}
-{{- end -}}
-{{- end -}}
 {{- $secretEnv := default dict $V.secretEnv -}}
-{{- $userEnv := dict -}}
-{{- range $key, $value := (default dict $V.env) -}}
-{{- if hasKey $secretEnv $key -}}
-{{- include "ddp-job.fail" (list "secretEnv" (printf "%s is also set in env" $key) "set each variable in one place") -}}
-{{- end -}}
-{{- $_ := set $userEnv $key (include "ddp-job.envValue" $value) -}}
-{{- end -}}
-{{- $envFrom := list -}}
-{{- range $secret := default list $V.envFromSecrets -}}
-{{- $envFrom = append $envFrom (dict "secretRef" (dict "name" $secret)) -}}
-{{- end -}}
-
-{{- /* Pod and container securityContext (render._security). */ -}}
-{{- $podSC := dict "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") -}}
-{{- $containerSC := dict "allowPrivilegeEscalation" false "capabilities" (dict "drop" (list "ALL")) "runAsNonRoot" true "seccompProfile" (dict "type" "RuntimeDefault") -}}
-{{- if eq $V.podSecurity "baseline" -}}
-{{- $podSC = dict "seccompProfile" (dict "type" "RuntimeDefault") -}}
-{{- $containerSC = dict "allowPrivilegeEscalation" false -}}
-{{- end -}}
-
-{{- /* Volumes: the memory-backed /dev/shm first, then the PVCs in name order. */ -}}
-{{- $podVolumes := list (dict "name" "dshm" "emptyDir" (dict "medium" "Memory" "sizeLimit" $V.shmSize)) -}}
-{{- $mounts := list (dict "name" "dshm" "mountPath" "/dev/shm") -}}
+{{- $clash := list -}}
+{{- range $key, $value := default dict $V.env -}}{{- if hasKey $secretEnv $key -}}{{- $clash = append $clash $key -}}{{- end -}}{{- end -}}
+{{- if $clash -}}{{- include "ddp-job.fail" (list $M.secretEnv (dict "names" (join ", " (sortAlpha $clash)))) -}}{{- end -}}
 {{- $mountPaths := dict -}}
 {{- range $vname, $vol := $volumes -}}
 {{- if hasKey $mountPaths $vol.mountPath -}}
-{{- include "ddp-job.fail" (list (printf "volumes.%s.mountPath" $vname) (printf "%s is also used by volume %s" $vol.mountPath (get $mountPaths $vol.mountPath)) "give each volume its own path") -}}
+{{- include "ddp-job.fail" (list $M.mountPath (dict "volume" $vname "path" $vol.mountPath "other" (get $mountPaths $vol.mountPath))) -}}
 {{- end -}}
 {{- $_ := set $mountPaths $vol.mountPath $vname -}}
+{{- end -}}
+
+{{- /* Kueue topology requests (Topology.check, Topology.annotations): the group's own, else the spec's. */ -}}
+{{- $T := $G.pod.topology -}}
+{{- range $g := $groups -}}
+{{- $t := $V.topology -}}
+{{- $where := "topology" -}}
+{{- if not (kindIs "invalid" $g.topology) -}}{{- $t = $g.topology -}}{{- $where = $g.topologyAt -}}{{- end -}}
+{{- $t = default dict $t -}}
+{{- $at := dict "where" $where -}}
+{{- $modes := list -}}
+{{- range $mode := list "required" "preferred" -}}{{- if not (kindIs "invalid" (index $t $mode)) -}}{{- $modes = append $modes $mode -}}{{- end -}}{{- end -}}
+{{- if $t.unconstrained -}}{{- $modes = append $modes "unconstrained" -}}{{- end -}}
+{{- if gt (len $modes) 1 -}}{{- include "ddp-job.fail" (list $M.topologyModes (merge (dict "first" (index $modes 0) "second" (index $modes 1)) $at)) -}}{{- end -}}
+{{- $hasLevel := not (kindIs "invalid" $t.sliceLevel) -}}
+{{- $hasSize := not (kindIs "invalid" $t.sliceSize) -}}
+{{- if and $hasLevel (not $hasSize) -}}{{- include "ddp-job.fail" (list $M.sliceSizeMissing $at) -}}{{- end -}}
+{{- if and $hasSize (not $hasLevel) -}}{{- include "ddp-job.fail" (list $M.sliceLevelMissing $at) -}}{{- end -}}
+{{- $annotations := dict -}}
+{{- if $hasSize -}}
+{{- $size := int64 $t.sliceSize -}}
+{{- if $elastic -}}{{- include "ddp-job.fail" (list $M.sliceElastic $at) -}}{{- end -}}
+{{- if mod $g.nodes $size -}}
+{{- $divisors := list -}}
+{{- range $d := untilStep 1 (int (add1 $g.nodes)) 1 -}}{{- if not (mod $g.nodes $d) -}}{{- $divisors = append $divisors (toString $d) -}}{{- end -}}{{- end -}}
+{{- include "ddp-job.fail" (list $M.sliceDivides (merge (dict "size" $size "pods" $g.nodes "divisors" (join ", " $divisors)) $at)) -}}
+{{- end -}}
+{{- $annotations = (include "ddp-job.fill" (list $T.slices (dict "level" $t.sliceLevel "size" $size)) | fromJson).v -}}
+{{- end -}}
+{{- $level := "" -}}
+{{- range $mode := list "unconstrained" "preferred" "required" -}}{{- if index $t $mode -}}{{- $level = $mode -}}{{- end -}}{{- end -}}
+{{- if $level -}}
+{{- $annotations = merge $annotations (include "ddp-job.fill" (list (get $T $level) (dict "level" (index $t $level))) | fromJson).v -}}
+{{- end -}}
+{{- $_ := set $g "topologyAnnotations" $annotations -}}
+{{- $_ := set $g "topologyLevel" (has $level (list "required" "preferred")) -}}
+{{- $_ := set $g "sliced" (not (empty $t.sliceLevel)) -}}
+{{- $_ := set $g "where" $where -}}
+{{- end -}}
+
+{{- /* The trainer's timeouts (JobSpec._validate): the stall watchdog must fire before a collective times out. */ -}}
+{{- $stall := ternary (int64 $C.stallTimeout) $V.stallTimeout (kindIs "invalid" $V.stallTimeout) | int64 -}}
+{{- if and $usesTrainer (not (kindIs "invalid" $V.collectiveTimeout)) -}}
+{{- if and (ne $stall 0) (ge $stall (int64 $V.collectiveTimeout)) -}}
+{{- include "ddp-job.fail" (list $M.collectiveTimeout (dict "collective" (int64 $V.collectiveTimeout) "stall" $stall)) -}}
+{{- end -}}
+{{- else if and $usesTrainer $V.stallTimeout (ge $stall (int64 $C.collectiveTimeout)) -}}
+{{- include "ddp-job.fail" (list $M.stallTimeout (dict "stall" $stall)) -}}
+{{- end -}}
+
+{{- /* What the engine cannot run (Engine.check), in its order. */ -}}
+{{- $mode := $V.rendezvous.mode -}}
+{{- if eq $mode "auto" -}}{{- $mode = get $C.rendezvous (ternary "elastic" "fixed" $elastic) -}}{{- end -}}
+{{- $restartPolicy := $V.restartPolicy -}}
+{{- $shape := "one" -}}
+{{- if eq (len $groups) 2 -}}{{- $shape = ternary "pairSingleFirst" "pair" (eq (index $groups 0).nodes 1) -}}{{- end -}}
+{{- if gt (len $groups) 2 -}}{{- $shape = "more" -}}{{- end -}}
+{{- range $rule := $E.refuses -}}
+{{- $asked := false -}}
+{{- $args := dict -}}
+{{- if eq $rule.rule "exitCode" -}}{{- $asked = eq (toString $restartPolicy) "ExitCode" -}}
+{{- else if eq $rule.rule "elastic" -}}{{- $asked = $elastic -}}
+{{- else if eq $rule.rule "groups" -}}{{- $asked = and $grouped (has $shape $rule.shapes) -}}
+{{- else if eq $rule.rule "c10dGroups" -}}{{- $asked = and $grouped (ne $mode "static") -}}
+{{- else if eq $rule.rule "slices" -}}
+{{- range $g := $groups -}}
+{{- if and (not $asked) $g.sliced -}}{{- $asked = true -}}{{- $args = dict "where" $g.where -}}{{- end -}}
+{{- end -}}
+{{- else if has $rule.rule (list "priorityClassName" "envFromSecrets") -}}{{- $asked = not (empty (index $V $rule.rule)) -}}
+{{- else -}}{{- fail (printf "ddp-job: the engine refuses %q, which _helpers.tpl does not know" $rule.rule) -}}
+{{- end -}}
+{{- if $asked -}}{{- include "ddp-job.fail" (list $rule $args) -}}{{- end -}}
+{{- end -}}
+
+{{- /* The names the engine derives (Plan.check_names): each group's first and last pod's hostname. */ -}}
+{{- $L := index $E.layouts $layout -}}
+{{- $longest := "" -}}
+{{- $offset := 0 -}}
+{{- range $g := $groups -}}
+{{- $_ := set $g "offset" $offset -}}
+{{- range $index := uniq (list 0 (sub $g.nodes 1)) -}}
+{{- $rank := add $offset $index -}}
+{{- $host := include "ddp-job.format" (list (ternary $L.hostFirst $L.hostOther (eq $rank 0)) (dict "name" $name "group" $g.name "index" $index "rank" $rank "prevRank" (sub $rank 1))) -}}
+{{- if gt (len $host) (len $longest) -}}{{- $longest = $host -}}{{- end -}}
+{{- end -}}
+{{- $offset = add $offset $g.nodes -}}
+{{- end -}}
+{{- if gt (len $longest) (int $C.maxDnsLabel) -}}
+{{- include "ddp-job.fail" (list $E.nameTooLong (dict "name" $name "longest" $longest "length" (len $longest) "limit" (sub (int $C.maxDnsLabel) (sub (len $longest) (len $name))))) -}}
+{{- end -}}
+
+{{- /* Wiring (Plan, Engine.torchrun_env, Plan.container_env): the job-wide part. */ -}}
+{{- $backend := $V.backend -}}
+{{- if eq $backend "auto" -}}{{- $backend = get $C.backend (ternary "gpus" "cpu" (gt $gpus 0)) -}}{{- end -}}
+{{- $port := int64 (default $V.rendezvous.port $E.fixedPort) -}}
+{{- $first := index $groups 0 -}}
+{{- $rank0 := include "ddp-job.format" (list $L.rank0 (dict "name" $name "group" $first.name)) -}}
+{{- $W := index $L.wiring $mode -}}
+{{- $rdzv := $V.rendezvous -}}
+{{- $wiringArgs := dict "name" $name "nodes" $replicas "min" $min "max" $max "rank0" $rank0 "port" $port "join" (int64 $rdzv.joinTimeout) "lastCall" (int64 $rdzv.lastCallTimeout) "maxRestarts" (int64 $rdzv.maxRestarts) -}}
+{{- $features := dict "stall" (not (kindIs "invalid" $V.stallTimeout)) "gpus" (gt $gpus 0) "checkpoints" (hasKey $volumes "checkpoints") "collective" (not (kindIs "invalid" $V.collectiveTimeout)) -}}
+{{- $envArgs := dict "name" $name "backend" $backend "shutdown" (sub (int64 $V.gracePeriod) (int64 $C.graceMargin)) "stall" $stall -}}
+{{- if $features.collective -}}{{- $_ := set $envArgs "collective" (int64 $V.collectiveTimeout) -}}{{- end -}}
+{{- if $features.checkpoints -}}{{- $_ := set $envArgs "checkpointMount" (regexReplaceAll "/+$" (get $volumes "checkpoints").mountPath "") -}}{{- end -}}
+{{- $env := dict -}}
+{{- range $e := index $G.pod.env $code -}}
+{{- $on := true -}}
+{{- range $f := $e.when -}}{{- $on = and $on (get $features $f) -}}{{- end -}}
+{{- if $on -}}{{- $_ := set $env $e.name (include "ddp-job.format" (list $e.value $envArgs)) -}}{{- end -}}
+{{- end -}}
+{{- $userEnv := dict -}}
+{{- range $key, $value := default dict $V.env -}}{{- $_ := set $userEnv $key (include "ddp-job.envValue" $value) -}}{{- end -}}
+
+{{- /* What the container runs (Plan.entrypoint, Plan.trainer_args). */ -}}
+{{- $launcher := get $C.launcher (ternary "builtin" "custom" $usesLauncher) -}}
+{{- $entrypoint := $command -}}
+{{- if $V.script -}}{{- $entrypoint = concat $launcher (list $V.script) -}}{{- end -}}
+{{- if $module -}}{{- $entrypoint = concat $launcher (list "-m" $module) -}}{{- end -}}
+{{- $args := default list $V.args -}}
+{{- $extra := list -}}
+{{- $checkpointFlag := "" -}}
+{{- range $dir := $C.trainerDirs -}}
+{{- if eq $dir.volume "checkpoints" -}}{{- $checkpointFlag = $dir.flag -}}{{- end -}}
+{{- if and $usesTrainer (hasKey $volumes $dir.volume) (not (has $dir.flag $args)) -}}
+{{- $extra = concat $extra (list $dir.flag (get $volumes $dir.volume).mountPath) -}}
+{{- end -}}
+{{- end -}}
+{{- $commandKind := "" -}}
+{{- if $usesLauncher -}}{{- $commandKind = "builtin" -}}
+{{- else if and (ge (len $entrypoint) (len $launcher)) (eq (toJson (slice $entrypoint 0 (len $launcher))) (toJson $launcher)) -}}{{- $commandKind = "custom" -}}
+{{- end -}}
+{{- $rewrite := and $grouped (get $E.groupCommand $commandKind) -}}
+
+{{- /* Pod parts (render.view): security, volumes, labels, failure rules. */ -}}
+{{- $security := get $G.pod.security $V.podSecurity -}}
+{{- $podVolumes := list (include "ddp-job.fill" (list $G.pod.shm.volumes (dict "size" $V.shmSize)) | fromJson).v -}}
+{{- $mounts := list $G.pod.shm.volume_mounts -}}
+{{- range $vname, $vol := $volumes -}}
 {{- $readOnly := default false $vol.readOnly -}}
 {{- $podVolumes = append $podVolumes (dict "name" $vname "persistentVolumeClaim" (dict "claimName" $vol.claimName "readOnly" $readOnly)) -}}
 {{- $mounts = append $mounts (dict "name" $vname "mountPath" $vol.mountPath "readOnly" $readOnly) -}}
 {{- end -}}
-
-{{- /* Labels (JobSpec.object_labels: the user's, then ours, ours win) and the queue label. */ -}}
-{{- $labels := dict -}}
-{{- range $key, $value := (default dict $V.labels) -}}{{- $_ := set $labels $key $value -}}{{- end -}}
-{{- $_ := set $labels "app.kubernetes.io/name" "ddp-job" -}}
-{{- $_ := set $labels "app.kubernetes.io/instance" $name -}}
-{{- $_ := set $labels "app.kubernetes.io/component" "trainer" -}}
-{{- $_ := set $labels "app.kubernetes.io/managed-by" "ddpctl" -}}
+{{- $labels := mergeOverwrite (deepCopy (default dict $V.labels)) (include "ddp-job.fill" (list $G.pod.labels (dict "name" $name)) | fromJson).v -}}
 {{- $topLabels := deepCopy $labels -}}
-{{- if $V.queue -}}{{- $_ := set $topLabels "kueue.x-k8s.io/queue-name" $V.queue -}}{{- end -}}
-{{- if $V.workloadPriorityClass -}}{{- $_ := set $topLabels "kueue.x-k8s.io/priority-class" $V.workloadPriorityClass -}}{{- end -}}
-
-{{- if and (eq $target "trainjob") $V.priorityClassName -}}
-{{- include "ddp-job.fail" (list "priorityClassName" "the trainjob target cannot set it (TrainJob has no such field)" "set it in the training runtime, or use target job, jobset or pytorchjob") -}}
-{{- end -}}
-{{- if and (eq $target "trainjob") $V.envFromSecrets -}}
-{{- include "ddp-job.fail" (list "envFromSecrets" "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)" "list the variables in secretEnv, or use target job, jobset or pytorchjob") -}}
-{{- end -}}
-{{- $pullSecrets := list -}}
-{{- range $secret := default list $V.imagePullSecrets -}}
-{{- $pullSecrets = append $pullSecrets (dict "name" $secret) -}}
-{{- end -}}
-{{- $containerNames := dict "job" "trainer" "jobset" "trainer" "pytorchjob" "pytorch" "trainjob" "node" -}}
-
-{{- /* Failure rules (the engines' pod_restart_policy, pod_failure_policy, failure_policy; exit codes in ddpctl.exit_codes). */ -}}
-{{- $restartPolicy := $V.restartPolicy -}}
-{{- if kindIs "invalid" $restartPolicy -}}
-{{- $restartPolicy = ternary (ternary "ExitCode" "Never" $usesLauncher) "Never" (eq $target "pytorchjob") -}}
-{{- else if and (eq $restartPolicy "ExitCode") (has $target (list "job" "jobset")) -}}
-{{- include "ddp-job.fail" (list "restartPolicy" (printf "ExitCode is the PyTorchJob operator's policy; the %s target's pods take Never or OnFailure" $target) "leave restartPolicy unset (failure rules are rendered for you), or use target pytorchjob") -}}
-{{- end -}}
-{{- $disruption := dict "onPodConditions" (list (dict "type" "DisruptionTarget" "status" "True")) -}}
-{{- $usageCodes := dict "containerName" "trainer" "operator" "In" "values" (list 2) -}}
-{{- $podFailurePolicy := dict -}}
+{{- if $V.queue -}}{{- $topLabels = mergeOverwrite $topLabels (include "ddp-job.fill" (list $G.pod.queueLabels (dict "queue" $V.queue)) | fromJson).v -}}{{- end -}}
+{{- if $V.workloadPriorityClass -}}{{- $topLabels = mergeOverwrite $topLabels (include "ddp-job.fill" (list $G.pod.priorityLabels (dict "queue" $V.workloadPriorityClass)) | fromJson).v -}}{{- end -}}
+{{- $restartPolicy = default (get $E.restart.default $code) $restartPolicy -}}
+{{- $rules := get (get $E.restart.rules $restartPolicy) $code -}}
 {{- $failurePolicy := dict "maxRestarts" (int64 $V.backoffLimit) -}}
-{{- if and (eq $restartPolicy "Never") (eq $target "job") -}}
-{{- $rules := list (merge (dict "action" "Ignore") $disruption) -}}
-{{- if $usesLauncher -}}
-{{- $rules = concat (list (dict "action" "FailJob" "onExitCodes" $usageCodes)) $rules (list (dict "action" "Ignore" "onExitCodes" (dict "containerName" "trainer" "operator" "In" "values" (list 138 143)))) -}}
-{{- end -}}
-{{- $podFailurePolicy = dict "rules" $rules -}}
-{{- else if and (eq $restartPolicy "Never") (eq $target "jobset") -}}
-{{- $rules := list (merge (dict "action" "FailJob") $disruption) -}}
-{{- $preempted := "0" -}}
-{{- if $usesLauncher -}}
-{{- $rules = concat (list (dict "action" "FailJob" "onExitCodes" $usageCodes)) $rules (list (dict "action" "FailJob" "onExitCodes" (dict "containerName" "trainer" "operator" "In" "values" (list 143)))) -}}
-{{- $preempted = "1|2" -}}
-{{- end -}}
-{{- $podFailurePolicy = dict "rules" $rules -}}
-{{- $jsRules := list -}}
-{{- if $usesLauncher -}}
-{{- $jsRules = append $jsRules (dict "name" "UsageError" "action" "FailJobSet" "onJobFailureReasons" (list "PodFailurePolicy") "onJobFailureMessagePatterns" (list "matching FailJob rule at index (0)$")) -}}
-{{- end -}}
-{{- $jsRules = append $jsRules (dict "name" "Preempted" "action" "RestartJobSetAndIgnoreMaxRestarts" "onJobFailureReasons" (list "PodFailurePolicy") "onJobFailureMessagePatterns" (list (printf "matching FailJob rule at index (%s)$" $preempted))) -}}
-{{- $_ := set $failurePolicy "rules" $jsRules -}}
-{{- end -}}
+{{- if $rules.failureRules -}}{{- $_ := set $failurePolicy "rules" $rules.failureRules -}}{{- end -}}
+{{- $pullSecrets := list -}}
+{{- range $secret := default list $V.imagePullSecrets -}}{{- $pullSecrets = append $pullSecrets (dict "name" $secret) -}}{{- end -}}
+{{- $envFrom := list -}}
+{{- range $secret := default list $V.envFromSecrets -}}{{- $envFrom = append $envFrom (dict "secretRef" (dict "name" $secret)) -}}{{- end -}}
 {{- $view := dict
   "name" $name
   "namespace" $V.namespace
-  "target" $target
+  "target" $V.target
   "topLabels" $topLabels
   "labels" $labels
   "annotations" (default dict $V.annotations)
-  "selector" (dict "app.kubernetes.io/instance" $name "app.kubernetes.io/managed-by" "ddpctl")
-  "containerName" (get $containerNames $target)
+  "selector" (include "ddp-job.fill" (list $G.pod.selector (dict "name" $name)) | fromJson).v
+  "containerName" $E.containerName
   "image" $V.image
   "pullPolicy" $V.imagePullPolicy
   "imagePullSecrets" $pullSecrets
   "args" (concat $extra $args)
   "envFrom" $envFrom
   "port" $port
-  "portName" (ternary "pytorchjob-port" "rendezvous" (eq $target "pytorchjob"))
-  "podSecurityContext" $podSC
-  "containerSecurityContext" $containerSC
+  "portName" $E.portName
+  "podSecurityContext" $security.pod
+  "containerSecurityContext" $security.container
   "volumes" $podVolumes
   "volumeMounts" $mounts
   "affinity" (default dict $V.affinity)
@@ -383,185 +356,87 @@ Mirrors JobSpec's properties and render.view(); rules JSON Schema cannot express
   "serviceAccountName" (default "" $V.serviceAccountName)
   "restartPolicy" $restartPolicy
   "backoffLimit" (int64 $V.backoffLimit)
-  "podFailurePolicy" $podFailurePolicy
+  "podFailurePolicy" $rules.podFailurePolicy
   "failurePolicy" $failurePolicy
   "gracePeriod" (int64 $V.gracePeriod)
-  "restartFromScratch" (and $usesTrainer (not (hasKey $volumes "checkpoints")) (not (has "--checkpoint-dir" $args)))
+  "restartFromScratch" (and $usesTrainer (not (hasKey $volumes "checkpoints")) (not (has $checkpointFlag $args)))
   "replicas" $replicas
   "elastic" $elastic
   "grouped" $grouped
   "minNodes" $min
   "maxNodes" $max
-  "nproc" $nproc
   "maxRestarts" (int64 $rdzv.maxRestarts)
   "serviceName" $name
-  "rjob" "node"
-  "subdomain" (ternary $name "" (eq $target "job"))
+  "rank0" $rank0
+  "subdomain" (ternary "" (include "ddp-job.format" (list (toString $E.subdomain) (dict "name" $name))) (kindIs "invalid" $E.subdomain))
 -}}
 {{- if not (kindIs "invalid" $V.ttlSecondsAfterFinished) -}}{{- $_ := set $view "ttl" (int64 $V.ttlSecondsAfterFinished) -}}{{- end -}}
 {{- if not (kindIs "invalid" $V.activeDeadlineSeconds) -}}{{- $_ := set $view "deadline" (int64 $V.activeDeadlineSeconds) -}}{{- end -}}
 
-{{- /* One view per node group (render._group_view): its object, node count, command, env,
-   resources and scheduling fields; the uniform layout is the one group. */ -}}
+{{- /* One view per node group (Plan.groups, render._group_view); the uniform layout is the one group. */ -}}
 {{- $groupViews := list -}}
-{{- $offset := 0 -}}
 {{- range $g := $groups -}}
 {{- $gv := deepCopy $view -}}
-{{- $genv := deepCopy $env -}}
-{{- if $wiredByUs -}}
-{{- $_ := set $genv "PET_NPROC_PER_NODE" (toString (int64 $g.nproc)) -}}
-{{- if and $grouped (eq $mode "static") -}}{{- $_ := set $genv "PET_NODE_RANK_OFFSET" (toString $offset) -}}{{- end -}}
-{{- end -}}
-{{- range $key, $value := $userEnv -}}{{- $_ := set $genv $key $value -}}{{- end -}}
+{{- $names := dict "name" $name "group" $g.name -}}
+{{- $wired := (include "ddp-job.fill" (list $W.env (mergeOverwrite (deepCopy $wiringArgs) (dict "nproc" $g.nproc "offset" $g.offset))) | fromJson).v -}}
+{{- $genv := mergeOverwrite $wired $env $userEnv -}}
 {{- $envList := list -}}
-{{- if and $wiredByUs (eq $mode "static") (not $grouped) -}}
-{{- $envList = append $envList (dict "name" "PET_NODE_RANK" "valueFrom" (dict "fieldRef" (dict "fieldPath" "metadata.annotations['batch.kubernetes.io/job-completion-index']"))) -}}
-{{- end -}}
-{{- range $key := keys $genv | sortAlpha -}}
-{{- $envList = append $envList (dict "name" $key "value" (get $genv $key)) -}}
-{{- end -}}
+{{- if $W.nodeRankEntry -}}{{- $envList = append $envList $G.pod.nodeRankEntry -}}{{- end -}}
+{{- range $key := keys $genv | sortAlpha -}}{{- $envList = append $envList (dict "name" $key "value" (get $genv $key)) -}}{{- end -}}
 {{- range $key, $ref := $secretEnv -}}
 {{- $envList = append $envList (dict "name" $key "valueFrom" (dict "secretKeyRef" (dict "name" $ref.secret "key" $ref.key))) -}}
 {{- end -}}
 {{- $gcommand := $entrypoint -}}
-{{- if and $grouped (eq (index $entrypoint 0) "torchrun") -}}
-{{- if $wiredByUs -}}
-{{- $gcommand = concat (list "python3" "-c" $launcher) (rest $entrypoint) -}}
-{{- else if eq $target "pytorchjob" -}}
-{{- $gcommand = concat (list "torchrun" "--nproc-per-node" (toString (int64 $g.nproc))) (rest $entrypoint) -}}
+{{- if $rewrite -}}
+{{- $prefix := (include "ddp-job.fill" (list $rewrite.prefix (dict "nproc" $g.nproc)) | fromJson).v -}}
+{{- $gcommand = concat $prefix (slice $entrypoint (int $rewrite.drop)) -}}
 {{- end -}}
-{{- else if and $grouped $usesLauncher (eq $target "pytorchjob") -}}
-{{- $gcommand = concat $torchrun (list "--nproc-per-node" (toString (int64 $g.nproc))) (slice $entrypoint 3) -}}
-{{- end -}}
-{{- $gres := $g.resources -}}
-{{- $ggpu := default $gpuResource $g.gpuResource -}}
+{{- $res := default dict $V.resources -}}
+{{- $gpuResource := default $res.gpuResource $g.gpuResource -}}
 {{- $requests := dict -}}
 {{- $limits := dict -}}
-{{- $cpu := ternary $gres.cpu $res.cpu (hasKey $gres "cpu") -}}
-{{- $memory := ternary $gres.memory $res.memory (hasKey $gres "memory") -}}
+{{- $cpu := ternary $g.resources.cpu $res.cpu (hasKey $g.resources "cpu") -}}
+{{- $memory := ternary $g.resources.memory $res.memory (hasKey $g.resources "memory") -}}
 {{- if $cpu -}}{{- $_ := set $requests "cpu" $cpu -}}{{- end -}}
-{{- if $memory -}}
-{{- $_ := set $requests "memory" $memory -}}
-{{- $_ := set $limits "memory" $memory -}}
-{{- end -}}
-{{- if gt (int64 $g.gpus) 0 -}}{{- $_ := set $limits $ggpu (int64 $g.gpus) -}}{{- end -}}
+{{- if $memory -}}{{- $_ := set $requests "memory" $memory -}}{{- $_ := set $limits "memory" $memory -}}{{- end -}}
+{{- if gt $g.gpus 0 -}}{{- $_ := set $limits $gpuResource $g.gpus -}}{{- end -}}
 {{- $resources := dict -}}
 {{- if $limits -}}{{- $_ := set $resources "limits" $limits -}}{{- end -}}
 {{- if $requests -}}{{- $_ := set $resources "requests" $requests -}}{{- end -}}
-{{- $tolerations := list -}}
+{{- $tolerations := concat (default list $V.tolerations) $g.tolerations -}}
 {{- $gpuTolerated := false -}}
-{{- range $tol := concat (default list $V.tolerations) $g.tolerations -}}
-{{- $tolerations = append $tolerations $tol -}}
-{{- if eq (toString (get $tol "key")) $ggpu -}}{{- $gpuTolerated = true -}}{{- end -}}
+{{- range $tol := $tolerations -}}{{- if eq (toString (get $tol "key")) $gpuResource -}}{{- $gpuTolerated = true -}}{{- end -}}{{- end -}}
+{{- if and (gt $g.gpus 0) (not $gpuTolerated) -}}
+{{- $tolerations = append $tolerations (include "ddp-job.fill" (list $G.pod.gpuToleration (dict "gpu" $gpuResource)) | fromJson).v -}}
 {{- end -}}
-{{- if and (gt (int64 $g.gpus) 0) (not $gpuTolerated) -}}
-{{- $tolerations = append $tolerations (dict "key" $ggpu "operator" "Exists" "effect" "NoSchedule") -}}
-{{- end -}}
-{{- $nodeSelector := merge (deepCopy $g.nodeSelector) (default dict $V.nodeSelector) -}}
 {{- if $grouped -}}
-{{- $_ := set $gv "labels" (merge (dict "ddpctl.io/node-group" $g.name) $labels) -}}
-{{- $_ := set $gv "topLabels" (merge (dict "ddpctl.io/node-group" $g.name) $topLabels) -}}
-{{- $_ := set $gv "replicas" (int64 $g.nodes) -}}
+{{- $groupLabels := (include "ddp-job.fill" (list $G.pod.groupLabels $names) | fromJson).v -}}
+{{- $_ := set $gv "labels" (mergeOverwrite (deepCopy $labels) $groupLabels) -}}
+{{- $_ := set $gv "topLabels" (mergeOverwrite (deepCopy $topLabels) $groupLabels) -}}
 {{- end -}}
-{{- $_ := set $gv "name" (default $name $g.workload) -}}
-{{- $_ := set $gv "rjob" (default "node" $g.rjob) -}}
+{{- $_ := set $gv "name" (include "ddp-job.format" (list $L.workload $names)) -}}
+{{- $_ := set $gv "rjob" (ternary "" (include "ddp-job.format" (list (toString $L.replicatedJob) $names)) (kindIs "invalid" $L.replicatedJob)) -}}
 {{- $_ := set $gv "group" $g.name -}}
-{{- $_ := set $gv "nproc" (int64 $g.nproc) -}}
+{{- $_ := set $gv "replicas" $g.nodes -}}
+{{- $_ := set $gv "nproc" $g.nproc -}}
 {{- $_ := set $gv "command" $gcommand -}}
 {{- $_ := set $gv "env" $envList -}}
 {{- $_ := set $gv "resources" $resources -}}
 {{- $_ := set $gv "tolerations" $tolerations -}}
-{{- $_ := set $gv "nodeSelector" $nodeSelector -}}
-{{- /* JobSpec.topology_of: the group's own request, else the spec's */ -}}
-{{- $topology := $V.topology -}}
-{{- $topologyAt := "topology" -}}
-{{- if not (kindIs "invalid" $g.topology) -}}{{- $topology = $g.topology -}}{{- $topologyAt = $g.topologyAt -}}{{- end -}}
-{{- $podset := include "ddp-job.topologyAnnotations" (list $topologyAt $topology (int64 $g.nodes) $elastic $target) | fromJson -}}
-{{- $_ := set $gv "topologyAnnotations" $podset -}}
-{{- $_ := set $gv "podAnnotations" (merge (deepCopy $podset) (default dict $V.annotations)) -}}
+{{- $_ := set $gv "nodeSelector" (mergeOverwrite (deepCopy (default dict $V.nodeSelector)) $g.nodeSelector) -}}
+{{- $_ := set $gv "topologyAnnotations" $g.topologyAnnotations -}}
+{{- $_ := set $gv "topologyLevel" $g.topologyLevel -}}
+{{- $_ := set $gv "podAnnotations" (mergeOverwrite (deepCopy (default dict $V.annotations)) $g.topologyAnnotations) -}}
 {{- $groupViews = append $groupViews $gv -}}
-{{- $offset = add $offset (int64 $g.nodes) -}}
 {{- end -}}
-{{- /* The job-wide view takes the first group's pod fields (TrainJob and the Service use it). */ -}}
+{{- /* The job-wide view takes the first group's pod fields (TrainJob, PyTorchJob and the Service use it). */ -}}
 {{- $g0 := index $groupViews 0 -}}
 {{- range $key := list "labels" "command" "env" "resources" "tolerations" "nodeSelector" "rjob" "nproc" "podAnnotations" -}}
 {{- $_ := set $view $key (get $g0 $key) -}}
 {{- end -}}
 {{- $_ := set $view "groups" $groupViews -}}
-{{- /* PyTorchJob: Master = the first group (1 node), Worker = the second, or the rest of the one group. */ -}}
-{{- $replicaSpecs := list -}}
-{{- if $elastic -}}
-{{- $replicaSpecs = list (dict "type" "Worker" "replicas" $replicas "pod" $g0) -}}
-{{- else -}}
-{{- $replicaSpecs = list (dict "type" "Master" "replicas" 1 "pod" $g0) -}}
-{{- if gt (len $groupViews) 1 -}}
-{{- $replicaSpecs = append $replicaSpecs (dict "type" "Worker" "replicas" (int64 (index $groups 1).nodes) "pod" (index $groupViews 1)) -}}
-{{- else if gt $replicas 1 -}}
-{{- $replicaSpecs = append $replicaSpecs (dict "type" "Worker" "replicas" (sub $replicas 1) "pod" $g0) -}}
-{{- end -}}
-{{- end -}}
-{{- /* PyTorchEngine.podset_group: Master and Worker asking for one level are placed as one */ -}}
-{{- if eq (len $replicaSpecs) 2 -}}
-{{- $m := (index $replicaSpecs 0).pod.topologyAnnotations -}}
-{{- $w := (index $replicaSpecs 1).pod.topologyAnnotations -}}
-{{- if and (eq (toJson $m) (toJson $w)) (or (hasKey $m "kueue.x-k8s.io/podset-required-topology") (hasKey $m "kueue.x-k8s.io/podset-preferred-topology")) -}}
-{{- range $r := $replicaSpecs -}}
-{{- $_ := set $r "pod" (merge (dict "podAnnotations" (merge (dict "kueue.x-k8s.io/podset-group-name" $name) $r.pod.podAnnotations)) $r.pod) -}}
-{{- end -}}
-{{- end -}}
-{{- end -}}
-{{- $_ := set $view "replicaSpecs" $replicaSpecs -}}
+{{- $_ := set $view "podsetGroup" $T.podsetGroup -}}
 {{- toJson $view -}}
-{{- end -}}
-
-{{/*
-ddp-job.topologyAnnotations: Kueue's PodSet annotations for one group's topology request, as JSON
-(Topology.annotations), after Topology.check's rules. Context: (list where topology pods elastic target).
-*/}}
-{{- define "ddp-job.topologyAnnotations" -}}
-{{- $where := index . 0 -}}
-{{- $t := default dict (index . 1) -}}
-{{- $pods := index . 2 -}}
-{{- $modes := list -}}
-{{- if not (kindIs "invalid" $t.required) -}}{{- $modes = append $modes "required" -}}{{- end -}}
-{{- if not (kindIs "invalid" $t.preferred) -}}{{- $modes = append $modes "preferred" -}}{{- end -}}
-{{- if $t.unconstrained -}}{{- $modes = append $modes "unconstrained" -}}{{- end -}}
-{{- $hasLevel := not (kindIs "invalid" $t.sliceLevel) -}}
-{{- $hasSize := not (kindIs "invalid" $t.sliceSize) -}}
-{{- if and $hasLevel (eq (index . 4) "pytorchjob") -}}
-{{- include "ddp-job.fail" (list (printf "%s.sliceLevel" $where) "a PyTorchJob's Master (1 pod) and Worker are two Kueue PodSets, which slices cannot span" "use target job, jobset or trainjob for slices, or drop sliceLevel and sliceSize") -}}
-{{- end -}}
-{{- if gt (len $modes) 1 -}}
-{{- include "ddp-job.fail" (list $where (printf "sets both %s and %s" (index $modes 0) (index $modes 1)) "keep one of required, preferred and unconstrained") -}}
-{{- end -}}
-{{- if and $hasLevel (not $hasSize) -}}
-{{- include "ddp-job.fail" (list (printf "%s.sliceSize" $where) "is missing (with sliceLevel)" "give sliceLevel and sliceSize together") -}}
-{{- end -}}
-{{- if and $hasSize (not $hasLevel) -}}
-{{- include "ddp-job.fail" (list (printf "%s.sliceLevel" $where) "is missing (with sliceSize)" "give sliceLevel and sliceSize together") -}}
-{{- end -}}
-{{- $out := dict -}}
-{{- if $hasSize -}}
-{{- $size := int64 $t.sliceSize -}}
-{{- if index . 3 -}}
-{{- include "ddp-job.fail" (list (printf "%s.sliceSize" $where) "an elastic job's node count changes, so slices cannot divide it" "give a fixed node count, or drop the slice") -}}
-{{- end -}}
-{{- if ne (mod $pods $size) 0 -}}
-{{- $divisors := list -}}
-{{- range $d := until (int $pods) -}}{{- if eq (mod $pods (add1 $d)) 0 -}}{{- $divisors = append $divisors (toString (add1 $d)) -}}{{- end -}}{{- end -}}
-{{- include "ddp-job.fail" (list (printf "%s.sliceSize" $where) (printf "%d does not divide the group's %d nodes" $size $pods) (printf "use a divisor of %d: %s" $pods (join ", " $divisors))) -}}
-{{- end -}}
-{{- $_ := set $out "kueue.x-k8s.io/podset-slice-required-topology" $t.sliceLevel -}}
-{{- $_ := set $out "kueue.x-k8s.io/podset-slice-size" (toString $size) -}}
-{{- end -}}
-{{- if not (kindIs "invalid" $t.required) -}}
-{{- $_ := set $out "kueue.x-k8s.io/podset-required-topology" $t.required -}}
-{{- else if not (kindIs "invalid" $t.preferred) -}}
-{{- $_ := set $out "kueue.x-k8s.io/podset-preferred-topology" $t.preferred -}}
-{{- else if $t.unconstrained -}}
-{{- $_ := set $out "kueue.x-k8s.io/podset-unconstrained-topology" "true" -}}
-{{- end -}}
-{{- toJson $out -}}
 {{- end -}}
 
 {{/* ddp-job.metadata: an object's metadata (name, namespace, labels with the queue, annotations). */}}
