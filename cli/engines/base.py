@@ -13,8 +13,7 @@ comes from.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ddpctl.errors import SpecError
 from ddpctl.plan import Node, Plan
@@ -44,9 +43,10 @@ NODE_RANK_LAUNCHER = (
 LAUNCHER_PYTHON = protocol.LAUNCHER_PYTHON
 
 
-@dataclass(frozen=True)
-class WorkloadKind:
-    """The API kind of an engine's top-level workload, and the conditions that end it."""
+class WorkloadKind(NamedTuple):
+    """The API kind of an engine's top-level workload, and the conditions that end it. (A
+    NamedTuple, not a frozen dataclass: every start-up defines it, and a dataclass takes ~0.7 ms
+    longer.)"""
 
     kind: str
     group: str

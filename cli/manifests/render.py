@@ -244,10 +244,11 @@ _LINE_BREAKS = ("\x85", "\u2028", "\u2029")
 
 def _str_representer(dumper: yaml.SafeDumper, data: str) -> Any:
     style: str | None = None
-    if any(c in data for c in _LINE_BREAKS) or not all(c.isprintable() or c == "\n" for c in data):
-        style = '"'  # only double quotes escape Unicode line breaks and control characters
-    elif "\n" in data:
-        style = "|"
+    if not data.isprintable():  # a line break or control character: most strings have neither
+        if any(c in data for c in _LINE_BREAKS) or not all(c.isprintable() or c == "\n" for c in data):
+            style = '"'  # only double quotes escape Unicode line breaks and control characters
+        elif "\n" in data:
+            style = "|"
     return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
 
 

@@ -14,6 +14,7 @@ from ddpctl.spec.names import (
     LABEL_NAME,
     MAX_DNS_LABEL,
     QUANTITY,
+    LazyPattern,
 )
 from ddpctl_trainer import protocol
 
@@ -51,7 +52,7 @@ MIN_GRACE_PERIOD = GRACE_MARGIN + 5
 def doc(text: str, **schema: Any) -> dict[str, Any]:
     """A field's contract, kept on the field: `text` documents the key (the comments of
     charts/ddp-job/values.yaml) and `schema` holds its JSON-Schema keywords (values.schema.json),
-    written with the constants `_validate` checks against. `ddpctl.chart_contract` generates both
+    written with the constants `_validate` checks against. `tools/chart_contract.py` generates both
     files from these (`make chart-contract`); the JSON type comes from the field's annotation."""
     return {"doc": text, "schema": schema}
 
@@ -67,7 +68,7 @@ CONTROL_CLASS = CONTROL_CHARS.pattern[1:-1]
 SECRET_NAME = {"type": "string", "maxLength": MAX_DNS_LABEL, "pattern": DNS1123_LABEL.pattern}
 
 
-def bounded(regex: re.Pattern[str]) -> str:
+def bounded(regex: LazyPattern) -> str:
     """`regex` as a JSON-Schema pattern of at most MAX_DNS_LABEL characters, where no maxLength can
     say so (map keys): its one `*` becomes `{0,61}` (the first and last characters are fixed)."""
     assert regex.pattern.count("*") == 1, regex.pattern
@@ -85,7 +86,7 @@ TOLERATION = {
         "operator": {"type": "string", "enum": TOLERATION_OPERATORS},
         "value": {"type": "string", "pattern": NO_NUL},
         "effect": {"type": "string", "enum": TAINT_EFFECTS},
-        "tolerationSeconds": {"type": "integer"},
+        "tolerationSeconds": {"type": "integer", "minimum": 0},
     },
 }
 

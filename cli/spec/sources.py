@@ -13,9 +13,8 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 from ddpctl.errors import SpecError, UsageError
@@ -233,9 +232,10 @@ def _file_that_set(
     return path
 
 
-@dataclass(frozen=True)
-class SpecInput:
-    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it."""
+class SpecInput(NamedTuple):
+    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it.
+    (A NamedTuple, not a frozen dataclass: every start-up defines it, and a dataclass takes
+    ~0.7 ms longer.)"""
 
     flags: dict[str, Any]
     config: Path | None
