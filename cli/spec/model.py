@@ -28,6 +28,7 @@ from ddpctl.spec.checks import (
     one_of,
     positive_int,
     require,
+    yaml_spelling,
 )
 from ddpctl.spec.names import (
     CONTROL_CHARS,
@@ -733,10 +734,15 @@ class JobSpec:
     def _validate_layout(self) -> None:
         elastic = self.min_nodes is not None or self.max_nodes is not None
         if elastic:
-            positive_int("minNodes", self.min_nodes)
-            positive_int("maxNodes", self.max_nodes)
+            for bound, value in (("minimum", self.min_nodes), ("maximum", self.max_nodes)):
+                require(  # nodes: "MIN:MAX" is one key of ddp.yaml
+                    isinstance(value, int) and not isinstance(value, bool) and value >= 1,
+                    "nodes",
+                    f"the elastic {bound} {yaml_spelling(value)} is not a node count of at least 1",
+                    "write nodes as MIN:MAX with 1 <= MIN <= MAX",
+                )
             lo, hi = self.min_nodes, self.max_nodes
-            assert lo is not None and hi is not None  # positive_int rejected None
+            assert lo is not None and hi is not None  # refused above
             require(lo <= hi, "nodes", f"min {lo} is more than max {hi}", "write nodes as MIN:MAX with MIN <= MAX")
             require(hi <= MAX_NODES, "nodes", f"max {hi} is more than {MAX_NODES}", f"use at most {MAX_NODES} nodes")
         else:

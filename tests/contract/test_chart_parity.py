@@ -392,7 +392,12 @@ BREAKERS: dict[str, Breaker] = {
     ),
     "nodeSelector": _in(nodeSelector={"pool": "a b"}),
     "tolerations": _in(
-        tolerations=_one_of([{"key": "k", "operator": "Maybe"}], [{"colour": "red"}], [{"effect": "Now"}])
+        tolerations=_one_of(
+            [{"key": "k", "operator": "Maybe"}],
+            [{"colour": "red"}],
+            [{"effect": "Now"}],
+            [{"key": "k", "tolerationSeconds": -1}],
+        )
     ),
     "affinity": _in(affinity={"nodeAfinity": {}}),
     "priorityClassName": _in(JOB, priorityClassName="High Priority"),

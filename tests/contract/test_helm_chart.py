@@ -300,8 +300,6 @@ def names_key(message: str, field: str, values: dict[str, Any]) -> bool:
     """Whether a schema error names `field` (ddpctl's `a.b[1].c`, read against `values` to tell
     its keys from dots inside them): its JSON pointer `/a/b/1/c`, or its parent's with the key
     itself (`additional properties 'c'`, `missing property 'c'`)."""
-    # ddpctl names an elastic range's bounds minNodes/maxNodes, which are no keys of their own
-    field = {"minNodes": "nodes", "maxNodes": "nodes"}.get(field, field)
     segments: list[str] = []
     node: Any = values
     rest = field
