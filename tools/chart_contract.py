@@ -453,6 +453,11 @@ def field_messages() -> dict[str, dict[str, str]]:
             {"volume": "zb", "other": "za", "path": "/zp"},
             {"volume": "zd", "other": "zc", "path": "/zq/r"},
         ),
+        "checkpointsTrainer": _message({"checkpoints": "s3://zb/p", "module": "zmod"}),
+        "checkpointsVolume": _message(
+            {"checkpoints": "s3://zb/p", "volumes": {"checkpoints": {"claimName": "c", "mountPath": "/zc"}}}
+        ),
+        "checkpointsArgs": _message({"checkpoints": "s3://zb/p", "args": ["--checkpoint-dir", "/zc"]}),
         "topologyModes": _message(
             lambda a: _topology_at(
                 a["where"], {a["first"]: LEVEL} | {a["second"]: a["second"] == "unconstrained" or LEVEL}

@@ -159,6 +159,11 @@ SPEC_FLAGS: tuple[Flag, ...] = (
         "NAME=CLAIM:/path[:ro], a PVC mount; names data and checkpoints feed the trainer (repeatable).",
         "volumes",
     ),
+    Flag(
+        ("--checkpoints",),
+        "checkpoints",
+        "Object store URL for the trainer's checkpoints, e.g. s3://BUCKET/PREFIX (no volume needed).",
+    ),
     Flag(("--node-selector",), "nodeSelector", "Node label KEY=VALUE the pods need (repeatable).", "map"),
     Flag(("--toleration",), "tolerations", "KEY[=VALUE][:EFFECT] taint to tolerate (repeatable).", "tolerations"),
     Flag(("--priority-class",), "priorityClassName", "PriorityClass of the pods."),
@@ -218,7 +223,7 @@ HELP_PANELS: dict[str, tuple[str, ...]] = {
     ),
     "Layout": ("--nodes", "--gpus", "--procs", "--layout", "--backend", "--rdzv", "--port"),
     "Resources": ("--cpu", "--memory", "--gpu-resource", "--shm-size"),
-    "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume"),
+    "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume", "--checkpoints"),
     "Placement": (
         "--node-selector",
         "--toleration",

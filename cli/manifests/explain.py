@@ -135,6 +135,8 @@ def explain(plan: Plan) -> str:
         if engine.kueue_note:
             lines += _wrapped("  note:               ", engine.kueue_note)
     lines += _topology_lines(plan)
+    if plan.checkpoint_location:
+        lines += _wrapped("  checkpoints:        ", plan.checkpoint_location)
     warning = plan.restart_starts_from_scratch
     if warning:
         lines.append(f"  warning:            {warning}")

@@ -299,6 +299,8 @@ class Plan:
         """Arguments after the entrypoint: the user's, with mount paths fed to our trainer."""
         spec, extra = self.spec, []
         if spec.uses_trainer:
+            if spec.checkpoints:  # never with a checkpoints volume or --checkpoint-dir (the spec's rule)
+                extra += ["--checkpoint-dir", spec.checkpoints]
             if "checkpoints" in spec.volumes and "--checkpoint-dir" not in spec.args:
                 extra += ["--checkpoint-dir", spec.volumes["checkpoints"].mount_path]
             if "data" in spec.volumes and "--data-dir" not in spec.args:
@@ -310,9 +312,38 @@ class Plan:
         """A warning when the ddpctl trainer's checkpoints live in the container's own file system:
         a restarted pod (after preemption or a node loss) then finds none. None when they persist."""
         spec = self.spec
-        if not spec.uses_trainer or "checkpoints" in spec.volumes or "--checkpoint-dir" in spec.args:
+        if (
+            not spec.uses_trainer
+            or spec.checkpoints
+            or "checkpoints" in spec.volumes
+            or "--checkpoint-dir" in spec.args
+        ):
             return None
         return NO_CHECKPOINT_VOLUME
+
+    @property
+    def checkpoint_location(self) -> str | None:
+        """Where the ddpctl trainer's checkpoints go, in words (None when the pods run no ddpctl trainer)."""
+        spec = self.spec
+        if not spec.uses_trainer:
+            return None
+        if spec.checkpoints:
+            refs = [*spec.secret_env, *(f"envFromSecrets {s}" for s in spec.env_from_secrets)]
+            who = f"credentials from {', '.join(refs)}" if refs else "no Secret: the pods' workload identity"
+            endpoint = spec.env.get(protocol.OBJECT_STORE_ENDPOINT_ENV)
+            return (
+                f"{spec.checkpoints} (object store: each checkpoint under a prefix of its own, `latest` written last; "
+                f"{who}" + (f"; endpoint {endpoint}" if endpoint else "") + ")"
+            )
+        if "checkpoints" in spec.volumes:
+            vol = spec.volumes["checkpoints"]
+            return f"{vol.mount_path} on the volume checkpoints (PersistentVolumeClaim {vol.claim_name})"
+        for i, arg in enumerate(spec.args):
+            if arg == "--checkpoint-dir" and i + 1 < len(spec.args):
+                return f"{spec.args[i + 1]} (--checkpoint-dir in args)"
+            if arg.startswith("--checkpoint-dir="):
+                return f"{arg.split('=', 1)[1]} (--checkpoint-dir in args)"
+        return None
 
     def container_env(self, group: NodeGroup) -> dict[str, str]:
         """Literal env of `group`'s training container: wiring first, then the user's (user wins on clash)."""

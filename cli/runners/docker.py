@@ -94,9 +94,10 @@ class DockerPlan:
     run_id: str
     network: str
     run_dir: Path
-    checkpoint_dir: Path | None
+    checkpoint_dir: Path | str | None  # a host directory, or an object store's URL
     containers: tuple[ContainerPlan, ...]
     host_dirs: Mapping[str, Path]
+    notes: tuple[str, ...] = ()
 
     @property
     def spec(self) -> JobSpec:
@@ -240,7 +241,7 @@ def plan_docker(
     labels = {RUN_LABEL: run_id, JOB_LABEL: spec.name}
 
     volumes: list[tuple[Path, str, bool]] = []  # (host dir, mount path, read-only)
-    checkpoint_dir: Path | None = None
+    checkpoint_dir: Path | str | None = spec.checkpoints
     extra_env: dict[str, str] = {}
     for vname, vol in spec.volumes.items():
         volumes.append((dirs[vname], vol.mount_path, vol.read_only))
@@ -249,13 +250,13 @@ def plan_docker(
     if (
         spec.uses_trainer
         and checkpoint_dir is None
-        and "--checkpoint-dir" not in " ".join(spec.args)
-        and "DDP_TRAINER_CHECKPOINT_DIR" not in spec.env
+        and "--checkpoint-dir" not in " ".join(job.trainer_args)
+        and protocol.CHECKPOINT_DIR_ENV not in spec.env
     ):
         # No checkpoint volume in the spec: keep them on the host all the same.
         checkpoint_dir = dirs.get("checkpoints", run_dir / "checkpoints")
         volumes.append((checkpoint_dir, LOCAL_CHECKPOINTS, False))
-        extra_env["DDP_TRAINER_CHECKPOINT_DIR"] = LOCAL_CHECKPOINTS
+        extra_env[protocol.CHECKPOINT_DIR_ENV] = LOCAL_CHECKPOINTS
     if fresh:
         remove_checkpoints(checkpoint_dir)
     mounted_by = {path: name for name, path in given.items()}
@@ -265,6 +266,7 @@ def plan_docker(
     run_dir.mkdir(parents=True, exist_ok=True)  # logs: written by ddpctl on the host, not mounted
 
     shm = quantity_bytes(spec.shm_size)
+    passed, notes = credentials_passed(job)
     containers = []
     for index, (hostname, names) in enumerate(zip(job.pod_hostnames, dns_names(job))):
         env = {**cluster_env(job, index), **extra_env}
@@ -281,12 +283,42 @@ def plan_docker(
             argv += ["-v", f"{host}:{target}{':ro' if read_only else ''}"]
         for key, value in env.items():
             argv += ["-e", f"{key}={value}"]
+        for key in passed:  # by name: the engine reads the value from its environment, argv never holds it
+            argv += ["-e", key]
         # the pod's command: for the built-in trainer `python3 -m ddpctl_trainer.launch`, the
         # container's PID 1, so a SIGTERM to the container (docker stop, the kubelet's) reaches it
         entry = job.groups[job.nodes[index].group_index].command
         argv += ["--entrypoint", entry[0], spec.image, *entry[1:], *job.trainer_args]
         containers.append(ContainerPlan(index, name, hostname, names, tuple(argv)))
-    return DockerPlan(job, engine, run_id, network, run_dir, checkpoint_dir, tuple(containers), dirs)
+    return DockerPlan(job, engine, run_id, network, run_dir, checkpoint_dir, tuple(containers), dirs, notes)
+
+
+# What an object store client reads from the environment besides the secrets (protocol's list).
+_STORE_SETTINGS = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP", protocol.OBJECT_STORE_ENDPOINT_ENV)
+
+
+def credentials_passed(job: Plan, environ: Mapping[str, str] | None = None) -> tuple[list[str], tuple[str, ...]]:
+    """The variables a container gets from this shell, by name only: the spec's secretEnv (a Secret's
+    keys in the cluster) and, when the checkpoints go to an object store, its client's credentials
+    and settings. Also the notes to say: what is missing, and an endpoint on loopback, which the
+    containers (each in its own network namespace) cannot reach."""
+    environ = os.environ if environ is None else environ
+    spec, notes = job.spec, []
+    wanted = list(spec.secret_env)
+    if spec.checkpoints:
+        wanted += [*protocol.OBJECT_STORE_SECRET_ENV, *_STORE_SETTINGS]
+    passed = [k for k in dict.fromkeys(wanted) if k in environ and k not in spec.env]
+    missing = [k for k in spec.secret_env if k not in environ]
+    if missing:
+        notes.append(f"secretEnv {', '.join(missing)} come from Secrets in the cluster; export them to set them here")
+    endpoint = environ.get(protocol.OBJECT_STORE_ENDPOINT_ENV, "") if spec.checkpoints else ""
+    host = endpoint.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
+    if host in ("localhost", "127.0.0.1", "::1"):
+        notes.append(
+            f"{protocol.OBJECT_STORE_ENDPOINT_ENV} is {endpoint}: this machine's loopback, which the containers "
+            "cannot reach; give the store's address on the container network"
+        )
+    return passed, tuple(notes)
 
 
 def _docker(engine: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -333,6 +365,8 @@ def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | 
 
     spec, job, engine = plan.spec, plan.job, plan.engine
     console = make_console(None, None, color)
+    for note in plan.notes:
+        console.note(note)
     console.note(
         f"running {spec.name} in {engine}: {layout_phrase(job, 'container')} = world size {job.world_size}, "
         f"{job.backend}, rank 0 at {job.rdzv_endpoint} on network {plan.network}"

@@ -86,7 +86,7 @@ class LocalPlan:
     port: int
     port_note: str | None
     nodes: tuple[NodePlan, ...]
-    checkpoint_dir: Path | None
+    checkpoint_dir: Path | str | None  # a directory, or an object store's URL
     cwd: Path
     notes: tuple[str, ...] = ()
     port_explicit: bool = False  # the user chose the port: it is used on every start, never replaced
@@ -249,18 +249,19 @@ def plan_local(
     args = remap_paths(job.trainer_args, {spec.volumes[n].mount_path: d for n, d in dirs.items() if n in spec.volumes})
     base = inherited_env(parent_env if parent_env is not None else os.environ)
     ifname = loopback_ifname()
-    checkpoint_dir: Path | None = None
+    checkpoint_dir: Path | str | None = None
     nodes = []
     for index, hostname in enumerate(job.pod_hostnames):
         env = {**base, **loopback_env(cluster_env(job, index), job, index, LOOPBACK, port)}
         if ifname and "GLOO_SOCKET_IFNAME" not in spec.env:
             env["GLOO_SOCKET_IFNAME"] = ifname  # gloo would pick the interface of the hostname
         if spec.uses_trainer:
-            given = _arg_value(args, "--checkpoint-dir") or env.get("DDP_TRAINER_CHECKPOINT_DIR")
+            given = _arg_value(args, "--checkpoint-dir") or env.get(protocol.CHECKPOINT_DIR_ENV)
             if given is None:
                 given = str(dirs.get("checkpoints", run_dir / "checkpoints"))
-                env["DDP_TRAINER_CHECKPOINT_DIR"] = given
-            checkpoint_dir = (cwd / given).resolve()
+                env[protocol.CHECKPOINT_DIR_ENV] = given
+            # an object store's URL goes to the trainer as it is; the agents inherit its credentials
+            checkpoint_dir = given if protocol.url_scheme(given) else (cwd / given).resolve()
         log_dir = run_dir / "logs" / f"node-{index}"
         argv = torchrun_argv(job, log_dir, index) or list(job.entrypoint)
         nodes.append(NodePlan(index, hostname, tuple(argv + args), dict(sorted(env.items())), log_dir))
@@ -300,7 +301,7 @@ def record_run(plan: LocalPlan, state: str, message: str = "") -> None:
         "layout": layout_phrase(plan.job, "node"),
         "world_size": plan.job.world_size,
         "nodes": len(plan.nodes),
-        "checkpoint_dir": str(plan.checkpoint_dir) if plan.checkpoint_dir else None,
+        "checkpoint_dir": str(plan.checkpoint_dir) if plan.checkpoint_dir else None,  # or a URL
         "updated": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     write_text_atomic(plan.run_dir / RUN_RECORD, json.dumps(record, indent=2) + "\n")
@@ -328,7 +329,7 @@ def run_local(
         f"{job.rank0_host}:{job.master_port})"
     )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    if plan.checkpoint_dir is not None:
+    if isinstance(plan.checkpoint_dir, Path):
         plan.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     record_run(plan, "running")
     try:
@@ -449,10 +450,17 @@ def _agent_traceback(state: JobState, node: int, text: str) -> bool:
     return True
 
 
-def remove_checkpoints(directory: Path | None) -> list[Path]:
+def remove_checkpoints(directory: Path | str | None) -> list[Path]:
     """--fresh: delete the trainer's checkpoints (and their temp files) in `directory`, which the
     trainer would resume from otherwise. Nothing else is touched: not the directory itself, not
-    any other file in it (`--checkpoint-dir .` is a user's own directory). Returns what it removed."""
+    any other file in it (`--checkpoint-dir .` is a user's own directory). Returns what it removed.
+    Checkpoints in an object store (a URL) are the store's to delete, not ddpctl's: they may be
+    another run's, and the bucket's rules may keep them; --fresh then says how to start over."""
+    if isinstance(directory, str):
+        raise UsageError(
+            f"--fresh: the checkpoints are in {directory}, an object store that ddpctl does not delete from; "
+            "give a new prefix (--checkpoints s3://BUCKET/NEW-PREFIX) to start over"
+        )
     removed: list[Path] = []
     if directory is None or not directory.is_dir():
         return removed
@@ -539,10 +547,14 @@ def local_status(run_dir: Path, cwd: Path | None = None) -> list[str]:
         lines.append(f"  layout: {record['layout']} = world size {record.get('world_size')}")
     starts = max((max(a) for a in _node_logs(run_dir).values()), default=0)
     lines.append(f"  starts: {starts + 1} ({plural_restarts(starts)})")
-    checkpoints = Path(str(record["checkpoint_dir"])) if record.get("checkpoint_dir") else run_dir / "checkpoints"
-    step = latest_step(checkpoints)
-    if step is not None:
-        lines.append(f"  checkpoint: step {step} in {relative_path(checkpoints, cwd)}")
+    recorded = str(record.get("checkpoint_dir") or "")
+    if protocol.url_scheme(recorded):
+        lines.append(f"  checkpoints: {recorded}")
+    else:
+        checkpoints = Path(recorded) if recorded else run_dir / "checkpoints"
+        step = latest_step(checkpoints)
+        if step is not None:
+            lines.append(f"  checkpoint: step {step} in {relative_path(checkpoints, cwd)}")
     lines.append(f"  logs: {relative_path(run_dir / 'logs', cwd)} (ddpctl logs {name})")
     return lines
 

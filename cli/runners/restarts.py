@@ -53,9 +53,10 @@ def what_happened(node: int, code: int, preempted: bool) -> str:
     return f"node {node} failed (exit code {code})"
 
 
-def latest_step(directory: Path | None) -> int | None:
-    """The step of the newest trainer checkpoint in `directory` (by name), None when there is none."""
-    if directory is None or not directory.is_dir():
+def latest_step(directory: Path | str | None) -> int | None:
+    """The step of the newest trainer checkpoint in `directory` (by name), None when there is none or
+    the checkpoints are in an object store (a URL: the CLI does not read the store)."""
+    if not isinstance(directory, Path) or not directory.is_dir():
         return None
     steps = [step for p in directory.iterdir() if (step := protocol.checkpoint_step(p.name)) is not None]
     return max(steps) if steps else None

@@ -514,10 +514,15 @@ def after_finishing_note(finished: Sequence[Failure]) -> str:
     )
 
 
-def interrupted_note(name: str, how: str, checkpoint_dir: Path | None, cwd: Path) -> str:
+def interrupted_note(name: str, how: str, checkpoint_dir: Path | str | None, cwd: Path) -> str:
     """The last line after Ctrl-C (or SIGTERM/SIGHUP to ddpctl): where the job stopped and how to
-    go on from there, or start over."""
+    go on from there, or start over. `checkpoint_dir` is a directory, or an object store's URL."""
     signal_name = f" ({how})" if how.startswith("SIG") else ""
+    if isinstance(checkpoint_dir, str):
+        return (
+            f"{name} interrupted{signal_name}; run the same command to resume from the newest checkpoint in "
+            f"{checkpoint_dir}, or give a new prefix to start over"
+        )
     step = latest_step(checkpoint_dir)
     if step is None or checkpoint_dir is None:
         return f"{name} interrupted{signal_name} before its first checkpoint; run the same command to start it again"
@@ -556,7 +561,7 @@ def run_with_restarts(
     start_group: Callable[[JobState, float | None], NodeFailed | None],
     *,
     nodes: int,
-    checkpoint_dir: Path | None,
+    checkpoint_dir: Path | str | None,
     timeout: float | None,
 ) -> JobState:
     """Run the whole group until it succeeds, as the target's controller would: after a failed
@@ -598,7 +603,10 @@ def run_with_restarts(
             what = f"node {node} was lost (its agent was killed by {_signal_name(state.node_codes[node])})"
         decision = failed.code if failed.cause and not (preempted or lost) else code
         step = latest_step(checkpoint_dir)
-        where = f"from step {step}" if step is not None else "from scratch (no checkpoint yet)"
+        if isinstance(checkpoint_dir, str):
+            where = f"from the newest checkpoint in {checkpoint_dir}"
+        else:
+            where = f"from step {step}" if step is not None else "from scratch (no checkpoint yet)"
         if not retriable(plan, decision):
             raise JobFailed(failed.message, failed.code)
         if (preempted or lost) and limit > 0 and free < MAX_FREE_STARTS:
@@ -634,14 +642,14 @@ def _announce_stop(children: Sequence[Child], state: JobState, console: Console)
         state.stopped.add(child.index)
 
 
-def _latest_checkpoint(directory: Path | None) -> Path | None:
-    if directory is None or not directory.is_dir():
+def _latest_checkpoint(directory: Path | str | None) -> Path | None:
+    if not isinstance(directory, Path) or not directory.is_dir():
         return None
     found = sorted(p for p in directory.iterdir() if protocol.CHECKPOINT_NAME.match(p.name))
     return found[-1] if found else None
 
 
-def finish_note(console: Console, state: JobState, checkpoint_dir: Path | None, cwd: Path, logs: Path) -> None:
+def finish_note(console: Console, state: JobState, checkpoint_dir: Path | str | None, cwd: Path, logs: Path) -> None:
     """The last line of a successful run: where its checkpoint and logs are. A rerun of a job
     that was already complete trained nothing: it says so, and how to start over (--fresh)."""
     logs_at = f"logs in {relative_path(logs, cwd)}"
@@ -656,9 +664,10 @@ def finish_note(console: Console, state: JobState, checkpoint_dir: Path | None, 
         return
     elapsed = time.monotonic() - state.started
     latest = _latest_checkpoint(checkpoint_dir)
-    where = (
-        f"; checkpoint {relative_path(latest, cwd)}"
-        if latest
-        else (f"; checkpoints in {relative_path(checkpoint_dir, cwd)}" if checkpoint_dir else "")
-    )
+    if latest:
+        where = f"; checkpoint {relative_path(latest, cwd)}"
+    elif isinstance(checkpoint_dir, Path):
+        where = f"; checkpoints in {relative_path(checkpoint_dir, cwd)}"
+    else:
+        where = f"; checkpoints in {checkpoint_dir}" if checkpoint_dir else ""
     console.note(f"{state.name} succeeded in {elapsed:.1f}s{where}; {logs_at}")

@@ -31,6 +31,7 @@ from ddpctl.spec.checks import (
     yaml_spelling,
 )
 from ddpctl.spec.names import (
+    BUCKET,
     CONTROL_CHARS,
     DNS1035_LABEL,
     DNS1123_LABEL,
@@ -50,6 +51,7 @@ from ddpctl.spec.names import (
 from ddpctl.spec.schema import (
     AFFINITY_KINDS,
     BACKENDS,
+    CHECKPOINT_URL_PATTERN,
     CONTROL_CLASS,
     DEFAULT_BACKOFF_LIMIT,
     DEFAULT_GRACE_PERIOD,
@@ -77,6 +79,7 @@ from ddpctl.spec.schema import (
     string_map,
 )
 from ddpctl.spec.serial import camel, env_value, key_fix, parse_nodes, plain, snake, sub_dataclass
+from ddpctl_trainer import protocol
 
 # --------------------------------------------------------------------------------------------
 # The spec's parts.
@@ -501,6 +504,19 @@ class JobSpec:
             additionalProperties=False,
         ),
     )
+    checkpoints: str | None = field(
+        default=None,
+        metadata=doc(
+            "Where the ddpctl trainer keeps its checkpoints when not on a volume: an object store URL, "
+            "s3://BUCKET/PREFIX (gs:// and az:// alike). Each checkpoint is published whole, under a prefix of "
+            "its own, then named by a `latest` object. Credentials come from secretEnv or envFromSecrets "
+            "(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), or from the pods' workload identity (IRSA, GKE) with no "
+            "Secret; env AWS_ENDPOINT_URL names an S3-compatible server. The image needs the trainer's object store "
+            "client (ddpctl build --build-arg OBJECT_STORE=1). null: the `checkpoints` volume, else the pod's own "
+            "file system.",
+            pattern=CHECKPOINT_URL_PATTERN,
+        ),
+    )
     node_selector: Mapping[str, str] = field(
         default_factory=dict,
         metadata=doc(
@@ -675,6 +691,7 @@ class JobSpec:
         self._validate_rendezvous()
         self._validate_resources()
         self._validate_pod_fields()
+        self._validate_checkpoints()
         self._validate_topology()
         if self.restart_policy is not None:
             one_of("restartPolicy", self.restart_policy, RESTART_POLICIES)
@@ -864,6 +881,61 @@ class JobSpec:
             "use a name like 'nvidia.com/gpu'",
         )
         check_quantity("shmSize", self.shm_size)
+
+    def _validate_checkpoints(self) -> None:
+        """An object store URL the trainer can read, with nothing in it that belongs elsewhere (credentials)
+        and no second place for the same checkpoints."""
+        url = self.checkpoints
+        if url is None:
+            return
+        check_plain_string("checkpoints", url, allow_empty=False)
+        require(  # first, so that no message below repeats a secret
+            "@" not in url,
+            "checkpoints",
+            "the URL holds credentials (user@ or key:secret@)",
+            "remove them: reference a Secret with secretEnv (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), or use the "
+            "pods' workload identity",
+        )
+        *others, last = protocol.CHECKPOINT_URL_SCHEMES
+        schemes = f"{', '.join(f'{s}://' for s in others)} or {last}://"
+        scheme, found, rest = url.partition("://")
+        require(
+            bool(found) and scheme in protocol.CHECKPOINT_URL_SCHEMES,
+            "checkpoints",
+            f"{url!r} is not an object store URL",
+            f"give an {schemes} URL such as s3://BUCKET/PREFIX (for a path, mount a volume named checkpoints)",
+        )
+        bucket, _, prefix = rest.partition("/")
+        require(
+            bool(BUCKET.fullmatch(bucket)),
+            "checkpoints",
+            f"{bucket!r} is not a bucket name" if bucket else "the URL names no bucket",
+            f"write it as {scheme}://BUCKET/PREFIX, the bucket in lowercase letters, digits, '.', '_' and '-'",
+        )
+        require(
+            not CONTROL_CHARS.search(prefix) and not any(c.isspace() or c in "?#" for c in prefix),
+            "checkpoints",
+            "the prefix holds spaces, control characters, '?' or '#'",
+            "use a plain prefix such as runs/resnet-1",
+        )
+        require(
+            self.uses_trainer,
+            "checkpoints",
+            f"is read by the ddpctl trainer only (module {protocol.TRAINER_MODULE})",
+            "give your own script its checkpoint location in args or env, and drop checkpoints",
+        )
+        require(
+            "checkpoints" not in self.volumes,
+            "checkpoints",
+            "is set together with a volume named checkpoints",
+            "keep one: the object store URL or the volume",
+        )
+        require(
+            not any(a == "--checkpoint-dir" or a.startswith("--checkpoint-dir=") for a in self.args),
+            "checkpoints",
+            "is set together with --checkpoint-dir in args",
+            "keep one of them",
+        )
 
     def _validate_pod_fields(self) -> None:
         for key, value in self.env.items():

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from ddpctl.spec.names import (
+    BUCKET,
     CONTROL_CHARS,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -94,3 +95,10 @@ TOLERATION = {
 def string_map(value: dict[str, Any], keys: str = LABEL_KEY_PATTERN) -> dict[str, Any]:
     """A map whose keys match `keys` and whose values match `value`; any other key is refused."""
     return {"patternProperties": {keys: value}, "additionalProperties": False}
+
+
+# Where the ddpctl trainer's checkpoints may go besides a volume: an object store URL whose scheme the
+# trainer's client reads (`scheme://BUCKET/PREFIX`: no credentials, query or spaces in it).
+CHECKPOINT_URL_PATTERN = (
+    rf"^({'|'.join(protocol.CHECKPOINT_URL_SCHEMES)})://{BUCKET.pattern[1:-1]}(/[^\s{CONTROL_CLASS}?#@]*)?$"
+)

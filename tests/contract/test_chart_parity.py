@@ -247,6 +247,12 @@ def valid_values(draw: Any, target: str) -> dict[str, Any]:
     )
     volumes = st.dictionaries(st.sampled_from(["data", "checkpoints"]) | dns_label(), volume, max_size=3)
     maybe(values, "volumes", draw, volumes.filter(lambda v: "dshm" not in v).filter(_distinct_paths))
+    trainer = values.get("module", "ddpctl_trainer") == "ddpctl_trainer" and not (
+        values.get("script") or values.get("command")
+    )
+    by_arg = any(str(a).startswith("--checkpoint-dir") for a in values.get("args") or [])
+    if trainer and not by_arg and "checkpoints" not in (values.get("volumes") or {}):
+        maybe(values, "checkpoints", draw, CHECKPOINT_URL)
     maybe(values, "nodeSelector", draw, st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2))
     maybe(values, "tolerations", draw, tolerations())
     maybe(
@@ -281,6 +287,13 @@ def valid_values(draw: Any, target: str) -> dict[str, Any]:
     values["name"] = fitting_name(values, draw(regex(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")))
     return values
 
+
+CHECKPOINT_URL = st.builds(
+    "{}://{}{}".format,
+    st.sampled_from(["s3", "gs", "az"]),
+    regex(r"[a-z0-9]([a-z0-9._-]{0,10}[a-z0-9])?"),
+    st.sampled_from(["", "/", "/runs/r-1", "/a.b_c/d"]),
+)
 
 NULLABLE = ("args", "env", "secretEnv", "volumes", "nodeSelector", "tolerations", "labels", "annotations")
 
@@ -389,6 +402,14 @@ BREAKERS: dict[str, Breaker] = {
             {"data": {"claimName": "pvc"}},
             {"data": {"claimName": "pvc", "mountPath": "/d", "readonly": True}},
         )
+    ),
+    "checkpoints": _in(
+        TRAINER,
+        {"checkpoints": "s3://b/run", "module": "mypkg.train"},
+        {"checkpoints": "s3://b/run", "volumes": {"checkpoints": {"claimName": "pvc", "mountPath": "/ckpt"}}},
+        {"checkpoints": "s3://b/run", "args": ["--checkpoint-dir", "/ckpt"]},
+        {"checkpoints": "s3://b/run", "args": ["--checkpoint-dir=/ckpt"]},
+        checkpoints=_one_of("ftp://b/run", "s3://", "s3://Bucket/run", "s3://key:secret@b/run", "/ckpt", "s3://b/a b"),
     ),
     "nodeSelector": _in(nodeSelector={"pool": "a b"}),
     "tolerations": _in(

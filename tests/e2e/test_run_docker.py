@@ -580,3 +580,34 @@ def test_a_usage_error_in_a_container_is_not_retried(trainer_image: str, tmp_pat
     assert result.returncode == 2, result.stderr[-3000:]
     assert "restarting" not in result.stderr and "nosuchmod" in result.stderr, result.stderr
     assert _left_behind(job) == []
+
+
+def test_docker_containers_get_store_credentials_by_name_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With checkpoints in an object store, each container gets the URL and the store's credentials
+    and settings from this shell by name (`-e NAME`: the engine reads the value), so no secret is in
+    an argv that `ps` shows; an endpoint on loopback, which containers cannot reach, is said."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("ddpctl.runners.docker.require_engine_cli", lambda engine: engine)
+    monkeypatch.setattr("ddpctl.runners.docker.ensure_image", lambda engine, spec: None)
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "AKIDEXAMPLE",
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+        "AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+        "HF_TOKEN": "hf-value",
+    }.items():
+        monkeypatch.setenv(key, value)
+    url = "s3://bucket/runs/r1"
+    spec = JobSpec.from_dict(
+        {"name": "st", "checkpoints": url, "secretEnv": {"HF_TOKEN": {"secret": "hf", "key": "t"}}}
+    )
+    plan = plan_docker(spec, run_id="abc123")
+    for container in plan.containers:
+        argv = list(container.argv)
+        assert argv[argv.index("--checkpoint-dir") + 1] == url
+        for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_ENDPOINT_URL", "HF_TOKEN"):
+            assert argv[argv.index(name) - 1] == "-e"
+        text = " ".join(argv)
+        assert "s3cr3t-value" not in text and "AKIDEXAMPLE" not in text and "hf-value" not in text
+        assert not any(a.endswith(":/checkpoints") for a in argv)  # no host directory stands in for the store
+    assert plan.checkpoint_dir == url
+    assert any("127.0.0.1:9000: this machine's loopback" in note for note in plan.notes)

@@ -877,3 +877,22 @@ def test_logs_of_a_local_run_read_the_latest_start_or_the_one_before(tmp_path: P
     assert local_logs(tmp_path, node=0, tail=1, previous=False, prefix=True) == ["[node 0] last"]
     with pytest.raises(UsageError, match="has no node 2; its nodes: 0, 1"):
         local_logs(tmp_path, node=2, tail=None, previous=False, prefix=None)
+
+
+def test_checkpoints_in_an_object_store_reach_every_node_and_fresh_leaves_them(tmp_path: Path) -> None:
+    """`checkpoints: s3://...` goes to each node's trainer as it is (no local directory is made for it),
+    the agents inherit the shell's credentials for it, and --fresh refuses to delete from a store."""
+    from ddpctl.errors import UsageError
+    from ddpctl.runners.local import clean_run_dir
+
+    url = "s3://bucket/runs/r1"
+    shell = {"AWS_ACCESS_KEY_ID": "id", "AWS_SECRET_ACCESS_KEY": "not-printed", "AWS_ENDPOINT_URL": "http://s3.x"}
+    plan = plan_local(JobSpec(name="w", checkpoints=url), cwd=tmp_path, parent_env=shell)
+    assert plan.checkpoint_dir == url
+    for node in plan.nodes:
+        assert list(node.argv[-2:]) != [] and "--checkpoint-dir" in node.argv
+        assert node.argv[node.argv.index("--checkpoint-dir") + 1] == url
+        assert {k: node.env[k] for k in shell} == shell  # the agents' env: the trainer reads them there
+    with pytest.raises(UsageError, match=r"^--fresh: the checkpoints are in s3://bucket/runs/r1, an object store"):
+        clean_run_dir(plan)
+    assert not (tmp_path / "ddp-runs" / "w" / "checkpoints").exists()

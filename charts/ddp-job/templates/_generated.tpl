@@ -330,6 +330,21 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
       "problem": "%(path) is also used by volume %(other)",
       "fix": "give each volume its own path"
     },
+    "checkpointsTrainer": {
+      "field": "checkpoints",
+      "problem": "is read by the ddpctl trainer only (module ddpctl_trainer)",
+      "fix": "give your own script its checkpoint location in args or env, and drop checkpoints"
+    },
+    "checkpointsVolume": {
+      "field": "checkpoints",
+      "problem": "is set together with a volume named checkpoints",
+      "fix": "keep one: the object store URL or the volume"
+    },
+    "checkpointsArgs": {
+      "field": "checkpoints",
+      "problem": "is set together with --checkpoint-dir in args",
+      "fix": "keep one of them"
+    },
     "topologyModes": {
       "field": "%(where)",
       "problem": "sets both %(first) and %(second)",

@@ -179,6 +179,17 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $_ := set $mountPaths $vol.mountPath $vname -}}
 {{- end -}}
 
+{{- /* Checkpoints in an object store (JobSpec._validate_checkpoints; the URL's own form is the schema's). */ -}}
+{{- $checkpointFlag := "" -}}
+{{- range $dir := $C.trainerDirs -}}{{- if eq $dir.volume "checkpoints" -}}{{- $checkpointFlag = $dir.flag -}}{{- end -}}{{- end -}}
+{{- if $V.checkpoints -}}
+{{- if not $usesTrainer -}}{{- include "ddp-job.fail" (list $M.checkpointsTrainer dict) -}}{{- end -}}
+{{- if hasKey $volumes "checkpoints" -}}{{- include "ddp-job.fail" (list $M.checkpointsVolume dict) -}}{{- end -}}
+{{- range $arg := default list $V.args -}}
+{{- if or (eq $arg $checkpointFlag) (hasPrefix (print $checkpointFlag "=") $arg) -}}{{- include "ddp-job.fail" (list $M.checkpointsArgs dict) -}}{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- /* Kueue topology requests (Topology.check, Topology.annotations): the group's own, else the spec's. */ -}}
 {{- $T := $G.pod.topology -}}
 {{- range $g := $groups -}}
@@ -297,9 +308,8 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- if $module -}}{{- $entrypoint = concat $launcher (list "-m" $module) -}}{{- end -}}
 {{- $args := default list $V.args -}}
 {{- $extra := list -}}
-{{- $checkpointFlag := "" -}}
+{{- if and $usesTrainer $V.checkpoints -}}{{- $extra = list $checkpointFlag $V.checkpoints -}}{{- end -}}
 {{- range $dir := $C.trainerDirs -}}
-{{- if eq $dir.volume "checkpoints" -}}{{- $checkpointFlag = $dir.flag -}}{{- end -}}
 {{- if and $usesTrainer (hasKey $volumes $dir.volume) (not (has $dir.flag $args)) -}}
 {{- $extra = concat $extra (list $dir.flag (get $volumes $dir.volume).mountPath) -}}
 {{- end -}}
@@ -359,7 +369,7 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
   "podFailurePolicy" $rules.podFailurePolicy
   "failurePolicy" $failurePolicy
   "gracePeriod" (int64 $V.gracePeriod)
-  "restartFromScratch" (and $usesTrainer (not (hasKey $volumes "checkpoints")) (not (has $checkpointFlag $args)))
+  "restartFromScratch" (and $usesTrainer (not $V.checkpoints) (not (hasKey $volumes "checkpoints")) (not (has $checkpointFlag $args)))
   "replicas" $replicas
   "elastic" $elastic
   "grouped" $grouped

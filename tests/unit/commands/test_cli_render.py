@@ -424,3 +424,26 @@ def test_explain_says_the_topology_per_group_and_that_it_needs_a_queue(cli, tmp_
     assert "Master and Worker are placed as one (podset-group-name ddp-train)" in queued
     assert "without --queue" not in queued
     assert "topology:" not in cli("render", "--explain").out
+
+
+def test_explain_says_where_checkpoints_go_and_whose_credentials(cli) -> None:
+    """An object store URL, with the Secret keys that sign its requests, or the pods' workload
+    identity when none is given; the manifest references the Secret and never holds a value."""
+    url = "s3://team-bucket/runs/resnet"
+    secret = ["--secret-env", "AWS_ACCESS_KEY_ID=s3:id", "--secret-env", "AWS_SECRET_ACCESS_KEY=s3:key"]
+    explained = cli("render", "--explain", "--checkpoints", url, *secret)
+    assert explained.code == 0, explained.err
+    text = " ".join(explained.out.split())
+    assert f"checkpoints: {url} (object store" in text
+    assert "credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY" in text and "no `checkpoints` volume" not in text
+    identity = cli("render", "--explain", "--checkpoints", url)
+    assert "no Secret: the pods' workload identity" in " ".join(identity.out.split())
+    rendered = cli("render", "--checkpoints", url, *secret, "--output", "json")
+    (job,) = [o for o in json.loads(rendered.out)["items"] if o["kind"] == "Job"]
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["args"][:2] == ["--checkpoint-dir", url]
+    refs = {e["name"]: e.get("valueFrom") for e in container["env"] if e["name"].startswith("AWS_")}
+    assert refs == {
+        "AWS_ACCESS_KEY_ID": {"secretKeyRef": {"name": "s3", "key": "id"}},
+        "AWS_SECRET_ACCESS_KEY": {"secretKeyRef": {"name": "s3", "key": "key"}},
+    }

@@ -137,3 +137,20 @@ def test_which_exit_codes_the_engines_retry(changes: dict[str, Any], codes: dict
 )
 def test_the_pods_restart_policy_is_the_engines_default_unless_given(changes: dict[str, Any], policy: str) -> None:
     assert planned(changes).pod_restart_policy == policy
+
+
+@pytest.mark.parametrize(
+    ("data", "args", "warned"),
+    [
+        ({"checkpoints": "s3://bucket/runs/r1"}, ["--checkpoint-dir", "s3://bucket/runs/r1"], False),
+        ({"volumes": {"checkpoints": {"claimName": "c", "mountPath": "/ckpt"}}}, ["--checkpoint-dir", "/ckpt"], False),
+        ({}, [], True),  # the pod's own file system: a restart starts from scratch
+        ({"module": "mypkg.train"}, [], False),  # a user's module keeps its own state
+    ],
+)
+def test_where_the_trainers_checkpoints_go(data: dict[str, Any], args: list[str], warned: bool) -> None:
+    """An object store URL reaches the trainer as its --checkpoint-dir, and then no restart starts
+    from scratch: the warning is only for checkpoints in the pod's file system."""
+    plan = planned(data)
+    assert list(plan.trainer_args) == args
+    assert (plan.restart_starts_from_scratch is not None) is warned

@@ -17,6 +17,18 @@ from ddpctl.spec.model import JobSpec
     "data,field",
     [
         ({"nodes": 0}, "nodes"),
+        ({"nodes": "0:4"}, "nodes"),  # an elastic bound names the key ddp.yaml has, not minNodes
+        ({"checkpoints": "/mnt/ckpt"}, "checkpoints"),  # a path is a volume's, not a URL
+        ({"checkpoints": "ftp://bucket/run"}, "checkpoints"),
+        ({"checkpoints": "s3://"}, "checkpoints"),
+        ({"checkpoints": "s3://Bucket/run"}, "checkpoints"),
+        ({"checkpoints": "s3://bucket/run?versionId=1"}, "checkpoints"),
+        ({"checkpoints": "s3://bucket/run", "module": "mypkg.train"}, "checkpoints"),
+        (
+            {"checkpoints": "s3://b/run", "volumes": {"checkpoints": {"claimName": "c", "mountPath": "/c"}}},
+            "checkpoints",
+        ),
+        ({"checkpoints": "s3://bucket/run", "args": ["--checkpoint-dir=/c"]}, "checkpoints"),
         ({"nodes": "4:2"}, "nodes"),
         ({"nodes": "two"}, "nodes"),
         ({"nodes": True}, "nodes"),
@@ -194,3 +206,12 @@ def test_topology_round_trips_and_a_group_overrides_the_spec() -> None:
     }
     assert spec.topology_of(b).annotations() == {"kueue.x-k8s.io/podset-preferred-topology": _RACK}
     assert not JobSpec().topology and JobSpec().topology_of(JobSpec().groups[0]).annotations() == {}
+
+
+def test_credentials_in_a_checkpoints_url_are_refused_without_being_repeated() -> None:
+    """A key pasted into the URL is refused, and the error line does not print it back (it goes to
+    terminals and CI logs): credentials belong in a Secret."""
+    with pytest.raises(SpecError) as refused:
+        JobSpec.from_dict({"checkpoints": "s3://AKIAEXAMPLE:s3cr3t-value@bucket/run"})
+    assert refused.value.field == "checkpoints" and "secretEnv" in str(refused.value)
+    assert "s3cr3t-value" not in str(refused.value) and "AKIAEXAMPLE" not in str(refused.value)
