@@ -46,6 +46,7 @@ def run(
     from ddpctl.cluster.config import ClusterOptions
     from ddpctl.cluster.flags import parse_duration
     from ddpctl.manifests import render
+    from ddpctl.manifests.output import to_json_list, to_yaml_documents
 
     timeout_s = parse_duration(timeout)
     if rank is not None and not follow:
@@ -67,7 +68,7 @@ def run(
     auto = explicit_auto or "target" not in chosen
 
     def fmt(objects: list[dict[str, Any]]) -> str:
-        return render.to_json_list(objects) if output is Format.json else render.to_yaml_documents(objects)
+        return to_json_list(objects) if output is Format.json else to_yaml_documents(objects)
 
     if dry_run is DryRun.client:
         spec = base.spec()  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`

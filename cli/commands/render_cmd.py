@@ -33,6 +33,7 @@ def render_command(
     """Render the job's Kubernetes manifests (no cluster needed)."""
     from ddpctl.engines import plan_for
     from ddpctl.manifests import render
+    from ddpctl.manifests.output import to_json_list, to_yaml_documents, write_output_dir
 
     spec = spec_input.spec()
     plan = plan_for(spec)  # what the target cannot run is refused for every output, values included
@@ -51,10 +52,10 @@ def render_command(
         return
     objects = render.render_plan(plan)
     if output_dir is not None:
-        for path in render.write_output_dir(objects, output_dir):
+        for path in write_output_dir(objects, output_dir):
             typer.echo(f"wrote {path}", err=True)
         return
-    text = render.to_json_list(objects) if output is OutputFormat.json else render.to_yaml_documents(objects)
+    text = to_json_list(objects) if output is OutputFormat.json else to_yaml_documents(objects)
     typer.echo(text, nl=False)
 
 

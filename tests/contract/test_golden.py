@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ddpctl.manifests.render import render, to_yaml_documents
+from ddpctl.manifests.output import to_yaml_documents
+from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.schema import TARGETS
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import yaml
 from ddpctl.errors import SpecError
-from ddpctl.manifests.render import render, render_text, to_yaml_documents
+from ddpctl.manifests.output import to_yaml_documents
+from ddpctl.manifests.render import render, render_text
 from ddpctl.manifests.yamlsafe import quote
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.schema import TARGETS
