@@ -25,7 +25,6 @@ function that makes one when called without arguments.
 
 from __future__ import annotations
 
-import importlib
 import time
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING
@@ -35,6 +34,7 @@ import torch.distributed as dist
 
 from . import dist as d
 from .errors import UsageError
+from .plugins import import_named
 
 if TYPE_CHECKING:
     from .trainer import Trainer
@@ -214,14 +214,8 @@ def _has_hooks(obj: object) -> bool:
 
 def _resolve(spec: str) -> object:
     """``module:name`` -> the object it names; the one place that checks a callback's spec."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise UsageError(f"--callback {spec!r}: a callback is written module:name, e.g. mypkg.hooks:Checkpointer")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"--callback {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
-    found: object = getattr(module, attr, None)
+    form = "a callback is written module:name, e.g. mypkg.hooks:Checkpointer"
+    module_name, attr, found = import_named("--callback", spec, form)
     if found is None:
         raise UsageError(f"--callback {spec!r}: {module_name} has no {attr!r}")
     if not (_has_hooks(found) or callable(found)):

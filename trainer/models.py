@@ -6,7 +6,6 @@ it does not train identically on 1 and N processes, and the equivalence tests ne
 
 from __future__ import annotations
 
-import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -15,6 +14,7 @@ import torch
 from torch import nn
 
 from .errors import UsageError
+from .plugins import import_named
 
 
 class ConvNet(nn.Module):
@@ -53,14 +53,8 @@ def _torchvision_model(name: str, num_classes: int) -> nn.Module:
 
 def _import_factory(spec: str) -> Callable[..., Any]:
     """``module:factory`` -> the callable; the one place that checks a custom model's spec."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise UsageError(f"--model {spec!r}: a custom model is written module:factory, e.g. mypkg.models:build")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UsageError(f"--model {spec!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
-    factory: object = getattr(module, attr, None)
+    form = "a custom model is written module:factory, e.g. mypkg.models:build"
+    module_name, attr, factory = import_named("--model", spec, form)
     if not callable(factory):
         raise UsageError(f"--model {spec!r}: {module_name} has no callable {attr!r}")
     return factory

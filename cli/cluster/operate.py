@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from ddpctl.cluster.flags import Format, ListFormat, parse_duration
 from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, UsageError
+
+if TYPE_CHECKING:
+    from ddpctl.cluster.config import ClusterOptions
 
 
 def _defaults(name: str | None, namespace: str | None, command: str) -> tuple[str, str | None]:
@@ -26,10 +30,11 @@ def _defaults(name: str | None, namespace: str | None, command: str) -> tuple[st
     return str(name), namespace or (str(chosen["namespace"]) if chosen.get("namespace") else None)
 
 
-def _connect(kubeconfig: str | None, context: str | None, namespace: str | None, request_timeout: str | None) -> Any:
-    from ddpctl.cluster.config import ClusterOptions, connect
+def _connect(options: ClusterOptions, namespace: str | None) -> Any:
+    """The cluster of --kubeconfig/--context, in `namespace` (the flag's, else ddp.yaml's, else the context's)."""
+    from ddpctl.cluster.config import connect
 
-    return connect(ClusterOptions(kubeconfig, context, namespace, request_timeout))
+    return connect(dataclasses.replace(options, namespace=namespace))
 
 
 # ------------------------------------------------------------------------------ status
@@ -38,10 +43,7 @@ def _connect(kubeconfig: str | None, context: str | None, namespace: str | None,
 def status(
     name: str | None,
     *,
-    kubeconfig: str | None,
-    request_timeout: str | None = None,
-    context: str | None,
-    namespace: str | None,
+    options: ClusterOptions,
     output: Format | None,
     wait: bool,
     timeout: str | None,
@@ -53,8 +55,8 @@ def status(
     from ddpctl.cluster.kinds import POD, expected_nodes, finished, pod_selector
 
     timeout_s = parse_duration(timeout)
-    name, namespace = _defaults(name, namespace, "status")
-    with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
+    name, namespace = _defaults(name, options.namespace, "status")
+    with _connect(options, namespace) as cluster:
         ns = cluster.namespace
         kind, job = find_job(cluster, name, ns)
         if wait:
@@ -165,10 +167,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 def logs(
     name: str | None,
     *,
-    kubeconfig: str | None,
-    request_timeout: str | None = None,
-    context: str | None,
-    namespace: str | None,
+    options: ClusterOptions,
     follow: bool,
     rank: int | None,
     previous: bool,
@@ -187,8 +186,8 @@ def logs(
         raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
     if follow and previous:
         raise UsageError("--previous cannot be combined with --follow; drop one of them")
-    name, namespace = _defaults(name, namespace, "logs")
-    with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
+    name, namespace = _defaults(name, options.namespace, "logs")
+    with _connect(options, namespace) as cluster:
         ns = cluster.namespace
         kind, job = find_job(cluster, name, ns)
         nodes = expected_nodes(kind, job)
@@ -241,10 +240,7 @@ def logs(
 
 def list_jobs(
     *,
-    kubeconfig: str | None,
-    request_timeout: str | None = None,
-    context: str | None,
-    namespace: str | None,
+    options: ClusterOptions,
     all_namespaces: bool,
     output: ListFormat,
     out: Callable[[str], None],
@@ -253,9 +249,10 @@ def list_jobs(
     from ddpctl.cluster.kinds import MANAGED_BY, WORKLOADS, age, expected_nodes, finished, job_name_of
     from ddpctl.engines import engine_for
 
+    namespace = options.namespace
     if namespace is None and not all_namespaces:
         _, namespace = _defaults("-", None, "list")
-    with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
+    with _connect(options, namespace) as cluster:
         ns = None if all_namespaces else cluster.namespace
         found = []
         for kind in WORKLOADS:
@@ -352,10 +349,7 @@ def _image(obj: dict[str, Any]) -> str:
 def delete(
     names: list[str],
     *,
-    kubeconfig: str | None,
-    request_timeout: str | None = None,
-    context: str | None,
-    namespace: str | None,
+    options: ClusterOptions,
     ignore_not_found: bool,
     wait: bool,
     timeout: str | None,
@@ -364,12 +358,13 @@ def delete(
     from ddpctl.cluster.apply import DELETE_WAIT_SECONDS, delete_job, raise_not_found
 
     timeout_s = parse_duration(timeout) or DELETE_WAIT_SECONDS
+    namespace = options.namespace
     if not names:
         name, namespace = _defaults(None, namespace, "delete")
         names = [name]
     elif namespace is None:
         _, namespace = _defaults(names[0], None, "delete")
-    with _connect(kubeconfig, context, namespace, request_timeout) as cluster:
+    with _connect(options, namespace) as cluster:
         ns = cluster.namespace
         missing = []
         for name in names:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -13,6 +14,7 @@ from ddpctl.errors import SpecError, UsageError
 from ddpctl.spec.sources import SpecInput
 
 if TYPE_CHECKING:
+    from ddpctl.cluster.config import ClusterOptions
     from ddpctl.plan import Plan
 
 
@@ -29,9 +31,7 @@ def build_image(spec: Any) -> str:
 def run(
     spec_input: SpecInput,
     *,
-    kubeconfig: str | None,
-    request_timeout: str | None = None,
-    context: str | None,
+    options: ClusterOptions,
     dry_run: DryRun,
     output: Format | None,
     build: bool,
@@ -43,7 +43,6 @@ def run(
     out: Callable[[str], None],
     say: Callable[[str], None],
 ) -> None:
-    from ddpctl.cluster.config import ClusterOptions
     from ddpctl.cluster.flags import parse_duration
     from ddpctl.manifests import render
     from ddpctl.manifests.output import to_json_list, to_yaml_documents
@@ -106,7 +105,7 @@ def run(
     from ddpctl.cluster.follow import follow_job
     from ddpctl.cluster.kinds import BY_TARGET, rank_notice
 
-    with connect(ClusterOptions(kubeconfig, context, chosen.get("namespace"), request_timeout)) as cluster:
+    with connect(dataclasses.replace(options, namespace=chosen.get("namespace"))) as cluster:
         engines = discovery.discover(cluster)
         overrides: dict[str, Any] = {}
         if "namespace" not in chosen:

@@ -25,14 +25,12 @@ def delete_command(
     request_timeout: str | None = request_timeout_option(),
 ) -> None:
     """Delete a job: its workload, Service and (by foreground propagation) its pods."""
+    from ddpctl.cluster.config import ClusterOptions
     from ddpctl.cluster.operate import delete
 
     delete(
         list(names or []),
-        kubeconfig=kubeconfig,
-        context=context,
-        request_timeout=request_timeout,
-        namespace=namespace,
+        options=ClusterOptions(kubeconfig, context, namespace, request_timeout),
         ignore_not_found=ignore_not_found,
         wait=wait,
         timeout=timeout,

@@ -17,13 +17,11 @@ def list_command(
     request_timeout: str | None = request_timeout_option(),
 ) -> None:
     """List the jobs submitted with ddpctl (Job, PyTorchJob, JobSet, TrainJob)."""
+    from ddpctl.cluster.config import ClusterOptions
     from ddpctl.cluster.operate import list_jobs
 
     list_jobs(
-        kubeconfig=kubeconfig,
-        context=context,
-        request_timeout=request_timeout,
-        namespace=namespace,
+        options=ClusterOptions(kubeconfig, context, namespace, request_timeout),
         all_namespaces=all_namespaces,
         output=output,
         out=typer.echo,

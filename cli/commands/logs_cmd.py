@@ -33,14 +33,25 @@ def logs_command(
 
     A job run here with `ddpctl run --local` (./ddp-runs/NAME) is read from its files when no
     cluster has it."""
+    from ddpctl.cluster.config import ClusterOptions
+    from ddpctl.cluster.operate import logs
     from ddpctl.errors import ClusterError, UsageError
     from ddpctl.runners.local import find_local_run, job_name, local_logs
 
     name = job_name(name)
     local = find_local_run(name)
     try:
-        _cluster_logs(
-            name, follow, rank, previous, tail, timestamps, prefix, namespace, kubeconfig, context, request_timeout
+        logs(
+            name,
+            options=ClusterOptions(kubeconfig, context, namespace, request_timeout),
+            follow=follow,
+            rank=rank,
+            previous=previous,
+            tail=tail,
+            timestamps=timestamps,
+            prefix=prefix,
+            out=typer.echo,
+            say=lambda s: typer.echo(s, err=True),
         )
     except ClusterError:
         if local is None:
@@ -54,38 +65,6 @@ def logs_command(
                 f"ddpctl: --follow: a local run's live output is its `ddpctl run`'s; its files are in {local}/logs",
                 err=True,
             )
-
-
-def _cluster_logs(
-    name: str,
-    follow: bool,
-    rank: int | None,
-    previous: bool,
-    tail: int | None,
-    timestamps: bool,
-    prefix: bool | None,
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    request_timeout: str | None,
-) -> None:
-    from ddpctl.cluster.operate import logs
-
-    logs(
-        name,
-        kubeconfig=kubeconfig,
-        context=context,
-        request_timeout=request_timeout,
-        namespace=namespace,
-        follow=follow,
-        rank=rank,
-        previous=previous,
-        tail=tail,
-        timestamps=timestamps,
-        prefix=prefix,
-        out=typer.echo,
-        say=lambda s: typer.echo(s, err=True),
-    )
 
 
 def register(app: typer.Typer) -> None:

@@ -28,13 +28,23 @@ def status_command(
     """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, why nodes fail or wait.
 
     A job run here with `ddpctl run --local` (./ddp-runs/NAME) is shown when no cluster has it."""
+    from ddpctl.cluster.config import ClusterOptions
+    from ddpctl.cluster.operate import status
     from ddpctl.errors import ClusterError
     from ddpctl.runners.local import find_local_run, job_name, local_status, read_run_record
 
     name = job_name(name)
     local = find_local_run(name)
     try:
-        _cluster_status(name, namespace, kubeconfig, context, request_timeout, output, wait, timeout)
+        status(
+            name,
+            options=ClusterOptions(kubeconfig, context, namespace, request_timeout),
+            output=output,
+            wait=wait,
+            timeout=timeout,
+            out=typer.echo,
+            say=lambda s: typer.echo(s, err=True),
+        )
     except ClusterError:
         if local is None:
             raise
@@ -50,32 +60,6 @@ def status_command(
                 typer.echo(line)
         if wait:
             typer.echo("ddpctl: --wait: a local run ends with its ddpctl run command; not waiting", err=True)
-
-
-def _cluster_status(
-    name: str,
-    namespace: str | None,
-    kubeconfig: str | None,
-    context: str | None,
-    request_timeout: str | None,
-    output: Format | None,
-    wait: bool,
-    timeout: str | None,
-) -> None:
-    from ddpctl.cluster.operate import status
-
-    status(
-        name,
-        kubeconfig=kubeconfig,
-        context=context,
-        request_timeout=request_timeout,
-        namespace=namespace,
-        output=output,
-        wait=wait,
-        timeout=timeout,
-        out=typer.echo,
-        say=lambda s: typer.echo(s, err=True),
-    )
 
 
 def register(app: typer.Typer) -> None:

@@ -54,13 +54,12 @@ def submit_command(
     timeout: str | None = timeout_option(),
 ) -> None:
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""
+    from ddpctl.cluster.config import ClusterOptions
     from ddpctl.cluster.submit import run
 
     run(
         spec_input,
-        kubeconfig=kubeconfig,
-        context=context,
-        request_timeout=request_timeout,
+        options=ClusterOptions(kubeconfig, context, None, request_timeout),
         dry_run=dry_run,
         output=output,
         build=build,
