@@ -525,10 +525,19 @@ class Trainer:
         self._saved(where, step, payload["epoch"], sharded=False)
 
     def _saved(self, where: str, step: int, epoch: int, sharded: bool) -> None:
-        removed = self.store.prune(self.cfg.keep_last, step, sharded)
+        """After a checkpoint is published: prune, and say once whether newer ones exist. The
+        checkpoint stays saved if either fails (the object store went away meanwhile)."""
+        try:
+            removed = self.store.prune(self.cfg.keep_last, step, sharded)
+        except StoreError as exc:
+            warn(f"{where} is saved, but removing older checkpoints failed ({exc}); the next save tries again")
+            removed = []
         if not self._checked_newer:  # once per process: later saves only add older-than-them files
             self._checked_newer = True
-            self._warn_newer_checkpoints(step)
+            try:
+                self._warn_newer_checkpoints(step)
+            except StoreError:
+                self._checked_newer = False  # look again after the next save
         self.metrics.emit("checkpoint", step=step, epoch=epoch, path=where, removed=removed)
 
     def _warn_newer_checkpoints(self, step: int) -> None:

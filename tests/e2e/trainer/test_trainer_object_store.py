@@ -5,7 +5,8 @@ credentials it is sent.
 * a rank SIGKILLed mid-run: the restarted group resumes from S3 and ends bit-identical (float64)
   to an uninterrupted run;
 * SIGTERM to a node: the stop checkpoint is in S3 (``latest`` names it, complete) when the
-  processes have exited, and the next start resumes there with 0 steps lost;
+  processes have exited, and the next start resumes there with 0 steps lost; SIGTERM while the
+  server is down: still exit 143, one line saying the checkpoint could not be stored;
 * the server stopped during a save: training goes on, each failed save is one warning line, the
   first save after the server's restart succeeds, and ``latest`` never names an incomplete one;
 * readers polling ``latest`` while the trainer saves every step always load a complete checkpoint;
@@ -287,6 +288,47 @@ def test_the_server_stopped_during_a_save_is_reported_training_goes_on_and_the_n
     assert reads and reads == sorted(reads), reads
     assert not any(n.startswith(("ckpt-00000004/", "ckpt-00000005/", "ckpt-00000006/")) for n in object_names(client))
     _no_secret(run)
+
+
+def test_a_stop_checkpoint_the_store_cannot_take_still_exits_143_saying_so_and_the_next_start_resumes(
+    own_s3: S3Server, tmp_path: Path
+) -> None:
+    """SIGTERM while the server is down: the stop checkpoint (step 3) fails, the process still
+    exits 143 (retried like any preemption) with one line that says so; once the server is back,
+    the next start resumes from the newest complete checkpoint (step 2)."""
+    url = own_s3.url("run")
+    client = own_s3.client("run")
+    hold = tmp_path / "held"
+    args = [*COMMON, "--save-every", "2", "--max-steps", "6", "--no-eval"]
+    proc = start(
+        _single(tmp_path, url, args), tmp_path, clean_env({**own_s3.env(), **plugin_env(hold_at(3, file=hold))})
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while not hold.exists() or (latest_checkpoint(client) or (0, {}))[0] != 2:  # held after step 3, ckpt-2 stored
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "never held at step 3 with ckpt-2 stored"
+            time.sleep(0.05)
+        own_s3.stop()
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        kill_tree(proc.tag)  # type: ignore[attr-defined]
+    assert proc.returncode == 143, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(
+        "ddpctl-trainer: error: stopped by SIGTERM after step 3; its checkpoint could not be stored ("
+    ), err
+    assert last.endswith("the next start resumes from the newest complete one") and SECRET_KEY not in err
+    (preempted,) = Run(143, out, err, tmp_path).events("preempted")
+    assert preempted["step"] == 3 and not preempted["saved"]
+    own_s3.start()
+    found = latest_checkpoint(client)
+    assert found is not None and found[0] == 2
+    (tmp_path / "metrics.jsonl").unlink()
+    again = _launch(own_s3, tmp_path, url, args)
+    assert again.code == 0, again.explain()
+    assert again.events("resume")[0]["step"] == 2 and again.events("done")[-1]["step"] == 6
 
 
 def test_readers_polling_latest_while_the_trainer_saves_every_step_always_load_a_complete_checkpoint(
