@@ -686,6 +686,38 @@ def test_a_preempted_node_restarts_the_group_which_resumes_at_that_step(
 
 
 @pytest.mark.slow
+def test_a_preempted_node_resumes_from_checkpoints_in_an_object_store(
+    started, uninterrupted: dict[str, Any], tmp_path: Path, s3: Any, s3_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--checkpoints s3://...` against a real S3 server: the trainers reach it with the shell's
+    credentials, SIGTERM to node 1's agent after step 5 puts the stop checkpoint in the store, and
+    the restarted group resumes there (0 steps lost: the weights of an uninterrupted run), with no
+    checkpoint on this machine and the secret in no output or log."""
+    from tests.support.s3 import SECRET_KEY
+
+    needs_proc()
+    for key, value in s3.env().items():
+        monkeypatch.setenv(key, value)
+    hold = tmp_path / "held"
+    hook = env_flags(plugin_env(hold_at(5, rank=1, file=hold)))
+    proc = started(*RESTART_LAYOUT, "--checkpoints", s3_url, *hook, *RESTART_ARGS, cwd=tmp_path)
+    _wait_for_file(proc, hold)
+    os.kill(_node_agent(proc.pid, 1), signal.SIGTERM)
+    out, err = proc.communicate(timeout=JOB_TIMEOUT)
+    assert proc.returncode == 0, err[-3000:]
+    assert (
+        f"ddpctl: node 1 was preempted (SIGTERM); restarting all 2 nodes from the newest checkpoint in {s3_url} "
+        "(not counted: a preemption" in err
+    ), err
+    assert "resumed from" in out and "(epoch 1, step 5)" in out, out
+    _assert_same_weights(tmp_path / "final.pt", uninterrupted)
+    run = tmp_path / "ddp-runs" / "ddp-train"
+    assert not (run / "checkpoints").exists()
+    logs = "".join(p.read_text(errors="replace") for p in (run / "logs").rglob("*") if p.is_file())
+    assert SECRET_KEY not in out + err + logs
+
+
+@pytest.mark.slow
 def test_a_usage_error_at_run_time_is_not_retried(tmp_path: Path) -> None:
     """A model factory that does not exist is found by every rank (exit 2): restarting cannot help."""
     result = _ddpctl(
