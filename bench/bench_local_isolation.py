@@ -165,7 +165,14 @@ def stall(runs: int, root: Path) -> dict[str, Any]:
 def crash(runs: int, root: Path) -> dict[str, Any]:
     counts: dict[str, Any] = {"runs": runs, "starts": [], "says_why": 0}
     args = ["--backoff-limit", "3", "-e", "CRASH_RANK=3", "-e", "CRASH_AT_STEP=5", "--"]
-    args += ["--model", "tests.support.models.fault_models:crashing", "--image-size", "8", "--synthetic-samples", "1024"]
+    args += [
+        "--model",
+        "tests.support.models.fault_models:crashing",
+        "--image-size",
+        "8",
+        "--synthetic-samples",
+        "1024",
+    ]
     args += ["--eval-samples", "32", "--save-every", "100"]
     started = time.monotonic()
     for i in range(runs):
