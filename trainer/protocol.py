@@ -96,6 +96,39 @@ CHECKPOINT_LATEST = "latest"
 CHECKPOINT_STATE_FILE = "state.pt"  # a full checkpoint's one data object in the object store
 
 
+# An object store's bucket (S3, GCS) or container (Azure): lowercase letters, digits, '.', '_' and '-'.
+BUCKET = re.compile(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
+
+
+def checkpoint_url_problem(url: str) -> tuple[str, str] | None:
+    """What is wrong with `url` as an object store checkpoint location, as (problem, fix); None
+    when nothing is. The spec (`checkpoints`) and the trainer (`--checkpoint-dir`) ask this one
+    check. No problem repeats the URL: a pasted one may hold a key or a presigned signature."""
+    if "@" in url:
+        return (
+            "the URL holds credentials (user@ or key:secret@)",
+            "remove them: reference a Secret with secretEnv (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), or use the "
+            "pods' workload identity",
+        )
+    *others, last = CHECKPOINT_URL_SCHEMES
+    schemes = f"{', '.join(f'{s}://' for s in others)} or {last}://"
+    example = f"give an {schemes} URL such as s3://BUCKET/PREFIX"
+    if "?" in url or "#" in url:
+        return "the URL holds a query or fragment (a presigned URL?)", example
+    scheme, found, rest = url.partition("://")
+    if not found:
+        return "a path is not an object store URL", f"{example} (for a path, mount a volume)"
+    if scheme.lower() not in CHECKPOINT_URL_SCHEMES:
+        return f"{scheme}:// is not a supported object store", example
+    bucket, _, prefix = rest.partition("/")
+    if not BUCKET.fullmatch(bucket):
+        problem = f"{bucket!r} is not a bucket name" if bucket else "the URL names no bucket"
+        return problem, f"write it as {scheme}://BUCKET/PREFIX, the bucket in lowercase letters, digits, '.', '_', '-'"
+    if any(c.isspace() or not c.isprintable() for c in prefix):
+        return "the prefix holds spaces or control characters", "use a plain prefix such as runs/resnet-1"
+    return None
+
+
 def url_scheme(value: str) -> str | None:
     """The scheme of a URL (`s3` of `s3://bucket/run`), None for a path."""
     match = URL.match(value)

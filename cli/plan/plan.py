@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 NO_CHECKPOINT_VOLUME = (
     "no `checkpoints` volume: the trainer's checkpoints stay in the pod's own file system, so a restart "
-    "(preemption, node loss) starts from scratch; add one, e.g. --volume checkpoints=CLAIM:/checkpoints"
+    "(preemption, node loss) starts from scratch; add one, e.g. --volume checkpoints=CLAIM:/checkpoints, or "
+    "keep them in an object store: --checkpoints s3://BUCKET/PREFIX"
 )
 NODE_GROUP_LABEL = "ddpctl.io/node-group"
 
@@ -320,6 +321,22 @@ class Plan:
         ):
             return None
         return NO_CHECKPOINT_VOLUME
+
+    @property
+    def checkpoint_url(self) -> str | None:
+        """The object store URL the trainer's checkpoints go to, however it was given (the spec's
+        `checkpoints`, a --checkpoint-dir in args, the last one winning as in argparse, or its env
+        variable); None for a path."""
+        spec = self.spec
+        if not spec.uses_trainer:
+            return None
+        given = spec.checkpoints or spec.env.get(protocol.CHECKPOINT_DIR_ENV)
+        for i, arg in enumerate(spec.args):
+            if arg == "--checkpoint-dir" and i + 1 < len(spec.args):
+                given = spec.args[i + 1]
+            elif arg.startswith("--checkpoint-dir="):
+                given = arg.split("=", 1)[1]
+        return given if given and protocol.url_scheme(given) else None
 
     @property
     def checkpoint_location(self) -> str | None:

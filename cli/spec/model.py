@@ -31,7 +31,6 @@ from ddpctl.spec.checks import (
     yaml_spelling,
 )
 from ddpctl.spec.names import (
-    BUCKET,
     CONTROL_CHARS,
     DNS1035_LABEL,
     DNS1123_LABEL,
@@ -477,9 +476,11 @@ class JobSpec:
     env: Mapping[str, str] = field(
         default_factory=dict,
         metadata=doc(
-            "Environment variables, a map NAME: value (strings). Yours win over ddpctl's wiring.",
+            "Environment variables, a map NAME: value (strings). Yours win over ddpctl's wiring. An object store's "
+            "secrets (AWS_SECRET_ACCESS_KEY, ...) go in secretEnv instead.",
             # YAML numbers are kept as written (`env_value`); booleans are refused.
             **string_map({"type": ["string", "number"], "pattern": NO_NUL}, keys=ENV_NAME.pattern),
+            properties=dict.fromkeys(protocol.OBJECT_STORE_SECRET_ENV, False),
         ),
     )
     env_from_secrets: tuple[str, ...] = field(
@@ -889,35 +890,9 @@ class JobSpec:
         if url is None:
             return
         check_plain_string("checkpoints", url, allow_empty=False)
-        require(  # first, so that no message below repeats a secret
-            "@" not in url,
-            "checkpoints",
-            "the URL holds credentials (user@ or key:secret@)",
-            "remove them: reference a Secret with secretEnv (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY), or use the "
-            "pods' workload identity",
-        )
-        *others, last = protocol.CHECKPOINT_URL_SCHEMES
-        schemes = f"{', '.join(f'{s}://' for s in others)} or {last}://"
-        scheme, found, rest = url.partition("://")
-        require(
-            bool(found) and scheme in protocol.CHECKPOINT_URL_SCHEMES,
-            "checkpoints",
-            f"{url!r} is not an object store URL",
-            f"give an {schemes} URL such as s3://BUCKET/PREFIX (for a path, mount a volume named checkpoints)",
-        )
-        bucket, _, prefix = rest.partition("/")
-        require(
-            bool(BUCKET.fullmatch(bucket)),
-            "checkpoints",
-            f"{bucket!r} is not a bucket name" if bucket else "the URL names no bucket",
-            f"write it as {scheme}://BUCKET/PREFIX, the bucket in lowercase letters, digits, '.', '_' and '-'",
-        )
-        require(
-            not CONTROL_CHARS.search(prefix) and not any(c.isspace() or c in "?#" for c in prefix),
-            "checkpoints",
-            "the prefix holds spaces, control characters, '?' or '#'",
-            "use a plain prefix such as runs/resnet-1",
-        )
+        wrong = protocol.checkpoint_url_problem(url)
+        if wrong is not None:
+            raise SpecError("checkpoints", *wrong)
         require(
             self.uses_trainer,
             "checkpoints",
@@ -939,6 +914,12 @@ class JobSpec:
 
     def _validate_pod_fields(self) -> None:
         for key, value in self.env.items():
+            require(  # the value is not repeated: it is a secret
+                key not in protocol.OBJECT_STORE_SECRET_ENV,
+                f"env.{key}",
+                "would put a secret in plain text into every pod's manifest",
+                f"keep it in a Secret and reference it: secretEnv {key}: {{secret: NAME, key: KEY}}",
+            )
             require(
                 isinstance(key, str) and bool(ENV_NAME.fullmatch(key)),
                 f"env.{key}",

@@ -39,8 +39,6 @@ QUANTITY = LazyPattern(
 
 
 IMAGE = LazyPattern(r"^[A-Za-z0-9][A-Za-z0-9._/:@+-]*$")
-# An object store's bucket (S3, GCS) or container (Azure): lowercase letters, digits, '.', '_' and '-'.
-BUCKET = LazyPattern(r"^[a-z0-9]([a-z0-9._-]*[a-z0-9])?$")
 MODULE = LazyPattern(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 RESOURCE_NAME = LazyPattern(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 CONTROL_CHARS = LazyPattern(r"[\x00-\x1f\x7f]")

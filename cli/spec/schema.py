@@ -8,7 +8,6 @@ import re
 from typing import Any
 
 from ddpctl.spec.names import (
-    BUCKET,
     CONTROL_CHARS,
     DNS1123_LABEL,
     DNS1123_SUBDOMAIN,
@@ -100,5 +99,5 @@ def string_map(value: dict[str, Any], keys: str = LABEL_KEY_PATTERN) -> dict[str
 # Where the ddpctl trainer's checkpoints may go besides a volume: an object store URL whose scheme the
 # trainer's client reads (`scheme://BUCKET/PREFIX`: no credentials, query or spaces in it).
 CHECKPOINT_URL_PATTERN = (
-    rf"^({'|'.join(protocol.CHECKPOINT_URL_SCHEMES)})://{BUCKET.pattern[1:-1]}(/[^\s{CONTROL_CLASS}?#@]*)?$"
+    rf"^({'|'.join(protocol.CHECKPOINT_URL_SCHEMES)})://{protocol.BUCKET.pattern[1:-1]}(/[^\s{CONTROL_CLASS}?#@]*)?$"
 )

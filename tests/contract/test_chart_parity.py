@@ -390,7 +390,7 @@ BREAKERS: dict[str, Breaker] = {
     ),
     "resources": _in(resources=_one_of({"memory": "lots"}, {"cpu": "1 000"}, {"gpuResource": "bad resource"})),
     "shmSize": _in(shmSize="-1Gi"),
-    "env": _in(env=_one_of({"1BAD": "x"}, {"FLAG": True}), secretEnv={}),
+    "env": _in(env=_one_of({"1BAD": "x"}, {"FLAG": True}, {"AWS_SECRET_ACCESS_KEY": "x"}), secretEnv={}),
     "envFromSecrets": _in(JOB, envFromSecrets=["UPPER"]),
     "secretEnv": _in(secretEnv=_one_of({"X": {"secret": "s"}}, {"X": {"secret": "s", "key": "bad key"}}), env={}),
     "volumes": _in(
@@ -409,7 +409,9 @@ BREAKERS: dict[str, Breaker] = {
         {"checkpoints": "s3://b/run", "volumes": {"checkpoints": {"claimName": "pvc", "mountPath": "/ckpt"}}},
         {"checkpoints": "s3://b/run", "args": ["--checkpoint-dir", "/ckpt"]},
         {"checkpoints": "s3://b/run", "args": ["--checkpoint-dir=/ckpt"]},
-        checkpoints=_one_of("ftp://b/run", "s3://", "s3://Bucket/run", "s3://key:secret@b/run", "/ckpt", "s3://b/a b"),
+        checkpoints=_one_of(
+            "ftp://b/run", "s3://", "s3://Bucket/run", "s3://key:secret@b/run", "/ckpt", "s3://b/a b", "s3://b/r?x=1"
+        ),
     ),
     "nodeSelector": _in(nodeSelector={"pool": "a b"}),
     "tolerations": _in(

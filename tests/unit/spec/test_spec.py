@@ -19,6 +19,7 @@ from ddpctl.spec.model import JobSpec
         ({"nodes": 0}, "nodes"),
         ({"nodes": "0:4"}, "nodes"),  # an elastic bound names the key ddp.yaml has, not minNodes
         ({"checkpoints": "/mnt/ckpt"}, "checkpoints"),  # a path is a volume's, not a URL
+        ({"env": {"AWS_SECRET_ACCESS_KEY": "x"}}, "env.AWS_SECRET_ACCESS_KEY"),  # a secret goes in secretEnv
         ({"checkpoints": "ftp://bucket/run"}, "checkpoints"),
         ({"checkpoints": "s3://"}, "checkpoints"),
         ({"checkpoints": "s3://Bucket/run"}, "checkpoints"),
@@ -208,10 +209,21 @@ def test_topology_round_trips_and_a_group_overrides_the_spec() -> None:
     assert not JobSpec().topology and JobSpec().topology_of(JobSpec().groups[0]).annotations() == {}
 
 
-def test_credentials_in_a_checkpoints_url_are_refused_without_being_repeated() -> None:
-    """A key pasted into the URL is refused, and the error line does not print it back (it goes to
-    terminals and CI logs): credentials belong in a Secret."""
+@pytest.mark.parametrize(
+    ("data", "field", "secret"),
+    [
+        ({"checkpoints": "s3://AKIAEXAMPLE:s3cr3t-value@bucket/run"}, "checkpoints", "s3cr3t-value"),
+        ({"checkpoints": "ftp://AKIAEXAMPLE:s3cr3t-value@host/run"}, "checkpoints", "s3cr3t-value"),
+        ({"checkpoints": "https://b.s3.amazonaws.com/r?X-Amz-Signature=s3cr3t-value"}, "checkpoints", "s3cr3t-value"),
+        ({"env": {"AWS_SECRET_ACCESS_KEY": "s3cr3t-value"}}, "env.AWS_SECRET_ACCESS_KEY", "s3cr3t-value"),
+    ],
+)
+def test_a_secret_written_where_none_belongs_is_refused_without_being_repeated(
+    data: dict[str, Any], field: str, secret: str
+) -> None:
+    """A key pasted into the checkpoints URL (userinfo, a presigned query) or an object store's
+    secret in plain env is refused, and the error line does not print it back (it goes to
+    terminals and CI logs): secrets belong in a Secret, referenced by secretEnv."""
     with pytest.raises(SpecError) as refused:
-        JobSpec.from_dict({"checkpoints": "s3://AKIAEXAMPLE:s3cr3t-value@bucket/run"})
-    assert refused.value.field == "checkpoints" and "secretEnv" in str(refused.value)
-    assert "s3cr3t-value" not in str(refused.value) and "AKIAEXAMPLE" not in str(refused.value)
+        JobSpec.from_dict(data)
+    assert refused.value.field == field and secret not in str(refused.value)
