@@ -2,7 +2,7 @@
 
 Containers get the pod's hostname (`--hostname <job>-<i>`) and the DNS name other pods use for it
 in the cluster as a network alias (`<job>-0.<svc>` for the Indexed Job), so MASTER_ADDR is the very
-name the cluster gives; the env is the pod's (`run_env.cluster_env`), the command the pod's
+name the cluster gives; the env is the pod's (`node_env.cluster_env`), the command the pod's
 (torchrun of the trainer), /dev/shm the spec's size, and the spec's volumes are host directories.
 Restricted pods drop every capability and forbid privilege escalation here too.
 
@@ -234,6 +234,8 @@ def plan_docker(
     if spec.uses_trainer:  # before the image is looked for or pulled: a bad flag is found at once
         host_paths = {vol.mount_path: dirs[name] for name, vol in spec.volumes.items()}
         check_trainer_args(remap_paths(job.trainer_args, host_paths), cluster_env(job, 0), job.world_size)
+    if fresh and job.checkpoint_url:
+        remove_checkpoints(job.checkpoint_url)  # refuses, before any image is looked for or pulled
     require_engine_cli(engine)
     ensure_image(engine, spec)
     run_id = run_id or secrets.token_hex(3)
@@ -241,7 +243,7 @@ def plan_docker(
     labels = {RUN_LABEL: run_id, JOB_LABEL: spec.name}
 
     volumes: list[tuple[Path, str, bool]] = []  # (host dir, mount path, read-only)
-    checkpoint_dir: Path | str | None = spec.checkpoints
+    checkpoint_dir: Path | str | None = job.checkpoint_url
     extra_env: dict[str, str] = {}
     for vname, vol in spec.volumes.items():
         volumes.append((dirs[vname], vol.mount_path, vol.read_only))
@@ -294,7 +296,13 @@ def plan_docker(
 
 
 # What an object store client reads from the environment besides the secrets (protocol's list).
-_STORE_SETTINGS = ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ALLOW_HTTP", protocol.OBJECT_STORE_ENDPOINT_ENV)
+_STORE_SETTINGS = (
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ALLOW_HTTP",
+    protocol.OBJECT_STORE_ENDPOINT_ENV,
+    "AZURE_STORAGE_ACCOUNT_NAME",
+)
 
 
 def credentials_passed(job: Plan, environ: Mapping[str, str] | None = None) -> tuple[list[str], tuple[str, ...]]:
@@ -305,13 +313,13 @@ def credentials_passed(job: Plan, environ: Mapping[str, str] | None = None) -> t
     environ = os.environ if environ is None else environ
     spec, notes = job.spec, []
     wanted = list(spec.secret_env)
-    if spec.checkpoints:
+    if job.checkpoint_url:
         wanted += [*protocol.OBJECT_STORE_SECRET_ENV, *_STORE_SETTINGS]
     passed = [k for k in dict.fromkeys(wanted) if k in environ and k not in spec.env]
     missing = [k for k in spec.secret_env if k not in environ]
     if missing:
         notes.append(f"secretEnv {', '.join(missing)} come from Secrets in the cluster; export them to set them here")
-    endpoint = environ.get(protocol.OBJECT_STORE_ENDPOINT_ENV, "") if spec.checkpoints else ""
+    endpoint = environ.get(protocol.OBJECT_STORE_ENDPOINT_ENV, "") if job.checkpoint_url else ""
     host = endpoint.split("://", 1)[-1].split("/", 1)[0].rsplit(":", 1)[0].strip("[]")
     if host in ("localhost", "127.0.0.1", "::1"):
         notes.append(

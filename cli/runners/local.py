@@ -133,12 +133,14 @@ def remap_paths(args: Sequence[str], mapping: Mapping[str, Path]) -> list[str]:
 
 
 def _arg_value(args: Sequence[str], flag: str) -> str | None:
+    """The value of `flag` in `args`: the last one given, as argparse takes it."""
+    found = None
     for i, arg in enumerate(args):
         if arg == flag and i + 1 < len(args):
-            return args[i + 1]
-        if arg.startswith(flag + "="):
-            return arg.split("=", 1)[1]
-    return None
+            found = args[i + 1]
+        elif arg.startswith(flag + "="):
+            found = arg.split("=", 1)[1]
+    return found
 
 
 def port_asked_for(flags: Mapping[str, object], config: Path | None, environ: Mapping[str, str] | None = None) -> bool:

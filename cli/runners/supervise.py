@@ -657,9 +657,10 @@ def finish_note(console: Console, state: JobState, checkpoint_dir: Path | str | 
         step, checkpoint = state.already_complete
         latest = _latest_checkpoint(checkpoint_dir)
         shown = relative_path(latest, cwd) if latest else checkpoint
+        again = "give a new prefix" if isinstance(checkpoint_dir, str) else "add --fresh"  # --fresh leaves a store
         console.note(
             f"{state.name} was already complete at step {step} (checkpoint {shown}), so nothing was trained; "
-            f"to train it again from the start, add --fresh ({logs_at})"
+            f"to train it again from the start, {again} ({logs_at})"
         )
         return
     elapsed = time.monotonic() - state.started

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from ddpctl.engines import plan_for
+from ddpctl.errors import UsageError
 from ddpctl.runners.docker import dns_names, plan_docker, quantity_bytes
 from ddpctl.spec.model import JobSpec
 
@@ -611,3 +612,10 @@ def test_docker_containers_get_store_credentials_by_name_only(tmp_path: Path, mo
         assert not any(a.endswith(":/checkpoints") for a in argv)  # no host directory stands in for the store
     assert plan.checkpoint_dir == url
     assert any("127.0.0.1:9000: this machine's loopback" in note for note in plan.notes)
+    # the trainer's own --checkpoint-dir URL (the last one wins, as in argparse) gets the same
+    by_arg = plan_docker(JobSpec(name="st", args=("--checkpoint-dir", "/x", f"--checkpoint-dir={url}")), run_id="b")
+    assert by_arg.checkpoint_dir == url and "AWS_SECRET_ACCESS_KEY" in by_arg.containers[0].argv
+    # --fresh cannot delete from a store: refused before any image is looked for
+    monkeypatch.setattr("ddpctl.runners.docker.ensure_image", lambda engine, spec: pytest.fail("looked for the image"))
+    with pytest.raises(UsageError, match=r"^--fresh: the checkpoints are in s3://bucket/runs/r1"):
+        plan_docker(spec, run_id="c", fresh=True)
