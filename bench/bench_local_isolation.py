@@ -54,7 +54,7 @@ dist.barrier()
 dist.destroy_process_group()
 print(f"done {int(t.item())}", flush=True)
 """
-STALL_MODELS = REPO / "tests" / "trainer" / "stall_models.py"
+STALL_MODELS = REPO / "tests" / "support" / "models" / "stall_models.py"
 
 
 def _env() -> dict[str, str]:

@@ -1,7 +1,7 @@
 """Golden files: the exact YAML each target renders for a few specs.
 
 A change to the templates shows up here as a readable diff. After an intended change, regenerate
-with `pytest tests/test_golden.py --update-golden` and review the diff before committing.
+with `pytest tests/contract/test_golden.py --update-golden` and review the diff before committing.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The rendered layout wires up: world size = nodes x processes, node ranks 0..N-1 with one rank 0,
-and the master address is the DNS name the engine really gives rank 0's pod (see tests/engines.py)."""
+and the master address is the DNS name the engine really gives rank 0's pod (see tests/support/engines.py)."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 NODE = "ddpctl-real-node"
 ON_NODE = ["--node-selector", "node.ddpctl.io/real=true", "--toleration", "node.ddpctl.io/real=true:NoSchedule"]
 TINY = ["--synthetic-samples", "64", "--eval-samples", "16", "--global-batch-size", "16", "--epochs", "1"]
-# The restart tests' job, as in tests/test_run_docker.py: 8 steps per epoch, 2 epochs, a checkpoint
+# The restart tests' job, as in tests/e2e/test_run_docker.py: 8 steps per epoch, 2 epochs, a checkpoint
 # every 3 steps, float64, the final weights on the checkpoints volume.
 RESTART_ARGS = [
     "--synthetic-samples", "128", "--eval-samples", "32", "--global-batch-size", "16", "--epochs", "2",

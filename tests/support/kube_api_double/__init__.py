@@ -37,7 +37,7 @@ Implemented faithfully (shapes checked against the apiserver's and the client's 
   label of <= 63 chars for Services; <= 63 chars for Jobs) plus schemas: core kinds against the
   Kubernetes 1.33 OpenAPI schemas of ``kubernetes-validate`` (strict), custom kinds against the
   CRDs' ``openAPIV3Schema`` in ``tests/contract/schemas/crds`` (see :mod:`.validation`; the render tests'
-  ``tests/k8s_schemas.validate_object`` is used instead when it exists).
+  ``tests/support/k8s_schemas.validate_object`` is used instead when it exists).
 * watch: ``?watch=true`` streams ``{"type": ..., "object": ...}`` lines (chunked); without
   ``resourceVersion`` (or with ``"0"``) it starts with synthetic ADDED events for what exists; with one
   it replays every change after it; label/field selectors turn transitions into ADDED/DELETED; a

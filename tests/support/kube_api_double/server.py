@@ -153,7 +153,7 @@ class KubeApiDouble(Scenario):
         forbidden: rules ``(verb, resource, group, namespace)`` (``"*"`` wildcards; resource may be
             ``"pods/log"``) that get 403.
         authorize: a hook ``(user, verb, group, resource, namespace, name) -> bool``; False -> 403.
-        validator: ``obj -> list[str]`` schema validator; default: ``tests/k8s_schemas.validate_object``
+        validator: ``obj -> list[str]`` schema validator; default: ``tests/support/k8s_schemas.validate_object``
             when that module exists, else the double's own (``validation.validate_object``). ``None``
             disables schema validation (name rules still apply).
         crd_dir: where the CRD YAML files are (default ``<repo>/tests/contract/schemas/crds``, vendored).

@@ -15,7 +15,7 @@ Two sources of truth, both offline:
 Every error is a :class:`FieldError` (field path in kube's notation such as
 ``spec.template.spec.containers[0].image``, a StatusCause reason, and a message).
 ``validate_object(obj) -> list[str]`` gives the same errors as ``"<path>: <message>"``
-strings, the interface shared with the render tests (``tests/k8s_schemas.py``).
+strings, the interface shared with the render tests (``tests/support/k8s_schemas.py``).
 """
 
 from __future__ import annotations
@@ -408,7 +408,7 @@ _REASON_BY_PREFIX = [
 def parse_error_string(text: str) -> FieldError:
     """Turn ``"<path>: <message>"`` (the shared validator's form) back into a FieldError.
 
-    Understands the forms ``tests/k8s_schemas.py`` produces: an optional ``[k8s 1.33.0] `` prefix,
+    Understands the forms ``tests/support/k8s_schemas.py`` produces: an optional ``[k8s 1.33.0] `` prefix,
     dotted paths with list indexes (``containers.0``) and jsonschema's raw messages, which are
     restated the way the apiserver words them (the unknown / missing field named in the path).
     """
@@ -442,7 +442,7 @@ def parse_error_string(text: str) -> FieldError:
 
 
 def resolve_default_validator() -> tuple[Validator | None, str]:
-    """Prefer the render tests' shared validator (``tests/k8s_schemas.py``) when present.
+    """Prefer the render tests' shared validator (``tests/support/k8s_schemas.py``) when present.
 
     Returns (callable or None, a description of which one was picked). ``None`` means:
     use the double's built-in validator.

@@ -1,5 +1,5 @@
 """Every cluster error as one line naming the object and the fix, for every cluster command,
-with the real client over real HTTP (tests/kube_api_double); never a traceback."""
+with the real client over real HTTP (tests/support/kube_api_double); never a traceback."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """`ddpctl submit` end to end: the REAL kubernetes client over HTTP against the API server double
-(tests/kube_api_double, a faithful test double of kube-apiserver, not a cluster).
+(tests/support/kube_api_double, a faithful test double of kube-apiserver, not a cluster).
 
 Scenario steps run inside the double's create request (`after_create`) or in a thread gated on what
 the CLI has opened (`wait_follows`); no sleeps, no timing assertions.

@@ -8,7 +8,7 @@ ranks end together, kwok fails one pod at a time), a JobSet older than v0.10 (th
 v0.12), and the parity of `run --local` retries with the rendered rules. Each controller's
 documented decision is written out below as a small function over the rendered object (not over
 our engine code), and the scenarios are played through it. Every pod of a scenario ends as the
-trainer's launcher ends it (exit codes in ddpctl.exit_codes): a preempted node's pod has the
+trainer's launcher ends it (exit codes in ddpctl_trainer.protocol): a preempted node's pod has the
 DisruptionTarget condition and exits 143, and its peers stop at the same step and exit 143 too; a
 node whose worker was killed exits 137 and its peers 138 (lost a peer); a usage error is exit 2 on
 every node; a crash is exit 1 on one node, 138 on the others; a stall is 200 everywhere.
