@@ -64,10 +64,13 @@ class Callback:
         """After an epoch's last step and its evaluation: ``trainer.epoch`` counts it already."""
 
     def on_checkpoint_write(self, trainer: Trainer, step: int, file: IO[bytes]) -> None:
-        """Rank 0, once the checkpoint of ``step`` is written into ``file`` (a temp file), before
-        it is synced and renamed into place: e.g. to check it, or in a test to end the process
-        half-way through a save. A checkpoint saved in the background calls this on the writer's
-        thread, while training goes on (``trainer.step`` may be past ``step`` then)."""
+        """Rank 0, once the full checkpoint of ``step`` is written into ``file`` (a local temp
+        file), before it is stored: in a directory, before it is synced and renamed into place; in
+        an object store (``--checkpoint-dir s3://...``), before it is uploaded and published. E.g. to
+        check it, or in a test to end the process half-way through a save. A checkpoint saved in
+        the background calls this on the writer's thread, while training goes on (``trainer.step``
+        may be past ``step`` then). Not called for FSDP sharded checkpoints (``--fsdp-state-dict
+        sharded``), which every rank writes with ``torch.distributed.checkpoint``."""
 
 
 class Heartbeat(Callback):

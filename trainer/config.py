@@ -21,12 +21,12 @@ from typing import Any, NoReturn
 
 from .errors import UsageError
 from .protocol import (
-    CHECKPOINT_URL_SCHEMES,
     COLLECTIVE_TIMEOUT_S,
     ENV_PREFIX,
     OBJECT_STORE_ENDPOINT_ENV,
     PROG,
     STALL_TIMEOUT_S,
+    checkpoint_url_problem,
     flag_env,
     url_scheme,
 )
@@ -321,34 +321,38 @@ def _env_defaults(parser: argparse.ArgumentParser, env: Mapping[str, str]) -> No
 
 def _local_path(flag: str, value: str | None) -> None:
     """A URL given where the trainer takes a path would become a local folder named `s3:` (lost
-    with the pod): refuse it, naming what works instead."""
+    with the pod): refuse it, naming what works instead (and only its scheme: a URL may hold a key)."""
     scheme = url_scheme(value) if value else None
     if scheme is not None:
         raise UsageError(
-            f"{flag} {value}: the trainer reads and writes local paths only, not {scheme}:// URLs; mount the "
+            f"{flag}: the trainer reads and writes local paths only, not {scheme}:// URLs; mount the "
             "storage as a volume (e.g. --volume checkpoints=CLAIM:/checkpoints) and give its path"
         )
 
 
 def _checkpoint_dir(value: str) -> None:
-    """A local path, or an object store URL of a supported scheme whose client is installed: any
-    other URL would become a local folder named `ftp:` (lost with the pod)."""
-    scheme = url_scheme(value)
-    if scheme is None:
+    """A local path, or an object store URL the trainer can use (``protocol.checkpoint_url_problem``,
+    which the spec's `checkpoints` asks too): any other URL would become a local folder named `ftp:`
+    (lost with the pod). The message never repeats the URL: a pasted one may hold a secret. Whether
+    the client is installed is asked where the trainer starts (``require_object_store_client``),
+    not here: the CLI runs these checks on a host that need not have it."""
+    if url_scheme(value) is None:
         return
-    schemes = ", ".join(f"{s}://" for s in CHECKPOINT_URL_SCHEMES)
-    if scheme not in CHECKPOINT_URL_SCHEMES:
+    wrong = checkpoint_url_problem(value)
+    if wrong is not None:
+        problem, fix = wrong
+        raise UsageError(f"--checkpoint-dir: {problem}; {fix}")
+
+
+def require_object_store_client(cfg: TrainConfig) -> None:
+    """An object store ``--checkpoint-dir`` needs obstore in the trainer's environment: checked
+    when the trainer starts, on every rank alike (before the process group), not in the static
+    checks the CLI also runs on its host (a ``run --docker`` image may have it, the host not)."""
+    if url_scheme(cfg.checkpoint_dir) is not None and importlib.util.find_spec("obstore") is None:
         raise UsageError(
-            f"--checkpoint-dir {value}: {scheme}:// is not a supported object store; give a local path or a URL "
-            f"of {schemes}"
-        )
-    if not value.split("://", 1)[1].strip("/"):
-        raise UsageError(f"--checkpoint-dir {value}: the URL names no bucket (e.g. {scheme}://BUCKET/PREFIX)")
-    if importlib.util.find_spec("obstore") is None:
-        raise UsageError(
-            f"--checkpoint-dir {value}: checkpoints in object storage need the obstore package, which is not "
-            "installed: pip install 'obstore>=0.12,<0.13' (or 'ddpctl[s3]'); ddpctl build --build-arg "
-            "OBJECT_STORE=1 puts it in the trainer image"
+            "--checkpoint-dir: checkpoints in object storage need the obstore package, which is not installed: "
+            "pip install 'obstore>=0.12,<0.13' (or 'ddpctl[s3]'); ddpctl build --build-arg OBJECT_STORE=1 puts "
+            "it in the trainer image"
         )
 
 

@@ -76,7 +76,7 @@ def _leave_to_the_watchdog() -> int:
 def _run(argv: Sequence[str] | None, label: list[str]) -> int:
     rank_label = ""
     try:
-        from .config import parse_args, validate_for_world
+        from .config import parse_args, require_object_store_client, validate_for_world
         from .dist import detect
 
         # Everything that can be checked without a process group is checked here, identically
@@ -84,6 +84,7 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         ctx = detect()
         cfg = parse_args(argv)
         validate_for_world(cfg, ctx.world_size)
+        require_object_store_client(cfg)
         if ctx.world_size > 1:
             rank_label = label[0] = f"[rank {ctx.rank}] "
 

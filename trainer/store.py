@@ -83,6 +83,18 @@ class StoreError(CheckpointError):
     """The object store refused or failed a request: one line, credentials scrubbed."""
 
 
+class ObjectMissing(StoreError):
+    """The object is not there (never written, or deleted since it was listed)."""
+
+
+class _Conflict(StoreError):
+    """A conditional write lost: someone else wrote the object since it was read."""
+
+
+class _Unsupported(StoreError):
+    """The server cannot do what was asked (a conditional write): 501 Not Implemented and kin."""
+
+
 # ------------------------------------------------------------------------------------ messages
 
 _QUERY = re.compile(r"(https?://[^\s?]+)\?\S*")  # presigned URLs and SAS tokens carry secrets in the query
@@ -316,14 +328,12 @@ class ObjectStore:
 
     # -- requests (every obstore call goes through these: errors become one scrubbed line)
     def _call(self, what: str, fn: Callable[[], Any]) -> Any:
+        """``fn()``; any failure becomes a ``StoreError`` (``ObjectMissing``, ``_Conflict`` or
+        ``_Unsupported`` where the raw error says so, decided before the URL is in the text)."""
         try:
             return fn()
-        except FileNotFoundError:
-            raise
-        except Exception as exc:  # obstore's errors, and OSErrors of the staging files
-            if _is_obstore_error(exc) and type(exc).__name__ in ("AlreadyExistsError", "PreconditionError"):
-                raise
-            raise StoreError(f"{what} failed ({_reason(exc)})") from None
+        except Exception as exc:  # noqa: BLE001 - obstore's errors, and OSErrors of the staging files
+            raise _classify(exc)(f"{what} failed ({_reason(exc)})") from None
 
     def _put(self, path: str, data: bytes | Path, mode: Any = None) -> dict[str, Any]:
         import obstore
@@ -390,7 +400,7 @@ class ObjectStore:
             )
         try:
             raw, _ = self._get(f"{listed.name}/{CHECKPOINT_MANIFEST}")
-        except FileNotFoundError:  # deleted since the listing
+        except ObjectMissing:  # deleted since the listing
             raise CheckpointError(f"checkpoint {where} is incomplete (no {CHECKPOINT_MANIFEST})") from None
         try:
             manifest: dict[str, Any] = json.loads(raw)
@@ -423,6 +433,10 @@ class ObjectStore:
             local = staging / state
             self._download(f"{listed.name}/{manifest['data']}/{state}", local)
             payload = ckpt.load_file(local)
+        except ObjectMissing:  # deleted since the listing (pruned by another writer)
+            raise CheckpointError(f"checkpoint {where} is incomplete ({manifest['data']}/{state} is missing)") from None
+        except StoreError:
+            raise
         except CheckpointError as exc:
             raise CheckpointError(str(exc).replace(str(staging / state), where)) from None
         finally:
@@ -446,24 +460,28 @@ class ObjectStore:
         pruning (or when their step is saved again)."""
 
     def newer_than(self, step: int) -> list[str]:
-        names = []
-        for s, listed in sorted(self._scan().items(), reverse=True):
-            if s <= step:
-                break
-            try:
-                self._manifest(listed)
-            except StoreError:
-                raise
-            except CheckpointError:
-                continue
-            names.append(listed.name)
-        return names
+        return [
+            listed.name
+            for s, listed in sorted(self._scan().items(), reverse=True)
+            if s > step and self._is_complete(listed)
+        ]
+
+    def _is_complete(self, listed: _Listed) -> bool:
+        """Whether the checkpoint has a manifest whose files are all there in full (``_manifest``);
+        a failing server raises ``StoreError`` instead of answering no."""
+        try:
+            self._manifest(listed)
+        except StoreError:
+            raise
+        except CheckpointError:
+            return False
+        return True
 
     def read_latest(self) -> tuple[int, str, dict[str, Any]] | None:
         """``latest``'s step, checkpoint name and object meta (its ETag), or None when absent."""
         try:
             raw, meta = self._get(CHECKPOINT_LATEST)
-        except FileNotFoundError:
+        except ObjectMissing:
             return None
         try:
             pointer = json.loads(raw)
@@ -487,15 +505,16 @@ class ObjectStore:
             self._put(f"{name}/{attempt}/{CHECKPOINT_STATE_FILE}", file)
         finally:
             shutil.rmtree(staging, ignore_errors=True)
-        self.publish(step, attempt, {CHECKPOINT_STATE_FILE: size}, sharded=False, epoch=payload.get("epoch"))
-        return self.where(step)
+        return self.publish(step, attempt, {CHECKPOINT_STATE_FILE: size}, sharded=False, epoch=payload.get("epoch"))
 
     def publish(
         self, step: int, attempt: str, files: dict[str, int], sharded: bool, epoch: Any = None, world_size: int = 1
-    ) -> None:
+    ) -> str:
         """Make a checkpoint whose data is stored visible: its manifest, then ``latest``; then drop
-        the data of earlier attempts at the same step (no manifest names them any more)."""
-        name = checkpoint_name(step, sharded=True)
+        the data of earlier attempts at the same step (no manifest names them any more). Returns
+        ``where``. Once the manifest is stored the checkpoint is saved (resume finds it by listing):
+        a failure of the steps after it is one warning, not a failed save."""
+        name, where = checkpoint_name(step, sharded=True), self.where(step)
         manifest = {
             "format": ckpt.FORMAT,
             "step": step,
@@ -506,9 +525,16 @@ class ObjectStore:
             "files": files,
         }
         self._put(f"{name}/{CHECKPOINT_MANIFEST}", json.dumps(manifest, sort_keys=True).encode())
-        self.point_latest(step)
-        stale = [p for p in self._names_under(name) if p != CHECKPOINT_MANIFEST and not p.startswith(f"{attempt}/")]
-        self._delete([f"{name}/{p}" for p in stale])
+        try:
+            self.point_latest(step)
+            stale = [p for p in self._names_under(name) if p != CHECKPOINT_MANIFEST and not p.startswith(f"{attempt}/")]
+            self._delete([f"{name}/{p}" for p in stale])
+        except StoreError as exc:
+            self.warn(
+                f"{where} is saved, but updating `{CHECKPOINT_LATEST}` or removing an earlier attempt's data failed "
+                f"({exc}); resume finds the checkpoint by listing, and the next save tries again"
+            )
+        return where
 
     def _names_under(self, name: str) -> list[str]:
         return [str(m["path"]).partition("/")[2] for m in self._list(name)]
@@ -531,17 +557,14 @@ class ObjectStore:
             try:
                 self._put(CHECKPOINT_LATEST, body, mode=mode)
                 return
-            except StoreError as exc:
-                if not _unsupported(str(exc)):
-                    raise
+            except _Unsupported as exc:
                 self._unconditional = True
                 self.warn(
                     f"{self.url} does not support conditional writes ({exc}); `{CHECKPOINT_LATEST}` is written "
                     "unconditionally (safe with one writer per checkpoint directory)"
                 )
-            except Exception as exc:  # AlreadyExistsError / PreconditionError: someone wrote it meanwhile
-                if not _is_obstore_error(exc):
-                    raise
+            except _Conflict:  # someone wrote it meanwhile: read it again
+                pass
         raise StoreError(f"writing {self.url}/{CHECKPOINT_LATEST} failed: {_LATEST_ATTEMPTS} concurrent updates won")
 
     def delete_checkpoint(self, listed: _Listed) -> None:
@@ -560,7 +583,7 @@ class ObjectStore:
             if s >= step or (pointer is not None and s == pointer[0]):
                 continue
             if kept < keep_last:
-                if listed.has_manifest:
+                if self._is_complete(listed):  # as resume would judge it: manifest, files, sizes
                     kept += 1
                 continue
             self.delete_checkpoint(listed)
@@ -622,8 +645,9 @@ class _ObjectShardedSave:
                 if file.is_file():
                     self.store._put(f"{self.name}/{self.attempt}/{file.name}", file)
                     report["files"][file.name] = file.stat().st_size
-        except CheckpointError as exc:
-            report = {"error": str(exc)}
+        except Exception as exc:  # noqa: BLE001 - whatever failed, rank 0 must hear it (not wait timeout_s)
+            reason = str(exc) if isinstance(exc, CheckpointError) else f"storing its shard failed ({_reason(exc)})"
+            report = {"error": reason}
         finally:
             shutil.rmtree(self.dir, ignore_errors=True)
         if not self.ctx.is_main:
@@ -650,10 +674,9 @@ class _ObjectShardedSave:
                 if "error" in theirs:
                     raise CheckpointError(f"checkpoint {self.where} not published: rank {rank}: {theirs['error']}")
                 files.update(theirs["files"])
-        self.store.publish(
+        return self.store.publish(
             self.step, self.attempt, files, sharded=True, epoch=self.epoch, world_size=self.ctx.world_size
         )
-        return self.where
 
     def abandon(self) -> None:
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -694,9 +717,27 @@ def _is_obstore_error(exc: BaseException) -> bool:
     return type(exc).__module__.startswith("obstore")
 
 
-def _unsupported(message: str) -> bool:
-    """Whether the server said it cannot do a conditional write (501 Not Implemented and kin)."""
-    return any(s in message for s in ("NotSupportedError", "501", "NotImplemented", "not implemented"))
+_STATUS_CODE = re.compile(r"status code: (\d{3})\b")
+
+
+def _classify(exc: BaseException) -> type[StoreError]:
+    """Which ``StoreError`` a raw failure becomes, from its type and the server's answer (its status
+    and S3 error code, never the rest of the text, which holds the request's URL): ``ObjectMissing``
+    (obstore raises the builtin ``FileNotFoundError``), ``_Conflict`` (a conditional write that lost,
+    or S3's 409 ConditionalRequestConflict), ``_Unsupported`` (501 Not Implemented and kin)."""
+    name = type(exc).__name__ if _is_obstore_error(exc) else ""
+    if (isinstance(exc, FileNotFoundError) and exc.filename is None) or name == "NotFoundError":
+        return ObjectMissing  # (a staging file's FileNotFoundError names its file)
+    if not name:
+        return StoreError  # an OSError of a staging file, or a bug: no server answer to read
+    text = str(exc)
+    status = next((m.group(1) for m in _STATUS_CODE.finditer(text)), None)
+    code = next((m.group(1) for m in _S3_CODE.finditer(text)), None)
+    if name == "NotSupportedError" or status == "501" or code == "NotImplemented":
+        return _Unsupported
+    if name in ("AlreadyExistsError", "PreconditionError") or code == "ConditionalRequestConflict":
+        return _Conflict
+    return StoreError
 
 
 def _connect(url: str) -> _Client:
@@ -724,4 +765,13 @@ def _connect(url: str) -> _Client:
     return client
 
 
-__all__ = ["CheckpointStore", "LocalStore", "ObjectStore", "ShardedSave", "StoreError", "open_store", "scrub"]
+__all__ = [
+    "CheckpointStore",
+    "LocalStore",
+    "ObjectMissing",
+    "ObjectStore",
+    "ShardedSave",
+    "StoreError",
+    "open_store",
+    "scrub",
+]

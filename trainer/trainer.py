@@ -27,6 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch import nn
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import (
     StateDictOptions,
     get_model_state_dict,
@@ -45,7 +46,7 @@ from .errors import CheckpointError, Preempted, TrainerError, TrainerFailure, is
 from .metrics import MetricsLog, Progress
 from .models import build_model
 from .protocol import ALREADY_COMPLETE, WARNING_TAG
-from .store import ShardedSave, StoreError, open_store
+from .store import ShardedSave, StoreError, open_store, scrub
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
@@ -140,6 +141,11 @@ class Trainer:
         self.done = False  # set by a step hook (--max-steps) to end training after this step
         # what runs after each step and epoch, in order: the trainer's own hooks and the user's --callback
         self.hooks = callbacks.hooks(callbacks.load_callbacks(cfg.callback))
+
+    @property
+    def sharded(self) -> bool:
+        """Whether checkpoints are FSDP sharded ones (every rank writes its shard)."""
+        return self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
 
     # ----------------------------------------------------------------------------- setup
     def _wrap(self, raw: nn.Module) -> tuple[nn.Module, nn.Module]:
@@ -399,8 +405,7 @@ class Trainer:
             self._save_now()
         except StoreError as exc:
             failed = str(exc)
-        sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
-        path = self.store.where(self.step, sharded)
+        path = self.store.where(self.step, self.sharded)
         since = stop.seconds_since_signal()
         self.metrics.emit(
             "preempted",
@@ -474,11 +479,12 @@ class Trainer:
 
     def save_checkpoint(self, background: bool = True) -> None:
         """Write a checkpoint of the current position (collective: every rank calls it). Rank 0
-        copies the state and a background writer stores it, unless ``background`` is off or a stop
-        is pending: a stop checkpoint (and the last one) is stored before this returns (or every
-        rank raises ``StoreError``)."""
+        copies the state and a background writer stores it, unless ``background`` is off: a stop
+        checkpoint (and the last one) is stored before this returns (or every rank raises
+        ``StoreError``). Whether it is decided by ``background`` alone, which every rank passes
+        alike: a SIGTERM only this rank got must not make it run other collectives than the rest
+        (the stop vote after this step waits for the save in flight, see ``_save_now``)."""
         self.beacon.mark(CHECKPOINT)
-        sharded = self.cfg.strategy == "fsdp" and self.cfg.fsdp_state_dict == "sharded"
         rngs = d.all_gather_object(rng_state())
         payload: dict[str, Any] = {
             "format": ckpt.FORMAT,
@@ -487,9 +493,8 @@ class Trainer:
             "rng": rngs,
             "config": self.cfg.to_dict(),
         }
-        background = background and not stop.requested()
         error: str | None = None
-        if sharded:
+        if self.sharded:
             self._save_sharded(payload, background)
         else:
             payload["model"] = get_model_state_dict(self.raw_model, options=_FULL)
@@ -517,7 +522,7 @@ class Trainer:
         the position comes from the payload, since training has moved on)."""
         step = payload["step"]
 
-        def written(file: IO[bytes]) -> None:  # the hooks see the file before it is synced and published
+        def written(file: IO[bytes]) -> None:  # the hooks see the file before it is stored and published
             for hook in self.hooks:
                 hook.on_checkpoint_write(self, step, file)
 
@@ -565,7 +570,10 @@ class Trainer:
             "optimizer": get_optimizer_state_dict(self.raw_model, self.optimizer),
         }
         try:
-            dcp.save(state, checkpoint_id=str(save.dir))
+            try:
+                dcp.save(state, checkpoint_id=str(save.dir))
+            except CheckpointException as exc:  # a BaseException: any rank's failure, on every rank
+                raise _dcp_failure(f"saving the sharded checkpoint {save.where}", exc) from None
             if self.ctx.is_main:
                 save.write_state(payload)
         except BaseException:
@@ -577,6 +585,7 @@ class Trainer:
         error: str | None = None
         try:
             self._commit_sharded(save, step, epoch)
+            self.writer.failed = False  # as after a full checkpoint stored in the foreground
         except CheckpointError as exc:
             if not save.background:  # a shared directory: as it always did, the error ends the run
                 raise
@@ -622,7 +631,7 @@ class Trainer:
             return
         _, path, payload = msg
         try:
-            self._load(payload)
+            self._load(payload, path)
         except TrainerError:
             raise
         except (RuntimeError, KeyError, ValueError, TypeError) as exc:
@@ -638,7 +647,7 @@ class Trainer:
         if self.ctx.is_main and not finished:  # a finished run says so in fit()
             self.progress.line(f"resumed from {path} (epoch {self.epoch + 1}, step {self.step})")
 
-    def _load(self, payload: dict[str, Any]) -> None:
+    def _load(self, payload: dict[str, Any], path: str) -> None:
         if payload.get("sharded"):
             import torch.distributed.checkpoint as dcp
 
@@ -652,7 +661,10 @@ class Trainer:
                 reader: Any = dcp.FileSystemReader(payload["sharded_dir"])
             else:  # in the object store: each rank downloads the files it reads
                 reader = self.store.sharded_reader(payload)
-            dcp.load(state, storage_reader=reader)
+            try:
+                dcp.load(state, storage_reader=reader)
+            except CheckpointException as exc:  # a BaseException: any rank's failure, on every rank
+                raise _dcp_failure(f"loading checkpoint {path}", exc) from None
             set_model_state_dict(self.raw_model, state["model"])
             set_optimizer_state_dict(self.raw_model, self.optimizer, state["optimizer"])
         else:
@@ -688,6 +700,28 @@ class Trainer:
             state = {k: v.detach().cpu() for k, v in tensors.items()}
             ckpt.atomic_save({"model": state, "step": self.step}, Path(template.replace("{rank}", str(self.ctx.rank))))
         d.barrier()
+
+
+def _dcp_failure(what: str, exc: CheckpointException) -> BaseException:
+    """What to raise for a failure ``torch.distributed.checkpoint`` wrapped (it gathers every
+    rank's and raises them on all, as a ``BaseException`` no ``except Exception`` sees): a second
+    SIGTERM (``Terminated``) or Ctrl-C, a ``TrainerError`` (e.g. the object store's ``StoreError``)
+    or a lost peer as it is, anything else as one ``CheckpointError`` line with its type and
+    scrubbed message."""
+    failures: list[tuple[int, BaseException]] = [(rank, f) for rank, (f, _) in sorted(exc.failures.items())]
+    for _, failure in failures:
+        if not isinstance(failure, Exception):
+            return failure.with_traceback(None)
+    for _, failure in failures:
+        if isinstance(failure, Exception) and (
+            isinstance(failure, TrainerError) or is_peer_lost(failure, after_setup=True)
+        ):
+            return failure.with_traceback(None)
+    rank, first = failures[0] if failures else (0, exc)
+    text = scrub(str(first))
+    if len(text) > 300:
+        text = text[:297] + "..."
+    return CheckpointError(f"{what} failed on rank {rank} ({type(first).__name__}: {text})")
 
 
 def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backend: str) -> None:

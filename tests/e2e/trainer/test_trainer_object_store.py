@@ -169,17 +169,32 @@ def test_sigkill_of_a_rank_then_restart_resumes_from_s3_and_ends_bit_identical(
     _no_secret(run)
 
 
+@pytest.mark.parametrize(
+    ("strategy", "step"),
+    [("ddp", 5), ("ddp", 6), ("fsdp", 6)],
+    ids=["between-saves", "at-a-save", "at-a-sharded-save"],
+)
 def test_sigterm_to_a_node_leaves_the_stop_checkpoint_in_s3_before_exit_and_loses_no_step(
-    s3: S3Server, baselines: dict[str, tuple[Run, str]], tmp_path: Path, request: pytest.FixtureRequest
+    s3: S3Server,
+    baselines: dict[str, tuple[Run, str]],
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
+    strategy: str,
+    step: int,
 ) -> None:
-    """Node 1's agent gets SIGTERM after step 5 (as the kubelet sends it): both ranks stop after
-    step 5, rank 0 (on node 0) stores ckpt-5 in S3 and publishes it, every worker exits 143. When
-    the processes are gone, `latest` names step 5, complete; the restarted group resumes there."""
+    """Node 1's agent gets SIGTERM after step K (as the kubelet sends it): both ranks stop after
+    step K, rank 0 (on node 0) stores ckpt-K in S3 and publishes it, every worker exits 143. When
+    the processes are gone, `latest` names step K, complete; the restarted group resumes there.
+    At K = 6 (--save-every 3) the signal lands while rank 1 is held before that step's save, which
+    rank 0 already waits in: a rank that alone got SIGTERM still saves as the others do (in the
+    background, full or sharded), so no rank runs a collective the others do not, and the stop
+    vote after the step finds the checkpoint stored."""
     url = s3.url(prefix_for(request))
     client = _client(s3, url)
-    args = [*COMMON, "--strategy", "ddp", *_s3_args(url)]
+    strategy_args = ["--strategy", strategy, *(["--fsdp-state-dict", "sharded"] if strategy == "fsdp" else [])]
+    args = [*COMMON, *strategy_args, *_s3_args(url)]
     hold = tmp_path / "held"
-    env = {**s3.env(), **plugin_env(hold_at(5, rank=1, file=hold))}
+    env = {**s3.env(), **plugin_env(hold_at(step, rank=1, file=hold))}
     port = str(free_port())
     procs = [
         start(static_node_command(n, 2, 1, port, tmp_path, args, "ddpctl_trainer.launch"), tmp_path, clean_env(env))
@@ -187,7 +202,7 @@ def test_sigterm_to_a_node_leaves_the_stop_checkpoint_in_s3_before_exit_and_lose
     ]
     try:
         deadline = time.monotonic() + 180
-        while not hold.exists():  # rank 1 has finished step 5 and waits for a signal
+        while not hold.exists():  # rank 1 has finished step K and waits for a signal
             assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
             assert time.monotonic() < deadline, "the hold never came"
             time.sleep(0.05)
@@ -198,17 +213,18 @@ def test_sigterm_to_a_node_leaves_the_stop_checkpoint_in_s3_before_exit_and_lose
             kill_tree(p.tag)  # type: ignore[attr-defined]
     assert [p.returncode for p in procs] == [143, 143], results
     err = results[0][1] + results[1][1]
-    assert "error: [rank 1] stopped by SIGTERM after step 5; checkpoint " + f"{url}/ckpt-00000005 written" in err
+    assert f"error: [rank 1] stopped by SIGTERM after step {step}; checkpoint {url}/ckpt-0000000{step} written" in err
+    assert "Traceback" not in err, err
     found = latest_checkpoint(client)  # durable before exit: nothing runs any more
-    assert found is not None and found[0] == 5 and found[1]["batches_done"] == 5
+    assert found is not None and found[0] == step and found[1]["batches_done"] == step
     first = Run(143, "", err, tmp_path)
     (preempted,) = first.events("preempted")
-    assert preempted["step"] == 5 and preempted["saved"] and preempted["path"] == f"{url}/ckpt-00000005"
-    again = _launch(s3, tmp_path, url, [*COMMON, "--strategy", "ddp"], nproc=2)
+    assert preempted["step"] == step and preempted["saved"] and preempted["path"] == f"{url}/ckpt-0000000{step}"
+    again = _launch(s3, tmp_path, url, [*COMMON, *strategy_args], nproc=2)
     assert again.code == 0, again.explain()
     (resume,) = again.events("resume")
-    assert (resume["step"], resume["epoch"], resume["batches_done"]) == (5, 0, 5)  # 0 steps lost
-    assert_same_params(again.final(), baselines["ddp"][0].final(), atol=0.0)
+    assert (resume["step"], resume["epoch"], resume["batches_done"]) == (step, 0, step)  # 0 steps lost
+    assert_same_params(again.final(), baselines[strategy][0].final(), atol=0.0)
     _no_secret(first)
     _no_secret(again)
 

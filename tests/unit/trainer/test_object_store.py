@@ -3,24 +3,28 @@ tests/support/s3.py), in this process: a checkpoint is visible only when complet
 manifest, then `latest`); resume takes the newest complete one and names what it skips; keep-last
 deletes only after the new one is published; `latest` never moves back, also with writers racing;
 readers polling `latest` while a writer saves always load a complete checkpoint; a failed save is
-one line without credentials, and the next one (server back) succeeds."""
+one line without credentials, and the next one (server back) succeeds; an object gone between a
+listing and its GET, a rank's failed shard upload, a failure after the manifest, a conditional
+write the server cannot do (said by the server, not the URL) and torch.distributed.checkpoint's
+wrapped failures each end as they should, in one line. Also the --checkpoint-dir URL checks."""
 
 from __future__ import annotations
 
 import json
 import random
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from ddpctl_trainer import stop
 from ddpctl_trainer import store as store_mod
 from ddpctl_trainer.checkpoint import FORMAT, Writer
-from ddpctl_trainer.config import parse_args
-from ddpctl_trainer.errors import UsageError
-from ddpctl_trainer.store import ObjectStore, StoreError, scrub
+from ddpctl_trainer.config import parse_args, validate_for_world
+from ddpctl_trainer.dist import DistContext, setup, teardown
+from ddpctl_trainer.errors import CheckpointError, UsageError
+from ddpctl_trainer.store import ObjectMissing, ObjectStore, StoreError, scrub
 
 from tests.support.s3 import SECRET_KEY, S3Server, latest_checkpoint, object_names, prefix_for, require_obstore
 
@@ -156,10 +160,11 @@ def test_latest_never_moves_back_with_writers_racing_and_readers_watching(
     queue = list(steps)
     lock, done = threading.Lock(), threading.Event()
     errors: list[BaseException] = []
+    warnings: list[str] = []  # a fallback to unconditional writes would say so here
     seen: list[int] = []
 
     def writer() -> None:
-        store = ObjectStore(url, lambda m: None)  # a client per writer, as separate processes would have
+        store = ObjectStore(url, warnings.append)  # a client per writer, as separate processes would have
         try:
             while True:
                 with lock:
@@ -187,6 +192,7 @@ def test_latest_never_moves_back_with_writers_racing_and_readers_watching(
     done.set()
     watcher.join(30)
     assert not errors, errors
+    assert not warnings, warnings  # every write was conditional: the race was decided by the server
     final = ObjectStore(url, lambda m: None).read_latest()
     assert final is not None and final[0] == 40
     assert seen and seen == sorted(seen), seen
@@ -250,10 +256,8 @@ def test_a_stopped_server_fails_a_background_save_in_one_line_and_the_next_save_
     writer.submit("ckpt-00000001", lambda: store.save(_payload(1)))
     writer.wait()
     own_s3.stop()
-    started = time.monotonic()
     writer.submit("ckpt-00000002", lambda: store.save(_payload(2)))
     writer.wait()
-    assert time.monotonic() - started < 60  # a dead server fails a save in seconds, not minutes
     assert writer.failed and len(warnings) == 1 and "\n" not in warnings[0], warnings
     assert warnings[0].startswith("saving ckpt-00000002 failed (StoreError: writing s3://"), warnings
     assert SECRET_KEY not in warnings[0]
@@ -307,18 +311,355 @@ def test_readers_polling_latest_always_load_a_complete_checkpoint_while_a_writer
         assert len(mine) >= 4 and mine == sorted(mine) and mine[-1] >= 7, reads
 
 
-def test_checkpoint_dir_urls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A supported scheme is taken; another is a usage error naming the supported ones; without
-    obstore installed an s3:// dir says how to get it."""
+def test_checkpoint_dir_urls_are_checked_without_repeating_them() -> None:
+    """A supported URL is taken; anything else is a usage error saying what is wrong and how to
+    write it (protocol.checkpoint_url_problem, as the spec's `checkpoints`), never repeating the
+    URL, which may hold a key; a URL where a path belongs names only its scheme."""
     assert parse_args(["--checkpoint-dir", "s3://bucket/run"], env={}).checkpoint_dir == "s3://bucket/run"
-    with pytest.raises(UsageError, match=r"hdfs:// is not a supported object store; .* s3://, gs://, az://$"):
-        parse_args(["--checkpoint-dir", "hdfs://nn/run"], env={})
-    with pytest.raises(UsageError, match=r"names no bucket"):
-        parse_args(["--checkpoint-dir", "s3://"], env={})
+    assert parse_args(["--checkpoint-dir", "./a@b"], env={}).checkpoint_dir == "./a@b"  # a path: no URL checks
+    cases = [
+        ("hdfs://nn/run", r"^--checkpoint-dir: hdfs:// is not a supported object store; give an s3://, gs:// or az://"),
+        ("s3://", r"^--checkpoint-dir: the URL names no bucket; write it as s3://BUCKET/PREFIX"),
+        ("ftp://AKIAXAMPLE:SeCrEt99@b/x", r"^--checkpoint-dir: the URL holds credentials .*; remove them"),
+        ("s3://AKIAXAMPLE:SeCrEt99@bucket/x", r"^--checkpoint-dir: the URL holds credentials"),
+        ("s3://bucket/x?X-Amz-Signature=SeCrEt99", r"^--checkpoint-dir: the URL holds a query or fragment"),
+    ]
+    for url, message in cases:
+        with pytest.raises(UsageError, match=message) as refused:
+            parse_args(["--checkpoint-dir", url], env={})
+        text = str(refused.value)
+        assert url.partition("://")[2] not in text or url == "s3://", text
+        assert "SeCrEt99" not in text and "AKIAXAMPLE" not in text, text
+    with pytest.raises(UsageError, match=r"^--resume: the trainer reads and writes local paths only, not gs:// URLs"):
+        parse_args(["--resume", "gs://AKIAXAMPLE:SeCrEt99@bucket/ckpt.pt"], env={})
+    assert store_mod.is_url("az://container/run") and not store_mod.is_url(str(Path("/ckpt")))
+
+
+def test_the_obstore_client_is_required_where_the_trainer_starts_not_in_the_static_checks(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI runs parse_args and validate_for_world on its host (`run --docker`, whose image may
+    have obstore while the host does not): they accept an s3:// dir without the client. The
+    trainer itself, started without it, stops with one usage line (exit 2) on every rank alike."""
     import importlib.util
+
+    from ddpctl_trainer import main as trainer_main
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "obstore" else real(name, *a))
-    with pytest.raises(UsageError, match=r"need the obstore package, which is not installed: pip install 'obstore"):
-        parse_args(["--checkpoint-dir", "gs://bucket/run"], env={})
-    assert store_mod.is_url("az://container/run") and not store_mod.is_url(str(Path("/ckpt")))
+    validate_for_world(parse_args(["--checkpoint-dir", "gs://bucket/run"], env={}), 4)
+    assert trainer_main.main(["--checkpoint-dir", "gs://bucket/run"]) == 2
+    err = capsys.readouterr().err
+    assert err == (
+        "ddpctl-trainer: error: --checkpoint-dir: checkpoints in object storage need the obstore package, which is "
+        "not installed: pip install 'obstore>=0.12,<0.13' (or 'ddpctl[s3]'); ddpctl build --build-arg "
+        "OBJECT_STORE=1 puts it in the trainer image\n"
+    )
+
+
+def test_the_client_gets_the_retry_and_timeout_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dead server fails a request in seconds (3 retries of refused connections within 30 s, 5 s
+    to connect), a slow one gets 5 minutes: what _connect hands obstore."""
+    import datetime
+
+    import obstore.store
+
+    given: dict[str, Any] = {}
+
+    def from_url(url: str, **kwargs: Any) -> str:
+        given.update(kwargs, url=url)
+        return "client"
+
+    monkeypatch.setattr(obstore.store, "from_url", from_url)
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
+    assert store_mod._connect("s3://bucket/run") == "client"
+    seconds = datetime.timedelta(seconds=1)
+    retry, options = given["retry_config"], given["client_options"]
+    assert retry["max_retries"] == 3 and retry["retry_timeout"] == 30 * seconds
+    assert options["connect_timeout"] == 5 * seconds and options["timeout"] == 300 * seconds
+    assert options["allow_http"] is True
+
+
+def test_an_object_deleted_between_listing_and_reading_is_skipped_not_a_raw_error(
+    env: S3Server, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another writer prunes while resume reads: a manifest or data object that the listing showed
+    is gone by the GET. Resume skips that checkpoint with a warning naming it and takes the next;
+    a missing object is a one-line ObjectMissing (a StoreError), never obstore's raw
+    FileNotFoundError with its debug dump."""
+    store = _store(env, request)
+    client = env.client(_prefix(store))
+    for step in (1, 2, 3):
+        store.save(_payload(step))
+    listing = store._scan()
+    manifest = json.loads(bytes(obstore.get(client, "ckpt-00000003/manifest.json").bytes()))
+    obstore.delete(client, f"ckpt-00000003/{manifest['data']}/state.pt")
+    obstore.delete(client, "ckpt-00000002/manifest.json")
+    monkeypatch.setattr(store, "_scan", lambda: listing)
+    warnings: list[str] = []
+    found = store.find_latest(warnings.append)
+    assert found is not None and found[0] == f"{store.url}/ckpt-00000001", warnings
+    assert warnings == [
+        f"skipping checkpoint {store.url}/ckpt-00000003 is incomplete ({manifest['data']}/state.pt is missing)",
+        f"skipping checkpoint {store.url}/ckpt-00000002 is incomplete (no manifest.json)",
+    ]
+    with pytest.raises(ObjectMissing) as missing:
+        store._get("ckpt-00000009/manifest.json")
+    text = str(missing.value)
+    assert text.startswith(f"reading {store.url}/ckpt-00000009/manifest.json failed (FileNotFoundError: ")
+    assert "\n" not in text and "Debug source" not in text
+
+
+class _Marks:
+    """The job's c10d store as a sharded save uses it (set, get, wait, delete_key), in memory."""
+
+    def __init__(self) -> None:
+        self.values: dict[str, str] = {}
+
+    def set(self, key: str, value: str) -> None:
+        self.values[key] = value
+
+    def get(self, key: str) -> bytes:
+        return self.values[key].encode()
+
+    def wait(self, keys: list[str], timeout: Any) -> None:
+        missing = [k for k in keys if k not in self.values]
+        if missing:  # the real store would block for `timeout`: here that is the failure under test
+            raise RuntimeError(f"wait timeout after {timeout}: {missing}")
+
+    def delete_key(self, key: str) -> bool:
+        return self.values.pop(key, None) is not None
+
+
+@pytest.mark.parametrize("failure", ["not-found", "any-exception"])
+def test_a_rank_whose_shard_upload_fails_in_any_way_reports_it_so_rank_0_does_not_wait(
+    env: S3Server, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, failure: str
+) -> None:
+    """Rank 1's upload fails (obstore's FileNotFoundError, e.g. the bucket gone, or any other
+    exception): its mark still carries the reason, so rank 0 stops publishing at once, naming it
+    (instead of waiting --timeout-s for a mark that never comes)."""
+    store = _store(env, request)
+    marks = _Marks()
+    store._marks = marks
+    real_put = obstore.put
+
+    def failing_put(client: Any, path: str, data: Any, **kwargs: Any) -> Any:
+        if path.endswith("__1_0.distcp"):
+            raise FileNotFoundError(
+                f"Object at location {path} not found\n\nDebug source:\nNotFound {{ {SECRET_KEY} }}"
+            )
+        return real_put(client, path, data, **kwargs)
+
+    if failure == "not-found":
+        monkeypatch.setattr(obstore, "put", failing_put)
+    else:
+        real_store_put = store._put
+
+        def broken(path: str, data: Any, mode: Any = None) -> dict[str, Any]:
+            if path.endswith("__1_0.distcp"):
+                raise RuntimeError(f"boom {SECRET_KEY}")
+            return real_store_put(path, data, mode)
+
+        monkeypatch.setattr(store, "_put", broken)
+    saves = []
+    for rank in (1, 0):
+        ctx = DistContext(rank, rank, 2, 2, 0, 0, "torchrun")
+        staging = tmp_path / f"rank{rank}"
+        staging.mkdir()
+        (staging / f"__{rank}_0.distcp").write_bytes(b"shard")
+        saves.append(store_mod._ObjectShardedSave(store, 3, "ckpt-00000003", "a1", staging, ctx))
+    with pytest.raises(CheckpointError) as on_rank_1:
+        saves[0].commit()
+    reported = json.loads(marks.values["ckpt-00000003/a1/rank1"])["error"]
+    assert str(on_rank_1.value) == reported and SECRET_KEY not in reported and "\n" not in reported
+    kind = "FileNotFoundError" if failure == "not-found" else "RuntimeError: boom ***"
+    assert kind in reported, reported
+    with pytest.raises(CheckpointError, match=r"not published: rank 1: ") as on_rank_0:
+        saves[1].commit()
+    assert reported in str(on_rank_0.value)
+    assert store.read_latest() is None
+
+
+@pytest.mark.parametrize("after", ["latest", "stale-attempt"])
+def test_a_checkpoint_whose_manifest_is_stored_is_saved_even_if_the_steps_after_it_fail(
+    env: S3Server, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, after: str
+) -> None:
+    """Moving `latest` (e.g. S3's 409 ConditionalRequestConflict, again and again) or deleting an
+    earlier attempt's data fails once the manifest is stored: resume finds the checkpoint by listing,
+    so the save returns it, with one warning, instead of failing."""
+    warnings: list[str] = []
+    store = _store(env, request, warnings)
+    store.save(_payload(1))
+    refused = StoreError("writing latest failed (GenericError: 409 Conflict, ConditionalRequestConflict)")
+
+    def fail(*args: Any, **kwargs: Any) -> None:
+        raise refused
+
+    monkeypatch.setattr(store, "point_latest" if after == "latest" else "_delete", fail)
+    assert store.save(_payload(2)) == f"{store.url}/ckpt-00000002"
+    assert len(warnings) == 1 and warnings[0].startswith(f"{store.url}/ckpt-00000002 is saved, but "), warnings
+    assert str(refused) in warnings[0]
+    monkeypatch.undo()
+    found = store.find_latest(lambda m: None)
+    assert found is not None and found[1]["step"] == 2
+
+
+def _conditional_put_fails_with(monkeypatch: pytest.MonkeyPatch, error: BaseException, times: int) -> list[str]:
+    """obstore.put fails ``times`` conditional writes with ``error`` (then writes); returns the paths refused."""
+    real_put = obstore.put
+    refused: list[str] = []
+
+    def put(client: Any, path: str, data: Any, **kwargs: Any) -> Any:
+        if kwargs.get("mode") not in (None, "overwrite") and len(refused) < times:
+            refused.append(path)
+            raise error
+        return real_put(client, path, data, **kwargs)
+
+    monkeypatch.setattr(obstore, "put", put)
+    return refused
+
+
+@pytest.mark.parametrize(
+    ("answer", "unsupported"),
+    [
+        ("Server returned non-2xx status code: 503 Service Unavailable: <Code>SlowDown</Code>", False),
+        ("Server returned non-2xx status code: 501 Not Implemented: <Code>NotImplemented</Code>", True),
+    ],
+)
+def test_conditional_writes_count_as_unsupported_only_when_the_server_says_so_not_when_the_url_does(
+    env: S3Server, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, answer: str, unsupported: bool
+) -> None:
+    """A prefix with "501" in it: a failed conditional write of `latest` (the request's URL in the
+    error) is a failure, not "conditional writes unsupported" (which would stay for the run); a
+    server that answers 501 is."""
+    warnings: list[str] = []
+    store = ObjectStore(env.url(f"{prefix_for(request)}-501/NotImplemented"), warnings.append)
+    url = f"{env.endpoint}/ddpctl-test/{_prefix(store)}/latest"
+    _conditional_put_fails_with(
+        monkeypatch, obstore.exceptions.GenericError(f"Error performing PUT {url} in 2ms - {answer}"), times=1
+    )
+    if unsupported:
+        store.point_latest(1)
+        assert len(warnings) == 1 and "does not support conditional writes" in warnings[0], warnings
+        assert store._unconditional
+    else:
+        with pytest.raises(StoreError, match=r"503 Service Unavailable, SlowDown"):
+            store.point_latest(1)
+        assert not warnings and not store._unconditional
+        assert store.read_latest() is None
+
+
+def test_a_conditional_request_conflict_is_retried_like_a_lost_race(
+    env: S3Server, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """S3 answers 409 ConditionalRequestConflict when a conditional write meets a concurrent one
+    ("retry the request"): `latest` is read and written again, and ends where it should."""
+    warnings: list[str] = []
+    store = _store(env, request, warnings)
+    conflict = obstore.exceptions.GenericError(
+        "Error performing PUT http://h/b/latest in 2ms - Server returned non-2xx status code: 409 Conflict: "
+        "<Code>ConditionalRequestConflict</Code>"
+    )
+    refused = _conditional_put_fails_with(monkeypatch, conflict, times=2)
+    store.point_latest(4)
+    assert refused == ["latest", "latest"] and not warnings
+    pointer = store.read_latest()
+    assert pointer is not None and pointer[0] == 4
+
+
+def test_keep_last_counts_only_checkpoints_that_are_complete(env: S3Server, request: pytest.FixtureRequest) -> None:
+    """A checkpoint with a manifest whose data is short does not count towards keep-last (resume
+    would skip it), as the local prune counts only loadable files: keep-last 2 keeps 4 and 2."""
+    store = _store(env, request)
+    client = env.client(_prefix(store))
+    for step in (1, 2, 3, 4):
+        store.save(_payload(step))
+    manifest = json.loads(bytes(obstore.get(client, "ckpt-00000003/manifest.json").bytes()))
+    obstore.put(client, f"ckpt-00000003/{manifest['data']}/state.pt", b"short")
+    assert store.prune(2, 4, sharded=False) == [f"{store.url}/ckpt-00000001"]
+    assert {n.split("/")[0] for n in object_names(client)} == {
+        "ckpt-00000002",
+        "ckpt-00000003",
+        "ckpt-00000004",
+        "latest",
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# The trainer with FSDP sharded checkpoints in the store: one process, in this one
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fsdp_trainer(env: S3Server, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A function that builds a one-process FSDP trainer (its process group in memory) with sharded
+    checkpoints under this test's prefix; ``fit`` trains one step and stores its checkpoint."""
+    from ddpctl_trainer.trainer import Trainer
+
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    url = env.url(prefix_for(request))
+    argv = [
+        *("--strategy", "fsdp", "--fsdp-state-dict", "sharded", "--checkpoint-dir", url),
+        *("--synthetic-samples", "32", "--image-size", "8", "--batch-size", "16", "--max-steps", "1"),
+        *("--no-eval", "--progress", "none"),
+    ]
+    ctx = DistContext(0, 0, 1, 1, 0, 0, "single")
+    device = setup(ctx, "gloo", 60, need_group=True)
+    stop.reset()
+    try:
+        yield lambda: Trainer(parse_args(argv, {}), ctx, device, "gloo")
+    finally:
+        stop.reset()
+        teardown()
+
+
+def test_a_store_failure_inside_torch_distributed_checkpoint_is_one_line_not_a_traceback(
+    fsdp_trainer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch.distributed.checkpoint wraps any rank's failure in its CheckpointException, a
+    BaseException that no `except Exception` sees: a StoreError while a shard downloads keeps its
+    message; any other failure is one CheckpointError line with its type, credentials scrubbed;
+    so is a failure of writing the shards."""
+    import torch.distributed.checkpoint as dcp
+
+    fsdp_trainer().fit()
+    real_download = ObjectStore._download
+
+    def shard_refused(self: ObjectStore, path: str, dest: Path) -> None:
+        if path.endswith(".distcp"):
+            raise StoreError(f"reading {path} failed (GenericError: 503 Service Unavailable)")
+        real_download(self, path, dest)
+
+    monkeypatch.setattr(ObjectStore, "_download", shard_refused)
+    with pytest.raises(StoreError, match=r"^reading ckpt-00000001/\w+/__0_0.distcp failed \(GenericError: 503"):
+        fsdp_trainer().resume()
+
+    def disk_full(self: ObjectStore, path: str, dest: Path) -> None:
+        if path.endswith(".distcp"):
+            raise OSError(28, f"No space left on device {SECRET_KEY}")
+        real_download(self, path, dest)
+
+    monkeypatch.setattr(ObjectStore, "_download", disk_full)
+    trainer = fsdp_trainer()
+    with pytest.raises(CheckpointError) as failed:
+        trainer.resume()
+    message = str(failed.value)
+    assert message.startswith(f"loading checkpoint {trainer.store.url}/ckpt-00000001 failed on rank 0 (OSError: ")
+    assert "No space left on device ***" in message and SECRET_KEY not in message and "\n" not in message
+
+    def write_refused(*args: Any, **kwargs: Any) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(dcp.FileSystemWriter, "write_data", write_refused)
+    with pytest.raises(CheckpointError, match=r"^saving the sharded checkpoint s3://.* failed on rank 0 \(OSError: "):
+        trainer.save_checkpoint(background=False)
+
+
+def test_a_sharded_checkpoint_stored_in_the_foreground_clears_an_earlier_failed_save(fsdp_trainer: Any) -> None:
+    """The stop path saves again when the last background save failed (``writer.failed``): a
+    foreground sharded save that succeeds clears it, as a full one does, so nothing saves twice."""
+    trainer = fsdp_trainer()
+    trainer.writer.failed = True
+    trainer.save_checkpoint(background=False)
+    assert not trainer.writer.failed
+    assert trainer.store.read_latest()[0] == 0

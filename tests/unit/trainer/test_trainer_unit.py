@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -410,6 +411,61 @@ def test_sigterm_is_deferred_only_inside_the_training_loop(
         assert (stop.seconds_since_signal() is not None) is deferring
     finally:
         stop.reset()
+
+
+def test_a_stop_only_this_rank_got_leaves_a_cadence_save_in_the_background(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every rank must run a save the same way (the foreground one runs collectives the background
+    one does not): a SIGTERM that reached this rank alone, just before a --save-every save, does not
+    make it save in the foreground; the save goes to the writer, as on the ranks without a signal,
+    and the stop vote after the step waits for it."""
+    from ddpctl_trainer import stop
+    from ddpctl_trainer.trainer import Trainer
+
+    argv = ["--synthetic-samples", "32", "--image-size", "8", "--batch-size", "16", "--no-eval", "--progress", "none"]
+    cfg = parse_args([*argv, "--checkpoint-dir", str(tmp_path)], {})
+    stop.reset()
+    try:
+        trainer = Trainer(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")
+        stop.defer(True)
+        assert not stop.on_signal() and stop.requested()  # this process's own SIGTERM, recorded
+        submitted: list[str] = []
+        real_submit = trainer.writer.submit
+
+        def submit(what: str, save: Any) -> None:
+            submitted.append(what)
+            real_submit(what, save)
+
+        monkeypatch.setattr(trainer.writer, "submit", submit)
+        trainer.save_checkpoint()
+        trainer.writer.wait()
+        assert submitted == [str(tmp_path / "ckpt-00000000.pt")]
+        assert not trainer.writer.failed and (tmp_path / "ckpt-00000000.pt").is_file()
+    finally:
+        stop.reset()
+
+
+def test_a_failure_torch_distributed_checkpoint_wrapped_is_raised_as_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its CheckpointException (a BaseException, with every rank's failure): a TrainerError found
+    in it as it is; a second SIGTERM as it is (exit 143); anything else one CheckpointError line
+    naming the rank, the type and the message without secrets."""
+    from ddpctl_trainer.errors import Terminated
+    from ddpctl_trainer.store import StoreError
+    from ddpctl_trainer.trainer import _dcp_failure
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
+    refused = StoreError("reading s3://b/run/ckpt-00000003/a/__1_0.distcp failed (GenericError: 503)")
+    disk = OSError(28, "No space left on device\nkey hunter2-secret")
+    both = CheckpointException("read_data", {0: (disk, None), 1: (refused, None)})
+    assert _dcp_failure("loading checkpoint X", both) is refused
+    found = _dcp_failure("loading checkpoint X", CheckpointException("read_data", {1: (disk, None)}))
+    assert isinstance(found, CheckpointError)
+    assert str(found) == "loading checkpoint X failed on rank 1 (OSError: [Errno 28] No space left on device key ***)"
+    second = Terminated()
+    signalled = CheckpointException("write", {0: (disk, None), 1: (second, None)})
+    assert _dcp_failure("saving", signalled) is second
 
 
 @pytest.mark.parametrize(
