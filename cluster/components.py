@@ -204,6 +204,10 @@ def kwok(c: Cluster) -> None:
         f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
         f"--server-address=127.0.0.1:{PORTS['kwok']}", "--cidr=10.244.0.0/16",
         "--node-ip=127.0.0.1", f"--node-port={PORTS['kwok-kubelet']}", "--v=WARN",
+        # kwok renews each node's Lease, as a kubelet does; without it (the flag's default is 0 here) the
+        # heartbeat stage writes status only every ~10 min, the node controller marks every node NotReady
+        # after its grace period, and Kueue's TAS moves the workloads placed on them
+        "--node-lease-duration-seconds=40",
     ])  # fmt: skip
     set_kwok_nodes(c, 8)
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.support import REPO
-from tests.support.cluster import RealCluster
+from tests.support.cluster import RealCluster, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -42,3 +42,19 @@ def test_rendered_yaml_applies_server_side_with_validation(real_cluster: RealClu
     r = real_cluster.kubectl("apply", "--server-side", "--field-manager=test", "-f", "-", input=rendered)
     assert "serverside-applied" in r.stdout
     assert "Warning" not in r.stderr, r.stderr  # strict field validation found no unknown or duplicate field
+
+
+def test_every_simulated_node_renews_its_lease(real_cluster: RealCluster) -> None:
+    """A node whose Lease is not renewed is marked NotReady after the node controller's grace period,
+    and Kueue then moves the workloads placed on it: pods that tests just saw bound vanish."""
+
+    def renewals() -> dict[str, str]:
+        leases = json.loads(real_cluster.kubectl("get", "leases", "-n", "kube-node-lease", "-o", "json").stdout)
+        return {item["metadata"]["name"]: item["spec"].get("renewTime", "") for item in leases["items"]}
+
+    nodes = json.loads(real_cluster.kubectl("get", "nodes", "-l", "type=kwok", "-o", "json").stdout)["items"]
+    names = {n["metadata"]["name"] for n in nodes}
+    first = renewals()
+    assert names and names <= set(first), sorted(names - set(first))
+    # kwok renews every lease_duration / 4 (10 s for 40 s): each is renewed again within the grace period
+    wait_until("every kwok node's Lease renewed", lambda: all(renewals()[n] > first[n] for n in names), timeout=60)
