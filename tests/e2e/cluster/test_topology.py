@@ -51,12 +51,23 @@ def tas_queue(kube: RealCluster, namespace: str) -> Iterator[str]:
         kube.kubectl("delete", kind, name, "--wait=false", check=False)
 
 
-def placement(cli, kube: RealCluster, namespace: str) -> list[tuple[int, dict[str, str]]]:
-    """(node rank, labels of the node its pod runs on), in rank order; ranks as `ddpctl status` reads them."""
-    summary = json.loads(cli("status", "ddp-train", "-n", namespace, "-o", "json").out)
+def placement(cli, kube: RealCluster, namespace: str, count: int) -> list[tuple[int, dict[str, str]]]:
+    """(node rank, labels of the node its pod runs on), in rank order, once `ddpctl status` lists `count`
+    running pods, each on a node. Waited for, not read once: pods bound a moment ago can still be replaced
+    (Kueue re-placing a workload, a controller recreating a pod), and a placement is only the one that stays."""
     nodes = {n["metadata"]["name"]: n["metadata"]["labels"] for n in kube.get("nodes", "-l", "type=kwok")["items"]}
-    pods = {p["metadata"]["name"]: p for p in kube.pods(namespace)}
-    return sorted((p["node"], nodes[pods[p["pod"]]["spec"]["nodeName"]]) for p in summary["pods"])
+
+    def settled() -> list[tuple[int, dict[str, str]]] | None:
+        summary = json.loads(cli("status", "ddp-train", "-n", namespace, "-o", "json").out)
+        rows = summary["pods"]
+        if len(rows) != count or any(p["phase"] != "Running" for p in rows):
+            return None
+        bound = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in kube.pods(namespace)}
+        if any(not bound.get(p["pod"]) for p in rows):
+            return None
+        return sorted((p["node"], nodes[bound[p["pod"]]]) for p in rows)
+
+    return list(wait_until(f"{count} running pods in `ddpctl status` of {namespace}", settled, 90))
 
 
 @pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob", "trainjob"])
@@ -66,7 +77,7 @@ def test_required_rack_puts_every_pod_in_one_rack(cli, kube: RealCluster, namesp
             "--topology", f"required:{RACK}", "--annotation", KEEP_RUNNING)  # fmt: skip
     assert r.code == 0, r.err
     scheduled_pods(kube, namespace, 2, timeout=90)
-    placed = placement(cli, kube, namespace)
+    placed = placement(cli, kube, namespace, 2)
     assert [rank for rank, _ in placed] == [0, 1]
     assert len({labels[RACK] for _, labels in placed}) == 1, placed
     assert len({labels[HOST] for _, labels in placed}) == 2, placed  # one pod a node: the rack was needed
@@ -83,7 +94,7 @@ def test_preferred_block_keeps_four_nodes_in_one_block_ranks_contiguous_per_rack
             "--topology", f"preferred:{BLOCK}", "--annotation", KEEP_RUNNING)  # fmt: skip
     assert r.code == 0, r.err
     scheduled_pods(kube, namespace, 4, timeout=90)
-    placed = placement(cli, kube, namespace)
+    placed = placement(cli, kube, namespace, 4)
     assert [rank for rank, _ in placed] == [0, 1, 2, 3]
     assert len({labels[BLOCK] for _, labels in placed}) == 1, placed
     racks = [labels[RACK] for _, labels in placed]
@@ -95,5 +106,5 @@ def test_slices_of_two_each_fill_one_rack(cli, kube: RealCluster, namespace, tas
             "--topology-slice", f"{RACK}:2", "--annotation", KEEP_RUNNING)  # fmt: skip
     assert r.code == 0, r.err
     scheduled_pods(kube, namespace, 4, timeout=90)
-    racks = [labels[RACK] for _, labels in placement(cli, kube, namespace)]
+    racks = [labels[RACK] for _, labels in placement(cli, kube, namespace, 4)]
     assert racks[0] == racks[1] and racks[2] == racks[3] and racks[0] != racks[2], racks
