@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cluster import KEEP_RUNNING, RealCluster, scheduled_pods, wait_until
+from tests.support.cluster import KEEP_RUNNING, RealCluster, wait_until
 
 pytestmark = pytest.mark.cluster
 
@@ -76,7 +76,6 @@ def test_required_rack_puts_every_pod_in_one_rack(cli, kube: RealCluster, namesp
     r = cli("submit", "-n", namespace, "--target", target, "--nodes", "2", "--gpus", "8", "--queue", tas_queue,
             "--topology", f"required:{RACK}", "--annotation", KEEP_RUNNING)  # fmt: skip
     assert r.code == 0, r.err
-    scheduled_pods(kube, namespace, 2, timeout=90)
     placed = placement(cli, kube, namespace, 2)
     assert [rank for rank, _ in placed] == [0, 1]
     assert len({labels[RACK] for _, labels in placed}) == 1, placed
@@ -93,7 +92,6 @@ def test_preferred_block_keeps_four_nodes_in_one_block_ranks_contiguous_per_rack
     r = cli("submit", "-n", namespace, "--target", target, "--nodes", "4", "--gpus", "8", "--queue", tas_queue,
             "--topology", f"preferred:{BLOCK}", "--annotation", KEEP_RUNNING)  # fmt: skip
     assert r.code == 0, r.err
-    scheduled_pods(kube, namespace, 4, timeout=90)
     placed = placement(cli, kube, namespace, 4)
     assert [rank for rank, _ in placed] == [0, 1, 2, 3]
     assert len({labels[BLOCK] for _, labels in placed}) == 1, placed
@@ -105,6 +103,5 @@ def test_slices_of_two_each_fill_one_rack(cli, kube: RealCluster, namespace, tas
     r = cli("submit", "-n", namespace, "--target", "jobset", "--nodes", "4", "--gpus", "8", "--queue", tas_queue,
             "--topology-slice", f"{RACK}:2", "--annotation", KEEP_RUNNING)  # fmt: skip
     assert r.code == 0, r.err
-    scheduled_pods(kube, namespace, 4, timeout=90)
     racks = [labels[RACK] for _, labels in placement(cli, kube, namespace, 4)]
     assert racks[0] == racks[1] and racks[2] == racks[3] and racks[0] != racks[2], racks
