@@ -99,10 +99,28 @@ class ProgressLog(Callback):
     def __init__(self) -> None:
         self.t_last = time.perf_counter()
         self.cpu_last = time.process_time()
+        self.step_last: int | None = None  # the step of the last report in this epoch (None: none yet)
+        self.s_per_step: float | None = None  # seconds per optimizer step, smoothed, for the ETA
 
     def on_epoch_start(self, trainer: Trainer) -> None:
         self.t_last = time.perf_counter()
         self.cpu_last = time.process_time()
+        self.step_last = trainer.step
+
+    def eta(self, trainer: Trainer, dt: float) -> float | None:
+        """Seconds to the last step (all epochs, or --max-steps), at the pace of the steps so far
+        (an average that weighs the latest interval most); None before a pace is known."""
+        steps = trainer.step - self.step_last if self.step_last is not None else 0
+        if steps > 0:
+            pace = dt / steps
+            self.s_per_step = pace if self.s_per_step is None else 0.7 * self.s_per_step + 0.3 * pace
+        self.step_last = trainer.step
+        if self.s_per_step is None:
+            return None
+        total = trainer.steps_per_epoch * trainer.cfg.epochs
+        if trainer.cfg.max_steps:
+            total = min(total, trainer.cfg.max_steps)
+        return max(total - trainer.step, 0) * self.s_per_step
 
     def on_step_end(self, trainer: Trainer) -> None:
         trainer.progress.step()
@@ -120,7 +138,12 @@ class ProgressLog(Callback):
         dt = max(now - self.t_last, 1e-9)
         loss = loss_sum / max(count, 1.0)
         trainer.progress.report(
-            trainer.epoch, trainer.step_in_epoch(), trainer.steps_per_epoch, loss, local_samples / dt
+            trainer.epoch,
+            trainer.step_in_epoch(),
+            trainer.steps_per_epoch,
+            loss,
+            local_samples / dt,
+            self.eta(trainer, dt),
         )
         cpu_now = time.process_time()
         trainer.metrics.emit(

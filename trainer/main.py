@@ -19,7 +19,15 @@ from .errors import (
     from_distributed_stack,
     print_error,
 )
-from .protocol import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, EXIT_STALLED, EXIT_USAGE
+from .protocol import (
+    EXIT_FAILURE,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_STALLED,
+    EXIT_USAGE,
+    rank_prefix,
+)
 from .watchdog import stalling
 
 _armed = False  # True while a SIGTERM should interrupt the run
@@ -86,7 +94,7 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         validate_for_world(cfg, ctx.world_size)
         require_object_store_client(cfg)
         if ctx.world_size > 1:
-            rank_label = label[0] = f"[rank {ctx.rank}] "
+            rank_label = label[0] = rank_prefix(ctx.rank)
 
         import torch
 

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, TextIO
 
+from . import protocol
+
 
 class MetricsLog:
     """Appends one JSON object per line; only rank 0 opens the file (appending across restarts)."""
@@ -36,7 +38,7 @@ class MetricsLog:
 
 
 class Progress:
-    """Rank 0's progress: plain lines (``[rank 0] epoch 1/2 step 10/40 loss 2.30 123.4 samples/s``)
+    """Rank 0's progress: plain lines (``[rank 0] epoch 1/2 step 10/40 loss 2.30 123.4 samples/s eta 1m05s``)
     or a tqdm bar when stderr is a terminal. The values are global (reduced over the ranks), so the
     other ranks would only repeat them: they stay quiet (their warnings and errors still print)."""
 
@@ -65,13 +67,14 @@ class Progress:
         if self._bar is not None:
             self._bar.update(1)
 
-    def report(self, epoch: int, step_in_epoch: int, steps: int, loss: float, rate: float) -> None:
+    def report(
+        self, epoch: int, step_in_epoch: int, steps: int, loss: float, rate: float, eta_s: float | None = None
+    ) -> None:
+        """One progress line (`protocol.Progress`, which `ddpctl status` reads back); `epoch` counts from 0."""
         if self._bar is not None:
             self._bar.set_postfix(loss=f"{loss:.4f}", samples_s=f"{rate:.1f}", refresh=False)
         elif not self._quiet:
-            self.line(
-                f"epoch {epoch + 1}/{self.epochs} step {step_in_epoch}/{steps} loss {loss:.4f} {rate:.1f} samples/s"
-            )
+            self.line(protocol.Progress(epoch + 1, self.epochs, step_in_epoch, steps, loss, rate, eta_s).text())
 
     def end_epoch(self) -> None:
         if self._bar is not None:
@@ -82,7 +85,7 @@ class Progress:
         """A plain line from rank 0, shown unless progress is off."""
         if self._quiet and not self._use_bar:
             return
-        msg = f"[rank {self.rank}] {text}"
+        msg = protocol.rank_prefix(self.rank) + text
         if self._bar is not None:
             self._bar.write(msg)
         else:

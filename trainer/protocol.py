@@ -13,6 +13,7 @@ Stdlib only: the CLI imports this module and nothing else of the trainer's runti
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 PROG = "ddpctl-trainer"
 TRAINER_MODULE = "ddpctl_trainer"  # `torchrun -m ddpctl_trainer`: the built-in trainer
@@ -187,3 +188,99 @@ OBJECT_STORE_SECRET_ENV: tuple[str, ...] = (
 
 STALL_TIMEOUT_S = 300  # --stall-timeout's default: the collective timeout must exceed it
 COLLECTIVE_TIMEOUT_S = 600  # --timeout-s's default (the process group's): the stall timeout stays below it
+
+# ------------------------------------------------------------------------------------ line protocol
+# Every line a rank of a distributed job prints starts `[rank R] ` (the global rank); a tagged line
+# (an error, a warning) puts its tag first. The runners, `ddpctl logs` and `ddpctl status` read
+# lines back with `parse_rank_line`, and rank 0's progress with `parse_progress`.
+
+_RANK_PREFIX = re.compile(r"^(?P<tag>(?:" + re.escape(PROG) + r": (?:error|warning): )?)\[rank (?P<rank>\d+)\] ")
+
+
+def rank_prefix(rank: int) -> str:
+    """`[rank 3] `: what every line of global rank 3 starts with."""
+    return f"[rank {rank}] "
+
+
+def parse_rank_line(line: str) -> tuple[int, str] | None:
+    """(rank, text) of a rank's line: `[rank 3] x` -> (3, "x"); a tagged line keeps its tag,
+    `ddpctl-trainer: error: [rank 3] x` -> (3, "ddpctl-trainer: error: x"). None for other lines."""
+    match = _RANK_PREFIX.match(line)
+    if match is None:
+        return None
+    return int(match.group("rank")), match.group("tag") + line[match.end() :]
+
+
+def duration_text(seconds: float) -> str:
+    """`45s`, `2m05s`, `1h02m`: an ETA or an age, to the second below an hour."""
+    s = max(0, round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> float | None:
+    """The seconds of a `duration_text`; None when `text` is not one."""
+    match = _DURATION.fullmatch(text)
+    if match is None or not text:
+        return None
+    h, m, s = (int(g or 0) for g in match.groups())
+    return float(h * 3600 + m * 60 + s)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Rank 0's position, as its progress line says it: epochs and steps count from 1."""
+
+    epoch: int
+    epochs: int
+    step: int  # in the epoch
+    steps: int  # per epoch
+    loss: float | None = None
+    samples_per_s: float | None = None
+    eta_s: float | None = None
+
+    @property
+    def percent(self) -> float:
+        """How much of the whole run (every epoch) is done."""
+        total = self.epochs * self.steps
+        return 100.0 * ((self.epoch - 1) * self.steps + self.step) / total if total else 0.0
+
+    def text(self) -> str:
+        """`epoch 1/2 step 10/40 loss 2.3012 123.4 samples/s eta 1m05s`: rank 0's progress line."""
+        out = f"epoch {self.epoch}/{self.epochs} step {self.step}/{self.steps}"
+        if self.loss is not None:
+            out += f" loss {self.loss:.4f}"
+        if self.samples_per_s is not None:
+            out += f" {self.samples_per_s:.1f} samples/s"
+        if self.eta_s is not None:
+            out += f" eta {duration_text(self.eta_s)}"
+        return out
+
+
+_PROGRESS = re.compile(
+    r"^epoch (\d+)/(\d+) step (\d+)/(\d+)(?: loss (\S+))?(?: ([\d.]+) samples/s)?(?: eta (\S+))?\s*$"
+)
+
+
+def parse_progress(text: str) -> Progress | None:
+    """The `Progress` of a progress line (with or without its `[rank R] `); None for other lines."""
+    found = parse_rank_line(text)
+    match = _PROGRESS.match(found[1] if found else text)
+    if match is None:
+        return None
+    epoch, epochs, step, steps = (int(g) for g in match.groups()[:4])
+    loss, rate, eta = match.groups()[4:]
+
+    def number(value: str | None) -> float | None:
+        try:
+            return float(value) if value is not None else None
+        except ValueError:  # `loss nan` parses; a word does not
+            return None
+
+    return Progress(epoch, epochs, step, steps, number(loss), number(rate), parse_duration(eta) if eta else None)

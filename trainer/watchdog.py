@@ -39,7 +39,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from .protocol import EXIT_STALLED, PROG, STALL_SUMMARY_FIRST, STALL_SUMMARY_TAG, TERMINATION_LOG, WARNING_TAG
+from .protocol import (
+    EXIT_STALLED,
+    PROG,
+    STALL_SUMMARY_FIRST,
+    STALL_SUMMARY_TAG,
+    TERMINATION_LOG,
+    WARNING_TAG,
+    rank_prefix,
+)
 
 SETUP = "setup"
 DATA = "data"
@@ -595,7 +603,7 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
         store = connect_store(ctx.world_size, ctx.restart_count)
     except Exception as exc:  # noqa: BLE001 - training goes on without the watchdog
         print(
-            f"{WARNING_TAG}[rank {ctx.rank}] stall watchdog off: cannot reach the job's store ({exc})",
+            f"{WARNING_TAG}{rank_prefix(ctx.rank)}stall watchdog off: cannot reach the job's store ({exc})",
             file=sys.stderr,
         )
         return None

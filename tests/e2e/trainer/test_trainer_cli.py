@@ -118,7 +118,9 @@ def test_two_nodes_of_two_processes(tmp_path: Path) -> None:
     assert [p.returncode for p in procs] == [0, 0], outs
     text = outs[0][0] + outs[1][0]
     # rank 0 reports the global progress; the other ranks would only repeat it
-    assert re.search(r"^\[rank 0\] epoch 2/2 step 8/8 loss \d+\.\d+ \d+\.\d samples/s$", text, re.M), text
+    # ... and the time left: the last step's line has nothing left to wait for
+    assert re.search(r"^\[rank 0\] epoch 2/2 step 8/8 loss \d+\.\d+ \d+\.\d samples/s eta 0s$", text, re.M), text
+    assert re.search(r"^\[rank 0\] epoch 1/2 step \d/8 .* eta \d+s$", text, re.M), text
     assert not re.search(r"^\[rank [1-3]\] (eval )?epoch", text, re.M), text
     assert "world size 4" in outs[0][0]
     # rank 0 (on node 0) writes checkpoints and metrics; node 1 writes nothing
