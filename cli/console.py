@@ -31,6 +31,15 @@ def plural(count: int, word: str, words: str | None = None) -> str:
     return f"{count} {word if count == 1 else (words or word + 's')}"
 
 
+def age_text(seconds: float) -> str:
+    """kubectl's AGE column: 45s, 12m, 3h, 2d."""
+    secs = max(0, int(seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size * (2 if unit != "m" else 1):
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
 def isatty(stream: Any) -> bool:
     try:
         return bool(stream.isatty())

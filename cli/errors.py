@@ -52,6 +52,16 @@ class ClusterError(RuntimeFailure):
     """The Kubernetes API refused or could not be reached."""
 
 
+class NotFound(RuntimeFailure):
+    """The job named is not where ddpctl looked (a cluster's namespace, ./ddp-runs): unlike a
+    refusal, another backend may still have it."""
+
+
+class Unreachable(ClusterError):
+    """No cluster answered: no kubeconfig, or the API server could not be reached in time. Unlike
+    an answer (401, 403, 500), it says nothing about the job."""
+
+
 class Interrupted(DdpctlError):
     """Ctrl-C (or SIGTERM/SIGHUP) stopped a run: the message says where it stopped and how to go on.
     Not a KeyboardInterrupt: Typer would turn that into a bare exit 130 before ddpctl could say so."""

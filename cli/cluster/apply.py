@@ -21,7 +21,7 @@ from ddpctl.cluster import errors as E
 from ddpctl.cluster.config import FIELD_MANAGER, Cluster, iter_lines
 from ddpctl.cluster.kinds import JOB_OBJECT_KINDS, POD, WORKLOADS, Kind, job_selector, kind_of
 from ddpctl.engines import engine_for
-from ddpctl.errors import ClusterError, DdpctlError
+from ddpctl.errors import ClusterError, DdpctlError, NotFound
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
 DELETE_WAIT_SECONDS = 120.0
@@ -103,11 +103,11 @@ def raise_not_found(cluster: Cluster, name: str, namespace: str) -> None:
     except E.ApiError as exc:
         missing_ns = exc.code == 404  # a 403 (may not read namespaces): cannot tell
     if missing_ns:
-        raise ClusterError(
+        raise NotFound(
             f'namespace "{namespace}" does not exist ({cluster.where}); check -n, or create it with '
             f"`kubectl create namespace {namespace}`"
         )
-    raise ClusterError(
+    raise NotFound(
         f'no job "{name}" in namespace "{namespace}" (no Job, PyTorchJob, JobSet or TrainJob labelled '
         f"{job_selector(name)}); see `ddpctl list -n {namespace}`"
     )

@@ -19,7 +19,7 @@ from typing import Any
 
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.kinds import Kind
-from ddpctl.errors import ClusterError, DdpctlError, UsageError
+from ddpctl.errors import ClusterError, DdpctlError, Unreachable, UsageError
 
 Query = list[tuple[str, Any]]  # (name, value) query parameters; `Cluster.list` shadows `list` in the class
 
@@ -213,7 +213,7 @@ def _shutdown(raw: Any) -> None:
 # ---------------------------------------------------------------------- loading the config
 
 
-def _kubeconfig_paths(explicit: str | None) -> tuple[str | None, str]:
+def kubeconfig_paths(explicit: str | None) -> tuple[str | None, str]:
     """(the path list to load or None, how to name it in messages)."""
     if explicit:
         if not Path(explicit).expanduser().exists():
@@ -279,12 +279,12 @@ def load(options: ClusterOptions) -> Cluster:
 
     configuration = client.Configuration()
     configuration.retries = retry_policy(urllib3)
-    path, label = _kubeconfig_paths(options.kubeconfig)
+    path, label = kubeconfig_paths(options.kubeconfig)
     if path is None:
         if options.kubeconfig is None and options.context is None and in_cluster_available():
             return _load_in_cluster(configuration, options)
         hint = "" if not in_cluster_available() else " (in-cluster config ignores --context)"
-        raise ClusterError(
+        raise Unreachable(
             f"no kubeconfig: {label} does not exist and ddpctl is not running in a cluster{hint}; "
             "set KUBECONFIG or pass --kubeconfig FILE (or `kubectl config view` to check yours)"
         )
@@ -374,14 +374,14 @@ def _first_contact(cluster: Cluster, timeout: float) -> Cluster:
             raise _not_kubernetes(cluster, _http_status(exc.code)) from None
         except DdpctlError as exc:  # transport: not reached, or no answer in time
             if "timed out" in exc.message and time.monotonic() >= deadline - 0.5:
-                raise ClusterError(
+                raise Unreachable(
                     f"the API server at {cluster.host} ({_context_of(cluster)}) did not answer within "
                     f"{timeout:g}s; check that it is up (`kubectl cluster-info`), or wait longer with "
                     f"--request-timeout (or {REQUEST_TIMEOUT_ENV})"
                 ) from None
             if attempt == CONNECT_ATTEMPTS or time.monotonic() + delay >= deadline:
                 tried = f" after {attempt} attempts" if attempt > 1 else ""
-                raise ClusterError(exc.message.replace(f"({cluster.where})", f"({cluster.where}){tried}", 1)) from None
+                raise Unreachable(exc.message.replace(f"({cluster.where})", f"({cluster.where}){tried}", 1)) from None
             time.sleep(delay)  # a retry backoff, bounded by CONNECT_ATTEMPTS and the deadline
             delay *= 2
             continue

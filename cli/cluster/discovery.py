@@ -74,13 +74,13 @@ def pick(engines: Engines) -> tuple[str, str]:
             if engine.runtime:
                 why = (
                     f"{kind.resource}/{kind.version} is served and the {engine.runtime} "
-                    f"ClusterTrainingRuntime exists ({kind.engine})"
+                    f"ClusterTrainingRuntime exists ({kind.installed_by})"
                 )
             elif engine.builtin:
                 crds = ", ".join(k.kind for k in WORKLOADS if not engine_for(k.target).builtin)  # type: ignore[arg-type]
                 why = f"no training CRD ({crds}) is served, so a plain Indexed Job and headless Service"
             else:
-                why = f"{kind.resource}/{kind.version} is served ({kind.engine})"
+                why = f"{kind.resource}/{kind.version} is served ({kind.installed_by})"
             return target, why + (f"; {skipped[0]}" if skipped else "")
         if engine.runtime and target in engines.served:
             skipped.append(f"{kind.resource} is served but {_runtime_missing(engines, target)}")
@@ -110,10 +110,10 @@ def require(engines: Engines, target: str) -> None:
         problem = (
             f"the {runtime} ClusterTrainingRuntime "
             + ("does not exist" if engines.runtime is False else "cannot be read")
-            + f" ({kind.engine} installs it with its runtimes)"
+            + f" ({kind.installed_by} installs it with its runtimes)"
         )
     else:
-        problem = f"the cluster does not serve {kind.resource}/{kind.version} ({kind.engine} is not installed)"
+        problem = f"the cluster does not serve {kind.resource}/{kind.version} ({kind.installed_by} is not installed)"
     raise ClusterError(
         f"--target {target}: {problem}; use --target {alternative}, which this cluster supports, or --target auto"
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpctl.cluster.kinds import Kind
-from ddpctl.errors import ClusterError, DdpctlError, UsageError
+from ddpctl.errors import ClusterError, DdpctlError, Unreachable, UsageError
 
 MAX_CAUSES = 5
 
@@ -130,7 +130,7 @@ def from_status(code: int, body: Any, op: Op, where: str) -> ApiError:
                 err = _err(
                     code,
                     reason,
-                    f"the cluster does not serve {op.kind.resource}/{op.kind.version} ({op.kind.engine} is "
+                    f"the cluster does not serve {op.kind.resource}/{op.kind.version} ({op.kind.installed_by} is "
                     "not installed); install it, or choose a target this cluster serves (--target auto picks one)",
                 )
             else:
@@ -222,7 +222,7 @@ def short_transport_reason(exc: BaseException) -> str:
 
 def from_transport(exc: BaseException, op: Op, where: str, attempts: int = 1) -> DdpctlError:
     tried = f" after {attempts} attempts" if attempts > 1 else ""
-    return ClusterError(
+    return Unreachable(
         f"cannot reach the Kubernetes API server ({where}){tried}: {short_transport_reason(exc)} "
         f"(while trying to {op.verb} {op.subject}); check that the cluster is running and that "
         "--context / --kubeconfig / KUBECONFIG point to it"

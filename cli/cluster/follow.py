@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from ddpctl.cluster import pods as P
 from ddpctl.cluster import watch as W
 from ddpctl.cluster.config import Cluster
 from ddpctl.cluster.kinds import Kind
@@ -41,7 +42,7 @@ def follow_job(
     if outcome.result == "Failed":
         for err in log_errors[:1]:  # the job's failure is the error; that its logs could not be read is said too
             status.say(f"ddpctl: could not follow the logs: {err}")
-        raise W.explain_failure(cluster, kind, outcome, status.say)
+        raise P.explain_failure(cluster, kind, outcome, status.say)
     name, ns = job["metadata"]["name"], job["metadata"].get("namespace")
     status.say(f"ddpctl: {kind.ref(name)} in namespace \"{ns}\" succeeded")
     for err in log_errors[:1]:  # as `ddpctl logs -f`: logs asked for and not shown are an error

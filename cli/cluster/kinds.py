@@ -1,4 +1,5 @@
-"""The kinds ddpctl creates and reads; how each engine names and ranks its pods is asked of ddpctl.engines."""
+"""The kinds ddpctl creates and reads; how each engine names and ranks its pods is asked of its engine
+(`Kind.engine`, ddpctl.engines)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from ddpctl.console import age_text
 from ddpctl.engines import AUTO_PREFERENCE, engine_for
 from ddpctl.engines.base import INSTANCE as INSTANCE
 from ddpctl.engines.base import MANAGED_BY as MANAGED_BY
+from ddpctl.engines.base import Engine
 
 
 @dataclass(frozen=True)
@@ -19,9 +22,16 @@ class Kind:
     plural: str
     namespaced: bool = True
     target: str | None = None  # the ddpctl target whose workload this is
-    engine: str = ""  # what installs it, for messages
+    installed_by: str = ""  # what installs it, for messages
     success: tuple[str, ...] = ()  # condition types that mean "finished well"
     failure: tuple[str, ...] = ()  # ... and "finished badly"
+
+    @property
+    def engine(self) -> Engine:
+        """The engine of a workload kind, which knows how its pods are named, ranked and selected."""
+        if self.target is None:
+            raise TypeError(f"{self.kind} is not the workload of an engine")
+        return engine_for(self.target)
 
     @property
     def api_version(self) -> str:
@@ -56,7 +66,14 @@ def _workload(target: str) -> Kind:
     """The Kind of an engine's workload object (the facts live in ddpctl.engines)."""
     w = engine_for(target).workload
     return Kind(
-        w.kind, w.group, w.version, w.plural, target=target, engine=w.installed_by, success=w.success, failure=w.failure
+        w.kind,
+        w.group,
+        w.version,
+        w.plural,
+        target=target,
+        installed_by=w.installed_by,
+        success=w.success,
+        failure=w.failure,
     )
 
 
@@ -70,16 +87,21 @@ RUNTIME = Kind(
     "v1alpha1",
     "clustertrainingruntimes",
     namespaced=False,
-    engine="Kubeflow Trainer v2",
+    installed_by="Kubeflow Trainer v2",
 )
 SERVICE = Kind("Service", "", "v1", "services")
 POD = Kind("Pod", "", "v1", "pods")
 EVENT = Kind("Event", "", "v1", "events")
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", namespaced=False)
-WORKLOAD = Kind("Workload", "kueue.x-k8s.io", "v1beta2", "workloads", engine="Kueue")
-LOCALQUEUE = Kind("LocalQueue", "kueue.x-k8s.io", "v1beta2", "localqueues", engine="Kueue")
+WORKLOAD = Kind("Workload", "kueue.x-k8s.io", "v1beta2", "workloads", installed_by="Kueue")
+LOCALQUEUE = Kind("LocalQueue", "kueue.x-k8s.io", "v1beta2", "localqueues", installed_by="Kueue")
 PRIORITY = Kind(
-    "WorkloadPriorityClass", "kueue.x-k8s.io", "v1beta2", "workloadpriorityclasses", namespaced=False, engine="Kueue"
+    "WorkloadPriorityClass",
+    "kueue.x-k8s.io",
+    "v1beta2",
+    "workloadpriorityclasses",
+    namespaced=False,
+    installed_by="Kueue",
 )
 
 BY_TARGET = {k.target: k for k in (JOB, PYTORCHJOB, JOBSET, TRAINJOB)}
@@ -106,44 +128,6 @@ def job_name_of(obj: dict[str, Any]) -> str:
     `job` target makes one Job per group, `<job>-<group>`), else its own name."""
     md = obj.get("metadata") or {}
     return str((md.get("labels") or {}).get(INSTANCE) or md["name"])
-
-
-def pod_selector(kind: Kind, name: str) -> str:
-    """How to find a job's pods (the engine knows which labels they carry)."""
-    return engine_for(kind.target).pod_selector(name)  # type: ignore[arg-type]
-
-
-def container_name(kind: Kind) -> str:
-    return engine_for(kind.target).container_name  # type: ignore[arg-type]
-
-
-def replica_type(kind: Kind, pod: dict[str, Any]) -> str:
-    return engine_for(kind.target).replica_type(pod)  # type: ignore[arg-type]
-
-
-def replica_types(kind: Kind) -> tuple[str, ...]:
-    """The replica types of a kind's pods, the one with rank 0 first."""
-    return engine_for(kind.target).replica_types  # type: ignore[arg-type]
-
-
-def rank_of(kind: Kind, job: dict[str, Any] | None, pod: dict[str, Any]) -> int | None:
-    """Node rank of a pod, as its engine numbers them."""
-    return engine_for(kind.target).rank_of(job, pod)  # type: ignore[arg-type]
-
-
-def suspended(kind: Kind, job: dict[str, Any]) -> bool:
-    return kind.target is not None and engine_for(kind.target).suspended(job)
-
-
-def added_container_hint(kind: Kind, container: str) -> str | None:
-    """What to do when Pod Security refuses a container the engine's controller adds to our pods."""
-    return engine_for(kind.target).added_container_hint(container) if kind.target else None
-
-
-def expected_nodes(kind: Kind, job: dict[str, Any]) -> int | None:
-    if kind.target is None:
-        return None
-    return engine_for(kind.target).expected_nodes(job)
 
 
 def rank_notice(job: dict[str, Any], name: str, rank: int) -> str | None:
@@ -195,8 +179,4 @@ def age(timestamp: str | None, now: float | None = None) -> str:
         t = dt.datetime.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp()
     except ValueError:
         return "<unknown>"
-    secs = max(0, int((now if now is not None else time.time()) - t))
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= size * (2 if unit != "m" else 1):
-            return f"{secs // size}{unit}"
-    return f"{secs}s"
+    return age_text((now if now is not None else time.time()) - t)

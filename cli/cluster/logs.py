@@ -22,8 +22,11 @@ from typing import Any
 
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.config import Cluster, iter_lines
-from ddpctl.cluster.kinds import POD, Kind, container_name, rank_of
+from ddpctl.cluster.kinds import POD, Kind
 from ddpctl.errors import ClusterError, DdpctlError
+from ddpctl_trainer.protocol import Progress, parse_progress
+
+PROGRESS_TAIL = 200  # lines of node 0's log searched for rank 0's progress (it reports every --log-every steps)
 
 
 class Output:
@@ -42,7 +45,7 @@ class Output:
 
 def _container(kind: Kind, pod: dict[str, Any]) -> str:
     names = [c.get("name") for c in (pod.get("spec") or {}).get("containers") or []]
-    want = container_name(kind)
+    want = kind.engine.container_name
     return want if want in names or not names else names[0]
 
 
@@ -193,7 +196,7 @@ class Follower:
             for name, pod in self.pods.items():
                 if name in self.threads:
                     continue
-                rank = rank_of(self.kind, self.job, pod)
+                rank = self.kind.engine.rank_of(self.job, pod)
                 if self.rank is not None and rank != self.rank:
                     continue
                 t = threading.Thread(
@@ -321,3 +324,28 @@ class Follower:
             self.cluster.done_with(raw)
         for t in list(self.threads.values()):
             t.join(1.0)
+
+
+def rank0_progress(
+    cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]], now: float | None = None
+) -> tuple[Progress, float] | None:
+    """Rank 0's newest progress line and how many seconds ago it was printed, read from the tail of
+    node 0's pod's log (the trainer's `[rank 0] epoch E/N step S/M ...`, `protocol.parse_progress`);
+    None when that pod has printed none, or its log cannot be read (status shows the rest)."""
+    pod = next((p for rank, p in pods if rank == 0), None)
+    if pod is None:
+        return None
+    name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
+    query = [("container", _container(kind, pod)), ("tailLines", str(PROGRESS_TAIL)), ("timestamps", "true")]
+    try:
+        _, text = cluster.call("GET", POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query=query)
+    except DdpctlError:
+        return None
+    for line in reversed(text.splitlines() if isinstance(text, str) else []):
+        stamp, _, rest = line.partition(" ")
+        found = parse_progress(rest)
+        if found is not None:
+            at = stamp_ns(stamp)
+            age = max((now if now is not None else time.time()) - at / 1e9, 0.0) if at is not None else 0.0
+            return found, age
+    return None

@@ -1,0 +1,132 @@
+"""The cluster as a `Backend`: submit (server-side apply), status, logs, list and delete of jobs
+in a Kubernetes cluster, through the official client (`ddpctl.cluster.config.connect`)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ddpctl.backend import Backend, JobStatus, Listing, LogOptions, Where
+from ddpctl.backend.base import Say
+from ddpctl.cluster.config import ClusterOptions
+from ddpctl.cluster.flags import DryRun, Format
+
+if TYPE_CHECKING:
+    from ddpctl.cluster.config import Cluster
+    from ddpctl.spec.sources import SpecInput
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """`ddpctl submit`'s own flags (the spec's come with the SpecInput)."""
+
+    dry_run: DryRun = DryRun.none
+    output: Format | None = None
+    build: bool = False
+    replace: bool = False
+    wait: bool = False
+    follow: bool = False
+    rank: int | None = None
+    timeout: str | None = None
+
+
+def kubeconfig_found(options: ClusterOptions) -> bool:
+    """Whether a cluster is configured here (--kubeconfig or --context given, KUBECONFIG naming a
+    file that exists, ~/.kube/config, or in-cluster config): then a name is looked up there first."""
+    from ddpctl.cluster.config import in_cluster_available, kubeconfig_paths
+
+    if options.kubeconfig or options.context:
+        return True
+    return kubeconfig_paths(None)[0] is not None or in_cluster_available()
+
+
+class ClusterBackend(Backend):
+    """Jobs in the cluster of --kubeconfig/--context, in the namespace given (-n, DDPCTL_NAMESPACE,
+    ddp.yaml's), else the context's."""
+
+    where = Where.cluster
+
+    def __init__(self, options: ClusterOptions, submit: SubmitOptions | None = None) -> None:
+        self.options = options
+        self.submit = submit or SubmitOptions()
+
+    def describe(self) -> str:
+        from ddpctl.cluster.config import kubeconfig_paths
+
+        if self.options.kubeconfig:
+            return f"the cluster of --kubeconfig {self.options.kubeconfig}"
+        return f"the cluster of {kubeconfig_paths(None)[1]}"
+
+    @contextmanager
+    def _connect(self, all_namespaces: bool = False) -> Iterator[Cluster]:
+        from ddpctl.cluster.config import connect
+        from ddpctl.spec.sources import merged_layers
+
+        namespace = self.options.namespace
+        if namespace is None and not all_namespaces:
+            chosen = merged_layers({}).get("namespace")  # DDPCTL_NAMESPACE or ddp.yaml's, as submit chose it
+            namespace = str(chosen) if chosen else None
+        with connect(dataclasses.replace(self.options, namespace=namespace)) as cluster:
+            yield cluster
+
+    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
+        mode = self.submit.dry_run if self.submit.dry_run is not DryRun.none else DryRun.client
+        self._submit(spec_input, dataclasses.replace(self.submit, dry_run=mode), out, say)
+
+    def start(self, spec_input: SpecInput, out: Say, say: Say) -> int:
+        self._submit(spec_input, self.submit, out, say)
+        return 0
+
+    def _submit(self, spec_input: SpecInput, submit: SubmitOptions, out: Say, say: Say) -> None:
+        from ddpctl.cluster.submit import run
+
+        run(
+            spec_input,
+            options=dataclasses.replace(self.options, namespace=None),  # the spec's namespace wins
+            dry_run=submit.dry_run,
+            output=submit.output,
+            build=submit.build,
+            replace=submit.replace,
+            wait=submit.wait,
+            follow=submit.follow,
+            rank=submit.rank,
+            timeout=submit.timeout,
+            out=out,
+            say=say,
+        )
+
+    def status(self, name: str) -> JobStatus:
+        from ddpctl.cluster.operate import job_status
+
+        with self._connect() as cluster:
+            return job_status(cluster, name)
+
+    def wait(self, name: str, timeout: float | None, say: Say) -> None:
+        from ddpctl.cluster.operate import wait_for
+
+        with self._connect() as cluster:
+            wait_for(cluster, name, timeout, say)
+
+    def logs(self, name: str, options: LogOptions, out: Say, say: Say) -> None:
+        from ddpctl.cluster.operate import logs
+
+        with self._connect() as cluster:
+            logs(cluster, name, options, out, say)
+
+    def list(self, all_namespaces: bool = False) -> Listing:
+        from ddpctl.cluster.operate import list_jobs
+
+        with self._connect(all_namespaces) as cluster:
+            where = "any namespace" if all_namespaces else f'namespace "{cluster.namespace}"'
+            return Listing(list_jobs(cluster, all_namespaces), where)
+
+    def delete(
+        self, names: Sequence[str], *, ignore_not_found: bool, wait: bool, timeout: float | None, out: Say
+    ) -> None:
+        from ddpctl.cluster.operate import delete
+
+        with self._connect() as cluster:
+            delete(cluster, names, ignore_not_found=ignore_not_found, wait=wait, timeout=timeout, out=out)

@@ -1,0 +1,259 @@
+"""What a job's pods say: their node ranks, phases, why one fails or waits (termination and
+waiting reasons, the scheduler's events, the last log lines, the trainer's stall summary in the
+termination message), and the explanation a failed job ends with."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ddpctl.cluster import errors as E
+from ddpctl.cluster.config import Cluster
+from ddpctl.cluster.kinds import EVENT, POD, Kind, finished, job_name_of
+from ddpctl.console import plural
+from ddpctl.errors import DdpctlError, RuntimeFailure
+from ddpctl.runners.stall import stall_reason
+from ddpctl_trainer import protocol
+from ddpctl_trainer.protocol import LAUNCHER_MODULE as TRAINER_LAUNCHER
+
+LOG_TAIL = 20
+WAIT_PROBLEMS = (
+    "ImagePullBackOff",
+    "ErrImagePull",
+    "InvalidImageName",
+    "CrashLoopBackOff",
+    "CreateContainerConfigError",
+    "CreateContainerError",
+    "RunContainerError",
+    "ErrImageNeverPull",
+)
+
+
+@dataclass
+class Outcome:
+    result: str  # Succeeded | Failed
+    job: dict[str, Any]
+    pods: list[tuple[int | None, dict[str, Any]]]
+
+
+def ranked(kind: Kind, job: dict[str, Any] | None, pods: Any) -> list[tuple[int | None, dict[str, Any]]]:
+    out = [(kind.engine.rank_of(job, p), p) for p in pods]
+    out.sort(
+        key=lambda rp: (
+            rp[0] is None,
+            rp[0] if rp[0] is not None else 0,
+            rp[1]["metadata"].get("creationTimestamp") or "",
+            rp[1]["metadata"]["name"],
+        )
+    )
+    return out
+
+
+def scheduler_event(cluster: Cluster, namespace: str, pod: str) -> str | None:
+    try:
+        items = (
+            cluster.list(EVENT, namespace, field_selector=f"involvedObject.name={pod},involvedObject.kind=Pod").get(
+                "items"
+            )
+            or []
+        )
+    except E.ApiError:
+        return None
+    sched = [e for e in items if e.get("reason") == "FailedScheduling"]
+    sched.sort(key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")
+    return E.one_line(sched[-1].get("message", "")) if sched else None
+
+
+# ------------------------------------------------------------------------------ what pods say
+
+
+def main_status(kind: Kind, pod: dict[str, Any]) -> dict[str, Any]:
+    """The status of the pod's trainer container (the first container's when it has no such name)."""
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    want = kind.engine.container_name
+    return next((s for s in statuses if s.get("name") == want), statuses[0] if statuses else {})
+
+
+def _runs_launcher(pod: dict[str, Any]) -> bool:
+    """Whether a container of the pod runs ddpctl's launcher, whose exit codes have a meaning."""
+    containers = (pod.get("spec") or {}).get("containers") or []
+    return any(TRAINER_LAUNCHER in (c.get("command") or []) for c in containers)
+
+
+def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
+    """(what is wrong, whether it is final) for one pod, or None when nothing is."""
+    st = pod.get("status") or {}
+    launched = _runs_launcher(pod)
+    disrupted = next(
+        (c for c in st.get("conditions") or [] if c.get("type") == "DisruptionTarget" and c.get("status") == "True"),
+        None,
+    )
+    finished = st.get("phase") in ("Failed", "Succeeded") or bool((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if disrupted and finished:
+        # a preemption, an eviction or a taint: the cause, not the SIGKILL/SIGTERM exit code it led to
+        text = f"DisruptionTarget: {disrupted.get('reason') or 'disrupted'}"
+        return text + (f": {E.one_line(disrupted['message'])[:300]}" if disrupted.get("message") else ""), True
+    for cs in st.get("containerStatuses") or []:
+        state = cs.get("state") or {}
+        waiting, term = state.get("waiting"), state.get("terminated")
+        if waiting and waiting.get("reason") in WAIT_PROBLEMS:
+            text = waiting["reason"]
+            last = ((cs.get("lastState") or {}).get("terminated")) or {}
+            if waiting["reason"] == "CrashLoopBackOff" and last:
+                text += f" (last exit: {last.get('reason', 'Error')}, exit code {last.get('exitCode')})"
+            elif waiting.get("message"):
+                text += f": {E.one_line(waiting['message'])}"
+            return text, False
+        if term and term.get("exitCode", 0) != 0:
+            code, reason = term.get("exitCode"), term.get("reason") or "Error"
+            # the kubelet's own reason (OOMKilled, ...) says more than the code; else what the launcher meant
+            said = protocol.meaning(code) if launched and reason == "Error" and isinstance(code, int) else None
+            text = f"{reason} (exit code {code}{': ' + said if said else ''})"
+            if term.get("message"):
+                text += f": {E.one_line(term['message'])[:300]}"
+            return text, True
+    if st.get("phase") == "Failed":
+        return f"{st.get('reason') or 'Failed'}" + (f": {E.one_line(st['message'])}" if st.get("message") else ""), True
+    for cond in st.get("conditions") or []:
+        if (
+            cond.get("type") == "PodScheduled"
+            and cond.get("status") == "False"
+            and cond.get("reason") == "Unschedulable"
+        ):
+            return f"Unschedulable: {E.one_line(cond.get('message') or '')}", False
+    return None
+
+
+def pod_phase(pod: dict[str, Any]) -> str:
+    return (pod.get("status") or {}).get("phase") or "Pending"
+
+
+def counts(kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Counter[str]]:
+    out: dict[str, Counter[str]] = {}
+    for _, pod in pods:
+        out.setdefault(kind.engine.replica_type(pod), Counter())[pod_phase(pod)] += 1
+    return out
+
+
+def state_of(monitor_result: str | None, pods: list[tuple[int | None, dict[str, Any]]]) -> str:
+    if monitor_result:
+        return monitor_result
+    phases = {pod_phase(p) for _, p in pods}
+    return "Running" if "Running" in phases or "Succeeded" in phases or "Failed" in phases else "Pending"
+
+
+def status_line(
+    kind: Kind, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]], result: str | None
+) -> str:
+    nodes = kind.engine.expected_nodes(job)
+    groups = counts(kind, pods)
+    if not groups:
+        groups = {kind.engine.replica_types[0]: Counter()}
+    parts = []
+    for replica in sorted(groups, key=lambda r: (r != "master", r)):
+        c = groups[replica]
+        parts.append(
+            f"{replica}: {c['Pending']} pending, {c['Running']} running, {c['Succeeded']} succeeded, {c['Failed']} "
+            "failed"
+        )
+    name = job_name_of(job)  # the job's, also when each node group has a Job of its own
+    return (
+        f"{name} {state_of(result, pods)} ({plural(nodes, 'node') if nodes is not None else '? nodes'}) - "
+        + "; ".join(parts)
+    )
+
+
+def last_log_lines(cluster: Cluster, kind: Kind, pod: dict[str, Any], tail: int = LOG_TAIL) -> list[str]:
+    """The last lines the pod's trainer container wrote: the current instance, else the previous."""
+    name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
+    container = main_status(kind, pod).get("name") or kind.engine.container_name
+    for previous in (False, True):
+        query = [("container", container), ("tailLines", str(tail))] + ([("previous", "true")] if previous else [])
+        try:
+            _, text = cluster.call("GET", POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query=query)
+        except DdpctlError:
+            continue
+        lines = (text or "").splitlines() if isinstance(text, str) else []
+        if lines:
+            return lines
+    return []
+
+
+def stalled_node(
+    cluster: Cluster, kind: Kind, failing: list[tuple[int | None, dict[str, Any]]]
+) -> tuple[int | None, str] | None:
+    """The first failed pod whose last log lines hold the trainer watchdog's summary: (node, summary).
+    Reads the logs of at most three failed pods (as the failure explanation does), so a healthy job
+    costs no extra request and a failed 1000-node job three."""
+    for rank, pod in failing:  # the pods' termination messages first: no request, and they outlive logs
+        reason = stall_reason(termination_message(kind, pod).splitlines())
+        if reason is not None:
+            return rank, reason
+    for rank, pod in failing[:3]:
+        reason = stall_reason(last_log_lines(cluster, kind, pod))
+        if reason is not None:
+            return rank, reason
+    return None
+
+
+def termination_message(kind: Kind, pod: dict[str, Any]) -> str:
+    """What the trainer container wrote to its termination log (its current or last instance)."""
+    status = main_status(kind, pod)
+    for state in (status.get("state") or {}, status.get("lastState") or {}):
+        message = (state.get("terminated") or {}).get("message")
+        if message:
+            return str(message)
+    return ""
+
+
+def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callable[[str], None]) -> RuntimeFailure:
+    """Print why the job failed (the failing pods, their termination reasons, their last log lines)
+    and return the one-line error to exit with."""
+    job = outcome.job
+    name, ns = job_name_of(job), job["metadata"].get("namespace") or cluster.namespace
+    _, cond = finished(kind, job)
+    headline = (
+        f"{kind.ref(job['metadata']['name'])} failed"
+        + (f": {cond.get('reason')}" if cond and cond.get("reason") else "")
+        + (f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
+    )
+    say(f"ddpctl: {headline}")
+    failing = [(r, p, pp) for r, p in outcome.pods if (pp := pod_problem(kind, p))]
+    failing.sort(key=lambda t: (not t[2][1],))  # final failures first
+    first = None
+    stalled: tuple[int | None, str] | None = None  # the trainer watchdog's summary, when a pod has it
+    for rank, pod, (text, _) in failing[:3]:
+        if text.startswith("Unschedulable"):
+            msg = scheduler_event(cluster, ns, pod["metadata"]["name"])
+            text = f"Unschedulable: {msg}" if msg else text
+        say(f"  node {rank} (pod {pod['metadata']['name']}): {text}")
+        first = first or (rank, pod, text)
+        lines = last_log_lines(cluster, kind, pod)
+        reason = stall_reason(termination_message(kind, pod).splitlines()) or stall_reason(lines)
+        if reason is not None and stalled is None:
+            stalled = (rank, reason)
+            say(f"  node {rank} reported a stall: {reason}")
+        if lines:
+            say(f"  last {len(lines)} log lines of node {rank}:")
+            for line in lines:
+                say(f"    | {line}")
+    if stalled:
+        rank, reason = stalled
+        return RuntimeFailure(
+            f'job "{name}" failed: node {rank} reported a stall: {reason}; '
+            f"see `ddpctl logs {name} -n {ns} --rank {rank}`"
+        )
+    if first:
+        rank, pod, text = first
+        return RuntimeFailure(
+            f'job "{name}" failed: node {rank} (pod {pod["metadata"]["name"]}): {text}; see '
+            f"`ddpctl logs {name} -n {ns} --rank {rank}`"
+        )
+    reason = (cond or {}).get("reason") or "Failed"
+    return RuntimeFailure(
+        f'job "{name}" failed: {reason}'
+        + (f": {E.one_line(cond.get('message', ''))}" if cond and cond.get("message") else "")
+        + f"; see `ddpctl status {name} -n {ns}`"
+    )
