@@ -13,42 +13,35 @@ whatever the end is (success, failure, Ctrl-C, an error while starting).
 from __future__ import annotations
 
 import os
-import re
 import secrets
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from ddpctl.backend import Where
 from ddpctl.console import make_console, relative_path
 from ddpctl.engines import plan_for
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.plan import Plan
-from ddpctl.runners.local import check_trainer_args, parse_mounts, remap_paths, remove_checkpoints
+from ddpctl.runners.common import check_trainer_args, parse_mounts, remap_paths, remove_checkpoints, volume_dirs
+from ddpctl.runners.failures import NodeFailed, describe_failure, failure_code, start_failure
 from ddpctl.runners.node_env import cluster_env
-from ddpctl.runners.supervise import (
-    STOP_GRACE_S,
-    JobState,
-    NodeFailed,
-    attempt_log,
-    describe_failure,
-    failure_code,
-    finish_note,
-    layout_phrase,
-    run_with_restarts,
-    start_failure,
-    supervise,
-)
+from ddpctl.runners.runs import RunRecord, node_log
+from ddpctl.runners.state import JobState, layout_phrase
+from ddpctl.runners.supervise import STOP_GRACE_S, Launcher, run_job
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.names import QUANTITY
 from ddpctl_trainer import protocol
 
+if TYPE_CHECKING:
+    from ddpctl.runners.procs import Child
+
 RUN_LABEL = "ddpctl.io/run"
 JOB_LABEL = "ddpctl.io/job"
 LOCAL_CHECKPOINTS = "/checkpoints"
-_TRAINER_RANK = re.compile(rf"^(?:{re.escape(protocol.ERROR_TAG)})?\[rank (\d+)\] ")
-_TRAINER_ERROR = protocol.ERROR_TAG
 _UNITS = {
     "": 1,
     "k": 1000,
@@ -147,12 +140,6 @@ def ensure_image(engine: str, spec: JobSpec) -> None:
         )
 
 
-def _host_dirs(spec: JobSpec, run_dir: Path, mounts: Mapping[str, Path]) -> dict[str, Path]:
-    from ddpctl.runners.local import volume_dirs
-
-    return volume_dirs(spec, run_dir, mounts)
-
-
 IMAGE_UID = 1000  # the Dockerfile's user (ARG UID/GID); the pod runs as it in the cluster too
 IMAGE_GID = 1000
 
@@ -217,6 +204,7 @@ def plan_docker(
     mounts: Sequence[str] = (),
     fresh: bool = False,
     run_id: str | None = None,
+    dry_run: bool = False,
 ) -> DockerPlan:
     """Check the engine and image, compute every `docker run`; creates host directories only.
     (No host port is used: each container has a network namespace of its own.)"""
@@ -230,14 +218,15 @@ def plan_docker(
     default_run_dir = run_dir is None
     run_dir = (run_dir or cwd / "ddp-runs" / spec.name).resolve()
     given = parse_mounts(mounts)
-    dirs = _host_dirs(spec, run_dir, given)
+    dirs = volume_dirs(spec, run_dir, given)
     if spec.uses_trainer:  # before the image is looked for or pulled: a bad flag is found at once
         host_paths = {vol.mount_path: dirs[name] for name, vol in spec.volumes.items()}
         check_trainer_args(remap_paths(job.trainer_args, host_paths), cluster_env(job, 0), job.world_size)
     if fresh and job.checkpoint_url:
         remove_checkpoints(job.checkpoint_url)  # refuses, before any image is looked for or pulled
-    require_engine_cli(engine)
-    ensure_image(engine, spec)
+    if not dry_run:  # a dry run computes the commands only: no image pulled, no directory made
+        require_engine_cli(engine)
+        ensure_image(engine, spec)
     run_id = run_id or secrets.token_hex(3)
     network = f"ddpctl-{spec.name}-{run_id}"
     labels = {RUN_LABEL: run_id, JOB_LABEL: spec.name}
@@ -259,13 +248,17 @@ def plan_docker(
         checkpoint_dir = dirs.get("checkpoints", run_dir / "checkpoints")
         volumes.append((checkpoint_dir, LOCAL_CHECKPOINTS, False))
         extra_env[protocol.CHECKPOINT_DIR_ENV] = LOCAL_CHECKPOINTS
-    if fresh:
+    if fresh and not dry_run:
         remove_checkpoints(checkpoint_dir)
     mounted_by = {path: name for name, path in given.items()}
     for host, _, read_only in volumes:
         mount_name = mounted_by.get(host)
-        prepare_volume_dir(host, read_only=read_only, given_as=mount_name, ours=mount_name is None and default_run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)  # logs: written by ddpctl on the host, not mounted
+        if not dry_run:
+            prepare_volume_dir(
+                host, read_only=read_only, given_as=mount_name, ours=mount_name is None and default_run_dir
+            )
+    if not dry_run:
+        run_dir.mkdir(parents=True, exist_ok=True)  # logs: written by ddpctl on the host, not mounted
 
     shm = quantity_bytes(spec.shm_size)
     passed, notes = credentials_passed(job)
@@ -364,97 +357,101 @@ def _exit_state(engine: str, name: str) -> tuple[int | None, bool]:
     return (int(code) if code.lstrip("-").isdigit() else None), oom == "true"
 
 
+class DockerLauncher(Launcher):
+    """Each node a container on the run's own network; every container and the network carry the
+    run's label and are removed after each start and at the end, whatever the end is."""
+
+    unit = "container"
+
+    def __init__(self, plan: DockerPlan) -> None:
+        self.plan = plan
+        self.by_index = {c.index: c for c in plan.containers}
+        self.exit_states: dict[int, tuple[int | None, bool]] = {}
+        self.logs = relative_path(plan.run_dir / "logs", Path.cwd())
+
+    def setup(self) -> None:
+        labels = [f"--label={RUN_LABEL}={self.plan.run_id}", f"--label={JOB_LABEL}={self.plan.spec.name}"]
+        made = _docker(self.plan.engine, "network", "create", *labels, self.plan.network)
+        if made.returncode != 0:
+            raise RuntimeFailure(
+                f"{self.plan.engine} network create {self.plan.network} failed: {' '.join(made.stderr.split())[:300]}"
+            )
+
+    def teardown(self) -> list[str]:
+        return cleanup(self.plan.engine, self.plan.run_id)
+
+    def start_node(self, index: int, attempt: int) -> Child:
+        """Rank 0's container first: its name must resolve when the others look it up."""
+        from ddpctl.runners import procs
+
+        c = self.by_index[index]
+        try:
+            return procs.start_child(
+                c.index,
+                f"node {c.index} ({c.name})",
+                c.argv,
+                os.environ,
+                log_path=node_log(self.plan.run_dir, c.index, attempt),
+            )
+        except OSError as exc:
+            raise start_failure(
+                c.argv, exc, user_command=False, what=f"node {c.index} ({self.plan.engine} run)"
+            ) from None
+
+    def stop(self, children: list[Child]) -> None:
+        from ddpctl.runners import procs
+
+        names = [self.by_index[c.index].name for c in children if c.poll() is None]
+        if names:
+            _docker(self.plan.engine, "stop", "-t", str(int(STOP_GRACE_S)), *names, timeout=STOP_GRACE_S + 60)
+        procs.stop_children([c for c in children if c.poll() is None], grace_s=5)
+
+    def collect(self, state: JobState) -> None:
+        self.exit_states = {c.index: _exit_state(self.plan.engine, c.name) for c in self.plan.containers}
+
+    def after_start(self) -> None:
+        remove_containers(self.plan.engine, self.plan.run_id)
+
+    def node_failed(self, state: JobState, failed: Child) -> NodeFailed | None:
+        engine, job = self.plan.engine, self.plan.job
+        code, oom = self.exit_states.get(failed.index, (None, False))
+        code = failure_code(state, code if code is not None else (failed.returncode or 1))
+        if code == 125 and not state.ranks_spoke:  # the engine could not run the container: no restart helps
+            raise RuntimeFailure(f"{engine} run of node {failed.index} failed: see {self.logs}/node-{failed.index}.log")
+        text = describe_failure(state, failed.index, code, job.nodes[failed.index].ranks)
+        if oom:
+            text += " (out of memory)"
+        container = self.by_index[failed.index].hostname
+        return NodeFailed(failed.index, code, f"{text} (container {container}, exit code {code}; logs in {self.logs})")
+
+    def timed_out(self, timeout: float | None) -> WaitTimeout:
+        return WaitTimeout(
+            f"job {self.plan.spec.name} was still running after --timeout {timeout or 0:g}s; stopped and removed "
+            f"its containers (logs in {self.logs})"
+        )
+
+
 def run_docker(plan: DockerPlan, *, color: bool | None = None, timeout: float | None = None) -> int:
     """Create the network, run every container, stream, wait, and always remove it all. A failed
-    node restarts the whole group as the target's rules say (`supervise.run_with_restarts`, as
-    run --local): every container is removed and run again on the same network, with the same
-    volumes (so the trainer resumes from the same checkpoints)."""
-    from ddpctl.runners import procs
-
-    spec, job, engine = plan.spec, plan.job, plan.engine
+    node restarts the whole group as the target's rules say (as run --local): every container is
+    removed and run again on the same network, with the same volumes (so the trainer resumes from
+    the same checkpoints)."""
+    spec, job = plan.spec, plan.job
     console = make_console(None, None, color)
     for note in plan.notes:
         console.note(note)
     console.note(
-        f"running {spec.name} in {engine}: {layout_phrase(job, 'container')} = world size {job.world_size}, "
+        f"running {spec.name} in {plan.engine}: {layout_phrase(job, 'container')} = world size {job.world_size}, "
         f"{job.backend}, rank 0 at {job.rdzv_endpoint} on network {plan.network}"
     )
-    labels = [f"--label={RUN_LABEL}={plan.run_id}", f"--label={JOB_LABEL}={spec.name}"]
-    by_index = {c.index: c for c in plan.containers}
-    logs = relative_path(plan.run_dir / "logs", Path.cwd())
-
-    def start(attempt: int) -> Iterator[procs.Child]:
-        for c in plan.containers:  # rank 0's container first: its name must resolve when others look
-            try:
-                yield procs.start_child(
-                    c.index,
-                    f"node {c.index} ({c.name})",
-                    c.argv,
-                    os.environ,
-                    log_path=attempt_log(plan.run_dir / "logs" / f"{c.hostname}.log", attempt),
-                )
-            except OSError as exc:
-                raise start_failure(c.argv, exc, user_command=False, what=f"node {c.index} ({engine} run)") from None
-
-    def stop(children: list[procs.Child]) -> None:
-        names = [by_index[c.index].name for c in children if c.poll() is None]
-        if names:
-            _docker(engine, "stop", "-t", str(int(STOP_GRACE_S)), *names, timeout=STOP_GRACE_S + 60)
-        procs.stop_children([c for c in children if c.poll() is None], grace_s=5)
-
-    def start_group(state: JobState, left: float | None) -> NodeFailed | None:
-        def show(child: procs.Child, text: str) -> None:
-            match = _TRAINER_RANK.match(text)
-            if match:
-                rank = int(match.group(1))
-                rest = text if text.startswith(f"{protocol.PROG}:") else text[match.end() :]
-                state.on_rank_line(rank, rest)
-                console.rank_line(rank, rest, progress=state.is_progress(rank, rest))
-                return
-            if text.startswith(_TRAINER_ERROR):  # a usage error, printed without a rank (every rank finds it)
-                for rank in job.nodes[child.index].ranks:
-                    state.last_error.setdefault(rank, text)
-            if state.on_node_line(child.index, text):
-                console.node_line(child.index, text)
-
-        try:
-            failed, timed_out = supervise(
-                lambda: start(state.attempt), state, console, show=show, stop=stop, timeout=left
-            )
-            exit_states = {c.index: _exit_state(engine, c.name) for c in plan.containers}
-        finally:
-            remove_containers(engine, plan.run_id)
-        if timed_out:
-            raise WaitTimeout(
-                f"job {spec.name} was still running after --timeout {timeout:g}s; stopped and removed its "
-                f"containers (logs in {logs})"
-            )
-        if failed is None:
-            return None
-        code, oom = exit_states.get(failed.index, (None, False))
-        code = failure_code(state, code if code is not None else (failed.returncode or 1))
-        if code == 125 and not state.ranks_spoke:  # the engine could not run the container: no restart helps
-            raise RuntimeFailure(
-                f"{engine} run of node {failed.index} failed: see {logs}/{by_index[failed.index].hostname}.log"
-            )
-        text = describe_failure(state, failed.index, code, job.nodes[failed.index].ranks)
-        if oom:
-            text += " (out of memory)"
-        container = by_index[failed.index].hostname
-        return NodeFailed(failed.index, code, f"{text} (container {container}, exit code {code}; logs in {logs})")
-
-    try:
-        made = _docker(engine, "network", "create", *labels, plan.network)
-        if made.returncode != 0:
-            raise RuntimeFailure(
-                f"{engine} network create {plan.network} failed: {' '.join(made.stderr.split())[:300]}"
-            )
-        state = run_with_restarts(
-            job, console, start_group, nodes=len(plan.containers), checkpoint_dir=plan.checkpoint_dir, timeout=timeout
-        )
-    finally:
-        left = cleanup(engine, plan.run_id)
-        if left:
-            console.note(f"could not remove {len(left)} objects labelled {RUN_LABEL}={plan.run_id}: {' '.join(left)}")
-    finish_note(console, state, plan.checkpoint_dir, Path.cwd(), plan.run_dir / "logs")
-    return 0
+    record = RunRecord(plan.run_dir, job, Where.docker, layout_phrase(job, "container"), plan.checkpoint_dir)
+    return run_job(
+        job,
+        DockerLauncher(plan),
+        console,
+        record=record,
+        checkpoint_dir=plan.checkpoint_dir,
+        cwd=Path.cwd(),
+        logs=plan.run_dir / "logs",
+        timeout=timeout,
+    )
