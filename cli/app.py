@@ -65,7 +65,7 @@ def _trainer_flag(exc: Any) -> str | None:
     option = getattr(exc, "option_name", "") or ""
     if ctx is None or ctx.info_name not in ("run", "submit", "render") or not option.startswith("--"):
         return None
-    from ddpctl.runners.local import is_trainer_flag
+    from ddpctl.runners.common import is_trainer_flag
 
     if not is_trainer_flag(option):
         return None

@@ -1,9 +1,12 @@
-"""`ddpctl list`: the jobs ddpctl made (found by label), all four kinds, as a table."""
+"""`ddpctl list`: the jobs ddpctl made (found by label: all four kinds), or the runs in ./ddp-runs."""
 
 from __future__ import annotations
 
 import typer
-from ddpctl.cluster.flags import ListFormat, context_option, kubeconfig_option, namespace_option, request_timeout_option
+from ddpctl.backend import Where
+from ddpctl.backend.view import ListFormat
+from ddpctl.cluster.flags import context_option, kubeconfig_option, namespace_option, request_timeout_option
+from ddpctl.commands.where import on_option
 
 
 def list_command(
@@ -12,19 +15,23 @@ def list_command(
     output: ListFormat = typer.Option(
         ListFormat.table, "--output", "-o", help="table, wide, yaml, json (a v1 List) or name."
     ),
+    on: Where | None = on_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
     request_timeout: str | None = request_timeout_option(),
 ) -> None:
-    """List the jobs submitted with ddpctl (Job, PyTorchJob, JobSet, TrainJob)."""
+    """List the jobs submitted with ddpctl (Job, PyTorchJob, JobSet, TrainJob), or the local runs (--on local)."""
+    from ddpctl.backend.view import list_text
     from ddpctl.cluster.config import ClusterOptions
-    from ddpctl.cluster.operate import list_jobs
+    from ddpctl.commands.where import backends, list_from
 
-    list_jobs(
-        options=ClusterOptions(kubeconfig, context, namespace, request_timeout),
-        all_namespaces=all_namespaces,
-        output=output,
-        out=typer.echo,
+    say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
+    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout))
+    found = list_from(candidates, all_namespaces, say)
+    typer.echo(
+        list_text(
+            found.jobs, output, all_namespaces=all_namespaces, empty=f"No ddpctl jobs found in {found.looked_in}."
+        )
     )
 
 

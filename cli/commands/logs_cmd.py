@@ -1,8 +1,10 @@
-"""`ddpctl logs NAME`: every node's (pod's) logs, prefixed [node N]; -f follows across restarts."""
+"""`ddpctl logs NAME`: every node's logs, prefixed [node N]; -f follows them (across restarts),
+wherever the job runs (a cluster, ./ddp-runs)."""
 
 from __future__ import annotations
 
 import typer
+from ddpctl.backend import Where
 from ddpctl.cluster.flags import (
     context_option,
     kubeconfig_option,
@@ -10,6 +12,7 @@ from ddpctl.cluster.flags import (
     rank_option,
     request_timeout_option,
 )
+from ddpctl.commands.where import on_option
 
 
 def logs_command(
@@ -24,47 +27,30 @@ def logs_command(
     prefix: bool | None = typer.Option(
         None, "--prefix/--no-prefix", help="Prefix lines with \\[node N] (default: unless --rank).", show_default=False
     ),
+    on: Where | None = on_option(),
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
     request_timeout: str | None = request_timeout_option(),
 ) -> None:
-    """Print the logs of every node (pod) of a job, or of one node with --rank.
+    """Print the logs of every node of a job, or of one node with --rank.
 
-    A job run here with `ddpctl run --local` (./ddp-runs/NAME) is read from its files when no
-    cluster has it."""
+    A job run here with `ddpctl run` (./ddp-runs/NAME) is read from its files with --on local, or
+    when no cluster has it."""
+    from ddpctl.backend import LogOptions
     from ddpctl.cluster.config import ClusterOptions
-    from ddpctl.cluster.operate import logs
-    from ddpctl.errors import ClusterError, UsageError
-    from ddpctl.runners.local import find_local_run, job_name, local_logs
+    from ddpctl.commands.where import ask, backends, job_name
+    from ddpctl.errors import UsageError
 
+    if rank is not None and rank < 0:
+        raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
+    if follow and previous:
+        raise UsageError("--previous cannot be combined with --follow; drop one of them")
     name = job_name(name)
-    local = find_local_run(name)
-    try:
-        logs(
-            name,
-            options=ClusterOptions(kubeconfig, context, namespace, request_timeout),
-            follow=follow,
-            rank=rank,
-            previous=previous,
-            tail=tail,
-            timestamps=timestamps,
-            prefix=prefix,
-            out=typer.echo,
-            say=lambda s: typer.echo(s, err=True),
-        )
-    except ClusterError:
-        if local is None:
-            raise
-        if rank is not None and rank < 0:
-            raise UsageError(f"--rank: {rank} is negative; node ranks count from 0") from None
-        for line in local_logs(local, node=rank, tail=tail, previous=previous, prefix=prefix):
-            typer.echo(line)
-        if follow:
-            typer.echo(
-                f"ddpctl: --follow: a local run's live output is its `ddpctl run`'s; its files are in {local}/logs",
-                err=True,
-            )
+    options = LogOptions(follow, rank, previous, tail, timestamps, prefix)
+    say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
+    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout))
+    ask(name, candidates, lambda b: b.logs(name, options, typer.echo, say), say)
 
 
 def register(app: typer.Typer) -> None:

@@ -44,26 +44,29 @@ def run_command(
     engine: str = typer.Option(
         "docker", "--engine", help="With --docker: the container engine CLI (docker or podman)."
     ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Print each node's command and env (or each `docker run`); start nothing."
+    ),
 ) -> int:
     """Run the job on this machine: CPU + gloo, every node and rank wired as in the cluster."""
+    from ddpctl.runners.backend import DockerBackend, LocalBackend, RunOptions
+
     if local and docker:
         raise UsageError("--local and --docker exclude each other: choose one")
-    spec = spec_input.spec()
-    mounts_given = list(mount or [])
-    use_color = None if color is Color.auto else color is Color.always
-    if docker:
-        from ddpctl.runners.docker import plan_docker, run_docker
-
-        dplan = plan_docker(spec, engine=engine, run_dir=run_dir, mounts=mounts_given, fresh=fresh)
-        return run_docker(dplan, color=use_color, timeout=timeout)
-
-    from ddpctl.runners.local import clean_run_dir, parse_mounts, plan_local, port_asked_for, run_local
-
-    asked = port_asked_for(spec_input.flags, spec_input.config)
-    plan = plan_local(spec, run_dir=run_dir, port_explicit=asked, mounts=parse_mounts(mounts_given))
-    if fresh:
-        clean_run_dir(plan)
-    return run_local(plan, color=use_color, timeout=timeout)
+    options = RunOptions(
+        run_dir=run_dir,
+        mounts=tuple(mount or ()),
+        fresh=fresh,
+        timeout=timeout,
+        color=None if color is Color.auto else color is Color.always,
+        engine=engine,
+    )
+    backend = DockerBackend(options) if docker else LocalBackend(options)
+    say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
+    if dry_run:
+        backend.dry_run(spec_input, typer.echo, say)
+        return 0
+    return backend.start(spec_input, typer.echo, say)
 
 
 def register(app: typer.Typer) -> None:

@@ -1,8 +1,10 @@
-"""`ddpctl status NAME`: the job's state, its pods by node rank and why a node fails or waits."""
+"""`ddpctl status NAME`: the job's state, its nodes by node rank, why a node fails or waits, and
+rank 0's progress, wherever the job runs (a cluster, ./ddp-runs)."""
 
 from __future__ import annotations
 
 import typer
+from ddpctl.backend import Where
 from ddpctl.cluster.flags import (
     Format,
     context_option,
@@ -11,10 +13,12 @@ from ddpctl.cluster.flags import (
     request_timeout_option,
     timeout_option,
 )
+from ddpctl.commands.where import on_option
 
 
 def status_command(
     name: str | None = typer.Argument(None, help="Job name (default: the name in ./ddp.yaml).", show_default=False),
+    on: Where | None = on_option(),
     namespace: str | None = namespace_option(),
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
@@ -25,41 +29,27 @@ def status_command(
     ),
     timeout: str | None = timeout_option(),
 ) -> None:
-    """Show a job's state: one pod per node (NODE: the node rank, the pod's index), restarts, why nodes fail or wait.
+    """Show a job's state: one row per node (NODE: the node rank), restarts, why nodes fail or wait, rank 0's progress.
 
-    A job run here with `ddpctl run --local` (./ddp-runs/NAME) is shown when no cluster has it."""
+    A job run here with `ddpctl run` (./ddp-runs/NAME) is shown with --on local, or when no cluster has it."""
+    from ddpctl.backend.view import machine, status_text
     from ddpctl.cluster.config import ClusterOptions
-    from ddpctl.cluster.operate import status
-    from ddpctl.errors import ClusterError
-    from ddpctl.runners.local import find_local_run, job_name, local_status, read_run_record
+    from ddpctl.cluster.flags import parse_duration
+    from ddpctl.commands.where import ask, backends, job_name
 
     name = job_name(name)
-    local = find_local_run(name)
-    try:
-        status(
-            name,
-            options=ClusterOptions(kubeconfig, context, namespace, request_timeout),
-            output=output,
-            wait=wait,
-            timeout=timeout,
-            out=typer.echo,
-            say=lambda s: typer.echo(s, err=True),
-        )
-    except ClusterError:
-        if local is None:
-            raise
-        if output is not None:
-            import json
-
-            import yaml
-
-            record = read_run_record(local)
-            typer.echo(json.dumps(record, indent=2) if output.value == "json" else yaml.safe_dump(record).rstrip())
-        else:
-            for line in local_status(local):
-                typer.echo(line)
-        if wait:
-            typer.echo("ddpctl: --wait: a local run ends with its ddpctl run command; not waiting", err=True)
+    say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
+    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout))
+    if wait:
+        seconds = parse_duration(timeout)
+        ask(name, candidates, lambda b: b.wait(name, seconds, say), say)
+        return
+    status = ask(name, candidates, lambda b: b.status(name), say)
+    if output is not None:
+        typer.echo(machine(status.as_dict(), output is Format.json))
+        return
+    for line in status_text(status):
+        typer.echo(line)
 
 
 def register(app: typer.Typer) -> None:

@@ -54,23 +54,18 @@ def submit_command(
     timeout: str | None = timeout_option(),
 ) -> None:
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""
+    from ddpctl.cluster.backend import ClusterBackend, SubmitOptions
     from ddpctl.cluster.config import ClusterOptions
-    from ddpctl.cluster.submit import run
 
-    run(
-        spec_input,
-        options=ClusterOptions(kubeconfig, context, None, request_timeout),
-        dry_run=dry_run,
-        output=output,
-        build=build,
-        replace=replace,
-        wait=wait,
-        follow=follow,
-        rank=rank,
-        timeout=timeout,
-        out=typer.echo,
-        say=lambda s: typer.echo(s, err=True),
+    backend = ClusterBackend(
+        ClusterOptions(kubeconfig, context, None, request_timeout),
+        SubmitOptions(dry_run, output, build, replace, wait, follow, rank, timeout),
     )
+    say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
+    if dry_run is not DryRun.none:
+        backend.dry_run(spec_input, typer.echo, say)
+    else:
+        backend.start(spec_input, typer.echo, say)
 
 
 def register(app: typer.Typer) -> None:
