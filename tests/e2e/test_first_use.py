@@ -366,14 +366,11 @@ def test_an_agent_that_dies_on_its_own_is_named_with_its_exception() -> None:
     import io
 
     from ddpctl.console import Console
-    from ddpctl.runners.local import _show
-    from ddpctl.runners.supervise import JobState, describe_failure
+    from ddpctl.runners.failures import describe_failure
+    from ddpctl.runners.state import JobState, show_line
 
     state = JobState("ddp-train", 2, 4)
     console = Console(io.StringIO(), io.StringIO(), color=False, live_status=False)
-
-    class Agent:
-        index, stopping = 0, False
 
     for line in [
         "Traceback (most recent call last):",
@@ -381,7 +378,7 @@ def test_an_agent_that_dies_on_its_own_is_named_with_its_exception() -> None:
         "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network address. "
         "port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
     ]:
-        _show(console, state, Agent(), line)
+        show_line(console, state, 0, line)
     text = describe_failure(state, 0, 1, range(2))
     assert text.startswith("job ddp-train failed: node 0 (ranks 0-1) exited with code 1: torch.distributed.DistNet")
     assert "address already in use" in text
@@ -444,7 +441,8 @@ T0, T1 = "2026-12-01_09:57:20", "2026-12-01_09:57:21"
     ],
 )
 def test_the_failure_summary_blames_torchruns_root_cause(reports, rank_errors, expected) -> None:
-    from ddpctl.runners.supervise import JobState, describe_failure
+    from ddpctl.runners.failures import describe_failure
+    from ddpctl.runners.state import JobState
 
     state = JobState("ddp-train", 2, 4)
     for rank, error in rank_errors.items():
@@ -455,7 +453,7 @@ def test_the_failure_summary_blames_torchruns_root_cause(reports, rank_errors, e
 
 
 def test_torchruns_omp_banner_is_shown_once_and_other_agent_lines_stay() -> None:
-    from ddpctl.runners.supervise import JobState
+    from ddpctl.runners.state import JobState
 
     banner = [
         "",

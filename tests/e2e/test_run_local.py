@@ -9,6 +9,7 @@ and process exits (bounded), never on sleeps.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import selectors
@@ -130,11 +131,19 @@ def test_default_run_trains_2x2_on_cpu_and_writes_a_checkpoint(tmp_path: Path) -
     no_cluster = {"KUBECONFIG": str(tmp_path / "no-kubeconfig")}
     status = _ddpctl("status", cwd=tmp_path, extra_env=no_cluster)
     assert status.returncode == 0, status.stderr
-    assert status.stdout.splitlines()[:2] == [
-        "ddp-train: a local run in ddp-runs/ddp-train (not in a cluster)",
-        "  state: succeeded",
+    assert status.stdout.splitlines()[:4] == [
+        "Name:        ddp-train",
+        "Backend:     local: ddp-runs/ddp-train",
+        "State:       Succeeded",
+        "Nodes:       2 nodes x 2 processes = world size 4",
     ], status.stdout
-    assert "  checkpoint: step 16 in ddp-runs/ddp-train/checkpoints" in status.stdout
+    # the same fields as a cluster job's status: rank 0's last progress, each node's end
+    assert "Progress:    epoch 2/2 step 8/8 (100%), loss " in status.stdout, status.stdout
+    assert "Checkpoint:  step 16 in ddp-runs/ddp-train/checkpoints" in status.stdout
+    rows = [line.split() for line in status.stdout.splitlines() if line[:1].isdigit()]
+    assert rows == [["0", "ddp-train-0", "Succeeded", "0"], ["1", "ddp-train-1", "Succeeded", "0"]], status.stdout
+    as_json = json.loads(_ddpctl("status", "-o", "json", cwd=tmp_path, extra_env=no_cluster).stdout)
+    assert as_json["backend"] == "local" and as_json["progress"]["step"] == 8 and as_json["world_size"] == 4
     logs = _ddpctl("logs", "ddp-train", "--rank", "1", "--tail", "1", cwd=tmp_path, extra_env=no_cluster)
     assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 1, logs.stdout + logs.stderr
     logs = _ddpctl("logs", cwd=tmp_path, extra_env=no_cluster)
@@ -369,7 +378,7 @@ def test_fresh_removes_the_checkpoints_the_trainer_writes_and_nothing_else(tmp_p
     """--fresh knows the trainer's checkpoint names from the protocol module both sides import: what
     the trainer's writer names a checkpoint (file or sharded directory, and their temp files) goes;
     a user's file with a look-alike name stays."""
-    from ddpctl.runners.local import remove_checkpoints
+    from ddpctl.runners.common import remove_checkpoints
     from ddpctl_trainer import checkpoint
 
     made = []
@@ -880,7 +889,7 @@ def test_status_and_logs_default_the_name_like_every_command(
     env: dict[str, str],
     name: str,
 ) -> None:
-    from ddpctl.runners.local import job_name
+    from ddpctl.commands.where import job_name
 
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith("DDPCTL_")]:
@@ -894,21 +903,28 @@ def test_status_and_logs_default_the_name_like_every_command(
 
 def test_logs_of_a_local_run_read_the_latest_start_or_the_one_before(tmp_path: Path) -> None:
     """The files a run with one restart leaves: node-N.log (first start), node-N.restart-1.log."""
+    from ddpctl.backend import LogOptions
     from ddpctl.errors import UsageError
-    from ddpctl.runners.local import local_logs
+    from ddpctl.runners.runs import run_logs
 
     logs = tmp_path / "logs"
     logs.mkdir()
     for node in (0, 1):
         (logs / f"node-{node}.log").write_text(f"@@ddpctl-rank={node}@@first start\n")
         (logs / f"node-{node}.restart-1.log").write_text(f"@@ddpctl-rank={node}@@restarted\nlast\n")
-    latest = local_logs(tmp_path, node=None, tail=None, previous=False, prefix=None)
+
+    def local_logs(**asked: object) -> list[str]:
+        lines: list[str] = []
+        run_logs(tmp_path, LogOptions(**asked), lines.append, lines.append)  # type: ignore[arg-type]
+        return lines
+
+    latest = local_logs()
     assert latest == ["[node 0] [rank 0] restarted", "[node 0] last", "[node 1] [rank 1] restarted", "[node 1] last"]
-    before = local_logs(tmp_path, node=1, tail=None, previous=True, prefix=None)
+    before = local_logs(rank=1, previous=True)
     assert before == ["[rank 1] first start"]  # --rank: no prefix unless asked
-    assert local_logs(tmp_path, node=0, tail=1, previous=False, prefix=True) == ["[node 0] last"]
+    assert local_logs(rank=0, tail=1, prefix=True) == ["[node 0] last"]
     with pytest.raises(UsageError, match="has no node 2; its nodes: 0, 1"):
-        local_logs(tmp_path, node=2, tail=None, previous=False, prefix=None)
+        local_logs(rank=2)
 
 
 def test_checkpoints_in_an_object_store_reach_every_node_and_fresh_leaves_them(tmp_path: Path) -> None:

@@ -126,3 +126,35 @@ def test_a_refused_pod_is_said_while_waiting_not_hidden_as_pending(cli, kube: Re
     assert said and 'pods "ddp-train-0-' in said[0], r.err
     assert 'violates PodSecurity "restricted:latest"' in said[0] and len(said) == 1, r.err
     assert "cannot create pods" in r.err.splitlines()[-1]  # the timeout's own line names it too
+
+
+@pytest.mark.parametrize("answer", ["401", "403"])
+@pytest.mark.parametrize("command", ["status", "logs"])
+def test_an_authorisation_error_is_the_answer_though_a_local_run_has_the_name(
+    cli, kube: RealCluster, namespace: str, tmp_path, monkeypatch, answer, command
+) -> None:
+    """The real API server answers 401 (a token it does not know) or 403 (a ServiceAccount without
+    RBAC): `status` and `logs` report that answer and exit 1, though ./ddp-runs/NAME exists, and
+    print nothing of the local run."""
+    import yaml
+
+    assert cli("submit", "-n", namespace, "--name", "auth", "--target", "job").code == 0
+    run = tmp_path / "ddp-runs" / "auth"  # the cli fixture's working directory
+    (run / "logs").mkdir(parents=True)
+    (run / "logs" / "node-0.log").write_text("[rank 0] a local line\n")
+    (run / "run.json").write_text(json.dumps({"name": "auth", "backend": "local", "state": "succeeded", "pid": 1}))
+    if answer == "401":
+        token = "not-a-token-this-server-knows"  # noqa: S105 - no secret: a token no server issued
+    else:
+        kube.kubectl("create", "serviceaccount", "nobody", "-n", namespace)
+        token = kube.kubectl("create", "token", "nobody", "-n", namespace).stdout.strip()
+    config = yaml.safe_load(kube.kubeconfig.read_text())
+    for user in config["users"]:
+        user["user"] = {"token": token}
+    limited = tmp_path / "limited-kubeconfig"
+    limited.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("KUBECONFIG", str(limited))
+    r = cli(command, "auth", "-n", namespace)
+    error = one_error(r, 1)
+    assert ("401 Unauthorized" if answer == "401" else "403 Forbidden") in error, error
+    assert "local" not in r.out + r.err.replace(error, ""), r

@@ -245,3 +245,42 @@ def test_a_rank_that_hangs_is_named_in_status(cli, kube: RealCluster, restricted
     assert stalled, status.out
     assert "rank 2 (node 1, local rank 0" in stalled[0] and "in forward of step 3" in stalled[0], stalled[0]
     assert "/opt/ddpctl/user_models.py:" in stalled[0], stalled[0]
+
+
+# --------------------------------------------------------------------------------------------
+# What `status` says of a job that trains
+# --------------------------------------------------------------------------------------------
+
+
+def test_status_of_a_job_training_shows_rank_0s_step_and_eta(
+    cli, kube: RealCluster, restricted: str, node_image: str, local_volume
+) -> None:
+    """Rank 0 holds after step 5 of 16 (the tests' fault plugin), its progress line printed: the job
+    is Running, and `status` shows where rank 0 is (epoch, step, percent of the run) and the time
+    left, in text and in -o json, read from the pod's own log."""
+    ns = restricted
+    folder = local_volume(ns, "prog")
+    hold = env_flags(plugin_env(hold_at(5, rank=0, file="/checkpoints/held"), image=True))
+    proc = _ddpctl_popen(
+        "submit", "-n", ns, "--target", "job", "--name", "prog", "--nodes", "2", "--procs", "1", "--gpus", "0",
+        "--image", node_image, *ON_NODE, "--volume", "checkpoints=prog:/checkpoints", *hold, "--follow",
+        "--", *RESTART_ARGS, "--log-every", "1",
+    )  # fmt: skip
+    try:
+        wait_until("rank 0 holding after step 5", lambda: (folder / "held").exists() or proc.poll() is not None,
+                   JOB_TIMEOUT)  # fmt: skip
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        r = cli("status", "prog", "-n", ns)
+        assert r.code == 0, r.err
+        assert "State:       Running" in r.out, r.out
+        progress = next((x for x in r.out.splitlines() if x.startswith("Progress:")), "")
+        assert progress.startswith("Progress:    epoch 1/2 step 5/8 (31%), loss "), r.out
+        assert " samples/s, ETA " in progress and progress.endswith(" ago)"), progress
+        doc = json.loads(cli("status", "prog", "-n", ns, "-o", "json").out)
+        assert (doc["progress"]["epoch"], doc["progress"]["step"], doc["progress"]["steps"]) == (1, 5, 8)
+        assert doc["progress"]["etaSeconds"] is not None and doc["progress"]["samplesPerSecond"] > 0
+    finally:
+        cli("delete", "prog", "-n", ns)
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()

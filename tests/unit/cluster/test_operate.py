@@ -95,6 +95,33 @@ def test_status_of_a_missing_job_and_a_missing_namespace(cli, make_cluster):
     one_error(cli("status", *c.args, "-n", NS), 1, 'no job "ddp-train" in namespace "team"')
 
 
+def test_status_shows_rank_0s_progress_and_the_time_left(cli, make_cluster):
+    """Rank 0's newest progress line, read from the tail of node 0's log: epoch, step, percent of
+    the whole run, samples/s and the ETA, in text and in -o json; nothing while no line came."""
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for p in (p0, p1):
+        d.start_container(p, NS)
+    assert "Progress:" not in cli("status", NAME, *c.args, "-n", NS).out
+    assert json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)["progress"] is None
+    d.append_log(p0, "[rank 0] world size 4 (ddp, gloo, cpu)", namespace=NS)
+    d.append_log(p0, "[rank 0] epoch 1/3 step 100/313 loss 0.9000 400.0 samples/s eta 9m00s", namespace=NS)
+    d.append_log(p0, "[rank 0] epoch 3/3 step 254/313 loss 0.1234 424.6 samples/s eta 2m05s", namespace=NS)
+    d.append_log(p1, "[rank 2] epoch 3/3 step 300/313 loss 0.1 1.0 samples/s eta 1s", namespace=NS)  # not rank 0
+    r = cli("status", NAME, *c.args, "-n", NS)
+    line = next(x for x in r.out.splitlines() if x.startswith("Progress:"))
+    assert line.startswith("Progress:    epoch 3/3 step 254/313 (94%), loss 0.1234, 424.6 samples/s, ETA 2m0"), line
+    assert line.endswith("s ago)") and "(rank 0, " in line
+    doc = json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)
+    assert doc["backend"] == "cluster"
+    progress = doc["progress"]
+    assert (progress["epoch"], progress["epochs"], progress["step"], progress["steps"]) == (3, 3, 254, 313)
+    assert progress["percent"] == 93.7 and progress["samplesPerSecond"] == 424.6
+    assert 0 < progress["etaSeconds"] <= 125
+
+
 # --------------------------------------------------------------------------- logs
 
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 from ddpctl.cluster.kinds import JOB, JOBSET, PYTORCHJOB
-from ddpctl.cluster.watch import refusal, stalled_node
+from ddpctl.cluster.pods import stalled_node
+from ddpctl.cluster.watch import refusal
 
 PSA = (
     'pods "{pod}" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false '

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 from ddpctl.console import make_console
 from ddpctl.engines import plan_for
-from ddpctl.runners.supervise import Failure, JobFailed, JobState, NodeFailed, run_with_restarts
+from ddpctl.runners.failures import NodeFailed
+from ddpctl.runners.state import Failure, JobState
+from ddpctl.runners.supervise import JobFailed, run_with_restarts
 from ddpctl.spec.model import JobSpec
 
 
@@ -283,7 +285,7 @@ def test_each_start_of_the_group_logs_to_its_own_file(attempt: int, name: str) -
 def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
     """Rank 0 exited 138 a second before rank 3 crashed (its peer's connection broke first): the
     crash is the cause, whatever the times say."""
-    from ddpctl.runners.supervise import cause_of_failure
+    from ddpctl.runners.failures import cause_of_failure
 
     state = JobState("job", 2, 4)
     state.failures += [Failure(0, 0, 0, 138, time="10:00:01", root_cause=True), Failure(1, 3, 1, 1, time="10:00:02")]
@@ -307,7 +309,7 @@ def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
 def test_a_rank_killed_at_exit_after_every_other_finished(
     failures: list[Failure], node_codes: dict[int, int], stopped: set[int], waited: set[int], finished: bool
 ) -> None:
-    from ddpctl.runners.supervise import died_after_finishing
+    from ddpctl.runners.failures import died_after_finishing
 
     state = JobState("w", len(node_codes), max(len(node_codes), 1))
     state.failures += failures
@@ -352,7 +354,7 @@ def test_each_start_gets_its_port_and_a_rendezvous_id_of_its_own() -> None:
 def test_a_crashed_rank_that_torchrun_stopped_on_its_way_out_is_still_the_cause() -> None:
     """Rank 3 raised, then its peer on the same node lost it (138) first and torchrun SIGTERMed rank
     3 before it exited 1: the crash is still named, and it is the same failure as a plain exit 1."""
-    from ddpctl.runners.supervise import describe_failure, failure_signature
+    from ddpctl.runners.failures import describe_failure, failure_signature
 
     def state(rank3_code: int) -> JobState:
         s = JobState("w", 2, 4)
