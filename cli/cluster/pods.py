@@ -4,6 +4,7 @@ termination message), and the explanation a failed job ends with."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -123,6 +124,29 @@ def pod_problem(kind: Kind, pod: dict[str, Any]) -> tuple[str, bool] | None:
             and cond.get("reason") == "Unschedulable"
         ):
             return f"Unschedulable: {E.one_line(cond.get('message') or '')}", False
+    return None
+
+
+# A pull that waiting cannot mend: the registry's answer names a missing image or tag, a refusal,
+# or a host that does not resolve. Checked in the kubelet's message (ErrImagePull, and the
+# ImagePullBackOff that follows it names the same cause on current kubelets).
+_PULL_FINAL = re.compile(
+    r"not found|manifest unknown|no such host|unauthorized|authentication required|access denied|denied:|"
+    r"\b40[13]\b|forbidden|repository does not exist|invalid reference format",
+    re.IGNORECASE,
+)
+_PULL_WAITING = ("ErrImagePull", "ImagePullBackOff")
+_PULL_NEVER = ("InvalidImageName", "ErrImageNeverPull")  # final whatever the message
+
+
+def pull_failure(pod: dict[str, Any]) -> str | None:
+    """The registry's answer when the pod's image cannot be pulled and waiting will not change it;
+    None when it pulls, or may still (a timeout, a 5xx, a back-off that names no cause)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        reason, message = waiting.get("reason"), E.one_line(str(waiting.get("message") or ""))
+        if reason in _PULL_NEVER or (reason in _PULL_WAITING and _PULL_FINAL.search(message)):
+            return f"{reason}: {message[:400]}" if message else str(reason)
     return None
 
 

@@ -22,27 +22,24 @@ from ddpctl.cluster.kinds import (
     job_name_of,
     job_selector,
 )
-from ddpctl.cluster.pods import Outcome, pod_problem, ranked, scheduler_event, state_of, status_line
-from ddpctl.console import StatusLine
-from ddpctl.errors import ClusterError, DdpctlError, WaitTimeout
+from ddpctl.cluster.pods import (
+    Outcome,
+    pod_problem,
+    pull_failure,
+    ranked,
+    scheduler_event,
+    state_of,
+    status_line,
+)
+from ddpctl.console import StatusLine, plural
+from ddpctl.errors import ClusterError, DdpctlError, RuntimeFailure, WaitTimeout
 from ddpctl.spec import kueue
 
 WATCH_SECONDS = 300  # server-side timeout of one watch request; it is renewed from the last resourceVersion
 RECONNECT_ATTEMPTS = 3
-LOG_TAIL = 20
 DRAIN_SECONDS = 10.0  # after the job finished, how long log streams may take to end by themselves
 # while Kueue holds a queued job, how often its Workload is read again (the Workload is not watched)
 ADMISSION_POLL_SECONDS = 3.0
-WAIT_PROBLEMS = (
-    "ImagePullBackOff",
-    "ErrImagePull",
-    "InvalidImageName",
-    "CrashLoopBackOff",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-    "ErrImageNeverPull",
-)
 
 
 # ------------------------------------------------------------------------------ list + watch
@@ -289,6 +286,10 @@ def wait(
                 _say_waiting(mon, pods, reported, status)
                 if on_pods:
                     on_pods(mon)
+                unpullable = _unpullable(job_name, ns, pods)
+                if unpullable is not None and not mon.result:
+                    status.end()
+                    raise unpullable
                 if mon.result:
                     status.end()
                     return Outcome(mon.result, mon.decisive_job, pods)
@@ -433,3 +434,21 @@ def _fmt_seconds(seconds: float | None) -> str:
     if seconds is None:
         return "?"
     return f"{seconds:g}s" if seconds < 120 else f"{seconds / 60:g}m"
+
+
+def _unpullable(job_name: str, namespace: str, pods: list[tuple[int | None, dict[str, Any]]]) -> RuntimeFailure | None:
+    """An image that cannot be pulled, and will not be by waiting (not found, unauthorized, an
+    unknown registry host, an invalid name): one error naming the pods, their node and the
+    registry's answer, instead of waiting out --timeout. A pull that can still pass (a timeout, a
+    registry's 5xx) keeps the wait going."""
+    failing = [(rank, pod, why) for rank, pod in pods if (why := pull_failure(pod)) is not None]
+    if not failing:
+        return None
+    names = ", ".join(f"node {rank} (pod {pod['metadata']['name']})" for rank, pod, _ in failing[:3])
+    more = f" and {len(failing) - 3} more" if len(failing) > 3 else ""
+    nodes = sorted({str((pod.get("spec") or {}).get("nodeName") or "?") for _, pod, _ in failing})
+    return RuntimeFailure(
+        f"{names}{more} cannot pull the image on {plural(len(nodes), 'node')} {', '.join(nodes)}: {failing[0][2]}; "
+        f"the job waits for it in the cluster: fix the image (--image, or push it) and `ddpctl submit --replace`, "
+        f"or `ddpctl delete {job_name} -n {namespace}`"
+    )

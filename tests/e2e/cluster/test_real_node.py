@@ -284,3 +284,17 @@ def test_status_of_a_job_training_shows_rank_0s_step_and_eta(
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+def test_an_image_that_cannot_be_pulled_ends_the_wait_naming_the_registrys_answer(
+    cli, kube: RealCluster, restricted: str
+) -> None:
+    """The real kubelet cannot resolve the registry's host: `submit --wait` ends with exit 1 and the
+    kubelet's own words, long before its --timeout (a wait that timed out would exit 3)."""
+    r = cli("submit", "-n", restricted, "--target", "job", "--name", "nopull", "--nodes", "2", "--procs", "1",
+            "--gpus", "0", "--image", "registry.invalid/ddpctl-nope:1", *ON_NODE,
+            "--wait", "--timeout", "10m")  # fmt: skip
+    assert r.code == 1, r.err[-3000:]
+    errors = [line for line in r.err.splitlines() if line.startswith("ddpctl: error: ")]
+    assert len(errors) == 1 and "cannot pull the image on 1 node ddpctl-real-node" in errors[0], r.err
+    assert "registry.invalid" in errors[0] and "ddpctl delete nopull" in errors[0], errors[0]

@@ -557,6 +557,37 @@ def test_wait_timeout_exits_3_and_says_why_it_stalls_image_pull(cli, make_cluste
     assert f"ddpctl: node 0 (pod {_pods(c.double)[0]}) is waiting: ImagePullBackOff: Back-off pulling image" in r.err
 
 
+@pytest.mark.parametrize(
+    "reason, message, final",
+    [
+        (
+            "ErrImagePull",
+            'failed to pull "registry.invalid/nope:1": dial tcp: lookup registry.invalid: no such host',
+            True,
+        ),
+        ("ImagePullBackOff", 'Back-off pulling image "x": ErrImagePull: manifest unknown: tag 1 not found', True),
+        ("ErrImagePull", "failed to authorize: 401 Unauthorized", True),
+        ("InvalidImageName", 'Failed to apply default image tag "UPPER/x": invalid reference format', True),
+        ("ErrImagePull", "failed to do request: i/o timeout", False),
+        ("ErrImagePull", "received unexpected HTTP status: 503 Service Unavailable", False),
+    ],
+)
+def test_an_image_that_cannot_be_pulled_ends_the_wait_at_once(cli, make_cluster, reason, message, final):
+    """Not found, unauthorized, an unknown registry host: `--wait` ends with exit 1 naming the pods,
+    their node and the registry's answer, instead of waiting out --timeout; a pull that can still
+    pass (a timeout, a 5xx) keeps the wait going until --timeout (exit 3)."""
+    c = make_cluster()
+    c.double.after_create(
+        "Job", lambda d, obj: d.set_container_waiting(_pods(d)[0], NS, reason=reason, message=message)
+    )
+    r = cli("submit", *c.args, "-n", NS, "--wait", "--timeout", "5s" if final else "0.5s")
+    if not final:
+        one_error(r, 3, "timed out after 0.5s")
+        return
+    err = one_error(r, 1, f"node 0 (pod {_pods(c.double)[0]}) cannot pull the image", message[:60])
+    assert f"ddpctl delete {NAME} -n {NS}" in err and "timed out" not in err
+
+
 def test_wait_timeout_before_the_pod_watch_synced_still_says_why(cli, make_cluster, monkeypatch):
     """A loaded machine: the pod watch has not delivered its first list when --timeout passes."""
     from ddpctl.cluster import watch as W
