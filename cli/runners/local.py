@@ -32,7 +32,7 @@ from ddpctl.backend import Where
 from ddpctl.console import Console, make_console, relative_path
 from ddpctl.engines import plan_for
 from ddpctl.engines.base import LAUNCHER_PYTHON, NODE_RANK_LAUNCHER
-from ddpctl.errors import UsageError, WaitTimeout
+from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.plan import Plan
 from ddpctl.runners.common import arg_value, check_trainer_args, remap_paths, remove_checkpoints, volume_dirs
 from ddpctl.runners.failures import NodeFailed, after_finishing_note, died_after_finishing, node_failed, start_failure
@@ -145,6 +145,7 @@ def plan_local(
     """Compute the agents' commands and env; checks what can be checked before anything starts
     (what the target can run, the script, the trainer's flags, the port). Starts nothing."""
     job = plan_for(spec)
+    require_torch()
     cwd = (cwd or Path.cwd()).resolve()
     if spec.script and not (cwd / spec.script).is_file():
         raise UsageError(
@@ -188,6 +189,19 @@ def plan_local(
     return LocalPlan(
         job, run_dir, port, note, tuple(nodes), checkpoint_dir, cwd, tuple(notes), _explicit(job, port_explicit)
     )
+
+
+def require_torch() -> None:
+    """The agents are this interpreter's torchrun: without torch every node would fail at once, be
+    restarted, and end on a bare exit code. Found, not imported (that takes seconds)."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        raise RuntimeFailure(
+            f"torch is not importable here ({sys.executable}), and run --local starts each node with this "
+            "Python's torchrun; install the trainer's extra (pip install 'ddpctl[train]') in this environment, "
+            "or use run --docker"
+        )
 
 
 def port_for_start(plan: LocalPlan, attempt: int) -> int:

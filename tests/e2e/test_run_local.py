@@ -944,3 +944,18 @@ def test_checkpoints_in_an_object_store_reach_every_node_and_fresh_leaves_them(t
     with pytest.raises(UsageError, match=r"^--fresh: the checkpoints are in s3://bucket/runs/r1, an object store"):
         clean_run_dir(plan)
     assert not (tmp_path / "ddp-runs" / "w" / "checkpoints").exists()
+
+
+def test_run_local_without_torch_says_so_before_starting_anything(tmp_path: Path, monkeypatch) -> None:
+    """Was: both nodes failed, the group restarted once, and the run ended on "exit code 1"."""
+    import importlib.util
+
+    from ddpctl.errors import RuntimeFailure
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "torch" else real(name, *a))
+    with pytest.raises(
+        RuntimeFailure, match=r"^torch is not importable here \(.*python.*\).*pip install 'ddpctl\[train\]'"
+    ):
+        plan_local(JobSpec(), cwd=tmp_path, parent_env={})
+    assert not (tmp_path / "ddp-runs").exists()
