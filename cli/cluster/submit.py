@@ -118,8 +118,9 @@ def run(
             discovery.require(engines, plan.spec.target)
         spec, objects = plan.spec, render.render_plan(plan)
         server_dry = dry_run is DryRun.server
-        if plan.restart_starts_from_scratch:
-            say(f"ddpctl: warning: {plan.restart_starts_from_scratch}")
+        for warning in (plan.restart_starts_from_scratch, plan.plain_command_warning):
+            if warning:
+                say(f"ddpctl: warning: {warning}")
         applied = A.submit(
             cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say
         )

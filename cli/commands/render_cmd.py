@@ -40,6 +40,8 @@ def render_command(
     warning = host_script_warning(spec.script)
     if warning:
         typer.echo(f"ddpctl: {warning}", err=True)
+    if plan.plain_command_warning and not explain:
+        typer.echo(f"ddpctl: warning: {plan.plain_command_warning}", err=True)
     if explain:
         from ddpctl.manifests.explain import explain as explain_text
 

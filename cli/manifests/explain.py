@@ -102,6 +102,10 @@ def explain(plan: Plan) -> str:
     else:
         # the command starts in the column of every other line's value (22: "  processes per node: ")
         command_lines = [f"{f'  command ({name}):':<21} {c}" for name, c in commands.items()]
+    if spec.command and not plan.command_starts_torchrun:
+        # what runs is the command, once per pod: the counts are what the pods are told, not what starts
+        per_node = f"1 (the command, once per pod; the pods are told {per_node}: PET_NPROC_PER_NODE)"
+        world = f"{plan.replicas} if each pod's one process joins (the pods are told {world})"
     lines = [
         f"job {spec.name} in namespace {spec.namespace}: {engine.title}",
         f"  nodes:              {nodes}: {shown}",
@@ -137,9 +141,9 @@ def explain(plan: Plan) -> str:
     lines += _topology_lines(plan)
     if plan.checkpoint_location:
         lines += _wrapped("  checkpoints:        ", plan.checkpoint_location)
-    warning = plan.restart_starts_from_scratch
-    if warning:
-        lines.append(f"  warning:            {warning}")
+    for warning in (plan.restart_starts_from_scratch, plan.plain_command_warning):
+        if warning:
+            lines += _wrapped("  warning:            ", warning)
     ignored = engine.left_to_engine
     if ignored:
         lines.append(f"  note:               {spec.target} leaves {', '.join(ignored)} to the training runtime")

@@ -51,6 +51,10 @@ class Node:
         return range(self.first_rank, self.first_rank + self.nproc)
 
 
+# What torch.distributed's env:// initialisation reads: a process torchrun did not start needs them.
+PLAIN_DDP_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
+
+
 @dataclass(frozen=True)
 class GroupPlan:
     """One node group's workload and pods: its object's name, pods, command and container env."""
@@ -307,6 +311,41 @@ class Plan:
             if "data" in spec.volumes and "--data-dir" not in spec.args:
                 extra += ["--data-dir", spec.volumes["data"].mount_path]
         return tuple(extra) + spec.args
+
+    @property
+    def command_starts_torchrun(self) -> bool:
+        """Whether a --command starts torchrun itself (which reads the pods' PET_* variables)."""
+        command = self.spec.command
+        head = " ".join(command[:3])
+        return bool(command) and (
+            command[0].rsplit("/", 1)[-1] == "torchrun" or "torch.distributed.run" in head or "torchrun" in head
+        )
+
+    @property
+    def plain_command_warning(self) -> str | None:
+        """Why a --command that runs one plain process per pod cannot join the group as wired:
+        the variables `init_process_group()` reads (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE) are
+        missing from its pods (only torchrun's PET_* are there), or WORLD_SIZE counts processes the
+        command does not start. None with torchrun, a module or a script."""
+        spec = self.spec
+        if not spec.command or self.command_starts_torchrun:
+            return None
+        shown = " ".join(spec.command)
+        env = self.node_env(self.nodes[0])
+        missing = [k for k in PLAIN_DDP_ENV if k not in env]
+        if missing:
+            return (
+                f"command `{shown}` runs once per pod, and its pods get torchrun's PET_* variables, not "
+                f"{', '.join(missing)}: a plain init_process_group() cannot join; start it with torchrun "
+                f"(--command torchrun {' '.join(spec.command[1:]) or shown}) or give the file with --script"
+            )
+        if env["WORLD_SIZE"] != str(self.replicas):
+            return (
+                f"command `{shown}` runs once per pod ({self.replicas} processes), but the pods get "
+                f"WORLD_SIZE={env['WORLD_SIZE']} ({self.nproc_per_node} per node): the group would wait for "
+                "processes that never start; use --procs 1, or start the processes with torchrun"
+            )
+        return None
 
     @property
     def restart_starts_from_scratch(self) -> str | None:

@@ -1,0 +1,45 @@
+"""`render --explain` says what runs: for a --command, one process per pod, and whether that
+process can join the group on the chosen engine (the env each engine's pods get decides)."""
+
+from __future__ import annotations
+
+import pytest
+from ddpctl.engines import plan_for
+from ddpctl.manifests.explain import explain
+from ddpctl.spec import JobSpec
+
+PLAIN = ("python", "train.py")
+
+
+def _plan(target: str, procs: int, command: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    return plan_for(JobSpec(target=target, nodes=2, procs_per_node=procs, module=None, command=command))
+
+
+@pytest.mark.parametrize(
+    "target, procs, command, warned",
+    [
+        ("job", 1, PLAIN, "not MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE"),  # PET_* only
+        ("jobset", 4, PLAIN, "not MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE"),
+        ("trainjob", 1, PLAIN, "not MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE"),
+        ("pytorchjob", 4, PLAIN, "WORLD_SIZE=8 (4 per node)"),  # the operator counts torchrun's processes
+        ("pytorchjob", 1, PLAIN, None),  # MASTER_ADDR, RANK and WORLD_SIZE=2 from the operator: it joins
+        ("job", 4, ("torchrun", "train.py"), None),  # torchrun reads PET_*
+        ("job", 4, ("python", "-m", "torch.distributed.run", "train.py"), None),
+    ],
+)
+def test_a_plain_command_is_warned_where_it_cannot_join(target, procs, command, warned) -> None:
+    plan = _plan(target, procs, command)
+    if warned is None:
+        assert plan.plain_command_warning is None
+        return
+    assert plan.plain_command_warning is not None and warned in plan.plain_command_warning
+    text = " ".join(explain(plan).split())
+    assert "warning: command `" + " ".join(command) + "` runs once per pod" in text
+
+
+def test_explain_counts_the_commands_one_process_per_pod() -> None:
+    text = explain(_plan("job", 4, PLAIN))
+    assert "processes per node: 1 (the command, once per pod; the pods are told 4: PET_NPROC_PER_NODE)" in text
+    assert "world size:         2 if each pod's one process joins (the pods are told 8 = 2 nodes x 4 processes)" in text
+    torchrun = explain(_plan("job", 4, ("torchrun", "train.py")))
+    assert "processes per node: 4 (CPU only" in torchrun and "world size:         8 = 2 nodes x 4 processes" in torchrun
