@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 from ddpctl.console import plural
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.plan import Plan
-from ddpctl.spec.schema import GRACE_MARGIN
+from ddpctl.spec.schema import DEFAULT_IMAGE, GRACE_MARGIN
 
+# `ddpctl build` tags an image by the hash of what went into it (image/build.py HASH_LEN): such an
+# image runs as the trainer image's non-root user
+BUILT_TAG = re.compile(r":[0-9a-f]{12}$")
 MAX_TABLE_ROWS = 16  # a 64-node job shows its first and last nodes, not 64 lines
 
 
@@ -141,6 +145,14 @@ def explain(plan: Plan) -> str:
     lines += _topology_lines(plan)
     if plan.checkpoint_location:
         lines += _wrapped("  checkpoints:        ", plan.checkpoint_location)
+    if spec.pod_security == "restricted" and not (BUILT_TAG.search(spec.image) or spec.image == DEFAULT_IMAGE):
+        lines += _wrapped(
+            "  runs as:            ",
+            f"a non-root user (Pod Security restricted: runAsNonRoot, no runAsUser): {spec.image} is not an image "
+            "ddpctl build made (those run as uid 1000), so it must set a numeric USER other than 0, or the kubelet "
+            "refuses to start it (CreateContainerConfigError: image will run as root); add USER 1000 to its "
+            "Dockerfile, build it on the trainer image (ddpctl build), or use --pod-security baseline",
+        )
     for warning in (plan.restart_starts_from_scratch, plan.plain_command_warning):
         if warning:
             lines += _wrapped("  warning:            ", warning)

@@ -43,3 +43,19 @@ def test_explain_counts_the_commands_one_process_per_pod() -> None:
     assert "world size:         2 if each pod's one process joins (the pods are told 8 = 2 nodes x 4 processes)" in text
     torchrun = explain(_plan("job", 4, ("torchrun", "train.py")))
     assert "processes per node: 4 (CPU only" in torchrun and "world size:         8 = 2 nodes x 4 processes" in torchrun
+
+
+@pytest.mark.parametrize(
+    "image, pod_security, said",
+    [
+        ("pytorch/pytorch:2.4.0", "restricted", True),  # a user's image: may run as root
+        ("registry.example.com/team/trainer:0123456789ab", "restricted", False),  # ddpctl build's content tag
+        ("ddpctl-trainer:latest", "restricted", False),
+        ("pytorch/pytorch:2.4.0", "baseline", False),  # no runAsNonRoot
+    ],
+)
+def test_explain_says_a_users_image_must_not_run_as_root(image: str, pod_security: str, said: bool) -> None:
+    text = " ".join(explain(plan_for(JobSpec(image=image, pod_security=pod_security))).split())
+    assert ("runs as: a non-root user (Pod Security restricted: runAsNonRoot" in text) == said
+    if said:
+        assert "add USER 1000 to its Dockerfile" in text and "--pod-security baseline" in text
