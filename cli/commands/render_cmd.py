@@ -31,11 +31,13 @@ def render_command(
     ),
 ) -> None:
     """Render the job's Kubernetes manifests (no cluster needed)."""
+    from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
     from ddpctl.engines import plan_for
     from ddpctl.manifests import render
     from ddpctl.manifests.output import to_json_list, to_yaml_documents, write_output_dir
 
     spec = spec_input.spec()
+    refuse_ddpctl_flags_for_the_trainer(spec)
     plan = plan_for(spec)  # what the target cannot run is refused for every output, values included
     warning = host_script_warning(spec.script)
     if warning:

@@ -49,7 +49,10 @@ def run_command(
     ),
 ) -> int:
     """Run the job on this machine: CPU + gloo, every node and rank wired as in the cluster."""
+    from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
     from ddpctl.runners.backend import DockerBackend, LocalBackend, RunOptions
+
+    refuse_ddpctl_flags_for_the_trainer(spec_input.spec())
 
     if local and docker:
         raise UsageError("--local and --docker exclude each other: choose one")

@@ -56,6 +56,9 @@ def submit_command(
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""
     from ddpctl.cluster.backend import ClusterBackend, SubmitOptions
     from ddpctl.cluster.config import ClusterOptions
+    from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
+
+    refuse_ddpctl_flags_for_the_trainer(spec_input.spec(target="job"))  # the args do not depend on the target
 
     backend = ClusterBackend(
         ClusterOptions(kubeconfig, context, None, request_timeout),
