@@ -15,7 +15,7 @@ def init_command(
     path: Path = typer.Option(Path("ddp.yaml"), "--path", help="Where to write the spec.", dir_okay=False),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing file."),
 ) -> None:
-    """Write a commented ddp.yaml holding every setting (flags given here fill it in)."""
+    """Write a commented ddp.yaml: the settings given here, and every other key's default commented out."""
     from ddpctl.atomic import write_text_atomic
     from ddpctl.manifests.specfile import commented_spec_yaml
 
@@ -26,8 +26,7 @@ def init_command(
 
     spec = spec_input.spec()
     plan_for(spec)  # a spec its target cannot run is refused before it is written
-    explicit = frozenset(merged_layers(spec_input.flags, spec_input.config))
-    write_text_atomic(path, commented_spec_yaml(spec, explicit))
+    write_text_atomic(path, commented_spec_yaml(spec, merged_layers(spec_input.flags, spec_input.config)))
     typer.echo(f"wrote {path}: edit it, then `ddpctl render` or `ddpctl run --local`", err=True)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import textwrap
+from collections.abc import Mapping
 from typing import Any
 
 from ddpctl.manifests.yamlsafe import dump_portable
@@ -25,26 +26,39 @@ def _dump(key: str, value: Any) -> str:
 
 
 # Keys whose absence means something: `submit` picks the engine the cluster has (target) and uses
-# the kubeconfig context's namespace. `init` leaves them commented out unless they were given.
+# the kubeconfig context's namespace.
 CONTEXT_DEPENDENT = {
     "target": "unset: `submit` picks the engine the cluster has, `render` uses job",
     "namespace": "unset: the kubeconfig context's namespace (`render` uses default)",
 }
 
 
-def commented_spec_yaml(spec: JobSpec, explicit: frozenset[str] = frozenset()) -> str:
-    """Every key with its comment; `explicit` names the keys the user gave (kept live)."""
+def commented_spec_yaml(spec: JobSpec, chosen: Mapping[str, Any] | None = None) -> str:
+    """Every key with its comment; only the keys the user chose (`chosen`, the flags and files
+    given: for a map such as rendezvous, only its keys given) are live, the rest are their
+    defaults commented out, so the file pins nothing the user did not choose (a default port or
+    module stays a default, and adding `script:` needs no `module: null`)."""
+    chosen = chosen or {}
     lines = [
         "# ddpctl job spec. Precedence: " + describe_sources() + ".",
         "# Render with `ddpctl render`, run here with `ddpctl run --local`, submit with `ddpctl submit`.",
+        "# Only what was chosen is set; the other keys show their defaults, commented out.",
         "",
     ]
     docs = field_docs()
     for key, value in spec.to_dict().items():
         lines += textwrap.wrap(docs[key], WRAP, initial_indent="# ", subsequent_indent="# ")
-        text = _dump(key, value).rstrip("\n")
-        if key in CONTEXT_DEPENDENT and key not in explicit:
+        if key in chosen:
+            given = chosen[key]
+            if isinstance(value, dict) and isinstance(given, Mapping) and key not in FREE_MAPS:
+                value = {k: v for k, v in value.items() if k in given}
+            lines.append(_dump(key, value).rstrip("\n"))
+            continue
+        if key in CONTEXT_DEPENDENT:
             lines.append(f"# ({CONTEXT_DEPENDENT[key]})")
-            text = "\n".join("# " + line for line in text.splitlines())
-        lines.append(text)
+        lines += ["# " + line for line in _dump(key, value).rstrip("\n").splitlines()]
     return "\n".join(lines) + "\n"
+
+
+# Maps whose keys are the user's own (env, labels, ...): chosen whole, not key by key.
+FREE_MAPS = frozenset({"env", "secretEnv", "volumes", "nodeSelector", "affinity", "labels", "annotations"})

@@ -231,17 +231,23 @@ def test_the_highest_layer_picks_the_entrypoint(
     assert f"command:            {expected}\n" in result.out
 
 
-def test_init_leaves_context_dependent_keys_unset(cli, tmp_path: Path) -> None:
-    """After `init`, submit still picks the engine and the context's namespace."""
+def test_init_pins_only_what_was_chosen(cli, tmp_path: Path) -> None:
+    """After `init`, submit still picks the engine and the context's namespace, and nothing the user
+    did not choose is pinned: two init-ed projects do not share rendezvous port 29500, and adding
+    `script:` needs no `module: null`. A map given in part (rendezvous.port) is written in part."""
     from ddpctl.spec.sources import merged_layers
 
     assert cli("init").code == 0
+    assert merged_layers({}, tmp_path / "ddp.yaml") == {}
+    text = (tmp_path / "ddp.yaml").read_text()
+    assert "# rendezvous:\n#   mode: auto\n#   port: 29500" in text and "# module: ddpctl_trainer" in text
+    assert cli("init", "--force", "-t", "jobset", "-n", "team", "--port", "29600").code == 0
     chosen = merged_layers({}, tmp_path / "ddp.yaml")
-    assert "target" not in chosen and "namespace" not in chosen
-    assert "nodes" in chosen and "image" in chosen
-    assert cli("init", "--force", "-t", "jobset", "-n", "team").code == 0
-    chosen = merged_layers({}, tmp_path / "ddp.yaml")
-    assert chosen["target"] == "jobset" and chosen["namespace"] == "team"
+    assert chosen == {"target": "jobset", "namespace": "team", "rendezvous": {"port": 29600}}
+    with (tmp_path / "ddp.yaml").open("a") as fh:
+        fh.write("script: train.py\n")
+    r = cli("render", "--explain")
+    assert r.code == 0 and "command:            torchrun train.py" in r.out, r.err
 
 
 @pytest.mark.parametrize(
