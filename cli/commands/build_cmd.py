@@ -31,6 +31,13 @@ def build_command(
     context: Path | None = typer.Option(
         None, "--context", help="Build context (default: the current directory).", file_okay=False
     ),
+    config: Path | None = typer.Option(
+        None,
+        "--config",
+        help="Spec file (default ./ddp.yaml when present): its image names the default --repo. (-f is the "
+        "Dockerfile here, as in docker.)",
+        dir_okay=False,
+    ),
     latest: bool = typer.Option(True, "--latest/--no-latest", help="Also tag REPO:latest (the spec's default image)."),
     push: bool = typer.Option(False, "--push", help="Push the tags to their registry after building."),
     load_kind: str | None = typer.Option(
@@ -50,7 +57,7 @@ def build_command(
         builder=builder,
         dockerfile=file,
         context=context,
-        repo=repo or _default_repo(),
+        repo=repo or _default_repo(config),
         build_args=build.parse_build_args(build_arg or []),
         base_image=base_image,
         latest=latest,
@@ -73,15 +80,17 @@ def build_command(
     typer.echo(tag)
 
 
-def _default_repo() -> str:
-    """The repository of the spec's image (DDPCTL_IMAGE or ddp.yaml), so `ddpctl run --docker` and
-    `submit` find the :latest tag without --image."""
+def _default_repo(config: Path | None) -> str:
+    """The repository of the spec's image (DDPCTL_IMAGE, ddp.yaml or --config's), so `ddpctl run
+    --docker` and `submit` find the :latest tag without --image."""
     from ddpctl.image.build import DEFAULT_REPO, repo_of
     from ddpctl.spec.sources import load_spec
 
     try:
-        image = load_spec({}, None).image
+        image = load_spec({}, config).image
     except UsageError:
+        if config is not None:
+            raise  # a file given by name must be right
         return DEFAULT_REPO
     return repo_of(image) or DEFAULT_REPO
 
