@@ -1,6 +1,6 @@
 """The real test cluster for the `cluster` tests: kube-apiserver, controllers and kwok from cluster/.
 
-The session starts it (`cluster/up.py up`, which builds the binaries once into a cache) unless it
+The session starts it (`python -m cluster up`, which builds the binaries once into a cache) unless it
 already runs, and stops it at the end if it started it. Every test gets a namespace of its own.
 """
 
@@ -22,7 +22,6 @@ import pytest
 
 from tests.support import REPO, skip_unless
 
-UP = REPO / "cluster" / "up.py"
 STATE = Path(os.environ.get("DDPCTL_CLUSTER_DIR") or REPO / ".cluster")
 
 
@@ -55,7 +54,10 @@ class RealCluster:
 
 
 def _up(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(UP), *args], capture_output=True, text=True, check=False)
+    """`python -m cluster ARGS`, from the clone's root (the package is found there, not installed)."""
+    return subprocess.run(
+        [sys.executable, "-m", "cluster", *args], cwd=REPO, capture_output=True, text=True, check=False
+    )
 
 
 @pytest.fixture(scope="session")
@@ -66,7 +68,7 @@ def real_cluster() -> Iterator[RealCluster]:
     )
     started_here = _up("status").returncode != 0
     r = _up("up")
-    assert r.returncode == 0, f"cluster/up.py up failed:\n{r.stderr[-4000:]}"
+    assert r.returncode == 0, f"python -m cluster up failed:\n{r.stderr[-4000:]}"
     yield RealCluster(kubeconfig=STATE / "kubeconfig")
     if started_here:
         _up("down")
