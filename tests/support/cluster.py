@@ -53,10 +53,10 @@ class RealCluster:
         return list(self.get("pods", "-n", namespace, "-l", selector)["items"])
 
 
-def _up(*args: str) -> subprocess.CompletedProcess[str]:
+def cluster_command(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m cluster ARGS`, from the clone's root (the package is found there, not installed)."""
     return subprocess.run(
-        [sys.executable, "-m", "cluster", *args], cwd=REPO, capture_output=True, text=True, check=False
+        [sys.executable, "-m", "cluster", *args], cwd=REPO, capture_output=True, text=True, check=False, timeout=timeout
     )
 
 
@@ -66,12 +66,12 @@ def real_cluster() -> Iterator[RealCluster]:
         shutil.which("go") is not None or (STATE / "bin").exists(),
         "the cluster tests build Kubernetes from Go modules: install Go 1.26+ (then `make cluster`)",
     )
-    started_here = _up("status").returncode != 0
-    r = _up("up")
+    started_here = cluster_command("status").returncode != 0
+    r = cluster_command("up")
     assert r.returncode == 0, f"python -m cluster up failed:\n{r.stderr[-4000:]}"
     yield RealCluster(kubeconfig=STATE / "kubeconfig")
     if started_here:
-        _up("down")
+        cluster_command("down")
 
 
 @pytest.fixture

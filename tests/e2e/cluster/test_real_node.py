@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support import REPO, skip_unless
-from tests.support.cluster import UP, RealCluster, wait_until
+from tests.support.cluster import RealCluster, cluster_command, wait_until
 from tests.support.docker import BASE_IMAGE, docker_works, image_present
 from tests.support.models.faults import env_flags, hold_at, plugin_env
 
@@ -61,7 +61,7 @@ def node_image(real_cluster: RealCluster) -> str:
     trainer = _build("--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test")
     user = _build("--base-image", trainer, "--repo", "ddpctl-user-test", "--file",
                   "tests/e2e/cluster/user-image.Dockerfile", "--context", "tests/support/models")  # fmt: skip
-    r = subprocess.run([sys.executable, str(UP), "load", user], capture_output=True, text=True, check=False)
+    r = cluster_command("load", user)
     assert r.returncode == 0, r.stderr[-3000:]
     return user
 
