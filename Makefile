@@ -53,7 +53,7 @@ kubectl:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null; \
 	else echo "kubectl is missing and this is not root with apt-get: install it to run its test"; fi
 
-## lint: ruff (lint + format check), mypy (strict) on cli/ and trainer/, import-linter's layer contracts
+## lint: ruff (lint + format check), mypy (strict) on cli/, trainer/ and cluster/, import-linter's layer contracts
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
@@ -68,19 +68,20 @@ cluster-build:
 	  bash cluster/node/build.sh >/dev/null && bash cluster/node/install-deps.sh; \
 	else echo "note: no Go here: the cluster tests (tests/e2e/cluster) will skip; install Go 1.26+ to run them"; fi
 
-## cluster: start the test cluster (a real control plane, kwok GPU nodes, the engines' controllers)
+## cluster: start the test cluster (a real control plane, kwok GPU nodes, the engines' controllers);
+## its commands are `python -m cluster up|down|status|nodes N|load REF`, from this folder
 cluster: $(STAMP) cluster-build
-	$(PY) cluster/up.py up
+	$(PY) -m cluster up
 
 ## cluster-load: copy an image of the local Docker engine to the real node (no registry here),
 ## e.g. make cluster-load IMAGE=$$(ddpctl build --base-image ddpctl-base:cpu --quiet)
 cluster-load: $(STAMP)
 	@test -n "$(IMAGE)" || { echo "usage: make cluster-load IMAGE=REF"; exit 2; }
-	$(PY) cluster/up.py load '$(IMAGE)'
+	$(PY) -m cluster load '$(IMAGE)'
 
-## cluster-down: stop it and remove its state
+## cluster-down: stop it and remove its state (with the system's python3 when the venv is gone)
 cluster-down:
-	$(if $(wildcard $(PY)),$(PY),python3) cluster/up.py down
+	$(if $(wildcard $(PY)),$(PY),python3) -m cluster down
 
 ## test: everything the tests need, the gates, then the whole suite
 test: $(STAMP) docker kubectl cluster-build lint

@@ -1,4 +1,4 @@
-"""The real node (cluster/node.py): submit to the first step, and an eviction to the resumed step.
+"""The real node (cluster/node/): submit to the first step, and an eviction to the resumed step.
 
 1. first step: `ddpctl submit` of a 2-pod x 2-process gloo job on the real node, to rank 0's
    `first_step` metrics event (the trainer's own wall clock, written to the job's checkpoints
@@ -44,8 +44,8 @@ RESTART = ["--synthetic-samples", "128", "--eval-samples", "32", "--global-batch
            "--save-every", "3", "--dtype", "float64", "--metrics-file", "/checkpoints/metrics.jsonl"]  # fmt: skip
 
 
-def sh(*argv: str, input: str | None = None) -> str:
-    r = subprocess.run(argv, input=input, capture_output=True, text=True, check=False)
+def sh(*argv: str, input: str | None = None, cwd: Path | None = None) -> str:
+    r = subprocess.run(argv, input=input, capture_output=True, text=True, check=False, cwd=cwd)
     if r.returncode:
         raise SystemExit(f"{' '.join(argv[:4])}: {r.stderr.strip()[-2000:]}")
     return r.stdout
@@ -55,6 +55,11 @@ def ddpctl(*args: str) -> str:
     return sh(sys.executable, "-m", "ddpctl", *args)
 
 
+def cluster_cmd(*args: str) -> str:
+    """`python -m cluster ARGS`: the test cluster's commands, run from the clone's root."""
+    return sh(sys.executable, "-m", "cluster", *args, cwd=REPO)
+
+
 def kubectl(*args: str, input: str | None = None) -> str:
     return sh(*KUBECTL, *args, input=input)
 
@@ -62,7 +67,7 @@ def kubectl(*args: str, input: str | None = None) -> str:
 def image() -> str:
     """The trainer image on the CPU base, on the real node (a no-op when both are there)."""
     tag = ddpctl("build", "--quiet", "--no-latest", "--base-image", "ddpctl-base:cpu", "--repo", "ddpctl-trainer-test")
-    sh(sys.executable, str(REPO / "cluster/up.py"), "load", tag.strip())
+    cluster_cmd("load", tag.strip())
     return tag.strip()
 
 
@@ -72,7 +77,7 @@ def test_image(trainer: str) -> str:
     tag = ddpctl("build", "--quiet", "--no-latest", "--base-image", trainer, "--repo", "ddpctl-user-test",
                  "--file", str(REPO / "tests/e2e/cluster/user-image.Dockerfile"),
                  "--context", str(REPO / "tests/support/models"))  # fmt: skip
-    sh(sys.executable, str(REPO / "cluster/up.py"), "load", tag.strip())
+    cluster_cmd("load", tag.strip())
     return tag.strip()
 
 
@@ -213,7 +218,7 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    sh(sys.executable, str(REPO / "cluster/up.py"), "up")
+    cluster_cmd("up")
     os.environ["KUBECONFIG"] = str(STATE / "kubeconfig")
     img = image()
     results: dict[str, Any] = {"ddpctl": [], "kubectl": []}

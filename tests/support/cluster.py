@@ -1,6 +1,6 @@
 """The real test cluster for the `cluster` tests: kube-apiserver, controllers and kwok from cluster/.
 
-The session starts it (`cluster/up.py up`, which builds the binaries once into a cache) unless it
+The session starts it (`python -m cluster up`, which builds the binaries once into a cache) unless it
 already runs, and stops it at the end if it started it. Every test gets a namespace of its own.
 """
 
@@ -22,7 +22,6 @@ import pytest
 
 from tests.support import REPO, skip_unless
 
-UP = REPO / "cluster" / "up.py"
 STATE = Path(os.environ.get("DDPCTL_CLUSTER_DIR") or REPO / ".cluster")
 
 
@@ -54,8 +53,11 @@ class RealCluster:
         return list(self.get("pods", "-n", namespace, "-l", selector)["items"])
 
 
-def _up(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(UP), *args], capture_output=True, text=True, check=False)
+def cluster_command(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
+    """`python -m cluster ARGS`, from the clone's root (the package is found there, not installed)."""
+    return subprocess.run(
+        [sys.executable, "-m", "cluster", *args], cwd=REPO, capture_output=True, text=True, check=False, timeout=timeout
+    )
 
 
 @pytest.fixture(scope="session")
@@ -64,12 +66,12 @@ def real_cluster() -> Iterator[RealCluster]:
         shutil.which("go") is not None or (STATE / "bin").exists(),
         "the cluster tests build Kubernetes from Go modules: install Go 1.26+ (then `make cluster`)",
     )
-    started_here = _up("status").returncode != 0
-    r = _up("up")
-    assert r.returncode == 0, f"cluster/up.py up failed:\n{r.stderr[-4000:]}"
+    started_here = cluster_command("status").returncode != 0
+    r = cluster_command("up")
+    assert r.returncode == 0, f"python -m cluster up failed:\n{r.stderr[-4000:]}"
     yield RealCluster(kubeconfig=STATE / "kubeconfig")
     if started_here:
-        _up("down")
+        cluster_command("down")
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The trainer image on the real node (cluster/node.py): pods that really run, not kwok's.
+"""The trainer image on the real node (cluster/node/): pods that really run, not kwok's.
 
 Everything the rendered pod relies on is real here: Pod Security `restricted` enforced on the
 namespace, the image's numeric user, the memory-backed /dev/shm, the downward-API completion
@@ -7,7 +7,7 @@ bridge, the Eviction API with a real grace period ending in SIGTERM, and each co
 failure rules acting on the trainer's real exit codes. The image is a user's image as users build
 one: the trainer image (`ddpctl build` on the local CPU base) plus their model code and the tests'
 fault plugin (tests/e2e/cluster/user-image.Dockerfile), loaded into the node's containerd
-(`cluster/up.py load`).
+(`python -m cluster load`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support import REPO, skip_unless
-from tests.support.cluster import UP, RealCluster, wait_until
+from tests.support.cluster import RealCluster, cluster_command, wait_until
 from tests.support.docker import BASE_IMAGE, docker_works, image_present
 from tests.support.models.faults import env_flags, hold_at, plugin_env
 
@@ -61,7 +61,7 @@ def node_image(real_cluster: RealCluster) -> str:
     trainer = _build("--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test")
     user = _build("--base-image", trainer, "--repo", "ddpctl-user-test", "--file",
                   "tests/e2e/cluster/user-image.Dockerfile", "--context", "tests/support/models")  # fmt: skip
-    r = subprocess.run([sys.executable, str(UP), "load", user], capture_output=True, text=True, check=False)
+    r = cluster_command("load", user)
     assert r.returncode == 0, r.stderr[-3000:]
     return user
 

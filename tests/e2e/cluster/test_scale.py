@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from collections.abc import Iterator
 
 import pytest
 
 from tests.e2e.cluster.wiring import layout
-from tests.support.cluster import KEEP_RUNNING, UP, RealCluster, scheduled_pods
+from tests.support.cluster import KEEP_RUNNING, RealCluster, cluster_command, scheduled_pods
 
 pytestmark = pytest.mark.cluster
 
 
 def set_nodes(count: int) -> None:
-    subprocess.run([sys.executable, str(UP), "nodes", str(count)], check=True, capture_output=True, timeout=180)
+    r = cluster_command("nodes", str(count), timeout=180)
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 @pytest.fixture
