@@ -162,10 +162,11 @@ class _Spec:
 
 
 def _literal_prefix(pattern: str) -> str | None:
-    """The folder an anchored include pattern starts in (`configs/prod/*.key` -> `configs/prod`),
-    None for a pattern that may match at any depth (no `/` but a trailing one)."""
+    """The folder an anchored include pattern starts in (`configs/prod/*.key` -> `configs/prod`);
+    None for one that names no folder to walk into: a name matched at any depth (no `/` but a
+    trailing one, which does not reach into left-out folders) or at the root only (`/*.key`)."""
     text = pattern.rstrip("/")
-    if "/" not in text:
+    if "/" not in text.lstrip("/"):
         return None
     parts = []
     for part in text.lstrip("/").split("/"):
