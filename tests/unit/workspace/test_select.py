@@ -377,3 +377,40 @@ def test_gitignore_rules_match_git(tmp_path: Path) -> None:
     ).stdout
     by_git = sorted(p for p in listed.split("\0") if p)
     assert sorted(f.path for f in select(root).files) == by_git
+
+
+_FOLDERS = ["", "a/", "a/b/", "b/", "build/", "a/build/"]
+_FILES = [f + n for f in _FOLDERS for n in ("c.py", "d.log", "x.txt")]
+_LINES = ["*.log", "!d.log", "build/", "/a", "a/", "b/*.py", "**/c.py", "!c.py", "x.txt", "!b/", "*", "!*.py",
+          "a/**/x.txt", "#c", "", "!/build", "b", "*.py", "!x.txt", "/*/c.py", "!*/", "build"]  # fmt: skip
+_SUB_LINES = ["!*.log", "!x.txt", "!c.py", "x.txt", "*.py", "!b/", "b/", "*", "/c.py", "!d.log", "!build/"]
+
+
+def test_gitignore_rules_match_git_on_random_rules(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Random .gitignore files at the root and in a subfolder, over one tree whose names they
+    all touch, so that rules interact: what git would add is what is selected, every time."""
+    skip_unless(shutil.which("git") is not None, "git on PATH")
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    rules = st.lists(st.sampled_from(_LINES), max_size=6).map("\n".join)
+    sub_rules = st.lists(st.sampled_from(_SUB_LINES), min_size=1, max_size=4).map("\n".join)
+
+    @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(rules, sub_rules)
+    def check(root_rules: str, a_rules: str) -> None:
+        root = make_tree(tmp_path_factory.mktemp("git"), {path: path for path in _FILES})
+        (root / ".gitignore").write_text(root_rules + "\n")
+        (root / "a" / ".gitignore").write_text(a_rules + "\n")
+        subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+        listed = subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=root,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+        expected = sorted(p for p in listed.split("\0") if p)
+        assert sorted(f.path for f in select(root).files) == expected, (root_rules, a_rules)
+
+    check()
