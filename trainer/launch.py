@@ -5,7 +5,9 @@ when it is itself sent SIGTERM. A pod's exit code is all that Kubernetes failure
 (``podFailurePolicy`` ``onExitCodes``, PyTorchJob's ``restartPolicy: ExitCode``), so with plain
 torchrun a usage error (exit 2: retrying cannot help) looks like any retriable failure. This
 launcher takes the same arguments and environment (``PET_*``) as torchrun (plus the node-group
-offset, see ``set_node_rank``) and exits with:
+offset, see ``set_node_rank``). Before torchrun, when the pod ships the user's workspace
+(``DDP_WORKSPACE_ARCHIVE``), it fetches, checks and unpacks it and works in it (``workspace.py``);
+a missing or corrupt archive ends the pod there, with one line and exit 2. It exits with:
 
 * 0 when every worker succeeded;
 * 2 when any worker exited 2 (``EXIT_USAGE``: bad input, the same on every rank);
@@ -22,6 +24,7 @@ import os
 import sys
 from collections.abc import MutableMapping, Sequence
 
+from . import workspace
 from .protocol import (
     CAUSED_BY_A_PEER,
     COMPLETION_INDEX_ENV,
@@ -65,6 +68,9 @@ def set_node_rank(env: MutableMapping[str, str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    code = workspace.prepare_or_report(os.environ)  # before torch's import: a bad archive fails in a blink
+    if code:
+        return code
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.run import parse_args, run

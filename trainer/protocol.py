@@ -184,6 +184,21 @@ OBJECT_STORE_SECRET_ENV: tuple[str, ...] = (
     "AZURE_CLIENT_SECRET",
 )
 
+# ------------------------------------------------------------------------------------ workspace
+# The user's own code, shipped without a rebuild: the CLI packs the workspace into a deterministic
+# tar (named by the sha256 of its uncompressed bytes), gzipped, and the pod's launcher (or
+# `ddpctl_trainer.workspace` run on its own) fetches it, checks the sha256, unpacks it into an
+# emptyDir, makes that the working directory and puts it first on PYTHONPATH before torchrun.
+WORKSPACE_ARCHIVE_ENV = "DDP_WORKSPACE_ARCHIVE"  # a file (the mounted Secret's key) or an object store URL
+WORKSPACE_SHA256_ENV = "DDP_WORKSPACE_SHA256"  # of the uncompressed tar: the archive's identity
+WORKSPACE_DIR_ENV = "DDP_WORKSPACE_DIR"  # where it is unpacked (default WORKSPACE_DIR)
+WORKSPACE_DIR = "/workspace"  # an emptyDir: the image's WORKDIR, writable under a read-only root FS
+WORKSPACE_MOUNT = "/var/run/ddpctl/workspace"  # the in-cluster object's volume
+WORKSPACE_ARCHIVE_KEY = "workspace.tar.gz"  # the archive's key in that object (a file of the volume)
+# An image without ddpctl's trainer (python3 alone): the object also holds the unpacker and this
+# module, and the pod runs `python3 <WORKSPACE_MOUNT>/workspace.py CMD...`, which unpacks, then execs CMD.
+WORKSPACE_UNPACKER_FILES: tuple[str, ...] = ("workspace.py", "protocol.py")
+
 # ------------------------------------------------------------------------------------ timeouts
 
 STALL_TIMEOUT_S = 300  # --stall-timeout's default: the collective timeout must exceed it
