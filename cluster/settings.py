@@ -1,7 +1,8 @@
 """Where the test cluster lives and what it is made of: its folders, pinned versions and ports.
 
 Read once from the environment: $DDPCTL_CLUSTER_DIR (state, default .cluster/ in the clone),
-$DDPCTL_CLUSTER_PORT_BASE (first port, default 36400) and $GOMODCACHE (where the build left the
+$DDPCTL_CLUSTER_PORT_BASE (first port, default 24400: below the kernel's ephemeral range, 32768 and up,
+where a passing outbound connection could hold one of them) and $GOMODCACHE (where the build left the
 modules whose manifests are applied). Stdlib only: `down` and `status` run without the venv.
 """
 
@@ -13,7 +14,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 STATE = Path(os.environ.get("DDPCTL_CLUSTER_DIR") or REPO / ".cluster")
-BASE = int(os.environ.get("DDPCTL_CLUSTER_PORT_BASE", "36400"))
+BASE = int(os.environ.get("DDPCTL_CLUSTER_PORT_BASE", "24400"))
 GOMOD = Path(os.environ.get("GOMODCACHE") or Path.home() / "go/pkg/mod")
 
 # The pod sandbox image of the real node, imported there by the node itself (no registry exists).

@@ -53,3 +53,14 @@ def test_the_environment_moves_the_state_folder_and_the_ports(tmp_path: Path) ->
     env = {**os.environ, "DDPCTL_CLUSTER_DIR": str(tmp_path), "DDPCTL_CLUSTER_PORT_BASE": "41000"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [str(tmp_path), "41002"]
+
+
+def test_the_default_ports_lie_below_the_kernels_ephemeral_range() -> None:
+    """An outbound connection's local port comes from the ephemeral range: a cluster port inside it
+    can be held by any passing connection when `up` binds it (seen: kube-scheduler's, under load)."""
+    code = "from cluster import settings; print(max(settings.PORTS.values()))"
+    env = {k: v for k, v in os.environ.items() if k != "DDPCTL_CLUSTER_PORT_BASE"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    first = int(ranges.read_text().split()[0]) if ranges.exists() else 32768
+    assert int(out.stdout) < first
