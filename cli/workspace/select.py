@@ -65,7 +65,7 @@ SECRET_PATTERNS: tuple[str, ...] = (
     ".azure/",
     "**/.config/gcloud/",
     ".kube/",
-    "kubeconfig",
+    "kubeconfig*",
     "*.kubeconfig",
     "**/.docker/config.json",
     ".netrc",

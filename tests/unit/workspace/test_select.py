@@ -306,7 +306,7 @@ def test_every_secret_pattern_catches_an_example(tmp_path: Path) -> None:
         ".azure/": ".azure/accessTokens.json",
         "**/.config/gcloud/": ".config/gcloud/adc.json",
         ".kube/": "x/.kube/config",
-        "kubeconfig": "kubeconfig",
+        "kubeconfig*": "kubeconfig-staging",
         "*.kubeconfig": "prod.kubeconfig",
         "**/.docker/config.json": ".docker/config.json",
         ".netrc": ".netrc",
