@@ -20,12 +20,12 @@ if TYPE_CHECKING:
 
 def build_image(spec: Any) -> str:
     """`--build`: build with `ddpctl build`'s builder and push; returns the pushed reference."""
-    from ddpctl.image import build
+    from ddpctl.image.workspace import build_image as build_this_folder
 
     def echo(line: str) -> None:
         sys.stderr.write(f"[build] {line}\n")
 
-    return build.build_image(spec, push=True, echo=echo)
+    return build_this_folder(spec, push=True, echo=echo)
 
 
 def run(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from ddpctl.errors import RuntimeFailure, UsageError
 
 if TYPE_CHECKING:
-    from ddpctl.spec.model import JobSpec
+    pass
 
 BUILDERS = ("docker", "podman", "buildah")
 DEFAULT_REPO = "ddpctl-trainer"
@@ -217,10 +217,11 @@ class BuildPlan:
     files: int
     build_args: Mapping[str, str]
     extra_tags: tuple[str, ...] = ()
+    fixed_tag: str = ""  # the tag, when not the content hash's first HASH_LEN hex (a workspace build's)
 
     @property
     def tag(self) -> str:
-        return f"{self.repo}:{self.digest[:HASH_LEN]}"
+        return f"{self.repo}:{self.fixed_tag or self.digest[:HASH_LEN]}"
 
     @property
     def tags(self) -> tuple[str, ...]:
@@ -261,6 +262,11 @@ def parse_build_args(items: Iterable[str]) -> dict[str, str]:
     return args
 
 
+def check_builder_name(builder: str | None) -> None:
+    if builder not in (None, "auto", *BUILDERS):
+        raise UsageError(f"--builder: {builder!r} is not one of {', '.join(BUILDERS)}; choose one of them or auto")
+
+
 def plan_build(
     *,
     builder: str | None,
@@ -271,10 +277,10 @@ def plan_build(
     base_image: str | None,
     latest: bool,
     path: str | None = None,
+    tag: str = "",
 ) -> BuildPlan:
     """Resolve the builder, files and tag. Reads files; starts nothing."""
-    if builder not in (None, "auto", *BUILDERS):
-        raise UsageError(f"--builder: {builder!r} is not one of {', '.join(BUILDERS)}; choose one of them or auto")
+    check_builder_name(builder)
     if context is None:
         context = dockerfile.parent if dockerfile is not None else Path.cwd()
     context = context.resolve()
@@ -295,7 +301,7 @@ def plan_build(
     chosen = detect_builder(builder, path)
     digest, files = content_hash(context, dockerfile, args)
     extra = (f"{repo}:latest",) if latest else ()
-    return BuildPlan(chosen, context, dockerfile, repo, digest, files, args, extra)
+    return BuildPlan(chosen, context, dockerfile, repo, digest, files, args, extra, tag)
 
 
 def _stream(
@@ -397,20 +403,6 @@ def build_and_publish(
     if kind_cluster:
         load_kind(plan.builder, tag, kind_cluster, quiet=quiet, echo=echo)
     return tag
-
-
-def build_image(spec: JobSpec, *, push: bool = True, echo: Callable[[str], None] | None = None) -> str:
-    """`submit --build`: build the image in the spec's repository from ./Dockerfile and push it."""
-    plan = plan_build(
-        builder=None,
-        dockerfile=None,
-        context=None,
-        repo=repo_of(spec.image) or DEFAULT_REPO,
-        build_args={},
-        base_image=None,
-        latest=False,
-    )
-    return build_and_publish(plan, push_tags=push, quiet=echo is None, echo=echo)
 
 
 def require_kind() -> None:

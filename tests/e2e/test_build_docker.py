@@ -133,8 +133,8 @@ def test_a_missing_builder_is_a_one_line_error(cli, monkeypatch: pytest.MonkeyPa
 
 def test_unknown_builder_and_missing_dockerfile_are_usage_errors(cli) -> None:
     assert "is not one of docker, podman, buildah" in cli("build", "--builder", "kaniko").err
-    result = cli("build")  # the cli fixture runs in an empty directory
-    assert result.code == 2 and "no Dockerfile at" in result.err
+    result = cli("build")  # the cli fixture runs in an empty directory: no Dockerfile, no project either
+    assert result.code == 2 and "nothing to build in" in result.err and "no Dockerfile" in result.err
 
 
 def test_load_kind_without_kind_fails_before_building(cli, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
@@ -235,3 +235,68 @@ def test_a_base_image_that_does_not_exist_fails_in_one_line() -> None:
     errors = [line for line in result.stderr.splitlines() if line.startswith("ddpctl: error:")]
     assert len(errors) == 1 and "ddpctl-no-such-base" in errors[0], result.stderr
     assert _containers() - before == set()
+
+
+# --------------------------------------------------------------------------------------------
+# A user's project without a Dockerfile: its code on the trainer image
+# --------------------------------------------------------------------------------------------
+
+
+def _trainer_image() -> str:
+    """The trainer image on the CPU base (what `ddpctl build` makes in ddpctl's own folder)."""
+    result = _ddpctl("build", "--quiet", "--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test")
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout.strip()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_project_without_a_dockerfile_builds_its_code_on_the_trainer_image(tmp_path: Path) -> None:
+    """A folder holding train.py, a helper module, requirements.txt and a .env: the image has the
+    code at /workspace (the working directory, first on PYTHONPATH), the dependency layer, no .env,
+    runs as uid 1000, is tagged after the folder (never ddpctl-trainer) with the code's hash, and
+    no Dockerfile was written into the folder."""
+    require_docker_and_base()
+    trainer = _trainer_image()
+    project = tmp_path / "My_Project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "helper.py").write_text("CONSTANT = 'from the helper'\n")
+    (project / "pkg" / "__init__.py").write_text("")
+    (project / "pkg" / "train.py").write_text("import helper\nprint('pkg.train', helper.CONSTANT)\n")
+    (project / "train.py").write_text("import helper\nprint('train.py', helper.CONSTANT)\n")
+    (project / "requirements.txt").write_text("tqdm  # the base has it: no network needed\n")
+    (project / ".env").write_text("API_KEY=do-not-ship\n")
+    result = _ddpctl("build", "--quiet", "--no-latest", "--base-image", trainer, cwd=project)
+    assert result.returncode == 0, result.stderr[-3000:]
+    tag = result.stdout.strip()
+    repo, _, suffix = tag.partition(":")
+    assert repo == "my_project" and re.fullmatch(r"ws-[0-9a-f]{12}-[0-9a-f]{8}", suffix), tag
+    assert "left out: .env (likely secrets" in result.stderr
+    assert sorted(p.name for p in project.iterdir()) == [".env", "helper.py", "pkg", "requirements.txt", "train.py"]
+    run = subprocess.run(
+        ["docker", "run", "--rm", tag, "sh", "-c",
+         "id -u && pwd && python3 train.py && python3 -m pkg.train && ls -A /workspace && touch /workspace/w"],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert lines[:4] == ["1000", "/workspace", "train.py from the helper", "pkg.train from the helper"], lines
+    assert ".env" not in lines[4:] and "helper.py" in lines[4:]
+    again = _ddpctl("build", "--print-tag", "--base-image", trainer, cwd=project)
+    assert again.stdout.strip() == tag  # the same folder, the same tag
+    (project / "helper.py").write_text("CONSTANT = 'edited'\n")
+    edited = _ddpctl("build", "--print-tag", "--base-image", trainer, cwd=project).stdout.strip()
+    assert edited != tag and edited.split(":")[1][:15] != suffix[:15]  # the code's hash is in the tag
+
+
+def test_write_dockerfile_hands_the_build_to_the_user(cli, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("print(1)\n")
+    (tmp_path / "requirements.txt").write_text("einops\n")
+    r = cli("build", "--write-dockerfile")
+    assert r.code == 0, r.err
+    dockerfile = (tmp_path / "Dockerfile").read_text()
+    assert "FROM ${BASE_IMAGE}" in dockerfile and "COPY --chown=0:0 . /workspace/" in dockerfile
+    assert "pip install" in dockerfile and "requirements.txt" in dockerfile
+    assert ".env" in (tmp_path / ".dockerignore").read_text().splitlines()
+    again = cli("build", "--write-dockerfile")
+    assert again.code == 2 and "exists; ddpctl build already builds from it" in again.err

@@ -335,7 +335,7 @@ def test_build_builds_and_pushes_first_and_submits_that_image(cli, make_cluster,
         built.append((spec.name, push))
         return "registry.example.com/team/trainer@sha256:" + "a" * 64
 
-    monkeypatch.setattr("ddpctl.image.build.build_image", build_image)
+    monkeypatch.setattr("ddpctl.image.workspace.build_image", build_image)
     c = make_cluster()
     r = cli("submit", *c.args, "-n", NS, "--build")
     assert r.code == 0, r.err
@@ -344,9 +344,34 @@ def test_build_builds_and_pushes_first_and_submits_that_image(cli, make_cluster,
     assert image == "registry.example.com/team/trainer@sha256:" + "a" * 64
 
 
-def test_build_without_a_dockerfile_is_a_usage_error_before_any_object(cli, make_cluster):
+def test_build_in_a_project_without_a_dockerfile_builds_its_code_on_the_trainer_image(
+    cli, make_cluster, monkeypatch, tmp_path
+):
+    """`submit --build` in a folder holding only train.py: the folder's code goes on the trainer
+    image (a generated Dockerfile), in a repository named after the folder, and that image is
+    submitted. (The builder is replaced here; tests/e2e/test_build_docker.py builds for real.)"""
+    built = []
+
+    def build_and_publish(plan, push_tags=False, quiet=False, echo=None, **_):
+        built.append((plan.tag, plan.dockerfile.read_text(), sorted(p.name for p in plan.context.iterdir())))
+        return plan.tag
+
+    monkeypatch.setattr("ddpctl.image.build.build_and_publish", build_and_publish)
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    c = make_cluster()
+    r = cli("submit", *c.args, "-n", NS, "--build", "--script", "train.py")
+    assert r.code == 0, r.err
+    [(tag, dockerfile, context)] = built
+    assert tag.startswith(f"{tmp_path.name.lower()}:ws-") and "ddpctl-trainer" not in tag.split(":")[0]
+    assert "FROM ${BASE_IMAGE}" in dockerfile and "ARG BASE_IMAGE=ddpctl-trainer:latest" in dockerfile
+    assert "ADD workspace.tar.gz /workspace/" in dockerfile and context == ["Dockerfile", "workspace.tar.gz"]
+    image = c.double.get("Job", NAME, NS)["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == tag
+
+
+def test_build_in_an_empty_folder_is_a_usage_error_before_any_object(cli, make_cluster):
     c = make_cluster()  # the cli fixture runs in an empty directory: nothing to build
-    one_error(cli("submit", *c.args, "--build"), 2, "no Dockerfile", "--file")
+    one_error(cli("submit", *c.args, "--build"), 2, "nothing to build in", "no Dockerfile")
     assert objects_left(c.double, "default") == []
 
 
