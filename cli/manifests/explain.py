@@ -12,7 +12,7 @@ from ddpctl.spec.schema import DEFAULT_IMAGE, GRACE_MARGIN
 
 # `ddpctl build` tags an image by the hash of what went into it (image/build.py HASH_LEN): such an
 # image runs as the trainer image's non-root user
-BUILT_TAG = re.compile(r":[0-9a-f]{12}$")
+BUILT_TAG = re.compile(r":(?:[0-9a-f]{12}|ws-[0-9a-f]{12}-[0-9a-f]{8})$")
 MAX_TABLE_ROWS = 16  # a 64-node job shows its first and last nodes, not 64 lines
 
 

@@ -50,6 +50,7 @@ def test_explain_counts_the_commands_one_process_per_pod() -> None:
     [
         ("pytorch/pytorch:2.4.0", "restricted", True),  # a user's image: may run as root
         ("registry.example.com/team/trainer:0123456789ab", "restricted", False),  # ddpctl build's content tag
+        ("my-project:ws-0123456789ab-01234567", "restricted", False),  # a project built on the trainer image
         ("ddpctl-trainer:latest", "restricted", False),
         ("pytorch/pytorch:2.4.0", "baseline", False),  # no runAsNonRoot
     ],
