@@ -6,10 +6,24 @@ server."""
 
 from __future__ import annotations
 
+import os
 import socket
+from pathlib import Path
 
 import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rather than skips
 import pytest
+import yaml
+from ddpctl.cluster.config import (
+    DEFAULT_REQUEST_TIMEOUT,
+    ClusterOptions,
+    connect,
+    iter_lines,
+    kubeconfig_paths,
+    load,
+    request_timeout_seconds,
+)
+from ddpctl.cluster.errors import ApiError
+from ddpctl.errors import Unreachable, UsageError
 
 from tests.support.api import NAME, one_error
 
@@ -153,3 +167,189 @@ def test_only_a_dropped_connection_is_retried(method: str, error_name: str, retr
     else:
         with pytest.raises((MaxRetryError, ProtocolError)):
             policy.increment(method, "/api/v1/pods", error=error)
+
+
+# --------------------------------------------------------------------------- the parts without a server
+
+
+@pytest.mark.parametrize(
+    ("flag", "environ", "seconds"),
+    [
+        ("10s", {"DDPCTL_REQUEST_TIMEOUT": "2m"}, 10.0),  # the flag wins
+        (None, {"DDPCTL_REQUEST_TIMEOUT": "2m"}, 120.0),
+        (None, {"DDPCTL_REQUEST_TIMEOUT": " "}, DEFAULT_REQUEST_TIMEOUT),
+        (None, {}, DEFAULT_REQUEST_TIMEOUT),
+        ("1.5s", {}, 1.5),
+        ("500ms", {}, 0.5),
+    ],
+)
+def test_request_timeout_seconds(flag: str | None, environ: dict[str, str], seconds: float) -> None:
+    assert request_timeout_seconds(flag, environ) == seconds
+
+
+@pytest.mark.parametrize(
+    ("flag", "environ", "message"),
+    [
+        ("0", {}, "--request-timeout: '0' would wait forever; give a duration such as 30s or 2m"),
+        (None, {"DDPCTL_REQUEST_TIMEOUT": "0"}, "DDPCTL_REQUEST_TIMEOUT: '0' would wait forever"),
+        ("soon", {}, "--request-timeout: 'soon' is not a duration"),
+    ],
+)
+def test_a_request_timeout_that_is_not_finite_is_refused(
+    flag: str | None, environ: dict[str, str], message: str
+) -> None:
+    with pytest.raises(UsageError) as error:
+        request_timeout_seconds(flag, environ)
+    assert str(error.value).startswith(message)
+
+
+def _kubeconfig(path: Path, *contexts: tuple[str, str | None], current: str | None = None) -> Path:
+    """A kubeconfig with these (context, namespace) pairs, all pointing at one server."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://kube.example:6443"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [
+            {"name": name, "context": {"cluster": "c", "user": "u", **({"namespace": ns} if ns else {})}}
+            for name, ns in contexts
+        ],
+    }
+    if current:
+        config["current-context"] = current
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def test_kubeconfig_paths_in_kubectls_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_kube) -> None:
+    home = Path(os.environ["HOME"])
+    assert kubeconfig_paths(None) == (None, "~/.kube/config")
+    default = _kubeconfig(home / ".kube" / "config", ("a", None), current="a")
+    assert kubeconfig_paths(None) == (str(default), str(default))
+    one, two = _kubeconfig(tmp_path / "one", ("a", None)), _kubeconfig(tmp_path / "two", ("b", None))
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(one), str(tmp_path / "missing"), str(two)]))
+    assert kubeconfig_paths(None) == (os.pathsep.join([str(one), str(two)]), "KUBECONFIG")  # the missing one left out
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert kubeconfig_paths(None) == (None, f"KUBECONFIG ({tmp_path / 'missing'})")
+    assert kubeconfig_paths(str(one)) == (str(one), str(one))  # the flag wins
+    assert kubeconfig_paths("~/.kube/config") == (str(default), "~/.kube/config")
+    with pytest.raises(UsageError, match=r"^--kubeconfig: /nope does not exist; give the path of a kubeconfig file$"):
+        kubeconfig_paths("/nope")
+
+
+def test_the_first_file_that_sets_a_current_context_wins(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_kube
+) -> None:
+    one = _kubeconfig(tmp_path / "one", ("a", "team-a"), ("b", "team-b"))
+    two = _kubeconfig(tmp_path / "two", ("b", None), current="b")
+    three = _kubeconfig(tmp_path / "three", ("a", None), current="a")
+    monkeypatch.setenv("KUBECONFIG", os.pathsep.join([str(one), str(two), str(three)]))
+    cluster = load(ClusterOptions())
+    try:
+        assert (cluster.context, cluster.namespace) == ("b", "team-b")  # b's first definition is one's
+    finally:
+        cluster.close()
+
+
+@pytest.mark.parametrize(
+    ("options", "context", "namespace"),
+    [
+        (ClusterOptions(), "a", "team-a"),  # the current context and its namespace
+        (ClusterOptions(context="b"), "b", "default"),  # a context without a namespace
+        (ClusterOptions(context="a", namespace="mine"), "a", "mine"),  # -n wins
+    ],
+)
+def test_the_context_and_namespace(
+    tmp_path: Path, isolated_kube, options: ClusterOptions, context: str, namespace: str
+) -> None:
+    path = _kubeconfig(tmp_path / "kc", ("a", "team-a"), ("b", None), current="a")
+    cluster = load(ClusterOptions(str(path), options.context, options.namespace))
+    try:
+        assert (cluster.context, cluster.namespace, cluster.host) == (context, namespace, "https://kube.example:6443")
+        assert cluster.where == f"context {context} at https://kube.example:6443"
+    finally:
+        cluster.close()
+
+
+def test_an_unknown_context_lists_the_ones_there_are(tmp_path: Path, isolated_kube) -> None:
+    path = _kubeconfig(tmp_path / "kc", ("a", None), ("b", None), current="a")
+    with pytest.raises(UsageError) as error:
+        load(ClusterOptions(str(path), "c"))
+    assert str(error.value) == (
+        f"--context c: no such context in {path} (it has: a, b); see `kubectl config get-contexts`"
+    )
+
+
+def test_a_kubeconfig_without_a_current_context_asks_for_one(tmp_path: Path, isolated_kube) -> None:
+    path = _kubeconfig(tmp_path / "kc", ("a", None), ("b", None))
+    with pytest.raises(UsageError) as error:
+        load(ClusterOptions(str(path)))
+    assert str(error.value).startswith(f"{path}: ") and "current-context" in str(error.value)
+    assert str(error.value).endswith("; fix the kubeconfig or pass --kubeconfig / --context")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug: load() lists contexts with the client's list_kube_config_contexts, which refuses a "
+    "kubeconfig without current-context even when --context names one (kubectl takes it)",
+)
+def test_a_context_named_needs_no_current_context(tmp_path: Path, isolated_kube) -> None:
+    path = _kubeconfig(tmp_path / "kc", ("a", None), ("b", "team-b"))
+    cluster = load(ClusterOptions(str(path), "b"))
+    try:
+        assert (cluster.context, cluster.namespace) == ("b", "team-b")
+    finally:
+        cluster.close()
+
+
+def test_in_cluster_config_is_the_pods_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, isolated_kube) -> None:
+    """No kubeconfig, but the pod's service account and KUBERNETES_SERVICE_*: the namespace is the pod's."""
+    from ddpctl.cluster import config as kconfig
+
+    account = kconfig.SERVICE_ACCOUNT_DIR
+    assert not kconfig.in_cluster_available()
+    account.mkdir(parents=True)
+    (account / "token").write_text("sa-token")
+    (account / "ca.crt").write_text("not checked before the first request")
+    (account / "namespace").write_text("training\n")
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    assert kconfig.in_cluster_available()
+    cluster = load(ClusterOptions())
+    try:
+        assert (cluster.context, cluster.namespace, cluster.host) == (None, "training", "https://10.0.0.1:443")
+        assert cluster.where == "in-cluster at https://10.0.0.1:443"
+    finally:
+        cluster.close()
+    with pytest.raises(Unreachable, match=r"\(in-cluster config ignores --context\)"):
+        load(ClusterOptions(context="a"))
+
+
+def test_iter_lines_joins_chunks_into_lines() -> None:
+    class Raw:
+        """A streamed answer in arbitrary chunks, as urllib3 hands them over."""
+
+        def stream(self, amt: object, decode_content: bool) -> list[bytes]:
+            return [b"one\ntw", b"o\n", b"", b"three\nfour"]
+
+    assert list(iter_lines(Raw())) == [b"one", b"two", b"three", b"four"]
+
+
+# --------------------------------------------------------------------------- requests through the double
+
+
+def test_connect_gets_objects_lists_and_nothing_for_a_missing_one(make_cluster) -> None:
+    from ddpctl.cluster.kinds import JOB, NAMESPACE
+
+    c = make_cluster(context_namespace="team")
+    said: list[str] = []
+    with connect(ClusterOptions(str(c.kubeconfig)), said.append) as cluster:
+        assert (cluster.namespace, cluster.context) == ("team", "double")
+        assert cluster.get(NAMESPACE, "team", None)["metadata"]["name"] == "team"
+        assert cluster.get_or_none(JOB, "nope") is None
+        assert cluster.list(JOB, "team")["items"] == []
+        with pytest.raises(ApiError) as missing:
+            cluster.get(JOB, "nope")
+        assert missing.value.object_missing and missing.value.message.startswith('job.batch "nope" in namespace "team"')
+    assert said == []  # the server answered at once: no "waiting for the API server"
