@@ -1,12 +1,11 @@
 """ddpctl.cluster.watch, the parts that need no API: which Warning events mean the job's pods cannot
 be created (and the line `--wait` says for each, with the engine's hint for a container its
-controller added), and a stall summary read from a pod's termination message."""
+controller added)."""
 
 from __future__ import annotations
 
 import pytest
 from ddpctl.cluster.kinds import JOB, JOBSET, PYTORCHJOB
-from ddpctl.cluster.pods import stalled_node
 from ddpctl.cluster.watch import refusal
 
 PSA = (
@@ -54,32 +53,3 @@ def test_refusal(kind, ev, line, hint) -> None:
         assert hint in text and "init-pytorch is the init container the training operator adds" in text
     else:
         assert "training operator" not in text
-
-
-SUMMARY = (
-    "ddpctl-trainer: stalled: no rank made progress for 20 s; stopping (exit code 200)\n"
-    "ddpctl-trainer: stalled: rank 2 (node 1, local rank 0, host h) is in forward of step 3:\n"
-    "ddpctl-trainer: stalled:   at /opt/ddpctl/user_models.py:61 in hook: threading.Event().wait()\n"
-)
-
-
-class NoRequests:
-    def call(self, *args, **kwargs):
-        raise AssertionError("a termination message is read from the pod object, without a request")
-
-
-def _failed_pod(message: str | None, where: str = "state") -> dict:
-    terminated = {"exitCode": 200, **({"message": message} if message else {})}
-    status = {"name": "node", where: {"terminated": terminated}}
-    return {
-        "metadata": {"name": "hang-1-x", "namespace": "ns"},
-        "status": {"phase": "Failed", "containerStatuses": [status]},
-    }
-
-
-@pytest.mark.parametrize("where", ["state", "lastState"])
-def test_a_stall_summary_in_the_termination_message_is_found_without_logs(where: str) -> None:
-    found = stalled_node(NoRequests(), JOB, [(1, _failed_pod(SUMMARY, where))])  # type: ignore[arg-type]
-    assert found is not None and found[0] == 1
-    assert found[1].startswith("rank 2 (node 1, local rank 0, host h) is in forward of step 3 at ")
-    assert "/opt/ddpctl/user_models.py:61 in hook" in found[1]
