@@ -51,7 +51,7 @@ def _cluster_queue(cluster: Cluster, ns: str, queue: str) -> str | None:
     try:
         lq = cluster.get(LOCALQUEUE, queue, ns)
     except E.ApiError as exc:
-        if exc.code == 404:
+        if exc.code == 404 and not exc.not_served:
             return None
         raise
     return str((lq.get("spec") or {}).get("clusterQueue") or "?")
@@ -63,7 +63,7 @@ def _priority_missing(cluster: Cluster, name: str | None) -> bool:
     try:
         cluster.get(PRIORITY, name)
     except E.ApiError as exc:
-        if exc.code == 404:
+        if exc.code == 404 and not exc.not_served:
             return True
         raise
     return False

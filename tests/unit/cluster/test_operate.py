@@ -277,25 +277,6 @@ def test_logs_follow_with_timestamps_picks_up_a_dropped_stream(cli, make_cluster
     assert all(s.endswith("Z") and s[:4].isdigit() for s in stamps) and list(stamps) == sorted(stamps)
 
 
-@pytest.mark.parametrize(
-    "stamp, ns",
-    [
-        ("1970-01-01T00:00:01Z", 1_000_000_000),
-        ("1970-01-01T00:00:01.5Z", 1_500_000_000),
-        ("1970-01-01T00:00:01.000000007Z", 1_000_000_007),
-        ("1970-01-01T01:00:01.25+01:00", 1_250_000_000),
-        ("1970-01-01T00:00:01-00:30", 1_801_000_000_000),
-        ("step", None),
-        ("", None),
-        ("2030-13-01T00:00:00Z", None),
-    ],
-)
-def test_log_timestamps(stamp, ns):
-    from ddpctl.cluster.logs import stamp_ns
-
-    assert stamp_ns(stamp) == ns
-
-
 def test_logs_follow_one_rank_and_a_replaced_pod(cli, make_cluster):
     c = make_cluster()
     submit(cli, c)

@@ -1,13 +1,20 @@
 """ddpctl.cluster.watch, the parts that need no API: which Warning events mean the job's pods cannot
 be created (and the line `--wait` says for each, with the engine's hint for a container its
-controller added), and a stall summary read from a pod's termination message."""
+controller added); and `JobMonitor` keeping a job and its pods current from two watches of the API
+server double (tests/support/kube_api_double), node groups included."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from ddpctl.cluster.kinds import JOB, JOBSET, PYTORCHJOB
-from ddpctl.cluster.pods import stalled_node
-from ddpctl.cluster.watch import refusal
+from ddpctl.cluster import errors as E
+from ddpctl.cluster.kinds import JOB, JOBSET, PYTORCHJOB, finished
+from ddpctl.cluster.watch import JobMonitor, refusal, stall_summary
+from ddpctl.errors import ClusterError
+
+from tests.support.api import NAME, NS
+from tests.support.kube_api_double.scripted import BOUND
 
 PSA = (
     'pods "{pod}" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false '
@@ -56,30 +63,62 @@ def test_refusal(kind, ev, line, hint) -> None:
         assert "training operator" not in text
 
 
-SUMMARY = (
-    "ddpctl-trainer: stalled: no rank made progress for 20 s; stopping (exit code 200)\n"
-    "ddpctl-trainer: stalled: rank 2 (node 1, local rank 0, host h) is in forward of step 3:\n"
-    "ddpctl-trainer: stalled:   at /opt/ddpctl/user_models.py:61 in hook: threading.Event().wait()\n"
-)
+# ------------------------------------------------------------------------------ JobMonitor on the API double
 
 
-class NoRequests:
-    def call(self, *args, **kwargs):
-        raise AssertionError("a termination message is read from the pod object, without a request")
+def _until(mon: JobMonitor, done) -> None:
+    """Apply watch events until `done()`: each `next` blocks on the watch, bounded by BOUND."""
+    deadline = time.monotonic() + BOUND
+    while not done():
+        left = deadline - time.monotonic()
+        assert left > 0, "the watch never brought the change"
+        mon.next(left)
 
 
-def _failed_pod(message: str | None, where: str = "state") -> dict:
-    terminated = {"exitCode": 200, **({"message": message} if message else {})}
-    status = {"name": "node", where: {"terminated": terminated}}
-    return {
-        "metadata": {"name": "hang-1-x", "namespace": "ns"},
-        "status": {"phase": "Failed", "containerStatuses": [status]},
-    }
+def test_the_monitor_follows_the_job_and_its_pods_to_the_end(submitted) -> None:
+    d, cluster = submitted()
+    with JobMonitor(cluster, JOB, cluster.get(JOB, NAME)) as mon:
+        assert mon.wait_synced(time.monotonic() + BOUND)
+        assert [rank for rank, _ in mon.ranked_pods()] == [0, 1] and mon.result is None
+        p0 = d.pod_names_for("Job", NAME, NS)[0]
+        d.start_container(p0, NS)
+        _until(mon, lambda: mon.pods[p0]["status"].get("phase") == "Running")
+        d.finish("Job", NAME, NS, succeeded=True)
+        _until(mon, lambda: mon.result is not None)
+        assert mon.result == "Succeeded"
 
 
-@pytest.mark.parametrize("where", ["state", "lastState"])
-def test_a_stall_summary_in_the_termination_message_is_found_without_logs(where: str) -> None:
-    found = stalled_node(NoRequests(), JOB, [(1, _failed_pod(SUMMARY, where))])  # type: ignore[arg-type]
-    assert found is not None and found[0] == 1
-    assert found[1].startswith("rank 2 (node 1, local rank 0, host h) is in forward of step 3 at ")
-    assert "/opt/ddpctl/user_models.py:61 in hook" in found[1]
+def test_the_failed_node_groups_job_decides(submitted) -> None:
+    d, cluster = submitted("--layout", "1x2+1x1")
+    first = cluster.get(JOB, f"{NAME}-g0")
+    with JobMonitor(cluster, JOB, first) as mon:
+        assert mon.wait_synced(time.monotonic() + BOUND)
+        assert mon.grouped and sorted(mon.jobs) == [f"{NAME}-g0", f"{NAME}-g1"]
+        assert len(mon.pods) == 2  # every group's pods
+        d.finish("Job", f"{NAME}-g0", NS, succeeded=True)
+        _until(mon, lambda: finished(JOB, mon.jobs[f"{NAME}-g0"])[0] is not None)
+        assert mon.result is None  # one group still runs
+        d.finish("Job", f"{NAME}-g1", NS, succeeded=False)
+        _until(mon, lambda: mon.result is not None)
+        assert mon.result == "Failed" and mon.decisive_job["metadata"]["name"] == f"{NAME}-g1"
+
+
+def test_a_job_deleted_while_watched_is_an_error(submitted) -> None:
+    _d, cluster = submitted()
+    with JobMonitor(cluster, JOB, cluster.get(JOB, NAME)) as mon:
+        assert mon.wait_synced(time.monotonic() + BOUND)
+        cluster.call("DELETE", JOB.path(NS, NAME), E.Op("delete", JOB, NAME, NS))
+        with pytest.raises(ClusterError, match=rf'^job.batch/{NAME} in namespace "{NS}" was deleted while ddpctl'):
+            _until(mon, lambda: False)
+
+
+def test_the_stall_summary_names_what_holds_each_node(submitted) -> None:
+    d, cluster = submitted()
+    p0, _p1 = d.pod_names_for("Job", NAME, NS)
+    d.set_container_waiting(p0, NS, reason="ImagePullBackOff", message="Back-off pulling image")
+    with JobMonitor(cluster, JOB, cluster.get(JOB, NAME)) as mon:
+        assert mon.wait_synced(time.monotonic() + BOUND)
+        text = stall_summary(mon, mon.ranked_pods())
+        assert text.startswith("node 0 ImagePullBackOff: Back-off pulling image")
+        assert "node 1" not in text  # nothing wrong with it yet
+        assert stall_summary(mon, []) == "no pods yet"

@@ -1,20 +1,30 @@
-"""The restart loop `run --local` and `run --docker` share (`supervise.run_with_restarts`), driven
-by scripted starts of the group (no processes): what is restarted, how often, what the console
-says, and what ends the job. The real runs are in test_run_local.py and test_run_docker.py."""
+"""ddpctl.runners.supervise: the restart loop `run --local` and `run --docker` share
+(`run_with_restarts`), driven by scripted starts of the group (no processes): what is restarted,
+how often, what the console says, and what ends the job; and `run_job` with a launcher of plain
+`sh` children (no torchrun): streaming, logs, the run record, restarts, --timeout and Ctrl-C. The
+real runs are in test_run_local.py and test_run_docker.py."""
 
 from __future__ import annotations
 
 import io
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from ddpctl.backend import Where
 from ddpctl.console import make_console
 from ddpctl.engines import plan_for
-from ddpctl.runners.failures import NodeFailed
+from ddpctl.errors import Interrupted, WaitTimeout
+from ddpctl.plan import Plan
+from ddpctl.runners import procs
+from ddpctl.runners.failures import NodeFailed, node_failed
+from ddpctl.runners.procs import RANK_MARK, Child
+from ddpctl.runners.runs import RunRecord, node_log
 from ddpctl.runners.state import Failure, JobState
-from ddpctl.runners.supervise import JobFailed, run_with_restarts
+from ddpctl.runners.supervise import JobFailed, Launcher, run_job, run_with_restarts
 from ddpctl.spec.model import JobSpec
 
 
@@ -282,90 +292,151 @@ def test_each_start_of_the_group_logs_to_its_own_file(attempt: int, name: str) -
     assert attempt_log(Path("logs") / "node-1.log", attempt) == Path("logs") / name
 
 
-def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
-    """Rank 0 exited 138 a second before rank 3 crashed (its peer's connection broke first): the
-    crash is the cause, whatever the times say."""
-    from ddpctl.runners.failures import cause_of_failure
+def test_restarts_phrase() -> None:
+    from ddpctl.runners.supervise import restarts_phrase
 
-    state = JobState("job", 2, 4)
-    state.failures += [Failure(0, 0, 0, 138, time="10:00:01", root_cause=True), Failure(1, 3, 1, 1, time="10:00:02")]
-    assert cause_of_failure(state, 0, 138) == (1, 1, False)
+    assert restarts_phrase(1, 3) == "restart 1 of 3, 2 left; --backoff-limit 0 turns restarts off"
+    assert restarts_phrase(3, 3).startswith("restart 3 of 3, 0 left")
 
 
-@pytest.mark.parametrize(
-    ("failures", "node_codes", "stopped", "waited", "finished"),
-    [
-        # rank 2 aborted at exit while ranks 0 and 1 (nodes 0, 1) exited 0: the work was done
-        ([Failure(2, 2, 0, -6)], {0: 0, 1: 0, 2: 1}, set(), set(), True),
-        ([Failure(2, 2, 0, -11)], {0: 0, 1: 0, 2: 1}, set(), set(), True),  # SIGSEGV the same
-        ([Failure(2, 2, 0, 1)], {0: 0, 1: 0, 2: 1}, set(), set(), False),  # an exception: the script's own failure
-        ([Failure(2, 2, 0, -6)], {0: 0, 1: 138, 2: 1}, set(), set(), False),  # another node failed
-        ([Failure(2, 2, 0, -6)], {0: 0, 1: -15, 2: 1}, {1}, set(), False),  # another node's workers still ran
-        # nodes stopped while their agents waited in torchrun's exit barrier, every worker done
-        ([Failure(2, 2, 0, -6)], {0: -15, 1: -15, 2: 1}, {0, 1}, {0, 1}, True),
-        ([Failure(0, 0, 0, -6)], {0: 1}, set(), set(), False),  # a job of one rank: nobody vouches for its work
-    ],
+@pytest.mark.parametrize(("code", "exit_code"), [(2, 2), (137, 137), (0, 1), (-9, 1)])
+def test_a_failed_job_never_exits_0_or_with_a_negative_code(code: int, exit_code: int) -> None:
+    assert JobFailed("x", code).exit_code == exit_code
+
+
+# ------------------------------------------------------------------------------ run_job with real children
+
+
+class Shell(Launcher):
+    """Each node a `sh -c SCRIPT` child started as the runners start theirs (procs.start_child):
+    real processes and pipes, no torchrun. `scripts[attempt][node]` is the script of that start of
+    node `node`; `INTERRUPT` raises a Ctrl-C while the group starts."""
+
+    def __init__(self, plan: Plan, run_dir: Path, scripts: list[list[str]]) -> None:
+        self.plan, self.run_dir, self.scripts = plan, run_dir, scripts
+        self.calls: list[str] = []
+        self.children: list[Child] = []
+
+    def setup(self) -> None:
+        self.calls.append("setup")
+
+    def teardown(self) -> list[str]:
+        self.calls.append("teardown")
+        return []
+
+    def start_node(self, index: int, attempt: int) -> Child:
+        script = self.scripts[attempt][index]
+        if script == INTERRUPT:
+            raise KeyboardInterrupt
+        child = procs.start_child(
+            index,
+            f"node {index}",
+            ["sh", "-c", script],
+            {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+            log_path=node_log(self.run_dir, index, attempt),
+        )
+        self.children.append(child)
+        return child
+
+    def stop(self, children: list[Child]) -> None:
+        procs.stop_children([c for c in children if c.poll() is None], grace_s=5)
+
+    def after_start(self) -> None:
+        self.calls.append("after_start")
+
+    def node_failed(self, state: JobState, failed: Child) -> NodeFailed | None:
+        return node_failed(state, failed.index, failed.returncode or 1, self.plan, "logs in here")
+
+    def timed_out(self, timeout: float | None) -> WaitTimeout:
+        return WaitTimeout(f"job w was still running after --timeout {timeout}")
+
+
+INTERRUPT = "<ctrl-c>"
+SAY = "echo '" + RANK_MARK + "{rank}@@{text}'"
+# what ddpctl's launcher prints when its worker failed (torchrun's failure report), then its exit
+REPORT = (
+    "printf '%s\\n' ===== 'Root Cause (first observed failure):' '  rank : {rank} (local_rank: 0)' "
+    "'  exitcode : {code} (pid: 1)' =====; exit {code}"
 )
-def test_a_rank_killed_at_exit_after_every_other_finished(
-    failures: list[Failure], node_codes: dict[int, int], stopped: set[int], waited: set[int], finished: bool
-) -> None:
-    from ddpctl.runners.failures import died_after_finishing
-
-    state = JobState("w", len(node_codes), max(len(node_codes), 1))
-    state.failures += failures
-    state.node_codes.update(node_codes)
-    state.stopped |= stopped
-    state.finished_nodes |= waited
-    assert bool(died_after_finishing(state)) is finished
 
 
-@pytest.mark.parametrize(
-    ("node", "line", "taken"),
-    [
-        (
-            0,
-            "torch.distributed.DistNetworkError: The server socket has failed to listen on any local network "
-            "address. port: 29500, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",
-            True,
-        ),
-        (1, "... name: EADDRINUSE, message: address already in use", False),  # only node 0 binds the port
-        (0, "ddpctl-trainer.launch: workers failed; exit 1", False),
-    ],
-)
-def test_node_0_failing_to_bind_its_port_is_the_runners_problem(node: int, line: str, taken: bool) -> None:
-    state = JobState("w", 2, 4)
-    state.on_node_line(node, line)
-    assert state.port_taken is taken
+def _run_job(tmp_path: Path, scripts: list[list[str]], *, backoff_limit: int = 0, timeout: float | None = None):
+    plan = plan_for(JobSpec(name="w", nodes=2, procs_per_node=1, backoff_limit=backoff_limit))
+    run_dir = tmp_path / "ddp-runs" / "w"
+    launcher = Shell(plan, run_dir, scripts)
+    out, err = io.StringIO(), io.StringIO()
+    record = RunRecord(run_dir, plan, Where.local, "2 nodes x 1 process", None)
+    outcome: BaseException | int
+    try:
+        outcome = run_job(
+            plan,
+            launcher,
+            make_console(out, err, False),
+            record=record,
+            checkpoint_dir=None,
+            cwd=tmp_path,
+            logs=run_dir / "logs",
+            timeout=timeout,
+        )
+    except (JobFailed, WaitTimeout, Interrupted) as exc:
+        outcome = exc
+    recorded = json.loads((run_dir / "run.json").read_text())
+    return outcome, launcher, out.getvalue(), err.getvalue(), recorded
 
 
-def test_each_start_gets_its_port_and_a_rendezvous_id_of_its_own() -> None:
-    from ddpctl.runners.local import plan_local
-    from ddpctl.runners.node_env import start_env
+def test_run_job_streams_every_ranks_lines_logs_them_and_records_the_success(tmp_path: Path) -> None:
+    scripts = [[SAY.format(rank=0, text="hello from 0"), SAY.format(rank=1, text="hello from 1") + "; echo agent"]]
+    outcome, launcher, out, err, recorded = _run_job(tmp_path, scripts)
+    assert outcome == 0
+    assert sorted(out.splitlines()) == ["[node 1] agent", "[rank 0] hello from 0", "[rank 1] hello from 1"]
+    logs = tmp_path / "ddp-runs" / "w" / "logs"
+    assert (logs / "node-1.log").read_text() == "[rank 1] hello from 1\nagent\n"  # the marker as `[rank R] `
+    assert launcher.calls == ["setup", "after_start", "teardown"]
+    assert recorded["state"] == "succeeded" and recorded["attempt"] == 0
+    assert [(n["node"], n["phase"]) for n in recorded["nodeStates"]] == [(0, "Succeeded"), (1, "Succeeded")]
+    assert "ddpctl: w succeeded in " in err
 
-    plan = plan_local(JobSpec(name="w", nodes=2, procs_per_node=1, gpus_per_node=0), cwd=Path.cwd())
-    env = start_env(plan.nodes[1].env, 40123, "w-abcd-1")
-    assert env["PET_MASTER_PORT"] == "40123" and env["PET_RDZV_ID"] == "w-abcd-1"
-    assert env["PET_MASTER_ADDR"] == "127.0.0.1"
-    elastic = plan_local(JobSpec(name="w", nodes=2, min_nodes=1, max_nodes=2, gpus_per_node=0), cwd=Path.cwd())
-    env = start_env(elastic.nodes[0].env, 40124, "w-abcd-0")
-    assert env["PET_RDZV_ENDPOINT"] == "127.0.0.1:40124" and env["PET_RDZV_ID"] == "w-abcd-0"
+
+def test_run_job_restarts_the_group_after_a_failed_node_and_keeps_each_starts_logs(tmp_path: Path) -> None:
+    crash = SAY.format(rank=1, text="ValueError: boom") + "; " + REPORT.format(rank=1, code=1)
+    scripts = [["exit 0", crash], [SAY.format(rank=0, text="again"), "exit 0"]]
+    outcome, launcher, _, err, recorded = _run_job(tmp_path, scripts, backoff_limit=1)
+    assert outcome == 0
+    assert launcher.calls == ["setup", "after_start", "after_start", "teardown"]
+    notes = [line for line in err.splitlines() if "restarting" in line]
+    assert notes == [
+        "ddpctl: rank 1 (node 1, local rank 0) exited with code 1: ValueError: boom (exit code 1); restarting all 2 "
+        "nodes from scratch (no checkpoint yet) (restart 1 of 1, 0 left; --backoff-limit 0 turns restarts off)"
+    ]
+    logs = tmp_path / "ddp-runs" / "w" / "logs"
+    assert (logs / "node-1.log").read_text().startswith("[rank 1] ValueError: boom\n=====\nRoot Cause")
+    assert (logs / "node-0.restart-1.log").read_text() == "[rank 0] again\n"
+    assert recorded["state"] == "succeeded" and recorded["attempt"] == 1
 
 
-def test_a_crashed_rank_that_torchrun_stopped_on_its_way_out_is_still_the_cause() -> None:
-    """Rank 3 raised, then its peer on the same node lost it (138) first and torchrun SIGTERMed rank
-    3 before it exited 1: the crash is still named, and it is the same failure as a plain exit 1."""
-    from ddpctl.runners.failures import describe_failure, failure_signature
-
-    def state(rank3_code: int) -> JobState:
-        s = JobState("w", 2, 4)
-        s.failures += [Failure(1, 2, 0, 138, root_cause=True), Failure(1, 3, 1, rank3_code)]
-        s.on_rank_line(3, "ddpctl-trainer: error: [rank 3] unexpected ValueError: boom")
-        s.on_rank_line(2, "ddpctl-trainer: error: [rank 2] lost a peer during x: a collective failed because y")
-        return s
-
-    stopped = state(-15)
-    assert describe_failure(stopped, 1, 138, range(2, 4)) == (
-        "job w failed: rank 3 (node 1, local rank 1) failed: unexpected ValueError: boom (then stopped by "
-        "SIGTERM); rank 2 only lost its peer"
+def test_run_job_records_a_failure_it_does_not_retry(tmp_path: Path) -> None:
+    usage = SAY.format(rank=0, text="ddpctl-trainer: error: unknown --model x") + "; " + REPORT.format(rank=0, code=2)
+    outcome, launcher, _, _, recorded = _run_job(tmp_path, [[usage, "exit 0"]], backoff_limit=3)
+    assert isinstance(outcome, JobFailed) and outcome.exit_code == 2
+    assert str(outcome) == (
+        "job w failed: rank 0 (node 0, local rank 0) exited with code 2: unknown --model x (exit code 2; logs in here)"
     )
-    assert failure_signature(stopped, 1, 138) == failure_signature(state(1), 1, 1)
+    assert recorded["state"] == "failed" and recorded["message"] == str(outcome)
+    assert launcher.calls == ["setup", "after_start", "teardown"]
+
+
+def test_run_job_stops_the_group_at_its_timeout(tmp_path: Path) -> None:
+    outcome, launcher, _, err, recorded = _run_job(tmp_path, [["exec sleep 60", "exec sleep 60"]], timeout=0.2)
+    assert isinstance(outcome, WaitTimeout) and str(outcome) == "job w was still running after --timeout 0.2"
+    assert "ddpctl: stopping node 0, node 1" in err
+    assert all(child.poll() is not None for child in launcher.children)
+    assert recorded["state"] == "timed out"
+
+
+def test_a_ctrl_c_while_the_group_starts_stops_the_nodes_already_started(tmp_path: Path) -> None:
+    outcome, launcher, _, err, recorded = _run_job(tmp_path, [["exec sleep 60", INTERRUPT]])
+    assert isinstance(outcome, Interrupted)
+    assert str(outcome) == "w interrupted before its first checkpoint; run the same command to start it again"
+    assert len(launcher.children) == 1 and launcher.children[0].poll() is not None  # node 0 is gone
+    assert "ddpctl: stopping w: interrupted" in err
+    assert recorded["state"] == "interrupted" and launcher.calls == ["setup", "after_start", "teardown"]
