@@ -1,8 +1,8 @@
 """The reference pages under docs/ that code can write, generated so they cannot drift from it.
 
 - docs/spec-reference.md, whole: every ddp.yaml key (camelCase) with its type, default and doc,
-  read from the dataclass fields of `ddpctl.spec` (each carries `metadata=doc(...)`, the same
-  source as the Helm chart's values.yaml and values.schema.json).
+  read from the declared fields of `ddpctl.spec` (each carries `metadata=doc(text, rule)`, the
+  same source as the Helm chart's values.yaml and values.schema.json).
 - docs/trainer.md, between its GENERATED markers: every flag of the trainer
   (`python -m ddpctl_trainer`) with its environment variable, default and help, read from
   `ddpctl_trainer.config.build_parser()` (torch-free). The rest of that page is written by hand.
@@ -23,7 +23,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpctl.spec import JobSpec, NodeGroup, Rendezvous, Resources, SecretKeyRef, Topology, Volume, camel
+from ddpctl.spec import JobSpec, NodeGroup, Rendezvous, Resources, SecretKeyRef, Topology, Volume
+from ddpctl.spec.fields import declared, json_schema
 from ddpctl_trainer.config import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -166,7 +167,7 @@ def _rules(schema: Mapping[str, Any]) -> str:
 
 def _doc(cls: type, f: dataclasses.Field[Any]) -> str:
     if "doc" not in f.metadata:
-        raise ValueError(f"{cls.__name__}.{f.name} has no doc: give the field metadata=doc(...) in ddpctl.spec")
+        raise ValueError(f"{cls.__name__}.{f.name} has no doc: give the field metadata=doc(text, rule) in ddpctl.spec")
     return str(f.metadata["doc"])
 
 
@@ -182,18 +183,18 @@ def _default(f: dataclasses.Field[Any], tp: Any) -> str:
 
 
 def _keyed_fields(cls: type) -> list[tuple[str, dataclasses.Field[Any], Any]]:
-    """(key, field, resolved annotation) of each key a part of the spec has, in field order.
-    JobSpec's keys are what it serialises (min_nodes/max_nodes come from `nodes`, not keys)."""
+    """(key, field, resolved annotation) of each key a part of the spec declares, in field order
+    (min_nodes/max_nodes come from `nodes`, not keys of their own)."""
     hints = typing.get_type_hints(cls)
-    keys = set(JobSpec().to_dict()) if cls is JobSpec else None
-    return [(camel(f.name), f, hints[f.name]) for f in dataclasses.fields(cls) if keys is None or camel(f.name) in keys]
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    return [(k.key, fields[k.name], hints[k.name]) for k in declared(cls)]
 
 
 def _table(cls: type) -> list[str]:
     lines = ["| key | type | default | description |", "| --- | --- | --- | --- |"]
     defaults = JobSpec().to_dict() if cls is JobSpec else None
     for key, f, tp in _keyed_fields(cls):
-        schema = f.metadata.get("schema", {})
+        schema = json_schema(cls, f.name)
         doc = _doc(cls, f)
         rules = _rules(schema)
         if rules:

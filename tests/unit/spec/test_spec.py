@@ -66,7 +66,7 @@ from ddpctl.spec.model import JobSpec
         ({"volumes": {"data": {"claimName": "pvc", "mountPath": "relative"}}}, "volumes.data.mountPath"),
         ({"volumes": {"data": {"claimName": "pvc", "mountPath": "/dev/shm"}}}, "volumes.data.mountPath"),
         ({"volumes": {"Data": {"claimName": "pvc", "mountPath": "/data"}}}, "volumes.Data"),
-        ({"volumes": {"data": {"claimName": "pvc"}}}, "volumes.data"),
+        ({"volumes": {"data": {"claimName": "pvc"}}}, "volumes.data.mountPath"),
         ({"secretEnv": {"TOKEN": {"secret": "Bad_Name", "key": "k"}}}, "secretEnv.TOKEN.secret"),
         ({"env": {"TOKEN": "x"}, "secretEnv": {"TOKEN": {"secret": "s", "key": "k"}}}, "secretEnv"),
         ({"tolerations": [{"key": "gpu", "operator": "Maybe"}]}, "tolerations[0].operator"),
