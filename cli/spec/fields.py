@@ -439,13 +439,15 @@ class Part(Rule):
 
 
 class Declared(NamedTuple):
-    """One declared key of a spec part: its field name, camelCase key, rule and whether null is allowed."""
+    """One declared key of a spec part: its field name, camelCase key, rule, whether null is allowed
+    and whether it has no default, and the field itself (its doc: `field.metadata["doc"]`)."""
 
     name: str
     key: str
     rule: Rule
     nullable: bool
     required: bool
+    field: dataclasses.Field[Any]
 
 
 _DECLARED: dict[type, tuple[Declared, ...]] = {}
@@ -461,7 +463,7 @@ def declared(cls: type) -> tuple[Declared, ...]:
             continue
         nullable = "None" in str(f.type).replace(" ", "").split("|")
         required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
-        out.append(Declared(f.name, camel(f.name), f.metadata["rule"], nullable, required))
+        out.append(Declared(f.name, camel(f.name), f.metadata["rule"], nullable, required, f))
     _DECLARED[cls] = tuple(out)
     return _DECLARED[cls]
 
@@ -522,18 +524,18 @@ _SENTENCE_END = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=\.)\s+(?=[A-Z`])")
 _NULL_REMARK = re.compile(r"[;,]\s*null[:=]? .*$")
 
 
-def field_doc(part: type, path: str) -> str:
-    """The doc of a dotted camelCase key (`rendezvous.port`), from `part` down through its parts."""
+def declared_at(part: type, path: str) -> Declared:
+    """The declared key at a dotted camelCase path (`rendezvous.port`), from `part` down through its parts."""
     head, _, rest = path.partition(".")
-    found = next(f for f in dataclasses.fields(part) if camel(f.name) == head and "doc" in f.metadata)
-    if rest:
-        rule = found.metadata["rule"]
-        assert isinstance(rule, Part), path
-        return field_doc(rule.cls, rest)
-    return str(found.metadata["doc"])
+    key = next(k for k in declared(part) if k.key == head)
+    if not rest:
+        return key
+    assert isinstance(key.rule, Part), path
+    return declared_at(key.rule.cls, rest)
 
 
-def summary(text: str) -> str:
-    """A doc's first sentence without its remark on null (a flag cannot say null): a flag's help."""
+def summary(key: Declared) -> str:
+    """A key's doc's first sentence without its remark on null (a flag cannot say null): its flag's help."""
+    text = str(key.field.metadata["doc"])
     first = _SENTENCE_END.split(text, maxsplit=1)[0].rstrip(".")
     return _NULL_REMARK.sub("", first) + "."
