@@ -305,6 +305,7 @@ class ListOf(Rule):
     """A list whose items follow `item` (the first item `first`, when given)."""
 
     shape = "list"
+    json_type = "array"
 
     def __init__(self, item: Rule, *, first: Rule | None = None) -> None:
         self.item, self.first = item, first
@@ -323,6 +324,7 @@ class Tolerations(Rule):
     """Tolerations as a pod takes them: key, operator, value, effect, tolerationSeconds."""
 
     shape = "list"
+    json_type = "array"
 
     def check(self, where: str, value: Any) -> None:
         check_tolerations(where, value)
@@ -343,6 +345,7 @@ class MapOf(Rule):
     first, and `strings` refuses a value that is not a string before any other check."""
 
     shape = "map"
+    json_type = "object"
 
     def __init__(
         self, keys: Rule, values: Rule, *, reserved: Mapping[str, Reserved] | None = None, strings: bool = False
@@ -373,6 +376,7 @@ class Affinity(Rule):
     (kept in the user's order)."""
 
     shape = "map"
+    json_type = "object"
 
     def check(self, where: str, value: Any) -> None:
         for key in value:
@@ -392,6 +396,7 @@ class GroupResources(Rule):
     """A node group's cpu and memory (its GPUs come from gpusPerNode)."""
 
     shape = "map"
+    json_type = "object"
     KEYS = ("cpu", "memory")
 
     def check(self, where: str, value: Any) -> None:
