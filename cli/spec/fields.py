@@ -9,9 +9,9 @@ small object with two faces: `check(where, value)` raises the one-line SpecError
 `schema()` returns the JSON-Schema keywords tools/chart writes into the chart's values.schema.json.
 Its `shape` (scalar, list, map, part) tells spec/serial how to read and write the key.
 
-The doc's first sentence is also the help of the key's command-line flag (`flag_help`), so it says
-what the key is, not how YAML spells it; remarks on null (`; null: none`) end that sentence or follow it.
-Rules that span keys live in spec/rules.py, the camelCase form in spec/serial.py.
+The doc's first sentence is also the help of the key's command-line flag (`summary`), so it says
+what the key is, not how YAML spells it; a remark on null (`; null: none`) ends that sentence or
+follows it. Rules that span keys live in spec/rules.py, the camelCase form in spec/serial.py.
 """
 
 from __future__ import annotations
