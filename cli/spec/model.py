@@ -33,7 +33,6 @@ from ddpctl.spec.fields import (
     OneOf,
     Part,
     Quantity,
-    Reserved,
     Text,
     Tolerations,
     check_fields,
@@ -204,7 +203,7 @@ class JobSpec:
                 EnvValue(),
                 reserved=dict.fromkeys(  # the value is not repeated: it is a secret
                     protocol.OBJECT_STORE_SECRET_ENV,
-                    Reserved(
+                    (
                         "would put a secret in plain text into every pod's manifest",
                         "keep it in a Secret and reference it: secretEnv {key}: {{secret: NAME, key: KEY}}",
                     ),
@@ -238,7 +237,7 @@ class JobSpec:
                     problem="must give claimName and mountPath",
                     fix="write it as {claimName: PVC, mountPath: /path}",
                 ),
-                reserved={"dshm": Reserved("the name 'dshm' is reserved for /dev/shm", "choose another volume name")},
+                reserved={"dshm": ("the name 'dshm' is reserved for /dev/shm", "choose another volume name")},
             ),
         ),
     )
