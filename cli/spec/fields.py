@@ -17,7 +17,6 @@ follows it. Rules that span keys live in spec/rules.py, the camelCase form in sp
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -517,9 +516,6 @@ def json_schema(part: type, name: str) -> dict[str, Any]:
 
 # ------------------------------------------------------------------------------------ flag help
 
-_SENTENCE_END = re.compile(r"(?<!e\.g\.)(?<!i\.e\.)(?<=\.)\s+(?=[A-Z`])")
-_NULL_REMARK = re.compile(r"[;,]\s*null[:=]? .*$")
-
 
 def declared_at(part: type, path: str) -> Declared:
     """The declared key at a dotted camelCase path (`rendezvous.port`), from `part` down through its parts."""
@@ -534,5 +530,17 @@ def declared_at(part: type, path: str) -> Declared:
 def summary(key: Declared) -> str:
     """A key's doc's first sentence without its remark on null (a flag cannot say null): its flag's help."""
     text = str(key.field.metadata["doc"])
-    first = _SENTENCE_END.split(text, maxsplit=1)[0].rstrip(".")
-    return _NULL_REMARK.sub("", first) + "."
+    end = text.find(". ")
+    while end >= 0 and not _ends_sentence(text, end):
+        end = text.find(". ", end + 1)
+    first = (text if end < 0 else text[:end]).rstrip(".")
+    for remark in ("; null", ", null"):
+        if remark in first:
+            first = first[: first.index(remark)]
+    return first + "."
+
+
+def _ends_sentence(text: str, at: int) -> bool:
+    """Whether the ". " at `at` ends a sentence: a capital or a backtick follows, and it is no "e.g."."""
+    after = text[at + 2 : at + 3]
+    return (after.isupper() or after == "`") and not text[: at + 1].endswith(("e.g.", "i.e."))
