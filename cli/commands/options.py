@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import typer
-from ddpctl.engines import TARGETS
 from ddpctl.errors import UsageError
+from ddpctl.spec.fields import Int, declared_at, summary
+from ddpctl.spec.model import JobSpec
 from ddpctl.spec.sources import SpecInput, set_path
 from typer.core import TyperCommand
 
@@ -101,151 +102,138 @@ def parse_layout(flag: str, text: str) -> list[dict[str, Any]]:
 
 
 class Flag(NamedTuple):
-    """One spec flag: its option names, the spec path it sets, and how to read it. (A NamedTuple,
-    not a frozen dataclass: every start-up defines it, and a dataclass takes ~0.7 ms longer.)"""
+    """One spec flag: its option names, the spec path it sets, and its --help panel. How to read
+    it (`kind`) follows from the key's rule (a whole number, a list, a map of strings), and its help
+    from the key's doc (its first sentence); a flag states them only where its syntax is its own
+    (`--layout 4+3`). `note` adds what only the flag means. (A NamedTuple, not a frozen dataclass:
+    every start-up defines it, and a dataclass takes ~0.7 ms longer.)"""
 
     names: tuple[str, ...]
     path: str
-    help: str
-    kind: str = "str"  # str | int | list | map | volumes | secretEnv | tolerations | shell | layout | topology
+    panel: str
+    kind: str = ""  # int | str | list | map from the rule; or volumes, secretEnv, tolerations, shell, layout, topology
+    help: str = ""
+    note: str = ""
 
     @property
     def repeatable(self) -> bool:
-        return self.kind in ("list", "map", "volumes", "secretEnv", "tolerations")
+        return self.kind in REPEATABLE
 
     @property
     def param(self) -> str:
         return "flag_" + self.names[0].lstrip("-").replace("-", "_")
 
 
-SPEC_FLAGS: tuple[Flag, ...] = (
-    Flag(("--name",), "name", "Job name (a DNS-1035 label)."),
-    Flag(("--namespace", "-n"), "namespace", "Namespace of the job's objects."),
-    Flag(
-        ("--target", "-t"),
-        "target",
-        f"Engine: {', '.join(TARGETS)} (job: Indexed Job + Service); submit also takes auto (its default).",
-    ),
-    Flag(("--image",), "image", "Trainer container image."),
-    Flag(("--image-pull-policy",), "imagePullPolicy", "Always, IfNotPresent or Never."),
-    Flag(("--image-pull-secret",), "imagePullSecrets", "Secret for pulling the image (repeatable).", "list"),
-    Flag(("--module", "-m"), "module", "Python module torchrun runs (default: the ddpctl trainer)."),
-    Flag(("--script",), "script", "Python script torchrun runs instead of a module."),
-    Flag(("--command",), "command", "Full container command replacing torchrun (shell-quoted string).", "shell"),
-    Flag(("--nodes",), "nodes", "Nodes (pods): N, or MIN:MAX for an elastic job."),
-    Flag(("--gpus",), "gpusPerNode", "GPUs per node (0 = CPU with gloo).", "int"),
-    Flag(
-        ("--layout",),
-        "nodeGroups",
-        "Nodes of different sizes: processes per node joined by '+', e.g. 4+3 or 2x8+1x4 "
-        "(one GPU each, or CPU processes with --gpus 0); replaces --nodes/--procs.",
-        "layout",
-    ),
-    Flag(("--procs",), "procsPerNode", "Processes per node (default: one per GPU, or 2 on CPU).", "int"),
-    Flag(("--backend",), "backend", "auto (nccl with GPUs, gloo without), nccl or gloo."),
-    Flag(("--rdzv",), "rendezvous.mode", "Rendezvous: auto, static (master address) or c10d."),
-    Flag(("--port",), "rendezvous.port", "Rendezvous / master port.", "int"),
-    Flag(("--max-restarts",), "rendezvous.maxRestarts", "torchrun restarts of the worker group.", "int"),
-    Flag(("--cpu",), "resources.cpu", "CPU request per pod, e.g. 8 or 500m."),
-    Flag(("--memory",), "resources.memory", "Memory request and limit per pod, e.g. 32Gi."),
-    Flag(("--gpu-resource",), "resources.gpuResource", "GPU resource name (default nvidia.com/gpu)."),
-    Flag(("--shm-size",), "shmSize", "Size of the memory-backed /dev/shm."),
-    Flag(("--env", "-e"), "env", "Environment variable KEY=VALUE (repeatable).", "map"),
-    Flag(("--env-from-secret",), "envFromSecrets", "Load every key of a Secret as env (repeatable).", "list"),
-    Flag(("--secret-env",), "secretEnv", "VAR=SECRET:KEY, an env var read from a Secret (repeatable).", "secretEnv"),
-    Flag(
-        ("--volume", "-v"),
-        "volumes",
-        "NAME=CLAIM:/path[:ro], a PVC mount; names data and checkpoints feed the trainer (repeatable).",
-        "volumes",
-    ),
-    Flag(
-        ("--checkpoints",),
-        "checkpoints",
-        "Object store URL for the trainer's checkpoints, e.g. s3://BUCKET/PREFIX (no volume needed).",
-    ),
-    Flag(("--node-selector",), "nodeSelector", "Node label KEY=VALUE the pods need (repeatable).", "map"),
-    Flag(("--toleration",), "tolerations", "KEY[=VALUE][:EFFECT] taint to tolerate (repeatable).", "tolerations"),
-    Flag(("--priority-class",), "priorityClassName", "PriorityClass of the pods."),
-    Flag(("--service-account",), "serviceAccountName", "ServiceAccount of the pods."),
-    Flag(("--label", "-l"), "labels", "Label KEY=VALUE on every object (repeatable).", "map"),
-    Flag(("--annotation",), "annotations", "Annotation KEY=VALUE on every object (repeatable).", "map"),
-    Flag(("--queue",), "queue", "Kueue LocalQueue name."),
-    Flag(("--workload-priority-class",), "workloadPriorityClass", "Kueue WorkloadPriorityClass of the job."),
-    Flag(
-        ("--topology",),
-        "topology",
-        "Kueue topology request of every group's pods: required:LEVEL (one domain), preferred:LEVEL or "
-        "unconstrained; LEVEL is a node label of the cluster's Kueue Topology.",
-        "topology",
-    ),
-    Flag(
-        ("--topology-slice",),
-        "topology",
-        "LEVEL:SIZE: place the pods in slices of SIZE, each in one domain of LEVEL (SIZE divides the nodes).",
-        "topologySlice",
-    ),
-    Flag(
-        ("--restart-policy",),
-        "restartPolicy",
-        "Never, OnFailure or ExitCode (pytorchjob); default: the target's, with failure rules.",
-    ),
-    Flag(("--backoff-limit",), "backoffLimit", "Restarts after failures before the job fails (default 3).", "int"),
-    Flag(("--ttl",), "ttlSecondsAfterFinished", "Seconds to keep a finished job.", "int"),
-    Flag(("--deadline",), "activeDeadlineSeconds", "Seconds before a running job is stopped.", "int"),
-    Flag(("--grace-period",), "gracePeriod", "Seconds from a pod's SIGTERM to its SIGKILL (default 120).", "int"),
-    Flag(
-        ("--collective-timeout",),
-        "collectiveTimeout",
-        "Seconds a trainer rank waits in a collective before failing (default 600).",
-        "int",
-    ),
-    Flag(("--pod-security",), "podSecurity", "Pod Security profile: restricted (default) or baseline."),
-    Flag(
-        ("--stall-timeout",),
-        "stallTimeout",
-        "Seconds without progress on any rank before the trainer stops a hung job and names the rank (0: off).",
-        "int",
-    ),
+REPEATABLE = frozenset({"list", "map", "volumes", "secretEnv", "tolerations"})
+# How a flag of each kind spells its value, where that is not the YAML's.
+SYNTAX = {
+    "map": "KEY=VALUE",
+    "volumes": "NAME=CLAIM:/path[:ro]",
+    "secretEnv": "VAR=SECRET:KEY",
+    "tolerations": "KEY[=VALUE][:EFFECT]",
+    "shell": "one shell-quoted string",
+}
+
+
+def _resolved(flag: Flag) -> Flag:
+    """`flag` with its kind and help filled in from the declaration of the key it sets."""
+    key = declared_at(JobSpec, flag.path)
+    kind = flag.kind or (
+        "int" if isinstance(key.rule, Int) else key.rule.shape if key.rule.shape in ("list", "map") else "str"
+    )
+    if flag.help:
+        return flag._replace(kind=kind)
+    text = " ".join(t for t in (summary(key), flag.note) if t)
+    how = ", ".join([*([SYNTAX[kind]] if kind in SYNTAX else []), *(["repeatable"] if kind in REPEATABLE else [])])
+    if how:
+        text += f" {how[0].upper()}{how[1:]}."
+    if kind == "int" and isinstance(key.field.default, int):
+        text += f" Default: {key.field.default}."
+    return flag._replace(kind=kind, help=text)
+
+
+SPEC_FLAGS: tuple[Flag, ...] = tuple(
+    _resolved(f)
+    for f in (
+        Flag(("--name",), "name", "Job"),
+        Flag(("--namespace", "-n"), "namespace", "Job"),
+        Flag(("--target", "-t"), "target", "Job", note="`submit` also takes auto, its default."),
+        Flag(("--label", "-l"), "labels", "Job"),
+        Flag(("--annotation",), "annotations", "Job"),
+        Flag(("--image",), "image", "Image and entrypoint"),
+        Flag(("--image-pull-policy",), "imagePullPolicy", "Image and entrypoint"),
+        Flag(("--image-pull-secret",), "imagePullSecrets", "Image and entrypoint"),
+        Flag(("--module", "-m"), "module", "Image and entrypoint"),
+        Flag(("--script",), "script", "Image and entrypoint"),
+        Flag(("--command",), "command", "Image and entrypoint", "shell"),
+        Flag(("--nodes",), "nodes", "Layout"),
+        Flag(("--gpus",), "gpusPerNode", "Layout"),
+        Flag(
+            ("--layout",),
+            "nodeGroups",
+            "Layout",
+            "layout",
+            help="Nodes of different sizes: processes per node joined by '+', e.g. 4+3 or 2x8+1x4 "
+            "(one GPU each, or CPU processes with --gpus 0); replaces --nodes/--procs.",
+        ),
+        Flag(("--procs",), "procsPerNode", "Layout"),
+        Flag(("--backend",), "backend", "Layout"),
+        Flag(("--rdzv",), "rendezvous.mode", "Layout"),
+        Flag(("--port",), "rendezvous.port", "Layout"),
+        Flag(("--cpu",), "resources.cpu", "Resources"),
+        Flag(("--memory",), "resources.memory", "Resources"),
+        Flag(("--gpu-resource",), "resources.gpuResource", "Resources"),
+        Flag(("--shm-size",), "shmSize", "Resources"),
+        Flag(("--env", "-e"), "env", "Environment and volumes"),
+        Flag(("--env-from-secret",), "envFromSecrets", "Environment and volumes"),
+        Flag(("--secret-env",), "secretEnv", "Environment and volumes", "secretEnv"),
+        Flag(("--volume", "-v"), "volumes", "Environment and volumes", "volumes"),
+        Flag(("--checkpoints",), "checkpoints", "Environment and volumes"),
+        Flag(("--node-selector",), "nodeSelector", "Placement"),
+        Flag(("--toleration",), "tolerations", "Placement", "tolerations"),
+        Flag(("--priority-class",), "priorityClassName", "Placement"),
+        Flag(("--queue",), "queue", "Placement"),
+        Flag(("--workload-priority-class",), "workloadPriorityClass", "Placement"),
+        Flag(
+            ("--topology",),
+            "topology",
+            "Placement",
+            "topology",
+            help="Kueue topology request of every group's pods: required:LEVEL (one domain), preferred:LEVEL or "
+            "unconstrained; LEVEL is a node label of the cluster's Kueue Topology.",
+        ),
+        Flag(
+            ("--topology-slice",),
+            "topology",
+            "Placement",
+            "topologySlice",
+            help="LEVEL:SIZE: place the pods in slices of SIZE, each in one domain of LEVEL (SIZE divides the nodes).",
+        ),
+        Flag(("--max-restarts",), "rendezvous.maxRestarts", "Lifecycle"),
+        Flag(("--restart-policy",), "restartPolicy", "Lifecycle"),
+        Flag(("--backoff-limit",), "backoffLimit", "Lifecycle"),
+        Flag(("--ttl",), "ttlSecondsAfterFinished", "Lifecycle"),
+        Flag(("--deadline",), "activeDeadlineSeconds", "Lifecycle"),
+        Flag(("--grace-period",), "gracePeriod", "Lifecycle"),
+        Flag(("--collective-timeout",), "collectiveTimeout", "Lifecycle"),
+        Flag(("--stall-timeout",), "stallTimeout", "Lifecycle"),
+        Flag(("--service-account",), "serviceAccountName", "Security"),
+        Flag(("--pod-security",), "podSecurity", "Security"),
+    )
 )
 
 
-# How `--help` groups the spec flags (in this order, after the command's own options).
-HELP_PANELS: dict[str, tuple[str, ...]] = {
-    "Job": ("--config", "--name", "--namespace", "--target", "--label", "--annotation"),
-    "Image and entrypoint": (
-        "--image",
-        "--image-pull-policy",
-        "--image-pull-secret",
-        "--module",
-        "--script",
-        "--command",
-    ),
-    "Layout": ("--nodes", "--gpus", "--procs", "--layout", "--backend", "--rdzv", "--port"),
-    "Resources": ("--cpu", "--memory", "--gpu-resource", "--shm-size"),
-    "Environment and volumes": ("--env", "--env-from-secret", "--secret-env", "--volume", "--checkpoints"),
-    "Placement": (
-        "--node-selector",
-        "--toleration",
-        "--priority-class",
-        "--queue",
-        "--workload-priority-class",
-        "--topology",
-        "--topology-slice",
-    ),
-    "Lifecycle": (
-        "--max-restarts",
-        "--restart-policy",
-        "--backoff-limit",
-        "--ttl",
-        "--deadline",
-        "--grace-period",
-        "--collective-timeout",
-        "--stall-timeout",
-    ),
-    "Security": ("--pod-security", "--service-account"),
-}
-_PANEL_OF = {name: panel for panel, names in HELP_PANELS.items() for name in names}
+# The --help panels, in this order after the command's own options (--config goes first in Job).
+HELP_PANELS = (
+    "Job",
+    "Image and entrypoint",
+    "Layout",
+    "Resources",
+    "Environment and volumes",
+    "Placement",
+    "Lifecycle",
+    "Security",
+)
 TRAINER_ARGS_HELP = (
     "Arguments for the training module or script, after -- (e.g. -- --epochs 10 --lr 0.1); "
     "`python -m ddpctl_trainer --help` lists the built-in trainer's."
@@ -323,16 +311,14 @@ def host_script_warning(script: str | None) -> str | None:
 
 
 def _panel_order(flag: Flag) -> int:
-    return list(HELP_PANELS).index(_PANEL_OF[flag.names[0]])
+    return HELP_PANELS.index(flag.panel)
 
 
 def _typer_param(flag: Flag) -> inspect.Parameter:
     # Scalar flags are taken as lists too, so that one given twice (`--gpus 4 --gpus 3`) is an
     # error (flags_to_layer), not silently the last value.
     annotation: Any = list[int] | None if flag.kind == "int" else list[str] | None
-    option = typer.Option(
-        None, *flag.names, help=flag.help, rich_help_panel=_PANEL_OF[flag.names[0]], show_default=False
-    )
+    option = typer.Option(None, *flag.names, help=flag.help, rich_help_panel=flag.panel, show_default=False)
     return inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 
 
@@ -349,7 +335,7 @@ def spec_options(func: Callable[..., Any]) -> Callable[..., Any]:
                 "--config",
                 "-f",
                 help="Spec file (default ./ddp.yaml when present).",
-                rich_help_panel=_PANEL_OF["--config"],
+                rich_help_panel=HELP_PANELS[0],
                 exists=False,
                 dir_okay=False,
             ),

@@ -1,8 +1,9 @@
 """The job as the user asked for it: the frozen `JobSpec`, its checks, and where it comes from.
 
-`model` holds the dataclasses and their validation (each error names the field and the fix),
-`sources` merges a spec from its layers (defaults < ddp.yaml < DDPCTL_* env < flags), `kueue`
-names the Kueue API fields a spec can ask for.
+`model` declares the JobSpec's keys and `parts` those of its nested parts (each key's type, default,
+doc and rule, stated once with `fields`), `rules` checks what spans keys, `serial` reads and writes
+the camelCase form, `sources` merges a spec from its layers (defaults < ddp.yaml < DDPCTL_* env <
+flags), `kueue` names the Kueue API fields a spec can ask for.
 """
 
 from ddpctl.spec.model import JobSpec, NodeGroup, Rendezvous, Resources, SecretKeyRef, Topology, Volume

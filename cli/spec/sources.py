@@ -9,7 +9,6 @@ dict becomes a JobSpec, which validates it.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -19,45 +18,32 @@ from typing import Any, NamedTuple
 import yaml
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.spec.checks import did_you_mean
-from ddpctl.spec.model import JobSpec, Rendezvous, Resources
-from ddpctl.spec.serial import camel
+from ddpctl.spec.fields import Bool, Int, Part, declared
+from ddpctl.spec.model import JobSpec
 
 DEFAULT_CONFIG = "ddp.yaml"
 ENV_PREFIX = "DDPCTL_"
 
-# Scalar settings readable from the environment: DDPCTL_<UPPER_SNAKE of the camelCase path>.
-_INT_FIELDS = {
-    "gpusPerNode",
-    "procsPerNode",
-    "backoffLimit",
-    "ttlSecondsAfterFinished",
-    "activeDeadlineSeconds",
-    "stallTimeout",
-    "collectiveTimeout",
-    "gracePeriod",
-    "rendezvous.port",
-    "rendezvous.joinTimeout",
-    "rendezvous.lastCallTimeout",
-    "rendezvous.maxRestarts",
-}
+# Scalar settings readable from the environment: DDPCTL_<UPPER_SNAKE of the camelCase path>,
+# for the top-level keys and those of these parts (whole numbers are read as such).
+ENV_PARTS = ("rendezvous", "resources")
 
 
-def _env_paths() -> dict[str, str]:
-    paths: dict[str, str] = {}
-    for f in dataclasses.fields(JobSpec):
-        if f.name in ("min_nodes", "max_nodes"):
-            continue
-        if f.name in ("rendezvous", "resources"):
-            sub = Rendezvous if f.name == "rendezvous" else Resources
-            for g in dataclasses.fields(sub):
-                paths[f"{ENV_PREFIX}{f.name.upper()}_{g.name.upper()}"] = f"{f.name}.{camel(g.name)}"
-        elif f.type in ("str", "int", "str | None", "int | None"):
-            paths[f"{ENV_PREFIX}{f.name.upper()}"] = camel(f.name)
-    paths[f"{ENV_PREFIX}NODES"] = "nodes"
+def _env_paths() -> dict[str, tuple[str, bool]]:
+    """Each DDPCTL_* variable's camelCase path, and whether it takes a whole number."""
+    paths: dict[str, tuple[str, bool]] = {}
+    for key in declared(JobSpec):
+        if isinstance(key.rule, Part) and key.name in ENV_PARTS:
+            for sub in declared(key.rule.cls):
+                name = f"{ENV_PREFIX}{key.name.upper()}_{sub.name.upper()}"
+                paths[name] = (f"{key.key}.{sub.key}", isinstance(sub.rule, Int))
+        elif key.rule.shape == "scalar" and not isinstance(key.rule, Bool):
+            paths[f"{ENV_PREFIX}{key.name.upper()}"] = (key.key, isinstance(key.rule, Int))
     return paths
 
 
-ENV_PATHS = _env_paths()
+_ENV = _env_paths()
+ENV_PATHS = {var: path for var, (path, _) in _ENV.items()}
 
 
 def set_path(target: dict[str, Any], path: str, value: Any) -> None:
@@ -78,10 +64,10 @@ def parse_int(source: str, text: str) -> int:
 
 def layer_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     layer: dict[str, Any] = {}
-    for var, path in ENV_PATHS.items():
+    for var, (path, whole) in _ENV.items():
         if var in environ:
             raw = environ[var]
-            value: Any = parse_int(var, raw) if path in _INT_FIELDS else raw
+            value: Any = parse_int(var, raw) if whole else raw
             set_path(layer, path, value)
     unknown = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in ENV_PATHS and k not in _NON_SPEC_ENV)
     if unknown:

@@ -95,6 +95,14 @@ def test_write_repairs_the_pages_and_leaves_the_hand_written_text(tmp_path: Path
     assert trainer_page.read_text(encoding="utf-8") == text
 
 
+def test_a_nested_part_missing_from_the_reference_fails_generation(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new part of the spec (a dataclass under a key) needs its place in ddp.yaml named: generation
+    stops and says so, rather than leaving the part's keys out of the reference."""
+    monkeypatch.setattr(docs_reference, "PARTS", tuple(p for p in docs_reference.PARTS if p[0].__name__ != "Volume"))
+    with pytest.raises(ValueError, match=r"teach tools/docs_reference\.py PARTS where Volume sits"):
+        docs_reference.spec_reference()
+
+
 def test_every_spec_key_is_in_the_reference() -> None:
     text = docs_reference.spec_reference()
     for key in JobSpec().to_dict():

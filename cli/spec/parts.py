@@ -1,0 +1,239 @@
+"""The parts of a job spec: a volume, a secret reference, rendezvous, resources, a Kueue topology
+request and a node group, each a frozen dataclass of declared keys (spec/fields), checked as part
+of the JobSpec that holds them (its errors name the key under the part's place: `volumes.data.mountPath`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ddpctl.spec import kueue
+from ddpctl.spec.fields import (
+    NODE_COUNT,
+    Bool,
+    DnsLabel,
+    DnsSubdomain,
+    GroupResources,
+    Int,
+    LabelKey,
+    LabelValue,
+    MapOf,
+    Matches,
+    MountPath,
+    OneOf,
+    Part,
+    Quantity,
+    Tolerations,
+    doc,
+    freeze,
+)
+from ddpctl.spec.names import ENV_NAME, RESOURCE_NAME, SECRET_KEY
+from ddpctl.spec.schema import RDZV_MODES, SHM_MOUNT
+
+# The rules several keys share (JobSpec's too).
+SECRET_NAME = DnsLabel()
+LEVEL = LabelKey()
+GPU_RESOURCE = Matches(RESOURCE_NAME, "{value!r} is not a resource name", "use a name like 'nvidia.com/gpu'")
+ENV_KEY = Matches(
+    ENV_NAME,
+    "is not a valid environment variable name",
+    "use letters, digits, '_', '-' or '.', not starting with a digit",
+)
+
+
+@dataclass(frozen=True)
+class Volume:
+    """A PersistentVolumeClaim mounted into every pod (data sets, checkpoints)."""
+
+    claim_name: str = field(metadata=doc("PersistentVolumeClaim name.", DnsSubdomain()))
+    mount_path: str = field(metadata=doc(f"Absolute mount path (not {SHM_MOUNT}, which shmSize manages).", MountPath()))
+    read_only: bool = field(default=False, metadata=doc("Mount read-only.", Bool()))
+
+
+@dataclass(frozen=True)
+class SecretKeyRef:
+    """An env var whose value lives in a Secret: referenced, never inlined."""
+
+    secret: str = field(metadata=doc("Secret name.", SECRET_NAME))
+    key: str = field(
+        metadata=doc(
+            "Key in the Secret.",
+            Matches(SECRET_KEY, "{value!r} is not a Secret key", "use letters, digits, '-', '_' or '.'"),
+        )
+    )
+
+
+@dataclass(frozen=True)
+class Rendezvous:
+    """How ranks find rank 0: static master address/port, or c10d (required for elastic jobs)."""
+
+    mode: str = field(
+        default="auto",
+        metadata=doc("auto (static for a fixed node count, c10d for elastic), static or c10d.", OneOf(RDZV_MODES)),
+    )
+    port: int = field(
+        default=29500,
+        metadata=doc(
+            "TCP port of rank 0's store (the trainjob runtime always uses 29500).",
+            Int(1, 65535, above=("{value} is not a TCP port", "use a port between 1 and 65535")),
+        ),
+    )
+    join_timeout: int = field(default=600, metadata=doc("c10d rendezvous join timeout, seconds.", Int(1)))
+    last_call_timeout: int = field(default=30, metadata=doc("c10d rendezvous last-call timeout, seconds.", Int(1)))
+    max_restarts: int = field(
+        default=0, metadata=doc("torchrun --max-restarts (worker group restarts inside a pod).", Int(0))
+    )
+
+
+@dataclass(frozen=True)
+class Resources:
+    """Per-pod requests (cpu, memory) and GPU limits; GPUs are counted in `JobSpec.gpus_per_node`."""
+
+    cpu: str | None = field(
+        default=None, metadata=doc('CPU request (a quantity such as "8" or "500m"); null: none.', Quantity())
+    )
+    memory: str | None = field(
+        default=None, metadata=doc('Memory request and limit (a quantity such as "64Gi"); null: none.', Quantity())
+    )
+    gpu_resource: str = field(
+        default="nvidia.com/gpu",
+        metadata=doc("Extended resource that counts GPUs (limit = gpusPerNode).", GPU_RESOURCE),
+    )
+
+
+@dataclass(frozen=True)
+class Topology:
+    """Where Kueue's Topology Aware Scheduling may place a group's pods: all in one domain of a
+    topology level (`required`), in as few as it can (`preferred`), anywhere (`unconstrained`), and
+    optionally in slices of `sliceSize` pods that each fit one domain of `sliceLevel`. A level is
+    the node label a Kueue Topology names, such as `cloud.provider.com/topology-rack`."""
+
+    required: str | None = field(
+        default=None,
+        metadata=doc(
+            "Node label of the level whose one domain must hold all the group's pods (Kueue "
+            "podset-required-topology); null: none.",
+            LEVEL,
+        ),
+    )
+    preferred: str | None = field(
+        default=None,
+        metadata=doc(
+            "Node label of the level Kueue tries first, going up a level when the pods do not fit "
+            "(podset-preferred-topology); null: none.",
+            LEVEL,
+        ),
+    )
+    unconstrained: bool = field(
+        default=False,
+        metadata=doc("Any nodes with room, counted by Kueue's topology cache (podset-unconstrained-topology).", Bool()),
+    )
+    slice_level: str | None = field(
+        default=None,
+        metadata=doc(
+            "Node label of the level one slice of sliceSize pods must fit (podset-slice-required-topology); "
+            "null: no slices.",
+            LEVEL,
+        ),
+    )
+    slice_size: int | None = field(
+        default=None, metadata=doc("Pods per slice; must divide the group's node count; null: no slices.", Int(1))
+    )
+
+    @property
+    def mode(self) -> str | None:
+        """required, preferred or unconstrained (None: no topology request)."""
+        if self.required:
+            return "required"
+        if self.preferred:
+            return "preferred"
+        return "unconstrained" if self.unconstrained else None
+
+    @property
+    def level(self) -> str | None:
+        return self.required or self.preferred
+
+    def __bool__(self) -> bool:
+        return self.mode is not None or self.slice_level is not None
+
+    def describe(self) -> str:
+        """`required: all pods in one <level>`, with slices: `..., in slices of 2 pods per <level>`."""
+        text = {
+            "required": f"required: all pods in one {self.level} domain",
+            "preferred": f"preferred: as few {self.preferred} domains as fit",
+            "unconstrained": "unconstrained: any nodes with room",
+            None: "no level",
+        }[self.mode]
+        if self.slice_level:
+            text += f", in slices of {self.slice_size} pods, each in one {self.slice_level} domain"
+        return text
+
+    def annotations(self) -> dict[str, str]:
+        """The PodSet annotations Kueue reads (on the pod template of each group)."""
+        out: dict[str, str] = {}
+        if self.required:
+            out[kueue.REQUIRED_TOPOLOGY] = self.required
+        elif self.preferred:
+            out[kueue.PREFERRED_TOPOLOGY] = self.preferred
+        elif self.unconstrained:
+            out[kueue.UNCONSTRAINED_TOPOLOGY] = "true"
+        if self.slice_level and self.slice_size:
+            out[kueue.SLICE_REQUIRED_TOPOLOGY] = self.slice_level
+            out[kueue.SLICE_SIZE] = str(self.slice_size)
+        return out
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """Nodes of one shape (`nodeGroups[i]`): a node count, GPUs and processes per node, and the
+    scheduling fields that differ per pool (A100 vs L4 nodes). The spec's own nodeSelector,
+    tolerations and resources apply to every group; a group's entries add to or override them."""
+
+    name: str = field(
+        metadata=doc(
+            "Group name, a DNS label unique in the job; names the group's Job/replicatedJob and pods.", DnsLabel()
+        )
+    )
+    nodes: int = field(metadata=doc("Nodes (pods) of this shape.", NODE_COUNT))
+    gpus_per_node: int = field(metadata=doc("GPUs per node; 0 in every group runs on CPU with gloo.", Int(0)))
+    procs_per_node: int | None = field(
+        default=None, metadata=doc("Processes per node; null = one per GPU (2 on CPU).", Int(1))
+    )
+    node_selector: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "Node labels this group's pods need, added to nodeSelector (the group's win).",
+            MapOf(LabelKey(), LabelValue(), strings=True),
+        ),
+    )
+    tolerations: tuple[Mapping[str, Any], ...] = field(
+        default=(), metadata=doc("Taints this group's pods tolerate, added to tolerations.", Tolerations())
+    )
+    resources: Mapping[str, str] = field(
+        default_factory=dict,
+        metadata=doc(
+            "cpu and/or memory of this group's pods, over resources' (GPUs come from gpusPerNode).", GroupResources()
+        ),
+    )
+    gpu_resource: str | None = field(
+        default=None,
+        metadata=doc("Extended resource that counts this group's GPUs; null: resources.gpuResource.", GPU_RESOURCE),
+    )
+    topology: Topology | None = field(
+        default=None,
+        metadata=doc(
+            "Kueue topology request of this group's pods, in place of the spec's topology; null: the spec's.",
+            Part(Topology, fix="write it as {required: LEVEL}"),
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        freeze(self)
+
+    @property
+    def nproc(self) -> int:
+        """Processes per node of this group: one per GPU, else the CPU process count (2 when not given)."""
+        if self.procs_per_node is not None:
+            return self.procs_per_node
+        return self.gpus_per_node or 2

@@ -1,0 +1,153 @@
+"""What every pod and object carries (labels, Kueue's annotations, security, /dev/shm, env) and the
+spec's constants, read off ddpctl."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ddpctl.manifests.render import view
+from ddpctl.spec import JobSpec, NodeGroup, Topology, kueue
+from ddpctl.spec.names import MAX_DNS_LABEL
+from ddpctl.spec.schema import GRACE_MARGIN, MAX_NODES, POD_SECURITY
+from ddpctl_trainer import protocol
+
+from tools.chart.derive import Args, derive, fill
+from tools.chart.probes import (
+    CODES,
+    PROBES,
+    group_list,
+    node_rank_entry,
+    plan_of,
+)
+
+FEATURES = ("stall", "gpus", "checkpoints", "collective")  # what the pods' env depends on, besides the engine
+ENV_PROBES = (
+    {"name": "zalpha", "backend": "gloo", "gpus": 2, "stall": 170, "collective": 950, "grace": 150, "mount": "/zck"},
+    {"name": "zbeta", "backend": "nccl", "gpus": 4, "stall": 230, "collective": 880, "grace": 190, "mount": "/zq//"},
+)
+
+
+def _with_features(p: Args, features: Sequence[str]) -> tuple[dict[str, Any], Args]:
+    """A spec dict with `features` (from probe `p`), and the env's arguments as the chart has them."""
+    values: dict[str, Any] = {"name": p["name"], "gracePeriod": p["grace"]}
+    values["backend"] = p["backend"] if "gpus" in features else "gloo"
+    if "stall" in features:
+        values["stallTimeout"] = p["stall"]
+    if "gpus" in features:
+        values["gpusPerNode"] = p["gpus"]
+    if "checkpoints" in features:
+        values["volumes"] = {"checkpoints": {"claimName": "c", "mountPath": p["mount"]}}
+    if "collective" in features:
+        values["collectiveTimeout"] = p["collective"]
+    args = {"name": p["name"], "stall": p["stall"], "collective": p["collective"], "backend": values["backend"]}
+    return values, args | {"shutdown": p["grace"] - GRACE_MARGIN, "checkpointMount": p["mount"].rstrip("/")}
+
+
+def _env(code: str) -> list[dict[str, Any]]:
+    """The env ddpctl gives the training container besides the engine's wiring (Plan.container_env)
+    for the ddpctl trainer or other code: each variable's template, and the features it needs
+    (`when`, all of them; a variable with two entries needs either's)."""
+
+    def env_of(values: dict[str, Any]) -> dict[str, str]:
+        plan = plan_of({**CODES[code], **values})
+        group = plan.spec.groups[0]
+        wired = plan.engine.torchrun_env(plan, group)
+        return {k: v for k, v in plan.container_env(group).items() if k not in wired}
+
+    probes = [_with_features(p, FEATURES)[1] | {"_values": _with_features(p, FEATURES)[0]} for p in ENV_PROBES]
+    templates = derive(lambda a: env_of(a["_values"]), probes)
+    subsets = [s for n in range(len(FEATURES) + 1) for s in itertools.combinations(FEATURES, n)]
+    present: dict[tuple[str, ...], dict[str, str]] = {}
+    for subset in subsets:
+        values, args = _with_features(ENV_PROBES[0], subset)
+        present[subset] = env = env_of(values)
+        if not set(env) <= set(templates) or any(fill(templates[k], args) != v for k, v in env.items()):
+            raise ValueError(f"{code} env with {subset}: {env} is not what the templates {templates} make")
+    entries = []
+    for key, template in templates.items():
+        needs = [
+            s for s in subsets if key in present[s] and not any(key in present[t] for t in subsets if set(t) < set(s))
+        ]
+        if any((key in present[s]) != any(set(n) <= set(s) for n in needs) for s in subsets):
+            raise ValueError(f"{code} env: {key} goes away with more features: teach the chart")
+        entries += [{"name": key, "value": template, "when": list(n)} for n in needs]
+    return entries
+
+
+def _trainer_dirs() -> list[dict[str, str]]:
+    """The arguments ddpctl adds for the trainer's volumes (Plan.trainer_args), in their order."""
+    paths = {"checkpoints": "/zck", "data": "/zdata"}
+    args = plan_of({"volumes": {v: {"claimName": "c", "mountPath": p} for v, p in paths.items()}}).trainer_args
+    by_path = {p: v for v, p in paths.items()}
+    return [{"volume": by_path[path], "flag": flag} for flag, path in zip(args[::2], args[1::2])]
+
+
+def constants() -> dict[str, Any]:
+    trainer, user = plan_of({}), plan_of(CODES["custom"])
+    defaults = JobSpec().to_dict()
+    return {
+        "maxNodes": MAX_NODES,
+        "maxDnsLabel": MAX_DNS_LABEL,
+        "graceMargin": GRACE_MARGIN,
+        "trainerModule": protocol.TRAINER_MODULE,
+        "stallTimeout": protocol.STALL_TIMEOUT_S,
+        "collectiveTimeout": protocol.COLLECTIVE_TIMEOUT_S,
+        "cpuProcsPerNode": NodeGroup("z", 1, 0).nproc,
+        "uniformGroup": JobSpec().groups[0].name,  # the uniform layout's one group
+        "backend": {"gpus": plan_of({"gpusPerNode": 1}).backend, "cpu": trainer.backend},
+        "rendezvous": {"fixed": trainer.rdzv_mode, "elastic": plan_of({"nodes": "1:2"}).rdzv_mode},
+        "launcher": {"builtin": list(trainer.launcher), "custom": list(user.launcher)},
+        "trainerDirs": _trainer_dirs(),
+        # with nodeGroups, the uniform layout's keys must stay at their defaults
+        "layoutDefaults": [{"key": k, "default": defaults[k]} for k in ("nodes", "gpusPerNode", "procsPerNode")],
+    }
+
+
+def pod_parts() -> dict[str, Any]:
+    """What every pod and object carries: labels, Kueue's annotations, security, /dev/shm, env."""
+    probes = [
+        {"name": p["name"], "group": p["group"], "queue": f"zq-{p['name']}", "size": s} for p, s in zip(PROBES, (2, 3))
+    ]
+    probes = [p | {"level": f"example.com/{p['name']}"} for p in probes]
+
+    def added(more: Mapping[str, str], base: Mapping[str, str]) -> dict[str, str]:
+        return {k: v for k, v in more.items() if k not in base}
+
+    def group_labels(a: Args) -> dict[str, str]:
+        plan = plan_of({"name": a["name"], "nodeGroups": group_list((a["group"], 1, 0))})
+        return added(plan.groups[0].labels, plan.object_labels)
+
+    return {
+        "labels": derive(lambda a: plan_of({"name": a["name"]}).object_labels, probes),
+        "selector": derive(lambda a: plan_of({"name": a["name"]}).selector_labels, probes),
+        "groupLabels": derive(group_labels, probes),
+        "queueLabels": derive(
+            lambda a: added(plan_of({"queue": a["queue"]}).top_labels, plan_of({}).top_labels), probes
+        ),
+        "priorityLabels": derive(
+            lambda a: added(plan_of({"workloadPriorityClass": a["queue"]}).top_labels, plan_of({}).top_labels), probes
+        ),
+        "topology": {
+            "required": derive(lambda a: Topology(required=a["level"]).annotations(), probes),
+            "preferred": derive(lambda a: Topology(preferred=a["level"]).annotations(), probes),
+            "unconstrained": derive(lambda a: Topology(unconstrained=True).annotations(), probes),
+            "slices": derive(lambda a: Topology(slice_level=a["level"], slice_size=a["size"]).annotations(), probes),
+            "podsetGroup": kueue.PODSET_GROUP_NAME,
+        },
+        "security": {
+            profile: {k: view(plan_of({"podSecurity": profile}))[f"{k}_security_context"] for k in ("pod", "container")}
+            for profile in POD_SECURITY
+        },
+        "shm": derive(
+            lambda a: {k: view(plan_of({"shmSize": a["size"]}))[k][0] for k in ("volumes", "volume_mounts")},
+            [{"size": "3Gi"}, {"size": "700Mi"}],
+        ),
+        "nodeRankEntry": node_rank_entry(),
+        "gpuToleration": derive(
+            lambda a: view(plan_of({"gpusPerNode": 1, "resources": {"gpuResource": a["gpu"]}}))["tolerations"][-1],
+            [{"gpu": "example.com/zgpu"}, {"gpu": "zother"}],
+        ),
+        "env": {code: _env(code) for code in CODES},
+    }
