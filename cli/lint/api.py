@@ -85,9 +85,9 @@ class Linted:
 
 def lint_sources(sources: list[source.Source], paths: list[Path], use_torchfix: bool = True) -> Linted:
     indexes = [Index(src.tree) for src in sources]
-    project = checks.Project.of(indexes)
+    facts = checks.projects([src.path for src in sources], indexes)
     result = LintResult(files=list(paths), torchfix=torchfix.version() if use_torchfix else None)
-    for src, idx in zip(sources, indexes):
+    for src, idx, project in zip(sources, indexes, facts):
         found = checks.check(src, idx, project)
         if use_torchfix:
             found.extend(torchfix.run(src, idx))

@@ -1,15 +1,19 @@
 """The checkers: one function per rule of rules.py, each reading one file's `Index`.
 
-What the files linted together share (`Project`): whether any initialises a process group (the
-sampler, save and download rules apply only then), whether any calls `set_epoch`, and whether any
-reads `LOCAL_RANK`. A user's `train.py` and `data.py` are judged together.
+A file is judged with the files it is linked to by imports among those linted together (what it
+imports, and what imports it, transitively; not its siblings): `Project` says whether one of them
+initialises a process group (the sampler, save and download rules apply only then), calls
+`set_epoch`, or reads `LOCAL_RANK`. A user's `train.py` and the `data.py` it imports are judged
+together; two unrelated scripts in one folder are not.
 """
 
 from __future__ import annotations
 
 import ast
-from collections.abc import Callable, Iterable, Iterator
+import os
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ddpctl.lint.findings import Finding
 from ddpctl.lint.index import (
@@ -62,20 +66,84 @@ CVD = "CUDA_VISIBLE_DEVICES"
 
 @dataclass(frozen=True)
 class Project:
-    """Facts over every file linted together."""
+    """Facts over a file and the files linked to it by imports."""
 
-    distributed: bool  # some file initialises a process group
-    set_epoch: bool  # some file calls X.set_epoch(epoch) in a loop or a function
-    reads_local_rank: bool  # some file names LOCAL_RANK (os.environ["LOCAL_RANK"], .get, getenv)
+    distributed: bool  # one of them initialises a process group
+    set_epoch: bool  # one of them calls X.set_epoch(epoch) in a loop or a function
+    reads_local_rank: bool  # one of them names LOCAL_RANK (os.environ["LOCAL_RANK"], .get, getenv)
 
     @classmethod
-    def of(cls, indexes: Iterable[Index]) -> Project:
-        distributed = set_epoch = local = False
-        for idx in indexes:
-            distributed = distributed or any(idx.callee(c).rsplit(".", 1)[-1] in INIT_CALLS for c in idx.calls)
-            set_epoch = set_epoch or any(_is_set_epoch(idx, c) for c in idx.calls)
-            local = local or "LOCAL_RANK" in idx.strings
-        return cls(distributed, set_epoch, local)
+    def of(cls, indexes: Sequence[Index]) -> Project:
+        """The facts of these files taken together."""
+        return cls(
+            any(any(idx.callee(c).rsplit(".", 1)[-1] in INIT_CALLS for c in idx.calls) for idx in indexes),
+            any(any(_is_set_epoch(idx, c) for c in idx.calls) for idx in indexes),
+            any("LOCAL_RANK" in idx.strings for idx in indexes),
+        )
+
+
+def _module_names(paths: Sequence[Path]) -> list[list[str]]:
+    """Each file's dotted names, from its stem up to the folder all the files share."""
+    resolved = [p.resolve() for p in paths]
+    root = Path(os.path.commonpath([p.parent for p in resolved])) if resolved else Path()
+    names = []
+    for path in resolved:
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts and parts[-1] == "__init__":
+            parts = parts[:-1]
+        names.append([".".join(parts[i:]) for i in range(len(parts))])
+    return names
+
+
+def _imported(idx: Index) -> set[str]:
+    """The dotted module names a file imports (relative imports without their dots)."""
+    out: set[str] = set()
+    for node in idx.import_nodes:
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        else:
+            base = node.module or ""
+            if base:
+                out.add(base)
+            out.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names)
+    return out
+
+
+def projects(paths: Sequence[Path], indexes: Sequence[Index]) -> list[Project]:
+    """Each file's `Project`: the facts of it, what it imports and what imports it (transitively)."""
+    by_name: dict[str, set[int]] = {}
+    for i, names in enumerate(_module_names(paths)):
+        for name in names:
+            by_name.setdefault(name, set()).add(i)
+    down: list[set[int]] = [set() for _ in indexes]
+    up: list[set[int]] = [set() for _ in indexes]
+    for i, idx in enumerate(indexes):
+        for name in _imported(idx):
+            for j in by_name.get(name, ()):
+                if j != i:
+                    down[i].add(j)
+                    up[j].add(i)
+
+    def reach(start: int, edges: list[set[int]]) -> set[int]:
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in edges[todo.pop()] - seen:
+                seen.add(nxt)
+                todo.append(nxt)
+        return seen
+
+    own = [Project.of([idx]) for idx in indexes]
+    out = []
+    for i in range(len(indexes)):
+        linked = reach(i, down) | reach(i, up)
+        out.append(
+            Project(
+                any(own[j].distributed for j in linked),
+                any(own[j].set_epoch for j in linked),
+                any(own[j].reads_local_rank for j in linked),
+            )
+        )
+    return out
 
 
 def _is_set_epoch(idx: Index, call: ast.Call) -> bool:

@@ -227,10 +227,7 @@ class _Fixer:
             at = line_start(top.lineno) if top else after(after_preamble)
             edits.append(Edit(at, at, "import os\n"))
         if self.need_torch and not self._bound("torch"):
-            torch_import = next(
-                (s for s in regular if isinstance(s, ast.ImportFrom) and (s.module or "").split(".")[0] == "torch"),
-                None,
-            )
+            torch_import = next((s for s in regular if _imports_torch(s)), None)
             at = (
                 line_start(torch_import.lineno)
                 if torch_import
@@ -272,6 +269,12 @@ class _Fixer:
         return isinstance(stmt, ast.Assign) and any(
             isinstance(t, ast.Subscript) and self.idx.qualname(t.value) == "os.environ" for t in stmt.targets
         )
+
+
+def _imports_torch(stmt: ast.Import | ast.ImportFrom) -> bool:
+    if isinstance(stmt, ast.ImportFrom):
+        return stmt.level == 0 and (stmt.module or "").split(".")[0] == "torch"
+    return any(alias.name.split(".")[0] == "torch" for alias in stmt.names)
 
 
 def _is_int(node: ast.expr) -> bool:

@@ -134,7 +134,7 @@ class Index:
         self.functions: dict[str, list[FunctionNode]] = {}
         self.assigned: dict[tuple[int, str], list[ast.expr]] = {}
         self.items: dict[tuple[int, str], list[ast.expr]] = {}  # `name[k] = value`
-        self.sites: dict[str, list[ast.AST]] = {}  # calls of, and callbacks passed as, a name
+        self.sites: dict[str, list[tuple[ast.AST, ast.AST]]] = {}  # (call or callback, its name), by last name
         self.simple_statements: list[ast.stmt] = []
         self.subscript_stores: list[ast.Subscript] = []  # `x[k] = ...` (os.environ["CUDA_VISIBLE_DEVICES"])
         self.withs: list[ast.With | ast.AsyncWith] = []
@@ -178,7 +178,24 @@ class Index:
     def _site(self, func: ast.AST, node: ast.AST) -> None:
         name = last_name(func)
         if name:
-            self.sites.setdefault(name, []).append(node)
+            self.sites.setdefault(name, []).append((node, func))
+
+    def sites_of(self, function: FunctionNode) -> list[ast.AST]:
+        """Where this file calls `function` (or passes it on): `name(...)` for a function,
+        `obj.name(...)` for a method, but not `torch.save(...)` for a function named `save`."""
+        method = isinstance(self.parent.get(function), ast.ClassDef)
+        found = []
+        for node, func in self.sites.get(function.name, []):
+            if isinstance(func, ast.Name):
+                keep = not method
+            else:
+                root = func
+                while isinstance(root, ast.Attribute):
+                    root = root.value
+                keep = method and not (isinstance(root, ast.Name) and root.id in self.imports)
+            if keep and not self._inside(node, function):
+                found.append(node)
+        return found
 
     def _import(self, node: ast.Import | ast.ImportFrom) -> None:
         self.import_nodes.append(node)
@@ -311,7 +328,10 @@ class Index:
                 return frozenset({GLOBAL_DEVICE}) if GLOBAL_RANK in self.kinds(expr.right) else NONE
             return NONE
         if isinstance(expr, ast.IfExp):
-            return self.kinds(expr.body) | self.kinds(expr.orelse)
+            both = self.kinds(expr.body) | self.kinds(expr.orelse)
+            if any(isinstance(b, ast.Attribute) and b.attr == "module" for b in (expr.body, expr.orelse)):
+                return both - {WRAPPER}  # `m.module if hasattr(m, "module") else m`: unwrapped
+            return both
         if isinstance(expr, ast.BoolOp):
             return frozenset().union(*(self.kinds(v) for v in expr.values))
         if isinstance(expr, ast.NamedExpr):
@@ -481,8 +501,7 @@ class Index:
         if any(RANK_ZERO_DECORATOR.search(ast.unparse(d)) for d in function.decorator_list):
             result = True
         else:
-            sites = [s for s in self.sites.get(function.name, []) if not self._inside(s, function)]
-            verdicts = [self.guard(s) for s in sites]
+            verdicts = [self.guard(s) for s in self.sites_of(function)]
             if not verdicts:
                 result = None
             elif any(v is False for v in verdicts):

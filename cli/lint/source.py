@@ -65,7 +65,8 @@ def parse_ignores(lines: list[str]) -> dict[int, Ignore]:
         match = _IGNORE.search(text)
         if match:
             rules = tuple(r.strip().upper() for r in match.group(1).split(",") if r.strip())
-            found[number] = Ignore(number, match.start() + 1, rules, match.group(2).strip())
+            reason = match.group(2).split("#", 1)[0].strip()  # a comment after it is no reason
+            found[number] = Ignore(number, match.start() + 1, rules, reason)
     return found
 
 
