@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
+
+if TYPE_CHECKING:
+    from ddpctl.lint.fix import Fixed
 
 
 class LintFormat(str, Enum):
@@ -42,7 +46,6 @@ def lint_command(
     from ddpctl.lint.api import default_files, lint_sources, read
     from ddpctl.lint.files import expand
     from ddpctl.lint.findings import LintResult
-    from ddpctl.lint.fix import Fixed
 
     cwd = Path.cwd()
     notes: list[str] = []

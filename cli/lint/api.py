@@ -11,13 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpctl.atomic import write_text_atomic
 from ddpctl.lint import checks, files, source, torchfix
 from ddpctl.lint.findings import Finding, LintResult
-from ddpctl.lint.fix import Fixed, fix
 from ddpctl.lint.index import Index
 
 if TYPE_CHECKING:
+    from ddpctl.lint.fix import Fixed
     from ddpctl.spec import JobSpec
 
 
@@ -67,6 +66,9 @@ class Linted:
 
     def fix(self, use_torchfix: bool = True) -> tuple[list[Fixed], Linted]:
         """Rewrite the fixable findings in every file (atomically), and lint the files again."""
+        from ddpctl.atomic import write_text_atomic
+        from ddpctl.lint.fix import Fixed, fix
+
         done: list[Fixed] = []
         after: list[source.Source] = []
         for src, idx in zip(self.sources, self.indexes):

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from ddpctl.errors import RuntimeFailure
 from ddpctl.lint.findings import Finding
 from ddpctl.lint.index import Index, const_str, keyword, last_name
-from ddpctl.lint.source import Source
+from ddpctl.lint.source import Source, split_lines
 
 FIXED_RULES = frozenset({"DDP001", "DDP002", "DDP010"})
 DEVICE_NAMES = ("LOCAL_DEVICE", "DDP_LOCAL_DEVICE", "LOCAL_RANK_DEVICE")
@@ -54,8 +54,8 @@ class Fixed:
     def diff(self) -> str:
         return "".join(
             difflib.unified_diff(
-                self.src.text.splitlines(keepends=True),
-                self.text.splitlines(keepends=True),
+                split_lines(self.src.text, keepends=True),
+                split_lines(self.text, keepends=True),
                 fromfile=f"a/{self.src.display}",
                 tofile=f"b/{self.src.display}",
             )
@@ -67,7 +67,7 @@ class _Fixer:
         self.src = src
         self.idx = idx
         self.starts = [0]
-        for line in src.text.splitlines(keepends=True):
+        for line in split_lines(src.text, keepends=True):
             self.starts.append(self.starts[-1] + len(line))
         self.need_os = self.need_torch = self.need_device = False
         self.torch = self._bound("torch") or "torch"

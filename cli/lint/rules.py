@@ -84,7 +84,8 @@ RULES: tuple[Rule, ...] = (
         "DDP005",
         "loader-without-distributed-sampler",
         Severity.warning,
-        "a `DataLoader` with no sampler, in code that initialises a process group (outside a rank-0 branch)",
+        "a `DataLoader` with no sampler (or a plain one), outside a rank-0 branch, in a file that initialises a "
+        "process group or is linked to one by imports",
         "every rank iterates the whole dataset: an epoch trains world-size times on the same samples, and "
         "the ranks see the same batches",
         "pass `sampler=DistributedSampler(dataset)` (and no shuffle=True: the sampler shuffles)",
@@ -101,8 +102,8 @@ RULES: tuple[Rule, ...] = (
         "DDP007",
         "sampler-without-set-epoch",
         Severity.warning,
-        "a shuffling `DistributedSampler` while no `set_epoch(epoch)` is called in a loop or function of the "
-        "files linted together",
+        "a shuffling `DistributedSampler` while neither its file nor one linked to it by imports calls "
+        "`set_epoch(epoch)` in a loop or a function",
         "the sampler seeds its shuffle with the epoch it was given: without set_epoch every epoch repeats "
         "the same order",
         "call `sampler.set_epoch(epoch)` (or `loader.sampler.set_epoch(epoch)`) at the start of each epoch",
@@ -111,8 +112,8 @@ RULES: tuple[Rule, ...] = (
         "DDP008",
         "save-on-every-rank",
         Severity.warning,
-        "`torch.save` that runs on every rank: not under a rank-0 test, in code that initialises a process "
-        "group (a path that names the rank is taken as one file per rank, on purpose)",
+        "`torch.save` that runs on every rank (not under a rank-0 test), in a file that initialises a process "
+        "group or is linked to one by imports; a path that names the rank is one file per rank, on purpose",
         "every rank writes the same file at once: wasted I/O and, on a shared volume, a torn checkpoint",
         "save on rank 0 only (`if dist.get_rank() == 0:`), then `dist.barrier()` before any rank reads it",
     ),
@@ -138,7 +139,7 @@ RULES: tuple[Rule, ...] = (
         "download-on-every-rank",
         Severity.warning,
         "a dataset made with `download=True` on every rank at once: no rank-0 test around it, no barrier "
-        "before it, no `with ...first...():` block (e.g. `main_process_first`)",
+        "before it, no `with ...first...():` block (e.g. `main_process_first`); in distributed code, as DDP008",
         "every process downloads and unpacks into the same folder at the same time: archives get corrupted, "
         "or fetched once per process",
         "download on (local) rank 0 first, then `dist.barrier()`, then load with download=False on every rank",
@@ -167,8 +168,11 @@ BY_ID = {rule.id: rule for rule in RULES}
 
 
 def torchfix_severity(code: str) -> Severity:
-    """TorchFix's codes by family: TOR0xx are bugs and removed functions (errors), TOR1xx deprecated or
-    unsafe calls and TOR2xx deprecated torchvision usage (warnings), the rest hints (info)."""
+    """TorchFix's codes by family: TOR0xx are bugs and removed functions (errors; but TOR003, a
+    checkpoint call without an explicit `use_reentrant`, only asks for an argument: a warning), TOR1xx
+    deprecated or unsafe calls and TOR2xx deprecated torchvision usage (warnings), the rest hints (info)."""
+    if code == "TOR003":
+        return Severity.warning
     if code.startswith("TOR0"):
         return Severity.error
     if code.startswith(("TOR1", "TOR2")):

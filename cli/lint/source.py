@@ -15,6 +15,8 @@ from pathlib import Path
 
 from ddpctl.errors import UsageError
 
+# Python's line ends (str.splitlines also splits on form feeds and other separators ast does not count)
+_LINE_END = re.compile(r"\r\n|\r|\n")
 # `# ddpctl: ignore[DDP013] the reason` or `# ddpctl: ignore[DDP001, TOR102] reason`
 _IGNORE = re.compile(r"#\s*ddpctl:\s*ignore\[([^\]]*)\]\s*[:\-\u2013\u2014]?\s*(.*)$")
 
@@ -38,6 +40,16 @@ class Source:
     tree: ast.Module
     ignores: dict[int, Ignore] = field(default_factory=dict)
 
+    def segment(self, node: ast.AST) -> str:
+        """The source text of `node` (ast.get_source_segment splits the whole file on each call)."""
+        first: int = getattr(node, "lineno", 1)
+        last: int = getattr(node, "end_lineno", None) or first
+        start = self.char_col(first, getattr(node, "col_offset", 0))
+        end = self.char_col(last, getattr(node, "end_col_offset", 0) or 0)
+        if first == last:
+            return self.lines[first - 1][start:end]
+        return "\n".join([self.lines[first - 1][start:], *self.lines[first : last - 1], self.lines[last - 1][:end]])
+
     def char_col(self, line: int, byte_col: int) -> int:
         """ast's column (UTF-8 bytes into the line) as characters."""
         if line < 1 or line > len(self.lines):
@@ -46,6 +58,19 @@ class Source:
         if text.isascii():
             return byte_col
         return len(text.encode("utf-8")[:byte_col].decode("utf-8", errors="ignore"))
+
+
+def split_lines(text: str, keepends: bool = False) -> list[str]:
+    """`text` split where Python ends a line (the lines ast's line numbers count)."""
+    if not keepends:
+        return _LINE_END.split(text)
+    out, start = [], 0
+    for match in _LINE_END.finditer(text):
+        out.append(text[start : match.end()])
+        start = match.end()
+    if start < len(text):
+        out.append(text[start:])
+    return out
 
 
 def decode(path: Path, display: str, data: bytes) -> str:
@@ -87,5 +112,5 @@ def parse(path: Path, display: str, text: str) -> Source:
         raise UsageError(f"{where}: syntax error: {exc.msg}; fix it, then lint again") from None
     except ValueError as exc:  # e.g. a NUL byte
         raise UsageError(f"{display}: cannot parse it ({exc})") from None
-    lines = text.splitlines()
+    lines = split_lines(text)
     return Source(path, display, text, lines, tree, parse_ignores(lines))

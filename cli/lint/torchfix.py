@@ -17,9 +17,7 @@ under TorchFix's code TOR102, so ignore comments and tools read the same either 
 from __future__ import annotations
 
 import ast
-import hashlib
 import importlib.util
-import json
 import os
 import re
 from collections.abc import Iterator
@@ -28,11 +26,10 @@ from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from ddpctl.atomic import write_text_atomic
 from ddpctl.lint.findings import Finding
 from ddpctl.lint.index import Index, is_const, keyword
 from ddpctl.lint.rules import torchfix_severity
-from ddpctl.lint.source import Source
+from ddpctl.lint.source import Source, split_lines
 
 REFERENCE = "https://github.com/pytorch-labs/torchfix"
 NONPUBLIC = frozenset(
@@ -72,15 +69,16 @@ def location() -> Path | None:
 
 @cache
 def version() -> str | None:
-    if location() is None:
+    """TorchFix's version, read from its source (importlib.metadata costs ~20 ms to import)."""
+    where = location()
+    if where is None:
         return None
-    from importlib.metadata import PackageNotFoundError
-    from importlib.metadata import version as dist_version
-
     try:
-        return dist_version("torchfix")
-    except PackageNotFoundError:
+        text = (where / "torchfix.py").read_text(encoding="utf-8")
+    except OSError:
         return None
+    found = re.search(r"^__version__\s*=\s*[\"']([^\"']+)", text, re.MULTILINE)
+    return found.group(1) if found else None
 
 
 @cache
@@ -164,12 +162,12 @@ def excerpt(src: Source, idx: Index, nodes: list[ast.AST]) -> tuple[str, list[Pi
     out: list[str] = []
     pieces: list[Piece] = []
     for node in ordered:
-        segment = ast.get_source_segment(src.text, node)
+        segment = src.segment(node)
         if not segment:
             continue
         line = getattr(node, "lineno", 1)
         pieces.append(Piece(len(out) + 1, line, src.char_col(line, getattr(node, "col_offset", 0))))
-        out.extend(segment.splitlines())
+        out.extend(split_lines(segment))
     return "\n".join(out) + "\n", pieces
 
 
@@ -220,6 +218,11 @@ def _cache_dir() -> Path | None:
 def violations(text: str) -> list[Violation]:
     """`_visit(text)`, remembered by the text's hash: importing TorchFix costs 0.35 s or more, so a
     script linted again (before each `ddpctl run`) with the same marked statements costs nothing."""
+    import hashlib
+    import json
+
+    from ddpctl.atomic import write_text_atomic
+
     directory = _cache_dir()
     path = directory / f"{hashlib.sha256(text.encode()).hexdigest()}.json" if directory else None
     if path is not None:
