@@ -111,6 +111,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_submit.py
 	$(PY) bench/bench_real_node.py
 	$(PY) bench/bench_checkpoint_store.py
+	$(PY) bench/bench_lint.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
