@@ -458,8 +458,10 @@ def hard_coded_nccl(src: Source, idx: Index, project: Project) -> Iterator[Findi
         constants: list[ast.AST] = []
         if _nccl(backend):
             constants.append(backend)
-        elif isinstance(backend, ast.Name):
-            constants.extend(v for v in idx.values_of(backend.id, backend)[1] if _nccl(v))
+        elif isinstance(backend, ast.Name | ast.Attribute):  # backend = "nccl"; args.dist_backend = "nccl"
+            key = dotted(backend)
+            if key:
+                constants.extend(v for v in idx.values_of(key, backend)[1] if _nccl(v))
         for constant in constants:
             if not idx.under_cuda_check(constant):
                 name = const_str(constant) or _short(constant)
