@@ -96,10 +96,12 @@ test-fast: $(STAMP) kubectl
 chart-contract: $(STAMP)
 	$(PY) tools/chart_contract.py --write
 
-## docs: regenerate docs/spec-reference.md and the trainer's flag tables in docs/trainer.md from the code
+## docs: regenerate docs/spec-reference.md and the trainer's flag tables in docs/trainer.md from the code,
+## and docs/lint-rules.md from ddpctl lint's rules
 .PHONY: docs
 docs: $(STAMP)
 	$(PY) tools/docs_reference.py --write
+	$(PY) tools/lint_docs.py --write
 
 ## bench: the benchmarks under bench/ (each prints ratios against a baseline measured in the same run)
 bench: $(STAMP)
@@ -111,6 +113,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_real_node.py
 	$(PY) bench/bench_checkpoint_store.py
 	$(PY) bench/bench_workspace.py
+	$(PY) bench/bench_lint.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

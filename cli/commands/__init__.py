@@ -14,6 +14,7 @@ import typer
 #: each command's name and its module here; a module is imported only when its command is registered
 COMMANDS = {
     "init": "init_cmd",
+    "lint": "lint_cmd",
     "render": "render_cmd",
     "run": "run_cmd",
     "build": "build_cmd",

@@ -1,0 +1,152 @@
+"""`--fix`: the device, the local rank and the backend rewritten at their findings, nothing else.
+
+Each case is one line of a script and what it becomes; the whole-file tests check that every other
+line is kept byte for byte, that the result parses and lints clean of those rules, and that a
+second run changes nothing."""
+
+from __future__ import annotations
+
+import difflib
+from pathlib import Path
+
+import pytest
+from ddpctl.lint import api
+from ddpctl.lint.fix import FIXED_RULES, fix
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+PRELUDE = """\
+import argparse
+import os
+
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+parser = argparse.ArgumentParser()
+rank = dist.get_rank()
+m = nn.Linear(2, 2)
+"""
+DEVICE = """
+# The device from LOCAL_RANK (torchrun sets it for each process on a node), or the CPU without CUDA.
+LOCAL_DEVICE = (
+    torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0"))) if torch.cuda.is_available() else torch.device("cpu")
+)
+"""
+
+# (case, line, the line(s) it becomes)
+CASES = [
+    (
+        "nccl",
+        'dist.init_process_group(backend="nccl")',
+        'dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")',
+    ),
+    (
+        "nccl, its quotes",
+        "dist.init_process_group('nccl')",
+        "dist.init_process_group('nccl' if torch.cuda.is_available() else 'gloo')",
+    ),
+    (
+        "--local_rank with a default",
+        'parser.add_argument("--local_rank", type=int, default=-1)',
+        'parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", -1)))',
+    ),
+    (
+        "--local-rank without one",
+        "parser.add_argument('--local-rank', type=int)",
+        "parser.add_argument('--local-rank', type=int, "
+        "default=int(os.environ['LOCAL_RANK']) if 'LOCAL_RANK' in os.environ else None)",
+    ),
+    (
+        "set_device",
+        "torch.cuda.set_device(rank)",
+        'if LOCAL_DEVICE.type == "cuda":\n    torch.cuda.set_device(LOCAL_DEVICE)',
+    ),
+    (
+        "set_device on a shared line",
+        "x = 1; torch.cuda.set_device(rank)",
+        'x = 1; (torch.cuda.set_device(LOCAL_DEVICE) if LOCAL_DEVICE.type == "cuda" else None)',
+    ),
+    (".to", "m = m.to(rank)", "m = m.to(LOCAL_DEVICE)"),
+    (".cuda", "m = m.cuda(rank, non_blocking=True)", "m = m.to(LOCAL_DEVICE, non_blocking=True)"),
+    (
+        "device_ids and output_device",
+        "m = DDP(m, device_ids=[rank], output_device=rank)",
+        'm = DDP(m, device_ids=[LOCAL_DEVICE] if LOCAL_DEVICE.type == "cuda" else None, '
+        'output_device=LOCAL_DEVICE if LOCAL_DEVICE.type == "cuda" else None)',
+    ),
+    ("torch.device", 'd = torch.device("cuda", rank)', "d = LOCAL_DEVICE"),
+    ("a device string", 'd = f"cuda:{rank}"', "d = str(LOCAL_DEVICE)"),
+    ("device=", "t = torch.zeros(2, device=rank)", "t = torch.zeros(2, device=LOCAL_DEVICE)"),
+]
+
+
+def _fix(tmp_path: Path, text: str) -> tuple[str, list[str]]:
+    path = tmp_path / "train.py"
+    path.write_text(text)
+    linted = api.lint_sources(api.read([path], tmp_path), [path])
+    fixed = fix(linted.sources[0], linted.indexes[0], linted.result.findings)
+    return fixed.text, [f.rule for f in fixed.skipped]
+
+
+@pytest.mark.parametrize("line,becomes", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_each_fix(tmp_path: Path, line: str, becomes: str) -> None:
+    text, skipped = _fix(tmp_path, PRELUDE + line + "\n")
+    device = DEVICE if "LOCAL_DEVICE" in becomes else ""
+    head, tail = PRELUDE.split("\nparser")
+    assert text == head + device + "\nparser" + tail + becomes + "\n"
+    assert skipped == []
+
+
+def test_missing_imports_are_added_and_aliases_followed(tmp_path: Path) -> None:
+    source = '"""Doc."""\nimport torch.distributed as dist\n\ndist.init_process_group(backend="nccl")\n'
+    text, _ = _fix(tmp_path, source)
+    assert text == (
+        '"""Doc."""\nimport torch\nimport torch.distributed as dist\n\n'
+        'dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")\n'
+    )
+    aliased = "import torch as th\nimport torch.distributed as dist\ndist.init_process_group('nccl')\n"
+    assert "th.cuda.is_available()" in _fix(tmp_path, aliased)[0]
+
+
+def _changed_lines(before: str, after: str) -> set[int]:
+    """Lines of `before` (1-based) that the fix replaced or deleted."""
+    matcher = difflib.SequenceMatcher(a=before.splitlines(), b=after.splitlines(), autojunk=False)
+    return {i + 1 for tag, i1, i2, _, _ in matcher.get_opcodes() if tag in ("replace", "delete") for i in range(i1, i2)}
+
+
+@pytest.mark.parametrize("name", ["fixable_train.py", "article_style.py", "ddp001_bad.py", "ddp010_bad.py"])
+def test_only_the_lines_of_fixable_findings_change(tmp_path: Path, name: str) -> None:
+    before = (FIXTURES / name).read_text()
+    linted = api.lint_sources(api.read([FIXTURES / name], FIXTURES), [FIXTURES / name])
+    fixable = {f.line for f in linted.result.findings if f.rule in FIXED_RULES}
+    after, _ = _fix(tmp_path, before)
+    assert fixable and _changed_lines(before, after) == fixable
+    path = tmp_path / "train.py"
+    path.write_text(after)
+    again = api.lint_sources(api.read([path], tmp_path), [path])
+    assert not [f for f in again.result.findings if f.rule in FIXED_RULES]
+    assert _fix(tmp_path, after)[0] == after  # a second run changes nothing
+
+
+def test_fix_writes_the_file_and_lints_it_again(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text((FIXTURES / "article_style.py").read_text())
+    path.chmod(0o640)
+    linted = api.lint_sources(api.read([path], tmp_path), [path])
+    done, after = linted.fix()
+    assert [sorted(f.rule for f in d.fixed) for d in done] == [["DDP002", "DDP010"]]
+    assert path.read_text() == done[0].text and (path.stat().st_mode & 0o777) == 0o640
+    assert sorted(f.rule for f in after.result.findings) == ["DDP011", "TOR102"]  # not mechanical: left
+    assert done[0].diff().startswith("--- a/train.py\n+++ b/train.py\n")
+
+
+def test_a_file_changed_since_it_was_read_is_not_written(tmp_path: Path) -> None:
+    path = tmp_path / "train.py"
+    path.write_text("import torch.distributed as dist\ndist.init_process_group('nccl')\n")
+    linted = api.lint_sources(api.read([path], tmp_path), [path])
+    path.write_text("import torch.distributed as dist\ndist.init_process_group('nccl')  # edited\n")
+    done, _ = linted.fix()
+    assert not done[0].changed and "edited" in path.read_text()
+    assert any("not fixed" in note for note in linted.result.notes)
