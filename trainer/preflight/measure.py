@@ -36,7 +36,11 @@ class Window:
 
 
 class Local:
-    """A kernel this rank times on its own: warm up (which also sizes the windows), then windows."""
+    """A kernel this rank times on its own: a warm-up, then windows. On CPU a window runs until
+    ``window_s`` has passed (however little a throttled rank gets done in it: a window sized in
+    iterations from a throttled warm-up would hold a few milliseconds of work, which can fit in
+    one period's quota); on GPU it runs as many iterations as the warm-up says fill ``window_s``
+    (reading the clock there would mean a sync per kernel)."""
 
     def __init__(self, op: Callable[[], object], device: torch.device, window_s: float) -> None:
         self.op = op
@@ -46,7 +50,7 @@ class Local:
         self.best: Window | None = None
 
     def warm_up(self) -> None:
-        """Run the kernel for a share of a window and size the windows from its speed."""
+        """Run the kernel for a share of a window and size the GPU's windows from its speed."""
         self.op()
         sync(self.device)
         count, t0 = 0, time.perf_counter()
@@ -64,12 +68,19 @@ class Local:
         threads = max(1, torch.get_num_threads())
         sync(self.device)
         c0, t0 = time.process_time(), time.perf_counter()
-        for _ in range(self.iters):
-            self.op()
-        sync(self.device)
+        if self.device.type == "cuda":
+            count = self.iters
+            for _ in range(count):
+                self.op()
+            sync(self.device)
+        else:
+            count, deadline = 0, t0 + self.window_s
+            while count < MAX_ITERS and (count == 0 or time.perf_counter() < deadline):
+                self.op()
+                count += 1
         wall = time.perf_counter() - t0
         cpu = time.process_time() - c0
-        out = Window(wall / self.iters, min(1.0, cpu / wall / threads) if wall > 0 else 0.0)
+        out = Window(wall / count, min(1.0, cpu / wall / threads) if wall > 0 else 0.0)
         if self.best is None or out.seconds < self.best.seconds:
             self.best = out
         return out
