@@ -18,11 +18,11 @@ from ..errors import UsageError
 MODES = ("off", "warn", "fail")
 FABRICS = ("socket", "infiniband", "roce", "efa")
 
-# Below this share of the median (or the best, see judge.reference) a node, rank or link is named.
-# 0.6: a throttled CPU quota or a failing GPU shows at a third to a half of its peers, while a
-# healthy peer measured best-of-k on a busy shared host stays above ~0.75 (docs/preflight.md has
-# the spread measured on a 2-core machine shared with other work); on GPUs, whose figures agree
-# within a few per cent, raise it (0.8) to catch milder stragglers.
+# Below this share of the median (judge.reference) a node, rank or link is named. 0.6: a node
+# under a CPU limit or a failing GPU shows at a third to a half of its peers, while healthy peers
+# measured best-of-3 agreed within 0.74-1.00 on a 2-core host shared with other work
+# (docs/preflight.md); on GPUs, whose figures agree within a few per cent, 0.8 catches milder
+# stragglers.
 DEFAULT_TOLERANCE = 0.6
 DEFAULT_REPEATS = 3
 # Each timed window spans several of the kernel's CFS periods (100 ms, what a Kubernetes CPU limit
