@@ -76,6 +76,15 @@ def _timed_locally(
     return bench.best if bench is not None else None
 
 
+def _world_allreduce(nbytes: int, device: torch.device, cfg: PreflightConfig) -> float:
+    """This rank's best seconds per all-reduce over the whole world."""
+    everywhere = measure.AllReduce(None, nbytes, device, cfg.window_s)
+    everywhere.warm_up()
+    for _ in range(cfg.repeats):
+        everywhere.window()
+    return everywhere.best
+
+
 def _measure_pairs(
     places: list[Place], rank: int, device: torch.device, nbytes: int, cfg: PreflightConfig
 ) -> Callable[[list[tuple[int, int]], int], dict[tuple[int, int], float]]:
@@ -136,13 +145,9 @@ def run_checks(ctx: DistContext, device: torch.device, backend: str, config: Pre
     )
 
     nbytes = config.allreduce_bytes(device.type)
-    world_s: float | None = None
-    if d.group_active():
-        everywhere = measure.AllReduce(None, nbytes, device, config.window_s)
-        everywhere.warm_up()
-        for _ in range(config.repeats):
-            everywhere.window()
-        world_s = everywhere.best
+    world_s = _world_allreduce(nbytes, device, config) if d.group_active() else None
+    if on_gpu:
+        torch.cuda.empty_cache()  # the checks' buffers are gone: leave their memory to training
     transport: nccl.Transport | None = None
     if backend == "nccl":
         _, lines = nccl.read_own_lines()

@@ -305,7 +305,8 @@ def judge_world(out: Judged, places: Sequence[Place], world_busbw: float, floor:
         return
     nodes = nodes_of(places)
     text = (
-        f"{LOW_BUSBW}: all-reduce over {len(places)} ranks ({len(nodes)} nodes): {fmt(world_busbw)} GB/s, "
+        f"{LOW_BUSBW}: all-reduce over {len(places)} ranks ({len(nodes)} node{'s' if len(nodes) > 1 else ''}): "
+        f"{fmt(world_busbw)} GB/s, "
         f"below the floor {fmt(floor)} GB/s (--preflight-min-busbw)"
     )
     if len(nodes) == 2:
