@@ -38,10 +38,11 @@ def _spread(reports: list[dict]) -> str:  # type: ignore[type-arg]
     return "; ".join(rows)
 
 
-def test_two_nodes_print_the_table(tmp_path: Path) -> None:
-    """2 nodes x 2 processes, the standalone entry: rank 0 prints the table (ranks grouped by node),
-    the bus bandwidth, the 2-node caveat and the verdict, and writes the JSON; no other rank prints."""
-    run = run_preflight(tmp_path, args=["--preflight", "warn"])
+def test_two_nodes_pass_and_print_the_table(tmp_path: Path) -> None:
+    """2 nodes x 2 processes, the standalone entry (--preflight fail by default): it passes, and rank
+    0 prints the table (ranks grouped by node), the bus bandwidth, the 2-node caveat and the
+    verdict, and writes the JSON; no other rank prints."""
+    run = run_preflight(tmp_path)
     assert run.codes == [0, 0], run.explain()
     out0, out1 = run.outs[0][0], run.outs[1][0]
     lines = [line for line in out0.splitlines() if line.startswith("[rank 0] ddpctl-trainer: preflight")]
@@ -64,7 +65,9 @@ def test_two_nodes_print_the_table(tmp_path: Path) -> None:
         r"all-reduce 4 MiB over 4 ranks: bus bandwidth \d[\d.]* GB/s \(algbw [\d.]+ GB/s x 2\(n-1\)/n", text
     )
     assert "with 2 nodes a slow link and a slow node look the same from both ends" in text
-    assert lines[-1].startswith("[rank 0] ddpctl-trainer: preflight verdict: "), text
+    assert re.fullmatch(
+        r"\[rank 0\] ddpctl-trainer: preflight verdict: passed: 4 ranks on 2 nodes, in [\d.]+ s", lines[-1]
+    )
     ranks = run.report["ranks"]
     assert [(r["rank"], r["node"], r["local_rank"]) for r in ranks] == [(0, 0, 0), (1, 0, 1), (2, 1, 0), (3, 1, 1)]
     assert all(r["compute"] > 0 for r in ranks) and run.report["allreduce"]["busbw_gbps"] > 0
