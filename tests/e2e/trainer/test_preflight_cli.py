@@ -5,7 +5,7 @@ The slowed node gets 0.05 CPU for its agent and workers together (a CFS quota of
 a healthy rank, running alone, gets whatever this shared machine leaves it (20-100 % of a core
 here, with other work on it). Several rounds of the checks run in one job where only the timing
 is under test (tests/support/preflight_repeat.py): starting four processes that import torch
-costs more than the checks."""
+costs more than the checks (the benchmark, bench/bench_preflight.py, runs jobs of their own)."""
 
 from __future__ import annotations
 
@@ -91,14 +91,18 @@ def test_a_slow_node_fails_the_job_with_the_preflight_exit_code(tmp_path: Path) 
     assert "ddpctl-trainer.launch: workers failed; exit 201" in run.outs[1][1]
 
 
-def test_the_slow_node_is_named_in_each_of_3_rounds(tmp_path: Path) -> None:
+def test_the_slow_node_is_named_in_each_of_3_runs(tmp_path: Path) -> None:
+    """Three jobs of their own: each starts the quota afresh (a check right after the node was
+    throttled is the one a short timing window lets through)."""
     _need_cgroups()
-    run = run_preflight(tmp_path, args=["--preflight", "warn"], slow_node=1, cpus=SLOW_CPUS, rounds=3)
-    assert run.codes == [0, 0], run.explain()
-    assert len(run.reports) == 3, run.explain()
-    print(f"\nslowed: {_spread(run.reports)}")
-    assert [named_nodes(r) for r in run.reports] == [{1}] * 3, _spread(run.reports)
-    assert all(f["kind"] == "slow node" for r in run.reports for f in r["findings"])
+    reports = []
+    for i in range(3):
+        run = run_preflight(tmp_path / str(i), args=["--preflight", "warn"], slow_node=1, cpus=SLOW_CPUS)
+        assert run.codes == [0, 0], run.explain()
+        reports.append(run.report)
+    print(f"\nslowed: {_spread(reports)}")
+    assert [named_nodes(r) for r in reports] == [{1}] * 3, _spread(reports)
+    assert all(f["kind"] == "slow node" for r in reports for f in r["findings"])
 
 
 def test_ten_healthy_rounds_name_nothing(tmp_path: Path) -> None:
