@@ -41,6 +41,13 @@ EXIT_PREEMPTED = 143
 # The stall watchdog ended a hung job: above 128 so signal-retrying rules retry a hang, above
 # 128 + 64 so it is never read as "killed by signal N".
 EXIT_STALLED = 200
+# The preflight checks (`--preflight fail`) named a slow node, rank or link, or NCCL fell back to
+# sockets on a job that asked for a fast fabric: every rank exits with it before the first step.
+# Like a crash, it is this attempt's failure: counted on job (backoffLimit) and jobset (maxRestarts),
+# so a replacement pod may land on a healthy node, and permanent under PyTorchJob's ExitCode policy
+# (not in KUBEFLOW_RETRYABLE); above 128 + 64 so it is never read as a signal, and not 2 (which
+# would forbid the retry that can help) nor 138/143 (which say a peer caused it).
+EXIT_PREFLIGHT = 201
 
 # Why a pod stopped when the cause was elsewhere: a peer's preemption (every rank stops at the
 # same step and exits 143) or a peer's death (138). Only the pod with the cause counts as a failure.
@@ -55,6 +62,7 @@ _MEANINGS = {
     EXIT_PEER_LOST: "lost a peer",
     EXIT_PREEMPTED: "stopped by SIGTERM",
     EXIT_STALLED: "stalled",
+    EXIT_PREFLIGHT: "failed its preflight checks",
 }
 
 
@@ -72,6 +80,13 @@ STALL_SUMMARY_FIRST = "no rank made progress"  # the first line of a job's (not 
 ALREADY_COMPLETE = "already complete"  # a rerun of a finished job: `... already complete at step N ...`
 LAUNCHER_TAG = f"{PROG}.launch: "  # the launcher's own lines
 LAUNCHER_STOPPED_BY = f"{LAUNCHER_TAG}stopped by "  # + signal name: the agent itself was signalled
+# The preflight report: every line rank 0 prints of it starts, after `[rank 0] `, with one of these
+# (all begin `ddpctl-trainer: preflight`): the table and figures, one line per finding (a slow node,
+# rank or link, NCCL's socket fallback), and the verdict, the report's last line.
+PREFLIGHT_PREFIX = f"{PROG}: preflight"
+PREFLIGHT_TAG = f"{PREFLIGHT_PREFIX}: "
+PREFLIGHT_FINDING_TAG = f"{PREFLIGHT_PREFIX} finding: "
+PREFLIGHT_VERDICT_TAG = f"{PREFLIGHT_PREFIX} verdict: "
 # Kubernetes keeps this file's text as the container's termination message, on the pod object,
 # after the container ended: the stall summary outlives a pod whose logs go with it.
 TERMINATION_LOG = "/dev/termination-log"
@@ -162,6 +177,11 @@ COLLECTIVE_TIMEOUT_ENV = flag_env("--timeout-s")
 CHECKPOINT_DIR_ENV = flag_env("--checkpoint-dir")
 USER_BACKEND_ENV = "DDP_BACKEND"  # the backend, for a user's own training script
 JOB_NAME_ENV = "DDP_JOB_NAME"
+# Where a pod runs, for the preflight report (the downward API: fieldRef spec.nodeName and
+# metadata.name). HOSTNAME is the pod's name only where no hostname is set (Indexed Job pods get
+# `<job>-<index>`), so the pod name has a variable of its own; both fall back when unset.
+NODE_NAME_ENV = "DDP_NODE_NAME"
+POD_NAME_ENV = "DDP_POD_NAME"
 # Node groups: each group is its own Indexed Job whose completion index starts at 0, so the pod
 # carries its group's first node rank, and node rank = offset + JOB_COMPLETION_INDEX.
 NODE_RANK_OFFSET_ENV = "PET_NODE_RANK_OFFSET"

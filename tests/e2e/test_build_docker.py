@@ -83,7 +83,7 @@ def test_dockerignore_semantics_follow_docker(patterns: str, path: str, ignored:
 def test_content_hash_changes_with_the_code_not_with_ignored_files(tmp_path: Path) -> None:
     ctx = _copy_context(tmp_path)
     first, count = content_hash(ctx, ctx / "Dockerfile", {})
-    assert count == len(list((REPO / "trainer").glob("*.py"))) + 1
+    assert count == len(list((REPO / "trainer").rglob("*.py"))) + 1  # the package and its subpackages
     assert content_hash(ctx, ctx / "Dockerfile", {}) == (first, count)  # deterministic
     (ctx / "README.md").write_text("changed, but ignored\n")
     assert content_hash(ctx, ctx / "Dockerfile", {})[0] == first
