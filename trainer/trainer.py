@@ -42,11 +42,20 @@ from . import dist as d
 from .config import TrainConfig
 from .data import build_data
 from .dist import DistContext
-from .errors import CheckpointError, Preempted, TrainerError, TrainerFailure, is_peer_lost, peer_lost
+from .errors import (
+    CheckpointError,
+    Preempted,
+    StoreError,
+    TrainerError,
+    TrainerFailure,
+    is_peer_lost,
+    peer_lost,
+    scrub,
+)
 from .metrics import MetricsLog, Progress
 from .models import build_model
 from .protocol import ALREADY_COMPLETE, WARNING_TAG
-from .store import ShardedSave, StoreError, open_store, scrub
+from .store import ShardedSave, open_store
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
 _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)

@@ -1,4 +1,4 @@
-"""ddpctl_trainer.store.ObjectStore against a real S3 server (SeaweedFS on loopback, see
+"""ddpctl_trainer.object_store.ObjectStore against a real S3 server (SeaweedFS on loopback, see
 tests/support/s3.py), in this process: a checkpoint is visible only when complete (data, then its
 manifest, then `latest`); resume takes the newest complete one and names what it skips; keep-last
 deletes only after the new one is published; `latest` never moves back, also with writers racing;
@@ -18,13 +18,13 @@ from typing import Any
 
 import pytest
 import torch
-from ddpctl_trainer import stop
+from ddpctl_trainer import object_client, object_store, stop
 from ddpctl_trainer import store as store_mod
 from ddpctl_trainer.checkpoint import FORMAT, Writer
 from ddpctl_trainer.config import parse_args, validate_for_world
 from ddpctl_trainer.dist import DistContext, setup, teardown
-from ddpctl_trainer.errors import CheckpointError, UsageError
-from ddpctl_trainer.store import ObjectMissing, ObjectStore, StoreError, scrub
+from ddpctl_trainer.errors import CheckpointError, StoreError, UsageError, scrub
+from ddpctl_trainer.object_store import ObjectMissing, ObjectStore
 
 from tests.support.s3 import SECRET_KEY, S3Server, latest_checkpoint, object_names, prefix_for, require_obstore
 
@@ -372,7 +372,7 @@ def test_the_client_gets_the_retry_and_timeout_settings(monkeypatch: pytest.Monk
 
     monkeypatch.setattr(obstore.store, "from_url", from_url)
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    assert store_mod._connect("s3://bucket/run") == "client"
+    assert object_client.connect("s3://bucket/run") == "client"
     seconds = datetime.timedelta(seconds=1)
     retry, options = given["retry_config"], given["client_options"]
     assert retry["max_retries"] == 3 and retry["retry_timeout"] == 30 * seconds
@@ -467,7 +467,7 @@ def test_a_rank_whose_shard_upload_fails_in_any_way_reports_it_so_rank_0_does_no
         staging = tmp_path / f"rank{rank}"
         staging.mkdir()
         (staging / f"__{rank}_0.distcp").write_bytes(b"shard")
-        saves.append(store_mod._ObjectShardedSave(store, 3, "ckpt-00000003", "a1", staging, ctx))
+        saves.append(object_store._ObjectShardedSave(store, 3, "ckpt-00000003", "a1", staging, ctx))
     with pytest.raises(CheckpointError) as on_rank_1:
         saves[0].commit()
     reported = json.loads(marks.values["ckpt-00000003/a1/rank1"])["error"]

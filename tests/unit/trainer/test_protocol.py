@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from ddpctl_trainer import protocol
 
 

@@ -363,9 +363,9 @@ def test_sigterm_while_an_error_is_reported_is_still_one_line_and_exit_143(monke
     real_print = trainer_main.print_error
     printed: list[str] = []
 
-    def print_and_get_terminated(message: str, label: str = "") -> None:
+    def print_and_get_terminated(message: str, rank: int | None = None) -> None:
         printed.append(message)
-        real_print(message, label)
+        real_print(message, rank)
         os.kill(os.getpid(), signal.SIGTERM)  # delivered at the next bytecode, inside the handler
 
     monkeypatch.setattr(trainer_main, "print_error", print_and_get_terminated)
@@ -450,8 +450,7 @@ def test_a_failure_torch_distributed_checkpoint_wrapped_is_raised_as_one_line(mo
     """Its CheckpointException (a BaseException, with every rank's failure): a TrainerError found
     in it as it is; a second SIGTERM as it is (exit 143); anything else one CheckpointError line
     naming the rank, the type and the message without secrets."""
-    from ddpctl_trainer.errors import Terminated
-    from ddpctl_trainer.store import StoreError
+    from ddpctl_trainer.errors import StoreError, Terminated
     from ddpctl_trainer.trainer import _dcp_failure
     from torch.distributed.checkpoint.api import CheckpointException
 

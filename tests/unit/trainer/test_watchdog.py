@@ -14,25 +14,22 @@ from ddpctl_trainer import watchdog
 from ddpctl_trainer.config import parse_args
 from ddpctl_trainer.errors import UsageError
 from ddpctl_trainer.protocol import EXIT_STALLED, STALL_SUMMARY_TAG
-from ddpctl_trainer.watchdog import (
+from ddpctl_trainer.stall import (
     BACKWARD,
     DATA,
     EVAL,
     FORWARD,
     LOGGING,
     SETUP,
-    Beacon,
     Frame,
     Heartbeat,
     StallClock,
-    Watchdog,
     analyse,
-    capture_stack,
-    dump_flight_recorder,
     position,
     summary_lines,
     user_frames,
 )
+from ddpctl_trainer.watchdog import Beacon, Watchdog, capture_stack, dump_flight_recorder
 
 
 @pytest.fixture(autouse=True)
