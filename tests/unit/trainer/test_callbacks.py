@@ -143,9 +143,17 @@ class _Stub:
         self.__dict__.update(attrs)
 
 
-def test_the_users_callbacks_run_after_logging_and_before_checkpoints_and_the_stop_vote() -> None:
-    mine = Callback()
-    names = [type(h).__name__ for h in callbacks.hooks([mine])]
+def test_the_users_callbacks_run_after_logging_and_before_checkpoints_and_the_stop_vote(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ddpctl_trainer.trainer import Trainer
+
+    monkeypatch.setitem(sys.modules, "mine_hooks", _Stub(mine=Callback()))
+    cfg = parse_args(
+        ["--synthetic-samples", "32", "--checkpoint-dir", str(tmp_path), "--callback", "mine_hooks:mine"], {}
+    )
+    trainer = Trainer.from_config(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")
+    names = [type(h).__name__ for h in trainer.hooks]
     assert names == ["Heartbeat", "FirstStepMetric", "ProgressLog", "Callback", "SaveCadence", "MaxSteps", "StopVote"]
 
 
@@ -187,7 +195,7 @@ def recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Recorder:
     )
     stop.reset()
     try:
-        Trainer(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo").fit()
+        Trainer.from_config(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo").fit()
     finally:
         stop.reset()
     return recorder

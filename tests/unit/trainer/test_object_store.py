@@ -607,7 +607,7 @@ def fsdp_trainer(env: S3Server, request: pytest.FixtureRequest, monkeypatch: pyt
     device = setup(ctx, "gloo", 60, need_group=True)
     stop.reset()
     try:
-        yield lambda: Trainer(parse_args(argv, {}), ctx, device, "gloo")
+        yield lambda: Trainer.from_config(parse_args(argv, {}), ctx, device, "gloo")
     finally:
         stop.reset()
         teardown()
@@ -644,7 +644,9 @@ def test_a_store_failure_inside_torch_distributed_checkpoint_is_one_line_not_a_t
     with pytest.raises(CheckpointError) as failed:
         trainer.resume()
     message = str(failed.value)
-    assert message.startswith(f"loading checkpoint {trainer.store.url}/ckpt-00000001 failed on rank 0 (OSError: ")
+    assert message.startswith(
+        f"loading checkpoint {trainer.checkpointer.store.url}/ckpt-00000001 failed on rank 0 (OSError: "
+    )
     assert "No space left on device ***" in message and SECRET_KEY not in message and "\n" not in message
 
     def write_refused(*args: Any, **kwargs: Any) -> None:
@@ -659,7 +661,7 @@ def test_a_sharded_checkpoint_stored_in_the_foreground_clears_an_earlier_failed_
     """The stop path saves again when the last background save failed (``writer.failed``): a
     foreground sharded save that succeeds clears it, as a full one does, so nothing saves twice."""
     trainer = fsdp_trainer()
-    trainer.writer.failed = True
+    trainer.checkpointer.writer.failed = True
     trainer.save_checkpoint(background=False)
-    assert not trainer.writer.failed
-    assert trainer.store.read_latest()[0] == 0
+    assert not trainer.checkpointer.writer.failed
+    assert trainer.checkpointer.store.read_latest()[0] == 0

@@ -332,7 +332,7 @@ def test_checkpoints_load_with_weights_only(tmp_path: Path) -> None:
 
 
 def test_rng_state_survives_a_weights_only_round_trip(tmp_path: Path) -> None:
-    from ddpctl_trainer.trainer import rng_state, set_rng_state
+    from ddpctl_trainer.checkpointer import rng_state, set_rng_state
 
     torch.manual_seed(1)
     state = rng_state()
@@ -427,21 +427,22 @@ def test_a_stop_only_this_rank_got_leaves_a_cadence_save_in_the_background(
     cfg = parse_args([*argv, "--checkpoint-dir", str(tmp_path)], {})
     stop.reset()
     try:
-        trainer = Trainer(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")
+        trainer = Trainer.from_config(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")
+        writer = trainer.checkpointer.writer
         stop.defer(True)
         assert not stop.on_signal() and stop.requested()  # this process's own SIGTERM, recorded
         submitted: list[str] = []
-        real_submit = trainer.writer.submit
+        real_submit = writer.submit
 
         def submit(what: str, save: Any) -> None:
             submitted.append(what)
             real_submit(what, save)
 
-        monkeypatch.setattr(trainer.writer, "submit", submit)
+        monkeypatch.setattr(writer, "submit", submit)
         trainer.save_checkpoint()
-        trainer.writer.wait()
+        writer.wait()
         assert submitted == [str(tmp_path / "ckpt-00000000.pt")]
-        assert not trainer.writer.failed and (tmp_path / "ckpt-00000000.pt").is_file()
+        assert not writer.failed and (tmp_path / "ckpt-00000000.pt").is_file()
     finally:
         stop.reset()
 
@@ -450,8 +451,8 @@ def test_a_failure_torch_distributed_checkpoint_wrapped_is_raised_as_one_line(mo
     """Its CheckpointException (a BaseException, with every rank's failure): a TrainerError found
     in it as it is; a second SIGTERM as it is (exit 143); anything else one CheckpointError line
     naming the rank, the type and the message without secrets."""
+    from ddpctl_trainer.checkpointer import dcp_failure as _dcp_failure
     from ddpctl_trainer.errors import StoreError, Terminated
-    from ddpctl_trainer.trainer import _dcp_failure
     from torch.distributed.checkpoint.api import CheckpointException
 
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "hunter2-secret")
