@@ -89,7 +89,7 @@ def bench_stall(server: S3Server, repeats: int) -> dict[str, Any]:
     cfg = parse_args(
         [*MODEL_ARGS, "--synthetic-samples", "64", "--no-eval", "--checkpoint-dir", url, "--keep-last", "2"]
     )
-    trainer = Trainer(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")
+    trainer = Trainer.from_config(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")
     x = torch.randn(trainer.batch, 3, cfg.image_size, cfg.image_size)
     y = torch.randint(0, cfg.num_classes, (trainer.batch,))
     assert server.proc is not None
@@ -123,7 +123,7 @@ def bench_stall(server: S3Server, repeats: int) -> dict[str, Any]:
         trainer.save_checkpoint()
         call = time.perf_counter() - t0
         after_wall, _ = window()
-        trainer.writer.wait()
+        trainer.checkpointer.wait()
         after_cpu = time.process_time() - c0
         return {
             "call": call,
@@ -132,10 +132,10 @@ def bench_stall(server: S3Server, repeats: int) -> dict[str, Any]:
             "server_cpu": _cpu_s(server_pid) - srv0,
         }
 
-    from ddpctl_trainer.store import ObjectStore
+    from ddpctl_trainer.object_store import ObjectStore
     from obstore.store import MemoryStore
 
-    s3_store = trainer.store
+    s3_store = trainer.checkpointer.store
     remote = ObjectStore("s3://remote/bench", lambda m: None, client=MemoryStore())  # the trainer's side only
     steps: list[float] = [step() for _ in range(2)]  # warm-up; also creates the momentum a checkpoint carries
     step_cpu: list[float] = []
@@ -148,10 +148,10 @@ def bench_stall(server: S3Server, repeats: int) -> dict[str, Any]:
         step_cpu.append(time.process_time() - c0)
         syncs.append(save_sync())
         backgrounds.append(save_background())
-        trainer.store = remote
+        trainer.checkpointer.store = remote
         trainer_side.append(save_background())
-        trainer.store = s3_store
-    assert not trainer.writer.failed, "a background save failed"
+        trainer.checkpointer.store = s3_store
+    assert not trainer.checkpointer.writer.failed, "a background save failed"
     step_s, save_s = statistics.median(steps), statistics.median(syncs)
     med = {k: statistics.median(b[k] for b in backgrounds) for k in backgrounds[0]}
     mine = {k: statistics.median(b[k] for b in trainer_side) for k in trainer_side[0]}
@@ -255,7 +255,7 @@ def fsdp_worker(mode: str, url: str, out: Path) -> None:
     try:
         args = [*MODEL_ARGS, "--strategy", "fsdp", "--fsdp-state-dict", mode, "--checkpoint-dir", url, "--no-eval"]
         cfg = parse_args([*args, "--synthetic-samples", "64"])
-        trainer = Trainer(cfg, ctx, device, "gloo")
+        trainer = Trainer.from_config(cfg, ctx, device, "gloo")
         x = torch.randn(trainer.batch, 3, cfg.image_size, cfg.image_size)
         y = torch.randint(0, cfg.num_classes, (trainer.batch,))
         for _ in range(2):

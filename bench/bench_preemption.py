@@ -59,7 +59,7 @@ def bench_stall(repeats: int) -> dict[str, Any]:
         cfg = parse_args(
             [*MODEL_ARGS, "--synthetic-samples", "64", "--no-eval", "--checkpoint-dir", tmp, "--keep-last", "2"]
         )
-        trainer = Trainer(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")
+        trainer = Trainer.from_config(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")
         x = torch.randn(trainer.batch, 3, cfg.image_size, cfg.image_size)
         y = torch.randint(0, cfg.num_classes, (trainer.batch,))
 
@@ -81,7 +81,7 @@ def bench_stall(repeats: int) -> dict[str, Any]:
             trainer.save_checkpoint()
             call = time.perf_counter() - t0
             after = sum(step() for _ in range(window))
-            trainer.writer.wait()
+            trainer.checkpointer.wait()
             return call, call + after - window * statistics.median(steps)
 
         steps = [step() for _ in range(2)]  # warm-up; also creates the momentum buffers a checkpoint carries

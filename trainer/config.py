@@ -271,9 +271,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         metavar="MODULE:NAME",
         help="your own step hooks: an object (or a class or function that makes one) with some of the methods "
-        "on_epoch_start, on_step_end, on_epoch_end (each given the trainer) and on_checkpoint_write, called "
-        "on every rank after the trainer's own logging and before its checkpoints and stop vote (see "
-        f"ddpctl_trainer.callbacks); repeat the flag for several ({flag_env('--callback')}: comma-separated)",
+        "on_epoch_start, on_step_end, on_epoch_end and on_checkpoint_write, each given a view of the run "
+        "(ddpctl_trainer.callbacks.TrainerView: the position, the last loss, requests to save or stop), called "
+        "on every rank after the trainer's own logging and before its checkpoints and stop vote; repeat the flag "
+        f"for several ({flag_env('--callback')}: comma-separated)",
     )
     _show_defaults(p)
     return p

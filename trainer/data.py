@@ -125,6 +125,16 @@ class DataBundle:
     eval_loader: DataLoader[Any] | None
     num_classes: int
     normalize: tuple[tuple[float, ...], tuple[float, ...]] | None  # applied on the device, per batch
+    # The training loader's workers draw their seeds from this generator, which the trainer reseeds
+    # every epoch, so the global RNG stream does not depend on when an iterator was made (exact resume).
+    generator: torch.Generator
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """This rank's training batches an epoch (the last one may be short)."""
+        batch = self.train_loader.batch_size
+        assert batch is not None  # build_data gives the loader a batch size
+        return math.ceil(self.train_sampler.num_samples / batch)
 
 
 def synthetic(n: int, classes: int, size: int, seed: int, split: int = 0) -> TensorImages:
@@ -266,7 +276,10 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
     common: dict[str, Any] = {"num_workers": workers, "pin_memory": pin_memory, "collate_fn": collate}
     if workers > 0:
         common.update(persistent_workers=cfg.persistent_workers, prefetch_factor=cfg.prefetch_factor)
-    train_loader = DataLoader(train_ds, batch_size=batch, sampler=sampler, drop_last=False, **common)
+    generator = torch.Generator()
+    train_loader = DataLoader(
+        train_ds, batch_size=batch, sampler=sampler, drop_last=False, generator=generator, **common
+    )
 
     eval_loader = None
     if eval_ds is not None and cfg.eval:
@@ -278,4 +291,4 @@ def build_data(cfg: TrainConfig, ctx: DistContext, batch: int, pin_memory: bool)
             sampler=EvalShardSampler(total, ctx.rank, ctx.world_size),
             **{**common, "persistent_workers": False} if workers > 0 else common,
         )
-    return DataBundle(train_loader, sampler, eval_loader, classes, normalize)
+    return DataBundle(train_loader, sampler, eval_loader, classes, normalize, generator)

@@ -4,7 +4,9 @@
 group exists, so all ranks stop together. ``TrainerFailure`` (exit 1) is a runtime failure.
 ``PeerLost`` (exit 138) is a collective that failed because another rank went away after the
 process group was set up: this rank is not the cause, and the job is worth restarting (see
-``is_peer_lost``). The exit codes, and why they are these numbers, are in ``protocol``.
+``is_peer_lost``). ``StoreError`` is an object store that refused or failed a request. The exit
+codes, and why they are these numbers, are in ``protocol``. No message carries a credential
+(``scrub``).
 """
 
 from __future__ import annotations
@@ -13,8 +15,17 @@ import os
 import re
 import sys
 import traceback
+from collections.abc import Mapping
 
-from .protocol import ERROR_TAG, EXIT_FAILURE, EXIT_PEER_LOST, EXIT_PREEMPTED, EXIT_USAGE
+from .protocol import (
+    ERROR_TAG,
+    EXIT_FAILURE,
+    EXIT_PEER_LOST,
+    EXIT_PREEMPTED,
+    EXIT_USAGE,
+    OBJECT_STORE_SECRET_ENV,
+    rank_prefix,
+)
 
 
 class TrainerError(Exception):
@@ -43,6 +54,10 @@ class CheckpointError(TrainerFailure):
     """A checkpoint file that cannot be read or does not hold a trainer checkpoint."""
 
 
+class StoreError(CheckpointError):
+    """The object store refused or failed a request: one line, credentials scrubbed."""
+
+
 class Preempted(TrainerError):
     """The run stopped on SIGTERM at a step boundary, after its checkpoint became durable."""
 
@@ -62,11 +77,36 @@ class Terminated(BaseException):
     """
 
 
-def print_error(message: str, rank_label: str = "") -> None:
-    """Print the single error line on stderr, in one write: ranks that share the stream (torchrun's)
-    may print at once, and print() writes the text and its newline separately."""
-    sys.stderr.write(f"{ERROR_TAG}{rank_label}{message}\n")
+def print_error(message: str, rank: int | None = None) -> None:
+    """Print the single error line on stderr (after the tag, ``rank``'s prefix: None for none), in
+    one write: ranks that share the stream (torchrun's) may print at once, and print() writes the
+    text and its newline separately."""
+    label = "" if rank is None else rank_prefix(rank)
+    sys.stderr.write(f"{ERROR_TAG}{label}{message}\n")
     sys.stderr.flush()
+
+
+_QUERY = re.compile(r"(https?://[^\s?]+)\?\S*")  # presigned URLs and SAS tokens carry secrets in the query
+_USERINFO = re.compile(r"(://)[^/@\s]+@")
+
+
+def scrub(text: str, env: Mapping[str, str] | None = None) -> str:
+    """``text`` as one line without credentials: the values of the secret variables
+    (``protocol.OBJECT_STORE_SECRET_ENV``), URL query strings and user:password@ parts go."""
+    env = os.environ if env is None else env
+    text = text.split("\n\nDebug source:", 1)[0]  # obstore appends the Rust error's debug dump
+    text = " ".join(text.split())
+    for name in OBJECT_STORE_SECRET_ENV:
+        value = env.get(name, "")
+        if len(value) >= 4:
+            text = text.replace(value, "***")
+    text = _QUERY.sub(r"\1?***", text)
+    return _USERINFO.sub(r"\1***@", text)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without a ``user:password@`` part."""
+    return _USERINFO.sub(r"\1", url)
 
 
 # What gloo, NCCL and c10d say when the process at the other end of a connection is gone or

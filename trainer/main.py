@@ -26,7 +26,6 @@ from .protocol import (
     EXIT_PREEMPTED,
     EXIT_STALLED,
     EXIT_USAGE,
-    rank_prefix,
 )
 from .watchdog import stalling
 
@@ -50,17 +49,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     at a step boundary, or without one when the signal came outside the training loop or twice)."""
     global _armed
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    label = [""]  # "[rank R] " once the rank is known
+    rank: list[int | None] = [None]  # this rank, once known, where its lines carry it (world size > 1)
     _armed = True
     try:
-        return _run(argv, label)
+        return _run(argv, rank)
     except Terminated:  # also when it lands while an error is being reported
         if stop.requested():  # the second signal: the checkpoint in progress is abandoned
             print_error(
-                "stopped by a second SIGTERM before the checkpoint was written; the previous one is kept", label[0]
+                "stopped by a second SIGTERM before the checkpoint was written; the previous one is kept", rank[0]
             )
         else:
-            print_error("stopped by SIGTERM", label[0])
+            print_error("stopped by SIGTERM", rank[0])
         return EXIT_PREEMPTED  # 128 + SIGTERM, as death by the signal would be
     finally:
         _armed = False
@@ -81,8 +80,8 @@ def _leave_to_the_watchdog() -> int:
     return EXIT_STALLED
 
 
-def _run(argv: Sequence[str] | None, label: list[str]) -> int:
-    rank_label = ""
+def _run(argv: Sequence[str] | None, label: list[int | None]) -> int:
+    rank: int | None = None
     try:
         from .config import parse_args, require_object_store_client, validate_for_world
         from .dist import detect
@@ -94,7 +93,7 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         validate_for_world(cfg, ctx.world_size)
         require_object_store_client(cfg)
         if ctx.world_size > 1:
-            rank_label = label[0] = rank_prefix(ctx.rank)
+            rank = label[0] = ctx.rank
 
         import torch
 
@@ -117,19 +116,19 @@ def _run(argv: Sequence[str] | None, label: list[str]) -> int:
         # exits, so the rank that would have printed it for the node may be gone before it could.
         per_node = exc.exit_code == EXIT_PREEMPTED
         if not per_node or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
-            print_error(str(exc), rank_label if exc.exit_code != EXIT_USAGE else "")
+            print_error(str(exc), rank if exc.exit_code != EXIT_USAGE else None)
         return exc.exit_code
     except KeyboardInterrupt:
-        print_error("interrupted", rank_label)
+        print_error("interrupted", rank)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - the last line of defence: a rank's error is reported, never lost
         if stalling():
             return _leave_to_the_watchdog()
         if from_distributed_stack(exc):  # not a lost peer (see run_trainer): e.g. the group never came up
-            print_error(f"a collective failed: {failure_reason(exc)}", rank_label)
+            print_error(f"a collective failed: {failure_reason(exc)}", rank)
             return EXIT_FAILURE
         traceback.print_exc()
-        print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", rank_label)
+        print_error(f"unexpected {type(exc).__name__}: {' '.join(str(exc).split())[:300]}", rank)
         return EXIT_FAILURE
 
 

@@ -1,7 +1,9 @@
-"""Metrics output: JSON lines from rank 0, progress from rank 0 (plain lines, or a bar on a TTY).
+"""Metrics: what training measures (``Meter``), and where it goes: JSON lines from rank 0
+(``MetricsLog``), progress from rank 0 (``Progress``: plain lines, or a bar on a TTY).
 
-Values shown here are already reduced across ranks by the trainer (a collective only every
-``--log-every`` steps, never a per-step ``.item()``).
+A ``Meter`` keeps its sums on the device and reduces them across ranks only when asked (a
+collective every ``--log-every`` steps, never a per-step ``.item()``), so what is shown and written
+is already the whole job's.
 """
 
 from __future__ import annotations
@@ -9,10 +11,61 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
+import torch
+import torch.distributed as dist
+
 from . import protocol
+from .dist import group_active
+
+
+@dataclass(frozen=True)
+class Reduced:
+    """An interval's loss and accuracy over every rank's samples, and this rank's sample count."""
+
+    loss: float
+    accuracy: float
+    samples: float  # every rank's
+    local_samples: float  # this rank's
+
+
+class Meter:
+    """This rank's loss sum, correct count and samples since the last report, kept on the device."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.device = device
+        self.totals = torch.zeros(3, dtype=torch.float64, device=device)
+        self.last: Reduced | None = None  # the last report's values (None before the first)
+
+    def reset(self) -> None:
+        self.totals = torch.zeros(3, dtype=torch.float64, device=self.device)
+
+    def add(self, out: torch.Tensor, loss: torch.Tensor, y: torch.Tensor) -> None:
+        """Count a micro-batch: its output, mean loss and labels."""
+        with torch.no_grad():
+            n = y.shape[0]
+            self.totals += torch.stack(
+                [
+                    loss.detach().double() * n,
+                    (out.detach().argmax(1) == y).sum().double(),
+                    torch.tensor(float(n), dtype=torch.float64, device=self.device),
+                ]
+            )
+
+    def reduce(self) -> Reduced:
+        """Collective (every rank calls it): the interval's totals summed over the ranks (one
+        all-reduce); the next interval starts from zero."""
+        totals = self.totals
+        local_samples = float(totals[2].item())
+        if group_active():
+            dist.all_reduce(totals)
+        loss_sum, correct, count = totals.tolist()
+        self.totals = torch.zeros_like(totals)
+        self.last = Reduced(loss_sum / max(count, 1.0), correct / max(count, 1.0), count, local_samples)
+        return self.last
 
 
 class MetricsLog:

@@ -27,12 +27,15 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import torch
 
 from tests.support import REPO
+
+if TYPE_CHECKING:
+    from ddpctl_trainer.trainer import Trainer
 
 PY = sys.executable
 PROG_PREFIX = "ddpctl-trainer: error:"
@@ -286,3 +289,24 @@ def assert_same_params(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], a
 @pytest.fixture(scope="session")
 def trainer_tmp(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("trainer")
+
+
+# --------------------------------------------------------------------------------------------
+# In this process: a one-process trainer (no process group) for the unit tests
+# --------------------------------------------------------------------------------------------
+
+ONE_PROCESS = [
+    *("--synthetic-samples", "32", "--image-size", "8", "--batch-size", "16"),
+    *("--no-eval", "--progress", "none"),
+]
+
+
+def in_process(checkpoint_dir: str | Path, *args: str) -> Trainer:
+    """A ``Trainer`` of one process in this one, its parts made from ``ONE_PROCESS`` and ``args``
+    (later flags win): 32 samples in batches of 16, 2 steps an epoch."""
+    from ddpctl_trainer.config import parse_args
+    from ddpctl_trainer.dist import DistContext
+    from ddpctl_trainer.trainer import Trainer
+
+    cfg = parse_args([*ONE_PROCESS, "--checkpoint-dir", str(checkpoint_dir), *args], {})
+    return Trainer.from_config(cfg, DistContext(0, 0, 1, 1, 0, 0, "single"), torch.device("cpu"), "gloo")

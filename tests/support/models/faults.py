@@ -40,7 +40,7 @@ from ddpctl_trainer import stop
 from ddpctl_trainer.errors import TrainerFailure
 
 if TYPE_CHECKING:
-    from ddpctl_trainer.trainer import Trainer
+    from ddpctl_trainer.callbacks import TrainerView
 
 CALLBACK_ENV = "DDP_TRAINER_CALLBACK"  # the trainer's --callback
 CALLBACK = "tests.support.models.faults:Faults"  # from the checkout
@@ -80,12 +80,12 @@ class Faults:
         self.pause_steps = {int(s) for s in os.environ.get(PAUSE_IN_CHECKPOINT, "").split(",") if s.strip()}
         self.pause_file = os.environ.get(PAUSE_FILE)
 
-    def on_step_end(self, trainer: Trainer) -> None:
+    def on_step_end(self, trainer: TrainerView) -> None:
         rank, step = trainer.ctx.rank, trainer.step
         if trainer.ctx.restart_count != 0:
             return
         if self.kill_step and step == self.kill_step and self.kill_settled:
-            trainer.writer.wait()  # every rank: the saves before step K are stored (or failed)
+            trainer.wait_for_checkpoint()  # every rank: the saves before step K are stored (or failed)
         if self.kill_step and step == self.kill_step and rank == self.kill_rank:
             print(f"[fault] killing rank {rank} at step {step}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
@@ -100,7 +100,7 @@ class Faults:
         if not stop.wait(HOLD_LIMIT_S):
             raise TrainerFailure(f"test hook: no SIGTERM arrived within {HOLD_LIMIT_S:g}s of step {step}")
 
-    def on_checkpoint_write(self, trainer: Trainer, step: int, file: IO[bytes]) -> None:
+    def on_checkpoint_write(self, trainer: TrainerView, step: int, file: IO[bytes]) -> None:
         if step in self.pause_steps and self.pause_file and trainer.ctx.restart_count == 0:
             self._pause(step, Path(f"{self.pause_file}.{step}"))
         if not self.checkpoint_step or step != self.checkpoint_step or trainer.ctx.restart_count != 0:

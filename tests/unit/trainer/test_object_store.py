@@ -1,12 +1,12 @@
-"""ddpctl_trainer.store.ObjectStore against a real S3 server (SeaweedFS on loopback, see
+"""ddpctl_trainer.object_store.ObjectStore against a real S3 server (SeaweedFS on loopback, see
 tests/support/s3.py), in this process: a checkpoint is visible only when complete (data, then its
 manifest, then `latest`); resume takes the newest complete one and names what it skips; keep-last
 deletes only after the new one is published; `latest` never moves back, also with writers racing;
 readers polling `latest` while a writer saves always load a complete checkpoint; a failed save is
 one line without credentials, and the next one (server back) succeeds; an object gone between a
 listing and its GET, a rank's failed shard upload, a failure after the manifest, a conditional
-write the server cannot do (said by the server, not the URL) and torch.distributed.checkpoint's
-wrapped failures each end as they should, in one line. Also the --checkpoint-dir URL checks."""
+write the server cannot do (said by the server, not the URL) each end as they should, in one line.
+The checkpointer's sharded saves through it: test_checkpointer.py."""
 
 from __future__ import annotations
 
@@ -18,13 +18,11 @@ from typing import Any
 
 import pytest
 import torch
-from ddpctl_trainer import stop
-from ddpctl_trainer import store as store_mod
+from ddpctl_trainer import object_store
 from ddpctl_trainer.checkpoint import FORMAT, Writer
-from ddpctl_trainer.config import parse_args, validate_for_world
-from ddpctl_trainer.dist import DistContext, setup, teardown
-from ddpctl_trainer.errors import CheckpointError, UsageError
-from ddpctl_trainer.store import ObjectMissing, ObjectStore, StoreError, scrub
+from ddpctl_trainer.dist import DistContext
+from ddpctl_trainer.errors import CheckpointError, StoreError
+from ddpctl_trainer.object_store import ObjectMissing, ObjectStore
 
 from tests.support.s3 import SECRET_KEY, S3Server, latest_checkpoint, object_names, prefix_for, require_obstore
 
@@ -217,18 +215,6 @@ def test_a_server_without_conditional_writes_gets_a_plain_write_and_one_warning(
     assert len(warnings) == 1 and "does not support conditional writes" in warnings[0], warnings
 
 
-def test_scrub_removes_secrets_query_strings_and_debug_dumps() -> None:
-    env = {"AWS_SECRET_ACCESS_KEY": "hunter2-secret", "AWS_SESSION_TOKEN": "tok-123456"}
-    text = (
-        "Error performing PUT http://h:9/b/k?X-Amz-Signature=abc&X-Amz-Credential=AKIA in 3ms - "
-        "key hunter2-secret tok-123456 https://user:pw@h/x\n\nDebug source:\nGeneric { secret: hunter2-secret }"
-    )
-    out = scrub(text, env)
-    assert "hunter2" not in out and "tok-123456" not in out and "X-Amz" not in out and "pw@" not in out
-    assert "\n" not in out and "Debug source" not in out
-    assert out.startswith("Error performing PUT http://h:9/b/k?*** in 3ms")
-
-
 def test_wrong_credentials_fail_in_one_line_without_the_secret(
     s3: S3Server, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -309,75 +295,6 @@ def test_readers_polling_latest_always_load_a_complete_checkpoint_while_a_writer
     assert not errors, errors
     for mine in reads:  # each reader sees `latest` move forward only
         assert len(mine) >= 4 and mine == sorted(mine) and mine[-1] >= 7, reads
-
-
-def test_checkpoint_dir_urls_are_checked_without_repeating_them() -> None:
-    """A supported URL is taken; anything else is a usage error saying what is wrong and how to
-    write it (protocol.checkpoint_url_problem, as the spec's `checkpoints`), never repeating the
-    URL, which may hold a key; a URL where a path belongs names only its scheme."""
-    assert parse_args(["--checkpoint-dir", "s3://bucket/run"], env={}).checkpoint_dir == "s3://bucket/run"
-    assert parse_args(["--checkpoint-dir", "./a@b"], env={}).checkpoint_dir == "./a@b"  # a path: no URL checks
-    cases = [
-        ("hdfs://nn/run", r"^--checkpoint-dir: hdfs:// is not a supported object store; give an s3://, gs:// or az://"),
-        ("s3://", r"^--checkpoint-dir: the URL names no bucket; write it as s3://BUCKET/PREFIX"),
-        ("ftp://AKIAXAMPLE:SeCrEt99@b/x", r"^--checkpoint-dir: the URL holds credentials .*; remove them"),
-        ("s3://AKIAXAMPLE:SeCrEt99@bucket/x", r"^--checkpoint-dir: the URL holds credentials"),
-        ("s3://bucket/x?X-Amz-Signature=SeCrEt99", r"^--checkpoint-dir: the URL holds a query or fragment"),
-    ]
-    for url, message in cases:
-        with pytest.raises(UsageError, match=message) as refused:
-            parse_args(["--checkpoint-dir", url], env={})
-        text = str(refused.value)
-        assert url.partition("://")[2] not in text or url == "s3://", text
-        assert "SeCrEt99" not in text and "AKIAXAMPLE" not in text, text
-    with pytest.raises(UsageError, match=r"^--resume: the trainer reads and writes local paths only, not gs:// URLs"):
-        parse_args(["--resume", "gs://AKIAXAMPLE:SeCrEt99@bucket/ckpt.pt"], env={})
-    assert store_mod.is_url("az://container/run") and not store_mod.is_url(str(Path("/ckpt")))
-
-
-def test_the_obstore_client_is_required_where_the_trainer_starts_not_in_the_static_checks(
-    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """The CLI runs parse_args and validate_for_world on its host (`run --docker`, whose image may
-    have obstore while the host does not): they accept an s3:// dir without the client. The
-    trainer itself, started without it, stops with one usage line (exit 2) on every rank alike."""
-    import importlib.util
-
-    from ddpctl_trainer import main as trainer_main
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "obstore" else real(name, *a))
-    validate_for_world(parse_args(["--checkpoint-dir", "gs://bucket/run"], env={}), 4)
-    assert trainer_main.main(["--checkpoint-dir", "gs://bucket/run"]) == 2
-    err = capsys.readouterr().err
-    assert err == (
-        "ddpctl-trainer: error: --checkpoint-dir: checkpoints in object storage need the obstore package, which is "
-        "not installed: pip install 'obstore>=0.12,<0.13' (or 'ddpctl[s3]'); ddpctl build --build-arg "
-        "OBJECT_STORE=1 puts it in the trainer image\n"
-    )
-
-
-def test_the_client_gets_the_retry_and_timeout_settings(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A dead server fails a request in seconds (3 retries of refused connections within 30 s, 5 s
-    to connect), a slow one gets 5 minutes: what _connect hands obstore."""
-    import datetime
-
-    import obstore.store
-
-    given: dict[str, Any] = {}
-
-    def from_url(url: str, **kwargs: Any) -> str:
-        given.update(kwargs, url=url)
-        return "client"
-
-    monkeypatch.setattr(obstore.store, "from_url", from_url)
-    monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9")
-    assert store_mod._connect("s3://bucket/run") == "client"
-    seconds = datetime.timedelta(seconds=1)
-    retry, options = given["retry_config"], given["client_options"]
-    assert retry["max_retries"] == 3 and retry["retry_timeout"] == 30 * seconds
-    assert options["connect_timeout"] == 5 * seconds and options["timeout"] == 300 * seconds
-    assert options["allow_http"] is True
 
 
 def test_an_object_deleted_between_listing_and_reading_is_skipped_not_a_raw_error(
@@ -467,7 +384,7 @@ def test_a_rank_whose_shard_upload_fails_in_any_way_reports_it_so_rank_0_does_no
         staging = tmp_path / f"rank{rank}"
         staging.mkdir()
         (staging / f"__{rank}_0.distcp").write_bytes(b"shard")
-        saves.append(store_mod._ObjectShardedSave(store, 3, "ckpt-00000003", "a1", staging, ctx))
+        saves.append(object_store._ObjectShardedSave(store, 3, "ckpt-00000003", "a1", staging, ctx))
     with pytest.raises(CheckpointError) as on_rank_1:
         saves[0].commit()
     reported = json.loads(marks.values["ckpt-00000003/a1/rank1"])["error"]
@@ -588,78 +505,3 @@ def test_keep_last_counts_only_checkpoints_that_are_complete(env: S3Server, requ
 # --------------------------------------------------------------------------------------------
 # The trainer with FSDP sharded checkpoints in the store: one process, in this one
 # --------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fsdp_trainer(env: S3Server, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Any:
-    """A function that builds a one-process FSDP trainer (its process group in memory) with sharded
-    checkpoints under this test's prefix; ``fit`` trains one step and stores its checkpoint."""
-    from ddpctl_trainer.trainer import Trainer
-
-    monkeypatch.delenv("MASTER_ADDR", raising=False)
-    url = env.url(prefix_for(request))
-    argv = [
-        *("--strategy", "fsdp", "--fsdp-state-dict", "sharded", "--checkpoint-dir", url),
-        *("--synthetic-samples", "32", "--image-size", "8", "--batch-size", "16", "--max-steps", "1"),
-        *("--no-eval", "--progress", "none"),
-    ]
-    ctx = DistContext(0, 0, 1, 1, 0, 0, "single")
-    device = setup(ctx, "gloo", 60, need_group=True)
-    stop.reset()
-    try:
-        yield lambda: Trainer(parse_args(argv, {}), ctx, device, "gloo")
-    finally:
-        stop.reset()
-        teardown()
-
-
-def test_a_store_failure_inside_torch_distributed_checkpoint_is_one_line_not_a_traceback(
-    fsdp_trainer: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """torch.distributed.checkpoint wraps any rank's failure in its CheckpointException, a
-    BaseException that no `except Exception` sees: a StoreError while a shard downloads keeps its
-    message; any other failure is one CheckpointError line with its type, credentials scrubbed;
-    so is a failure of writing the shards."""
-    import torch.distributed.checkpoint as dcp
-
-    fsdp_trainer().fit()
-    real_download = ObjectStore._download
-
-    def shard_refused(self: ObjectStore, path: str, dest: Path) -> None:
-        if path.endswith(".distcp"):
-            raise StoreError(f"reading {path} failed (GenericError: 503 Service Unavailable)")
-        real_download(self, path, dest)
-
-    monkeypatch.setattr(ObjectStore, "_download", shard_refused)
-    with pytest.raises(StoreError, match=r"^reading ckpt-00000001/\w+/__0_0.distcp failed \(GenericError: 503"):
-        fsdp_trainer().resume()
-
-    def disk_full(self: ObjectStore, path: str, dest: Path) -> None:
-        if path.endswith(".distcp"):
-            raise OSError(28, f"No space left on device {SECRET_KEY}")
-        real_download(self, path, dest)
-
-    monkeypatch.setattr(ObjectStore, "_download", disk_full)
-    trainer = fsdp_trainer()
-    with pytest.raises(CheckpointError) as failed:
-        trainer.resume()
-    message = str(failed.value)
-    assert message.startswith(f"loading checkpoint {trainer.store.url}/ckpt-00000001 failed on rank 0 (OSError: ")
-    assert "No space left on device ***" in message and SECRET_KEY not in message and "\n" not in message
-
-    def write_refused(*args: Any, **kwargs: Any) -> None:
-        raise OSError(28, "No space left on device")
-
-    monkeypatch.setattr(dcp.FileSystemWriter, "write_data", write_refused)
-    with pytest.raises(CheckpointError, match=r"^saving the sharded checkpoint s3://.* failed on rank 0 \(OSError: "):
-        trainer.save_checkpoint(background=False)
-
-
-def test_a_sharded_checkpoint_stored_in_the_foreground_clears_an_earlier_failed_save(fsdp_trainer: Any) -> None:
-    """The stop path saves again when the last background save failed (``writer.failed``): a
-    foreground sharded save that succeeds clears it, as a full one does, so nothing saves twice."""
-    trainer = fsdp_trainer()
-    trainer.writer.failed = True
-    trainer.save_checkpoint(background=False)
-    assert not trainer.writer.failed
-    assert trainer.store.read_latest()[0] == 0

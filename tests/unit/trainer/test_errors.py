@@ -1,6 +1,7 @@
-"""The lost-peer classifier: which exceptions mean "another rank went away" (exit 138, retried),
-on the real exception types and the texts torch 2.14.1 produces (the gloo ones measured with a
-SIGKILLed peer; the NCCL ones as they stand in libtorch_cuda.so / libnccl.so)."""
+"""ddpctl_trainer.errors: each error's exit code and one line; the lost-peer classifier, which
+exceptions mean "another rank went away" (exit 138, retried), on the real exception types and the
+texts torch 2.14.1 produces (the gloo ones measured with a SIGKILLed peer; the NCCL ones as they
+stand in libtorch_cuda.so / libnccl.so); messages without credentials."""
 
 from __future__ import annotations
 
@@ -10,13 +11,22 @@ import pytest
 import torch
 import torch.distributed as dist
 from ddpctl_trainer.errors import (
+    CheckpointError,
     PeerLost,
+    Preempted,
+    StoreError,
+    TrainerError,
+    TrainerFailure,
+    UsageError,
     failed_collective,
     failure_reason,
     is_peer_lost,
     peer_lost,
+    print_error,
+    scrub,
+    without_userinfo,
 )
-from ddpctl_trainer.protocol import EXIT_PEER_LOST, EXIT_USAGE
+from ddpctl_trainer.protocol import EXIT_PEER_LOST
 
 GLOO_RESET = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:12174: "
@@ -149,46 +159,70 @@ def test_a_peer_lost_while_setting_up_says_so_instead_of_a_step() -> None:
     )
 
 
-def test_138_is_the_retryable_code_kubeflow_documents_and_the_one_the_cli_reads() -> None:
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (TrainerError, 1),
+        (TrainerFailure, 1),
+        (CheckpointError, 1),
+        (StoreError, 1),
+        (UsageError, 2),
+        (Preempted, 143),
+        (PeerLost, 138),
+    ],
+)
+def test_each_error_exits_with_its_code_and_is_one_line(error: type[TrainerError], code: int) -> None:
+    raised = error("checkpoint /ckpt/ckpt-00000003.pt\nis unreadable  (OSError)")
+    assert raised.exit_code == code
+    assert str(raised) == "checkpoint /ckpt/ckpt-00000003.pt is unreadable (OSError)"
+
+
+def test_138_is_the_retryable_code_kubeflow_documents() -> None:
     from ddpctl_trainer import protocol
 
-    assert EXIT_PEER_LOST == 128 + signal.SIGUSR1 and EXIT_PEER_LOST != EXIT_USAGE
-    assert EXIT_PEER_LOST == protocol.EXIT_PEER_LOST and EXIT_PEER_LOST in protocol.KUBEFLOW_RETRYABLE
-    assert EXIT_PEER_LOST in protocol.CAUSED_BY_A_PEER
+    assert EXIT_PEER_LOST == 128 + signal.SIGUSR1
+    assert EXIT_PEER_LOST in protocol.KUBEFLOW_RETRYABLE and EXIT_PEER_LOST in protocol.CAUSED_BY_A_PEER
 
 
 @pytest.mark.parametrize(
-    ("stalling", "code", "line"),
+    ("rank", "line"),
     [
-        pytest.param(
-            False,
-            138,
-            "ddpctl-trainer: error: lost a peer during a collective after step 7 "
-            "(Read error [127.0.0.1]:12174: Connection reset by peer): a collective failed because another rank "
-            "stopped; exit 138 so the job restarts",
-            id="peer-lost",
-        ),
-        # a peer's watchdog ended that peer first: this rank's watchdog exits it with 200, no line of its own
-        pytest.param(True, 200, None, id="while-the-watchdog-ends-a-stall"),
+        (None, "ddpctl-trainer: error: no such file\n"),
+        (0, "ddpctl-trainer: error: [rank 0] no such file\n"),
+        (12, "ddpctl-trainer: error: [rank 12] no such file\n"),
     ],
 )
-def test_main_maps_a_lost_peer_to_138_with_one_line_and_no_traceback(
-    stalling: bool, code: int, line: str | None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_print_error_writes_the_tag_then_the_ranks_prefix(
+    rank: int | None, line: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from ddpctl_trainer import main as trainer_main
-    from ddpctl_trainer import trainer, watchdog
+    from ddpctl_trainer.protocol import parse_rank_line
 
-    def fails_as_a_peer_dies(*args: object) -> None:
-        if stalling:
-            watchdog._stalling.set()
-        raise peer_lost(RuntimeError(GLOO_RESET), 7)
-
-    monkeypatch.setattr(trainer, "run_trainer", fails_as_a_peer_dies)
-    monkeypatch.setattr(trainer_main, "_WATCHDOG_EXIT_WAIT_S", 0.0)
-    try:
-        assert trainer_main.main(["--model", "convnet", "--synthetic-samples", "8"]) == code
-    finally:
-        watchdog._stalling.clear()
+    print_error("no such file", rank)
     err = capsys.readouterr().err
-    assert "Traceback" not in err
-    assert [x for x in err.splitlines() if x.startswith("ddpctl-trainer: error:")] == ([line] if line else [])
+    assert err == line
+    parsed = parse_rank_line(err.rstrip("\n"))  # what the runners and `ddpctl status` read back
+    assert parsed == (None if rank is None else (rank, "ddpctl-trainer: error: no such file"))
+
+
+def test_scrub_removes_secrets_query_strings_and_debug_dumps() -> None:
+    env = {"AWS_SECRET_ACCESS_KEY": "hunter2-secret", "AWS_SESSION_TOKEN": "tok-123456"}
+    text = (
+        "Error performing PUT http://h:9/b/k?X-Amz-Signature=abc&X-Amz-Credential=AKIA in 3ms - "
+        "key hunter2-secret tok-123456 https://user:pw@h/x\n\nDebug source:\nGeneric { secret: hunter2-secret }"
+    )
+    out = scrub(text, env)
+    assert "hunter2" not in out and "tok-123456" not in out and "X-Amz" not in out and "pw@" not in out
+    assert "\n" not in out and "Debug source" not in out
+    assert out.startswith("Error performing PUT http://h:9/b/k?*** in 3ms")
+
+
+@pytest.mark.parametrize(
+    ("url", "bare"),
+    [
+        ("s3://AKIA:secret@bucket/run", "s3://bucket/run"),
+        ("s3://bucket/run", "s3://bucket/run"),
+        ("https://user@host/x", "https://host/x"),
+    ],
+)
+def test_without_userinfo(url: str, bare: str) -> None:
+    assert without_userinfo(url) == bare

@@ -1,0 +1,28 @@
+"""ddpctl_trainer.launch: torchrun's failure becomes the exit code that keeps its workers' reason."""
+
+from __future__ import annotations
+
+import pytest
+from ddpctl_trainer.launch import exit_code_for
+
+
+@pytest.mark.parametrize(
+    ("codes", "expected"),
+    [
+        ([1], 1),  # a runtime failure
+        ([143, 143], 143),  # preempted: every worker checkpointed and stopped
+        ([-9, 1], 137),  # the first to fail was SIGKILLed (node loss), its peer then failed
+        ([138, 138], 138),  # another node died: this node's workers lost their peer (retried)
+        ([138, -15], 138),  # the first lost its peer; torchrun then stopped the node's other worker
+        ([138, -9], 137),  # a worker SIGKILLed in the same second as its local peer lost it: the node's own cause
+        ([138, 1], 1),  # likewise a crash: a node that failed itself must not end with a code rules ignore
+        ([143, -9], 137),  # killed while its peers stopped for a preemption
+        ([138, 2], 2),  # a usage error still wins over a lost peer
+        ([1, 2], 2),  # any usage error wins: retrying cannot help
+        ([0], 1),  # torchrun reported a failure: never exit 0 for it
+        ([], 1),
+    ],
+)
+def test_launcher_exit_code_keeps_the_reason(codes: list[int], expected: int) -> None:
+
+    assert exit_code_for(codes) == expected
