@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from ..config import BACKENDS, _env_defaults, _Parser
 from ..errors import TrainerError, UsageError, failure_reason, from_distributed_stack, print_error
-from ..protocol import COLLECTIVE_TIMEOUT_S, ENV_PREFIX, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, PROG, rank_prefix
+from ..protocol import COLLECTIVE_TIMEOUT_S, ENV_PREFIX, EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, PROG
 from .config import PreflightConfig, add_flags, from_values
 
 
@@ -42,14 +42,14 @@ def parse_args(argv: Sequence[str] | None, env: dict[str, str] | None = None) ->
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    label = ""
+    label: int | None = None  # the rank whose prefix the error lines get (None: none)
     try:
         from ..dist import detect
 
         ctx = detect()
         config, backend_choice, timeout_s = parse_args(argv)
         if ctx.world_size > 1:
-            label = rank_prefix(ctx.rank)
+            label = ctx.rank
 
         import torch
 
@@ -69,7 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print_error(failure_message(report), label)
         return report.exit_code if report.failed else EXIT_OK
     except TrainerError as exc:
-        print_error(str(exc), label if exc.exit_code != 2 else "")
+        print_error(str(exc), label if exc.exit_code != 2 else None)
         return exc.exit_code
     except KeyboardInterrupt:
         print_error("interrupted", label)

@@ -4,7 +4,7 @@ The real controllers run in tests/e2e/cluster (make cluster). This stays for wha
 kwok cannot be made to do on cue inside one request: pods whose logs arrive while a test follows
 them, a watch that drops mid-stream, state changed between two requests of one command (the
 `after_create` hooks of tests/unit/cluster/test_submit.py), and answers a real server never gives (500s, hangs,
-slow or non-Kubernetes servers) in tests/unit/cluster/test_kube_errors.py.
+slow or non-Kubernetes servers) in tests/unit/cluster/test_errors.py.
 
 Everything here writes through the same :class:`Store` as HTTP requests, so watches,
 lists and logs see the changes exactly as a client would on a cluster.
