@@ -75,7 +75,11 @@ def wrap(module: nn.Module, cfg: TrainConfig, ctx: DistContext, device: torch.de
                 fully_shard(child, reshard_after_forward=True)
         fully_shard(module, reshard_after_forward=True)
     elif cfg.strategy == "dp":
-        model = nn.DataParallel(module) if torch.cuda.device_count() > 1 else module
+        model = (
+            nn.DataParallel(module)  # ddpctl: ignore[DDP013] --strategy dp asks for it; ddp is the default
+            if torch.cuda.device_count() > 1
+            else module
+        )
     if cfg.compile:
         model = torch.compile(model)  # type: ignore[assignment]  # typed as a callable; returns a Module
     return model
