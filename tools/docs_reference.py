@@ -25,6 +25,7 @@ from typing import Any
 
 from ddpctl.spec import JobSpec, NodeGroup, Rendezvous, Resources, SecretKeyRef, Topology, Volume
 from ddpctl.spec.fields import Part, declared, json_schema
+from ddpctl.spec.parts import Workspace
 from ddpctl_trainer.config import build_parser
 
 REPO = Path(__file__).resolve().parents[1]
@@ -84,6 +85,7 @@ PARTS: tuple[tuple[type, str], ...] = (
     (Topology, "topology, nodeGroups[].topology"),
     (Volume, "volumes.<NAME>"),
     (SecretKeyRef, "secretEnv.<VAR>"),
+    (Workspace, "workspace"),
 )
 
 _SPEC_INTRO = """\

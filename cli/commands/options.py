@@ -189,6 +189,8 @@ SPEC_FLAGS: tuple[Flag, ...] = tuple(
         Flag(("--secret-env",), "secretEnv", "Environment and volumes", "secretEnv"),
         Flag(("--volume", "-v"), "volumes", "Environment and volumes", "volumes"),
         Flag(("--checkpoints",), "checkpoints", "Environment and volumes"),
+        Flag(("--workspace",), "workspace.dir", "Environment and volumes"),
+        Flag(("--workspace-store",), "workspace.store", "Environment and volumes"),
         Flag(("--node-selector",), "nodeSelector", "Placement"),
         Flag(("--toleration",), "tolerations", "Placement", "tolerations"),
         Flag(("--priority-class",), "priorityClassName", "Placement"),

@@ -49,6 +49,7 @@ from ddpctl.spec.parts import (
     SecretKeyRef,
     Topology,
     Volume,
+    Workspace,
 )
 from ddpctl.spec.schema import (
     BACKENDS,
@@ -252,6 +253,16 @@ class JobSpec:
             "client (ddpctl build --build-arg OBJECT_STORE=1). null: the `checkpoints` volume, else the pod's own "
             "file system.",
             CheckpointURL(),
+        ),
+    )
+    workspace: Workspace = field(
+        default_factory=Workspace,
+        metadata=doc(
+            "Your own code, shipped to the pods without a rebuild: {dir, exclude, include, store}. The folder "
+            "travels as an immutable Secret in the job's namespace (up to 1 MiB compressed), else to an object "
+            "store, and is unpacked at /workspace, the working directory, before torchrun starts. Not in the Helm "
+            "chart: for GitOps, build the code into the image (ddpctl build). Empty: nothing shipped.",
+            Part(Workspace, null_is_empty=True),
         ),
     )
     node_selector: Mapping[str, str] = field(

@@ -12,18 +12,21 @@ from ddpctl.spec import kueue
 from ddpctl.spec.fields import (
     NODE_COUNT,
     Bool,
+    CheckpointURL,
     DnsLabel,
     DnsSubdomain,
     GroupResources,
     Int,
     LabelKey,
     LabelValue,
+    ListOf,
     MapOf,
     Matches,
     MountPath,
     OneOf,
     Part,
     Quantity,
+    Text,
     Tolerations,
     doc,
     freeze,
@@ -237,3 +240,43 @@ class NodeGroup:
         if self.procs_per_node is not None:
             return self.procs_per_node
         return self.gpus_per_node or 2
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """Your own code, shipped to every pod without rebuilding the image: a folder packed as git and
+    Docker choose its files (.gitignore, .dockerignore, likely secrets left out), checked and
+    unpacked at /workspace before torchrun starts."""
+
+    dir: str | None = field(
+        default=None,
+        metadata=doc(
+            "Folder whose code is shipped to the pods (relative to where ddpctl runs); null: none.",
+            Text(nonempty=True, control=False),
+        ),
+    )
+    exclude: tuple[str, ...] = field(
+        default=(),
+        metadata=doc("Patterns (git's syntax) of files left out, beside .gitignore and .dockerignore.", ListOf(Text())),
+    )
+    include: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            "Patterns of files shipped though ignored or likely secrets (.env, keys): named, they go.",
+            ListOf(Text()),
+        ),
+    )
+    store: str | None = field(
+        default=None,
+        metadata=doc(
+            "Object store prefix for a workspace too large for a Secret (1 MiB compressed), s3://BUCKET/PREFIX; "
+            "null: the checkpoints store's workspace/ prefix, if checkpoints go to one.",
+            CheckpointURL(),
+        ),
+    )
+
+    def __post_init__(self) -> None:
+        freeze(self)
+
+    def __bool__(self) -> bool:
+        return self.dir is not None

@@ -451,3 +451,12 @@ def test_notes_warn_when_a_restart_starts_from_scratch(chart: Any, data: dict[st
     notes = chart.render(data)["ddp-job/templates/NOTES.txt"]
     assert ("a restart (preemption, node loss) starts from scratch" in " ".join(notes.split())) is warned, notes
     assert (plan_for(JobSpec.from_dict(data)).restart_starts_from_scratch is not None) is warned
+
+
+def test_the_chart_refuses_a_workspace_naming_the_fix(chart: Any, helm: Any) -> None:
+    """The chart cannot pack a folder (and GitOps keeps what runs in Git): one line, the way out."""
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render({"workspace": {"dir": "."}})
+    message = str(refused.value)
+    assert "workspace: the chart ships no code from a folder" in message and "ddpctl build" in message
+    assert chart.render({"workspace": {"dir": None}})  # the default (nothing shipped) renders

@@ -90,6 +90,9 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $E := index $G.engines $V.target -}}
 {{- $name := $V.name -}}
 {{- $maxNodes := int64 $C.maxNodes -}}
+{{- if and $V.workspace $V.workspace.dir -}}
+{{- fail "workspace: the chart ships no code from a folder (GitOps keeps what runs in Git); build your code into the image with `ddpctl build`, set image to its tag, and remove workspace" -}}
+{{- end -}}
 
 {{- /* The layout (JobSpec.groups): node groups, or the uniform layout as its one group. */ -}}
 {{- $grouped := not (empty $V.nodeGroups) -}}
