@@ -19,11 +19,12 @@ from typing import Any
 
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.config import FIELD_MANAGER, Cluster, iter_lines
-from ddpctl.cluster.kinds import JOB_OBJECT_KINDS, POD, WORKLOADS, Kind, job_selector, kind_of
+from ddpctl.cluster.kinds import JOB_OBJECT_KINDS, POD, SECRET, WORKLOADS, Kind, job_selector, kind_of
 from ddpctl.engines import engine_for
 from ddpctl.errors import ClusterError, DdpctlError, NotFound
 
 APPLY_CONTENT_TYPE = "application/apply-patch+yaml"
+WORKSPACE_COMPONENT = "app.kubernetes.io/component=workspace"  # the label of a job's workspace Secret
 DELETE_WAIT_SECONDS = 120.0
 
 
@@ -65,8 +66,8 @@ def find_objects(
         try:
             items = cluster.list(kind, namespace, job_selector(name)).get("items") or []
         except E.ApiError as exc:
-            if exc.not_served:
-                continue
+            if exc.not_served or (kind is SECRET and exc.code == 403):
+                continue  # one who may not list Secrets made no workspace Secret; its owner's GC removes one
             raise
         for item in items:
             if not (item.get("metadata") or {}).get("ownerReferences"):
@@ -281,6 +282,8 @@ def submit(
             delete_object(cluster, kind, obj, propagation=propagation_of(kind))
             say(f"{kind.ref(obj['metadata']['name'])} deleted (--replace)")
         wait_deleted(cluster, existing, pods_of=_pods_to_wait_for(existing, name, namespace))
+    if replace and not dry_run:
+        _delete_workspace_secrets(cluster, name, namespace)
     done: list[Applied] = []
     try:
         for obj in objects:
@@ -313,3 +316,41 @@ def _with_note(exc: DdpctlError, note: str) -> DdpctlError:
     new = copy.copy(exc)
     new.message = f"{exc.message} ({note})"
     return new
+
+
+def _delete_workspace_secrets(cluster: Cluster, name: str, namespace: str) -> None:
+    """--replace: the job's workspace Secrets, owned by the workload just deleted, go now rather
+    than whenever the garbage collector comes (it would take one of the same name, the same code,
+    from the new job)."""
+    try:
+        items = cluster.list(SECRET, namespace, f"{job_selector(name)},{WORKSPACE_COMPONENT}").get("items") or []
+    except E.ApiError as exc:
+        if exc.not_served or exc.code == 403:
+            return
+        raise
+    found = [(SECRET, item) for item in items]
+    for kind, obj in found:
+        delete_object(cluster, kind, obj, propagation="Background")
+    if found:
+        wait_deleted(cluster, found)
+
+
+def own(cluster: Cluster, owner: dict[str, Any], obj: dict[str, Any]) -> None:
+    """Make `owner` (the job's workload, now that it exists) the owner of `obj` (the workspace's
+    Secret, made before it so that no pod starts without it): the garbage collector deletes it with
+    the job. A failure leaves it to `ddpctl delete`, which finds it by its labels."""
+    kind, md = kind_of(obj), obj["metadata"]
+    ns = md.get("namespace") or cluster.namespace
+    ref = {
+        "apiVersion": owner["apiVersion"],
+        "kind": owner["kind"],
+        "name": owner["metadata"]["name"],
+        "uid": owner["metadata"]["uid"],
+    }
+    cluster.call(
+        "PATCH",
+        kind.path(ns, md["name"]),
+        E.Op("patch", kind, md["name"], ns),
+        body={"metadata": {"ownerReferences": [ref]}},
+        content_type="application/merge-patch+json",
+    )

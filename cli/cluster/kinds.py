@@ -90,6 +90,7 @@ RUNTIME = Kind(
     installed_by="Kubeflow Trainer v2",
 )
 SERVICE = Kind("Service", "", "v1", "services")
+SECRET = Kind("Secret", "", "v1", "secrets")  # the workspace's, when the job ships one
 POD = Kind("Pod", "", "v1", "pods")
 EVENT = Kind("Event", "", "v1", "events")
 NAMESPACE = Kind("Namespace", "", "v1", "namespaces", namespaced=False)
@@ -108,7 +109,7 @@ BY_TARGET = {k.target: k for k in (JOB, PYTORCHJOB, JOBSET, TRAINJOB)}
 #: the workloads, in the order `--target auto` prefers them (job last: always served)
 WORKLOADS: tuple[Kind, ...] = tuple(BY_TARGET[t] for t in AUTO_PREFERENCE)
 #: every kind a job's top-level objects can have (`delete`, `--replace`)
-JOB_OBJECT_KINDS: tuple[Kind, ...] = WORKLOADS + (SERVICE,)
+JOB_OBJECT_KINDS: tuple[Kind, ...] = WORKLOADS + (SERVICE, SECRET)
 
 
 def kind_of(obj: dict[str, Any]) -> Kind:

@@ -16,6 +16,7 @@ from ddpctl.spec.sources import SpecInput
 if TYPE_CHECKING:
     from ddpctl.cluster.config import ClusterOptions
     from ddpctl.plan import Plan
+    from ddpctl.workspace.ship import Shipment
 
 
 def build_image(spec: Any) -> str:
@@ -46,6 +47,7 @@ def run(
     from ddpctl.cluster.flags import parse_duration
     from ddpctl.manifests import render
     from ddpctl.manifests.output import to_json_list, to_yaml_documents
+    from ddpctl.manifests.workspace import code_not_carried, shipment_of
 
     timeout_s = parse_duration(timeout)
     if rank is not None and not follow:
@@ -76,7 +78,10 @@ def run(
                 f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; "
                 "pass --target to choose)"
             )
-        objects = render.render(spec)
+        with shipment_of(plan_for(spec), to_store=False) as shipment:
+            if shipment is not None:
+                say(f"ddpctl: {shipment.pack.summary()}")
+            objects = render.render_plan(plan_for(spec), shipment)
         if output is None:
             for obj in objects:
                 from ddpctl.cluster.kinds import kind_of
@@ -98,6 +103,9 @@ def run(
         say(f"ddpctl: built and pushed {image}")
         flags["image"] = image
         base = SpecInput(flags=flags, config=spec_input.config)
+    not_carried = code_not_carried(plan_for(base.spec(target="job") if auto else base.spec()))
+    if not_carried:
+        raise UsageError(not_carried)
 
     from ddpctl.cluster import apply as A
     from ddpctl.cluster import discovery
@@ -116,14 +124,24 @@ def run(
         else:
             plan = plan_for(base.spec(**overrides))
             discovery.require(engines, plan.spec.target)
-        spec, objects = plan.spec, render.render_plan(plan)
-        server_dry = dry_run is DryRun.server
+        spec, server_dry = plan.spec, dry_run is DryRun.server
         for warning in (plan.restart_starts_from_scratch, plan.plain_command_warning):
             if warning:
                 say(f"ddpctl: warning: {warning}")
-        applied = A.submit(
-            cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=replace, say=say
-        )
+        with shipment_of(plan, to_store=True) as shipment:
+            if shipment is not None:
+                shipment = _ship(shipment, server_dry, say)
+            applied = A.submit(
+                cluster,
+                render.render_plan(plan, shipment),
+                name=spec.name,
+                namespace=spec.namespace,
+                dry_run=server_dry,
+                replace=replace,
+                say=say,
+            )
+        if shipment is not None and shipment.secret is not None and not server_dry:
+            A.own(cluster, next(a.obj for a in applied if a.kind is BY_TARGET[spec.target]), applied[0].obj)
         if spec.queue or spec.workload_priority_class:
             from ddpctl.cluster.admission import queue_warnings
 
@@ -150,6 +168,21 @@ def run(
         if notice:
             say(notice)
         follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
+
+
+def _ship(shipment: Shipment, dry_run: bool, say: Callable[[str], None]) -> Shipment:
+    """Say what the workspace holds; put a large one in its store (unless a dry run), only when absent."""
+    say(f"ddpctl: {shipment.pack.summary()}")
+    if shipment.url is None:
+        return shipment
+    if dry_run:
+        say(f"ddpctl: workspace: {shipment.url} (server dry run: not uploaded)")
+        return shipment
+    from ddpctl.workspace.ship import uploaded
+
+    done = uploaded(shipment, "workspace.store")
+    say(f"ddpctl: workspace: {done.where()}")
+    return done
 
 
 def _first_that_plans(

@@ -9,6 +9,8 @@ import typer
 from ddpctl.commands.options import host_script_warning, spec_options
 from ddpctl.spec.sources import SpecInput
 
+CLIENT_SIDE_APPLY_LIMIT = 256 * 1024  # kubectl's last-applied annotation: a Secret's data must fit in it
+
 
 class OutputFormat(str, Enum):
     yaml = "yaml"
@@ -33,31 +35,50 @@ def render_command(
     """Render the job's Kubernetes manifests (no cluster needed)."""
     from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
     from ddpctl.engines import plan_for
+    from ddpctl.errors import UsageError
     from ddpctl.manifests import render
     from ddpctl.manifests.output import to_json_list, to_yaml_documents, write_output_dir
+    from ddpctl.manifests.workspace import code_not_carried, shipment_of
 
     spec = spec_input.spec()
     refuse_ddpctl_flags_for_the_trainer(spec)
     plan = plan_for(spec)  # what the target cannot run is refused for every output, values included
-    warning = host_script_warning(spec.script)
-    if warning:
-        typer.echo(f"ddpctl: {warning}", err=True)
-    if plan.plain_command_warning and not explain:
-        typer.echo(f"ddpctl: warning: {plan.plain_command_warning}", err=True)
-    if explain:
-        from ddpctl.manifests.explain import explain as explain_text
 
-        typer.echo(explain_text(plan), nl=False)
-        return
+    def say(text: str) -> None:
+        typer.echo(text, err=True)
+
+    for warning in (host_script_warning(spec.script), code_not_carried(plan)):
+        if warning:
+            say(f"ddpctl: warning: {warning.removeprefix('warning: ')}")
+    if plan.plain_command_warning and not explain:
+        say(f"ddpctl: warning: {plan.plain_command_warning}")
     if helm_values:
         from ddpctl.manifests.helm_values import helm_values_yaml
 
+        if plan.ships_workspace:
+            raise UsageError(
+                "workspace: the chart ships no code from a folder; build your code into the image (ddpctl build) and "
+                "drop --workspace for --helm-values"
+            )
         typer.echo(helm_values_yaml(spec), nl=False)
         return
-    objects = render.render_plan(plan)
+    with shipment_of(plan, to_store=False) as shipment:
+        if explain:
+            from ddpctl.manifests.explain import explain as explain_text
+
+            typer.echo(explain_text(plan, shipment), nl=False)
+            return
+        if shipment is not None:
+            say(f"ddpctl: {shipment.pack.summary()}")
+            if shipment.pack.compressed_size > CLIENT_SIDE_APPLY_LIMIT // 2:
+                say(
+                    "ddpctl: note: apply it with `kubectl apply --server-side`: client-side apply keeps the whole "
+                    "workspace Secret in an annotation, capped at 256 KiB"
+                )
+        objects = render.render_plan(plan, shipment)
     if output_dir is not None:
         for path in write_output_dir(objects, output_dir):
-            typer.echo(f"wrote {path}", err=True)
+            say(f"wrote {path}")
         return
     text = to_json_list(objects) if output is OutputFormat.json else to_yaml_documents(objects)
     typer.echo(text, nl=False)

@@ -302,8 +302,9 @@ class IndexedEngine(Engine):
         if not self.failure_rules_apply(plan):
             return None
         rules = [self.disruption_rule(self.on_disruption)]
-        if plan.uses_launcher:
+        if plan.uses_launcher or plan.ships_workspace:  # exit 2: bad input, or a workspace that cannot be unpacked
             rules.insert(0, self.exit_code_rule("FailJob", (protocol.EXIT_USAGE,)))
+        if plan.uses_launcher:
             rules.append(self.exit_code_rule(self.on_disruption, self.peer_stop_codes))
         return {"rules": rules}
 

@@ -64,9 +64,13 @@ class JobEngine(IndexedEngine):
                 "(Kubernetes allows it only with restartPolicy Never)"
             )
         if not plan.uses_launcher:
+            unpack = (
+                "a workspace that cannot be unpacked (exit 2) fails the Job at once; " if plan.ships_workspace else ""
+            )
             return (
-                f"a preempted or evicted pod (DisruptionTarget) is replaced without counting; any other failed pod "
-                f"counts against {limit} (plain torchrun exits 1 for every failure, so a usage error is retried too)"
+                f"{unpack}a preempted or evicted pod (DisruptionTarget) is replaced without counting; any other "
+                f"failed pod counts against {limit} (plain torchrun exits 1 for every failure, so a usage error is "
+                "retried too)"
             )
         return (
             "a usage error (exit 2) fails the Job at once; a preempted or evicted pod (DisruptionTarget) and the "

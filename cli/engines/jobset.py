@@ -100,7 +100,13 @@ class JobSetEngine(IndexedEngine):
                 f"restartPolicy {self.pod_restart_policy(plan)}: containers restart in place; a failed child Job "
                 f"restarts the whole set, up to {limit}"
             )
-        usage = "a usage error (exit 2) fails the JobSet at once; " if plan.uses_launcher else ""
+        usage = (
+            "a usage error (exit 2) fails the JobSet at once; "
+            if plan.uses_launcher
+            else "a workspace that cannot be unpacked (exit 2) fails the JobSet at once; "
+            if plan.ships_workspace
+            else ""
+        )
         stopped = " and the peers that stopped with it (143)" if plan.uses_launcher else ""
         return (
             f"{usage}a preempted or evicted pod (DisruptionTarget){stopped} restart the whole set without counting; "

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import re
 import textwrap
+from typing import TYPE_CHECKING
 
 from ddpctl.console import plural
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.plan import Plan
 from ddpctl.spec.schema import DEFAULT_IMAGE, GRACE_MARGIN
+
+if TYPE_CHECKING:
+    from ddpctl.workspace.ship import Shipment
 
 # `ddpctl build` tags an image by the hash of what went into it (image/build.py HASH_LEN): such an
 # image runs as the trainer image's non-root user
@@ -65,10 +69,12 @@ def _shown(command: tuple[str, ...]) -> tuple[str, ...]:
 
 def _wrapped(label: str, text: str, width: int = 110) -> list[str]:
     """`label` + `text`, long text continued under the text's first column."""
-    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label))
+    return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label), break_on_hyphens=False)
 
 
-def explain(plan: Plan) -> str:
+def explain(plan: Plan, shipment: Shipment | None = None, *, lint: str | None = None) -> str:
+    """The layout in words; `shipment`, the workspace the job ships (what, where, what was left
+    out); `lint`, what `ddpctl lint` found of the job's script before the run."""
     spec, engine = plan.spec, plan.engine
     hosts = plan.pod_hostnames
     nproc = plan.nproc_per_node
@@ -143,6 +149,10 @@ def explain(plan: Plan) -> str:
         if engine.kueue_note:
             lines += _wrapped("  note:               ", engine.kueue_note)
     lines += _topology_lines(plan)
+    if shipment is not None:
+        lines += _wrapped("  workspace:          ", shipment.explain())
+    if lint:
+        lines += _wrapped("  lint:               ", lint)
     if plan.checkpoint_location:
         lines += _wrapped("  checkpoints:        ", plan.checkpoint_location)
     if spec.pod_security == "restricted" and not (BUILT_TAG.search(spec.image) or spec.image == DEFAULT_IMAGE):

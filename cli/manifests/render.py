@@ -7,6 +7,7 @@ Output helpers turn objects into multi-document YAML, a JSON `List`, or a kustom
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,7 @@ from ddpctl.spec.schema import SHM_MOUNT
 
 if TYPE_CHECKING:
     import jinja2
+    from ddpctl.workspace.ship import Shipment
 
 
 def _bytecode_cache(jinja2: Any) -> Any:
@@ -124,10 +126,12 @@ def _security(spec: JobSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     return pod, container
 
 
-def view(plan: Plan) -> dict[str, Any]:
+def view(plan: Plan, shipment: Shipment | None = None) -> dict[str, Any]:
     """Everything a template needs, read from the plan: the job-wide values, and under `groups`
     one complete view per node group (the uniform layout is the one group; its view is the
-    job-wide view itself, so single-group output is what it always was)."""
+    job-wide view itself, so single-group output is what it always was). A `shipment` (the
+    workspace the job ships) adds its volumes, mounts and env to every pod, and its unpacker
+    before each pod's command (the built-in trainer's launcher unpacks by itself)."""
     spec, engine = plan.spec, plan.engine
     pod_sc, container_sc = _security(spec)
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
@@ -137,6 +141,9 @@ def view(plan: Plan) -> dict[str, Any]:
             {"name": vname, "persistentVolumeClaim": {"claimName": vol.claim_name, "readOnly": vol.read_only}}
         )
         mounts.append({"name": vname, "mountPath": vol.mount_path, "readOnly": vol.read_only})
+    if shipment is not None:
+        volumes += shipment.volumes()
+        mounts += shipment.mounts()
     base = {
         "name": spec.name,
         "namespace": spec.namespace,
@@ -173,7 +180,7 @@ def view(plan: Plan) -> dict[str, Any]:
         "service_name": plan.service_name,
         "subdomain": engine.subdomain(plan),
     }
-    group_views = [_group_view(plan, base, group) for group in plan.groups]
+    group_views = [_group_view(plan, base, group, shipment) for group in plan.groups]
     v = dict(base)
     v["groups"] = group_views
     v.update({k: val for k, val in group_views[0].items() if k not in ("name", "replicas", "top_labels")})
@@ -181,7 +188,7 @@ def view(plan: Plan) -> dict[str, Any]:
     return v
 
 
-def _group_view(plan: Plan, base: dict[str, Any], group: GroupPlan) -> dict[str, Any]:
+def _group_view(plan: Plan, base: dict[str, Any], group: GroupPlan, shipment: Shipment | None) -> dict[str, Any]:
     """The view of one group's workload and pods: its object name, node count, command, env,
     resources and scheduling fields."""
     spec = plan.spec
@@ -198,8 +205,11 @@ def _group_view(plan: Plan, base: dict[str, Any], group: GroupPlan) -> dict[str,
             "labels": dict(group.labels),
             "group": group.name,
             "replicas": group.pods,
-            "command": list(group.command),
-            "env": _env_list(plan, group),
+            "command": list(
+                shipment.wrap(group.command) if shipment is not None and not plan.uses_launcher else group.command
+            ),
+            "env": _env_list(plan, group)
+            + ([{"name": k, "value": v} for k, v in shipment.env().items()] if shipment is not None else []),
             "resources": _resources(spec, group.group),
             "tolerations": _tolerations(spec, group.group),
             "node_selector": dict(sorted(node_selector.items())),
@@ -216,15 +226,18 @@ def render(spec: JobSpec) -> list[dict[str, Any]]:
     return render_plan(plan_for(spec))
 
 
-def render_plan(plan: Plan) -> list[dict[str, Any]]:
-    """The plan's objects, in apply order."""
-    text = render_text(plan)
+def render_plan(plan: Plan, shipment: Shipment | None = None) -> list[dict[str, Any]]:
+    """The plan's objects, in apply order: the workspace's Secret first (no pod starts without it)."""
+    text = render_text(plan, shipment)
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: same result, faster
-    return [doc for doc in yaml.load_all(text, Loader=loader) if doc]
+    objects = [doc for doc in yaml.load_all(text, Loader=loader) if doc]
+    if shipment is not None and shipment.secret is not None:
+        objects.insert(0, copy.deepcopy(dict(shipment.secret)))
+    return objects
 
 
-def render_text(plan: Plan | JobSpec) -> str:
+def render_text(plan: Plan | JobSpec, shipment: Shipment | None = None) -> str:
     """The raw template output (YAML) of a plan (or a spec, planned here); `render` parses it."""
     if not isinstance(plan, Plan):
         plan = plan_for(plan)
-    return _environment().get_template(plan.engine.template).render(v=view(plan))
+    return _environment().get_template(plan.engine.template).render(v=view(plan, shipment))

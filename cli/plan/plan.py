@@ -348,6 +348,21 @@ class Plan:
         return None
 
     @property
+    def ships_workspace(self) -> bool:
+        """Whether the pods get the user's folder (`workspace`), unpacked before their command."""
+        return bool(self.spec.workspace)
+
+    @property
+    def workspace_store(self) -> str | None:
+        """Where a workspace too large for a Secret goes: `workspace.store`, else a `workspace/`
+        prefix beside the checkpoints, when they go to an object store (their credentials reach
+        it); None: nowhere."""
+        if self.spec.workspace.store:
+            return self.spec.workspace.store
+        url = self.checkpoint_url
+        return f"{url.rstrip('/')}/workspace" if url else None
+
+    @property
     def restart_starts_from_scratch(self) -> str | None:
         """A warning when the ddpctl trainer's checkpoints live in the container's own file system:
         a restarted pod (after preemption or a node loss) then finds none. None when they persist."""

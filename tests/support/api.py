@@ -18,7 +18,7 @@ def one_error(r, code: int, *needles: str) -> str:
 
 
 def objects_left(d, ns: str = NS) -> list[str]:
-    kinds = ["Job", "Service", "Pod"] + [
+    kinds = ["Job", "Service", "Pod", "Secret"] + [
         k
         for k, e in (("PyTorchJob", "pytorchjob"), ("JobSet", "jobset"), ("TrainJob", "trainjob"))
         if e in d.registry.installed

@@ -91,6 +91,7 @@ CORE = [
         field_selectors=("spec.clusterIP", "spec.type"),
     ),
     ResourceType("", "v1", "configmaps", "ConfigMap", True, "configmap", ("cm",), (), ()),
+    ResourceType("", "v1", "secrets", "Secret", True, "secret", (), (), (), field_selectors=("type",)),
     ResourceType(
         "",
         "v1",

@@ -14,6 +14,7 @@ from ddpctl.cluster.kinds import (
     POD,
     PYTORCHJOB,
     RUNTIME,
+    SECRET,
     SERVICE,
     TRAINJOB,
     WORKLOADS,
@@ -77,7 +78,7 @@ def test_each_workload_kind_knows_its_engine() -> None:
     for target, kind in BY_TARGET.items():
         assert kind.engine is engine_for(target) and kind.kind == engine_for(target).workload.kind
     assert [k.target for k in WORKLOADS] == list(AUTO_PREFERENCE)
-    assert (*WORKLOADS, SERVICE) == JOB_OBJECT_KINDS
+    assert (*WORKLOADS, SERVICE, SECRET) == JOB_OBJECT_KINDS  # SECRET: a job's workspace
     with pytest.raises(TypeError, match=r"^Service is not the workload of an engine$"):
         _ = SERVICE.engine
 

@@ -864,3 +864,58 @@ def test_status_of_a_stalled_job_names_the_node_and_the_watchdogs_summary(cli, m
     assert f"Stalled:     node 0 stalled: {expected}" in text.out
     as_json = cli("status", NAME, *c.args, "-n", NS, "-o", "json")
     assert json.loads(as_json.out)["stall"] == {"node": 0, "summary": expected}
+
+
+# --------------------------------------------------------------------------- --workspace
+
+
+def _project(folder):
+    (folder / "train.py").write_text("import helper\nprint(helper.X)\n")
+    (folder / "helper.py").write_text("X = 1\n")
+    (folder / ".env").write_text("TOKEN=not-shipped\n")
+
+
+def test_workspace_secret_is_made_first_owned_by_the_job_and_deleted_with_it(cli, make_cluster, tmp_path):
+    """The Secret is applied before the job (no pod starts without it), then owned by the job's
+    workload (the garbage collector deletes it with the job); `delete` removes an unowned one by label."""
+    _project(tmp_path)
+    c = make_cluster()
+    r = cli("submit", *c.args, "-n", NS, "--script", "train.py", "--workspace", ".")
+    assert r.code == 0, r.err
+    assert "ddpctl: workspace: 2 files" in r.err and "left out: .env" in r.err
+    applied = [q.path for q in c.double.requests_to("PATCH") if q.content_type.startswith("application/apply-patch")]
+    assert "/secrets/" in applied[0] and any("/jobs/" in p for p in applied[1:]), applied
+    [secret] = c.double.objects("Secret", NS)
+    job = c.double.get("Job", NAME, NS)
+    owners = secret["metadata"].get("ownerReferences") or []
+    assert [(o["kind"], o["name"], o["uid"]) for o in owners] == [("Job", NAME, job["metadata"]["uid"])]
+    volumes = job["spec"]["template"]["spec"]["volumes"]
+    assert {
+        "name": "workspace-archive",
+        "secret": {"secretName": secret["metadata"]["name"], "defaultMode": 292},
+    } in volumes
+    assert r.out.splitlines()[0].startswith("secret/ddp-train-workspace-")
+    # an unowned Secret (an interrupted submit) goes by its labels
+    secret["metadata"].pop("ownerReferences")
+    assert cli("delete", NAME, *c.args, "-n", NS).code == 0
+    assert c.double.objects("Secret", NS) == []
+
+
+def test_workspace_secret_is_rolled_back_when_the_job_is_refused(cli, make_cluster, tmp_path):
+    _project(tmp_path)
+    c = make_cluster()
+    c.double.fail_next("PATCH", "/jobs/", status=500)
+    err = one_error(cli("submit", *c.args, "-n", NS, "--script", "train.py", "--workspace", "."), 1, "rolled back")
+    assert "secret/ddp-train-workspace-" in err
+    assert objects_left(c.double) == []
+
+
+def test_a_workspace_too_large_without_a_store_is_exit_2_naming_size_limit_and_fix(cli, make_cluster, tmp_path):
+    import os
+
+    _project(tmp_path)
+    (tmp_path / "weights.bin").write_bytes(os.urandom(1_200_000))
+    c = make_cluster()
+    err = one_error(cli("submit", *c.args, "-n", NS, "--script", "train.py", "--workspace", "."), 2, "workspace:")
+    assert "more than the 1.0 MiB an object in the cluster holds" in err and "--workspace-store" in err
+    assert objects_left(c.double) == []
