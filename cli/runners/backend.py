@@ -5,7 +5,9 @@ containers (`DockerBackend`), and the run directories they leave in ./ddp-runs, 
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -117,20 +119,32 @@ class DockerBackend(_RunsHere):
 
     where = Where.docker
 
-    def _plan(self, spec_input: SpecInput, dry_run: bool = False) -> DockerPlan:
+    @contextmanager
+    def _plan(self, spec_input: SpecInput, dry_run: bool = False) -> Iterator[DockerPlan]:
+        """The containers to run, with the spec's workspace (as its pods would get it) while it lasts."""
+        from ddpctl.engines import plan_for
+        from ddpctl.manifests.workspace import shipment_of
         from ddpctl.runners.docker import plan_docker
 
-        return plan_docker(
-            spec_input.spec(),
-            engine=self.options.engine,
-            run_dir=self.options.run_dir,
-            mounts=list(self.options.mounts),
-            fresh=self.options.fresh,
-            dry_run=dry_run,
-        )
+        spec = spec_input.spec()
+        with shipment_of(plan_for(spec), cwd=self.cwd, to_store=False) as shipment:
+            if shipment is not None:
+                say_err(f"ddpctl: {shipment.pack.summary()}")
+            yield plan_docker(
+                spec,
+                engine=self.options.engine,
+                run_dir=self.options.run_dir,
+                mounts=list(self.options.mounts),
+                fresh=self.options.fresh,
+                dry_run=dry_run,
+                shipment=shipment,
+            )
 
     def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
-        plan = self._plan(spec_input, dry_run=True)
+        with self._plan(spec_input, dry_run=True) as plan:
+            self._show(plan, out, say)
+
+    def _show(self, plan: DockerPlan, out: Say, say: Say) -> None:
         say(
             f"ddpctl: {plan.spec.name}: {len(plan.containers)} containers would run on network {plan.network} (dry run)"
         )
@@ -141,7 +155,8 @@ class DockerBackend(_RunsHere):
     def start(self, spec_input: SpecInput, out: Say, say: Say) -> int:
         from ddpctl.runners.docker import run_docker
 
-        return run_docker(self._plan(spec_input), color=self.options.color, timeout=self.options.timeout)
+        with self._plan(spec_input) as plan:
+            return run_docker(plan, color=self.options.color, timeout=self.options.timeout)
 
 
 def _mounts(items: Sequence[str]) -> dict[str, Path]:
@@ -156,3 +171,7 @@ def _inherited() -> dict[str, str]:
     from ddpctl.runners.node_env import inherited_env
 
     return inherited_env(os.environ)
+
+
+def say_err(text: str) -> None:
+    sys.stderr.write(text + "\n")

@@ -34,10 +34,13 @@ from ddpctl.runners.state import JobState, layout_phrase
 from ddpctl.runners.supervise import STOP_GRACE_S, Launcher, run_job
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.names import QUANTITY
+from ddpctl.workspace.inline import unpacker_files
 from ddpctl_trainer import protocol
+from ddpctl_trainer.protocol import WORKSPACE_DIR, WORKSPACE_MOUNT
 
 if TYPE_CHECKING:
     from ddpctl.runners.procs import Child
+    from ddpctl.workspace.ship import Shipment
 
 RUN_LABEL = "ddpctl.io/run"
 JOB_LABEL = "ddpctl.io/job"
@@ -205,6 +208,7 @@ def plan_docker(
     fresh: bool = False,
     run_id: str | None = None,
     dry_run: bool = False,
+    shipment: Shipment | None = None,
 ) -> DockerPlan:
     """Check the engine and image, compute every `docker run`; creates host directories only.
     (No host port is used: each container has a network namespace of its own.)"""
@@ -260,6 +264,14 @@ def plan_docker(
     if not dry_run:
         run_dir.mkdir(parents=True, exist_ok=True)  # logs: written by ddpctl on the host, not mounted
 
+    if shipment is not None:  # the pods' Secret, as a read-only folder: the archive and the unpacker
+        folder = shipment.archive.parent
+        for name, data in unpacker_files().items():
+            (folder / name).write_bytes(data)
+        for path in (folder, *folder.iterdir()):  # readable by the image's user, as the Secret's files are
+            path.chmod(0o755 if path.is_dir() else 0o444)
+        volumes.append((folder, WORKSPACE_MOUNT, True))
+        extra_env.update(shipment.env())
     shm = quantity_bytes(spec.shm_size)
     passed, notes = credentials_passed(job)
     containers = []
@@ -282,7 +294,11 @@ def plan_docker(
             argv += ["-e", key]
         # the pod's command: for the built-in trainer `python3 -m ddpctl_trainer.launch`, the
         # container's PID 1, so a SIGTERM to the container (docker stop, the kubelet's) reaches it
+        if shipment is not None:  # the pods' emptyDir: the image's user owns it (docker ignores a tmpfs mode)
+            argv += ["--tmpfs", f"{WORKSPACE_DIR}:rw,uid={IMAGE_UID},gid={IMAGE_GID}"]
         entry = job.groups[job.nodes[index].group_index].command
+        if shipment is not None and not job.uses_launcher:
+            entry = shipment.wrap(entry)
         argv += ["--entrypoint", entry[0], spec.image, *entry[1:], *job.trainer_args]
         containers.append(ContainerPlan(index, name, hostname, names, tuple(argv)))
     return DockerPlan(job, engine, run_id, network, run_dir, checkpoint_dir, tuple(containers), dirs, notes)

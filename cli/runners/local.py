@@ -161,6 +161,11 @@ def plan_local(
             f"gpusPerNode is {spec.gpus_per_node}: every local node would need that many GPUs; use --gpus 0 for CPU "
             "+ gloo"
         )
+    if spec.workspace:
+        notes.append(
+            "workspace: run --local runs the code where it is; --workspace ships it to pods (submit) and containers "
+            "(run --docker)"
+        )
     missing = [k for k in spec.secret_env if k not in (parent_env or os.environ)]
     if missing:
         notes.append(f"secretEnv {', '.join(missing)} come from Secrets in the cluster; export them to set them here")

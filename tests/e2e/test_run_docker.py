@@ -619,3 +619,42 @@ def test_docker_containers_get_store_credentials_by_name_only(tmp_path: Path, mo
     monkeypatch.setattr("ddpctl.runners.docker.ensure_image", lambda engine, spec: pytest.fail("looked for the image"))
     with pytest.raises(UsageError, match=r"^--fresh: the checkpoints are in s3://bucket/runs/r1"):
         plan_docker(spec, run_id="c", fresh=True)
+
+
+USER_TRAIN = """\
+import os
+
+import torch.distributed as dist
+
+import helper
+
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} says {helper.CONSTANT} in {os.getcwd()}", flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_workspace_runs_the_edited_code_without_a_rebuild(trainer_image: str, tmp_path: Path) -> None:
+    """A user's folder (train.py importing helper.py, and a .env): every container runs the folder's
+    current code from /workspace, unpacked from the same archive a pod gets; an edit runs at once,
+    with the same image; the .env never reaches a container."""
+    job = _job_name()
+    (tmp_path / "train.py").write_text(USER_TRAIN)
+    (tmp_path / "helper.py").write_text("CONSTANT = 'first'\n")
+    (tmp_path / ".env").write_text("TOKEN=never-shipped\n")
+    args = ["run", "--docker", "--name", job, "--image", trainer_image, "--nodes", "2", "--procs", "1",
+            "--script", "train.py", "--workspace", "."]  # fmt: skip
+    first = _ddpctl(*args, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr[-3000:] + first.stdout[-3000:]
+    said = sorted(line.split("] ", 1)[-1] for line in first.stdout.splitlines() if " says " in line)
+    assert said == ["rank 0 of 2 says first in /workspace", "rank 1 of 2 says first in /workspace"], first.stdout
+    assert "left out: .env (likely secrets" in first.stderr
+    images = subprocess.run(["docker", "images", "-q"], capture_output=True, text=True).stdout.split()
+    (tmp_path / "helper.py").write_text("CONSTANT = 'edited'\n")
+    second = _ddpctl(*args, cwd=tmp_path)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.count("says edited in /workspace") == 2, second.stdout
+    assert subprocess.run(["docker", "images", "-q"], capture_output=True, text=True).stdout.split() == images
+    assert _left_behind(job) == []
