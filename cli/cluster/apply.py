@@ -83,8 +83,14 @@ def find_job(cluster: Cluster, name: str, namespace: str) -> tuple[Kind, dict[st
     if len(workloads) > 1:
         # two submits with different targets: the newest wins; of one submit's objects (a Job
         # per node group), the one that runs rank 0
+        # (a kind's objects are made by one submit, a second or more apart: the kind's newest one
+        # dates the submit, never a later group's Job)
+        newest: dict[str, str] = {}
+        for kind, obj in workloads:
+            stamp = obj["metadata"].get("creationTimestamp") or ""
+            newest[kind.kind] = max(newest.get(kind.kind, ""), stamp)
         workloads.sort(key=lambda ko: _first_rank(ko[0], ko[1]))
-        workloads.sort(key=lambda ko: ko[1]["metadata"].get("creationTimestamp") or "", reverse=True)
+        workloads.sort(key=lambda ko: newest[ko[0].kind], reverse=True)
     return workloads[0]
 
 
