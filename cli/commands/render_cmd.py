@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from ddpctl.commands.options import host_script_warning, spec_options
+from ddpctl.commands.prelint import lint_before_run, no_lint_option
 from ddpctl.spec.sources import SpecInput
 
 CLIENT_SIDE_APPLY_LIMIT = 256 * 1024  # kubectl's last-applied annotation: a Secret's data must fit in it
@@ -31,6 +32,7 @@ def render_command(
     helm_values: bool = typer.Option(
         False, "--helm-values", help="Print the spec as values for charts/ddp-job instead."
     ),
+    no_lint: bool = no_lint_option(),
 ) -> None:
     """Render the job's Kubernetes manifests (no cluster needed)."""
     from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
@@ -52,6 +54,7 @@ def render_command(
             say(f"ddpctl: warning: {warning.removeprefix('warning: ')}")
     if plan.plain_command_warning and not explain:
         say(f"ddpctl: warning: {plan.plain_command_warning}")
+    linted = lint_before_run(spec, say, stop=False, skip=no_lint)
     if helm_values:
         from ddpctl.manifests.helm_values import helm_values_yaml
 
@@ -66,7 +69,7 @@ def render_command(
         if explain:
             from ddpctl.manifests.explain import explain as explain_text
 
-            typer.echo(explain_text(plan, shipment), nl=False)
+            typer.echo(explain_text(plan, shipment, lint=linted), nl=False)
             return
         if shipment is not None:
             say(f"ddpctl: {shipment.pack.summary()}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 from ddpctl.commands.options import spec_options
+from ddpctl.commands.prelint import lint_before_run, no_lint_option
 from ddpctl.errors import UsageError
 from ddpctl.spec.sources import SpecInput
 
@@ -47,12 +48,14 @@ def run_command(
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print each node's command and env (or each `docker run`); start nothing."
     ),
+    no_lint: bool = no_lint_option(),
 ) -> int:
     """Run the job on this machine: CPU + gloo, every node and rank wired as in the cluster."""
     from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
     from ddpctl.runners.backend import DockerBackend, LocalBackend, RunOptions
 
     refuse_ddpctl_flags_for_the_trainer(spec_input.spec())
+    lint_before_run(spec_input.spec(), lambda s: typer.echo(s, err=True), stop=False, skip=no_lint)
 
     if local and docker:
         raise UsageError("--local and --docker exclude each other: choose one")

@@ -13,6 +13,7 @@ from ddpctl.cluster.flags import (
     timeout_option,
 )
 from ddpctl.commands.options import spec_options
+from ddpctl.commands.prelint import lint_before_run, no_lint_option
 from ddpctl.spec.sources import SpecInput
 
 
@@ -52,13 +53,16 @@ def submit_command(
     ),
     rank: int | None = rank_option("With --follow: "),
     timeout: str | None = timeout_option(),
+    no_lint: bool = no_lint_option(),
 ) -> None:
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""
     from ddpctl.cluster.backend import ClusterBackend, SubmitOptions
     from ddpctl.cluster.config import ClusterOptions
     from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
 
-    refuse_ddpctl_flags_for_the_trainer(spec_input.spec(target="job"))  # the args do not depend on the target
+    spec = spec_input.spec(target="job")  # the args and the code do not depend on the target
+    refuse_ddpctl_flags_for_the_trainer(spec)
+    lint_before_run(spec, lambda s: typer.echo(s, err=True), stop=True, skip=no_lint, torchfix=True)
 
     backend = ClusterBackend(
         ClusterOptions(kubeconfig, context, None, request_timeout),

