@@ -114,6 +114,8 @@ bench: $(STAMP)
 	$(PY) bench/bench_checkpoint_store.py
 	$(PY) bench/bench_workspace.py
 	$(PY) bench/bench_lint.py
+	$(PY) bench/bench_workspace_edit.py
+	$(PY) bench/bench_preflight.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache

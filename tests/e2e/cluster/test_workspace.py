@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support import REPO, skip_unless
-from tests.support.cluster import RealCluster, cluster_command
+from tests.support.cluster import RealCluster
 from tests.support.docker import BASE_IMAGE, docker_works, image_present
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
@@ -57,8 +57,14 @@ def _build(*args: str, cwd: Path = REPO) -> str:
     return str(r.stdout.strip())
 
 
+HOME = os.environ.get("HOME", "/root")  # before the `kube` fixture moves it: the cluster's binary cache is there
+
+
 def _load(image: str) -> None:
-    r = cluster_command("load", image)
+    r = subprocess.run(
+        [sys.executable, "-m", "cluster", "load", image], cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, "HOME": HOME},
+    )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]
 
 
