@@ -18,7 +18,7 @@ from typing import Any
 
 from tests.support.cpu_quota import CpuQuota
 from tests.support.preflight_repeat import REPORT_MARK
-from tests.support.trainer import PY, clean_env, free_port, start, wait_all
+from tests.support.trainer import agent_command, clean_env, free_port, start, wait_all
 
 ENTRY = "ddpctl_trainer.preflight"
 REPEAT = "tests.support.preflight_repeat"
@@ -62,28 +62,6 @@ def node_figures(report: dict[str, Any]) -> dict[int, float]:
     return out
 
 
-def node_command(
-    node: int, nnodes: int, nproc: int, port: int, entry: Sequence[str], launcher: str = "torch.distributed.run"
-) -> list[str]:
-    """Node ``node``'s agent running ``entry`` (``-m MODULE ARGS``) in each worker."""
-    return [
-        PY,
-        "-m",
-        launcher,
-        "--nnodes",
-        str(nnodes),
-        "--node-rank",
-        str(node),
-        "--nproc-per-node",
-        str(nproc),
-        "--master-addr",
-        "127.0.0.1",
-        "--master-port",
-        str(port),
-        *entry,
-    ]
-
-
 def run_preflight(
     workdir: Path,
     nnodes: int = 2,
@@ -116,7 +94,7 @@ def run_preflight(
             entry = ["-m", *module, *flags]
             if quota is not None and node == slow_node:
                 entry = ["-m", SLOW, str(quota.procs_file), *module, *flags]
-            procs.append(start(node_command(node, nnodes, nproc, port, entry, launcher), workdir, clean_env(env)))
+            procs.append(start(agent_command(node, nnodes, nproc, port, entry, launcher), workdir, clean_env(env)))
         outs = wait_all(procs, timeout=timeout)
         if quota is not None:
             throttled = quota.throttled()[1]

@@ -156,18 +156,12 @@ def kill_tree(tag: str) -> list[int]:
     return killed
 
 
-def static_node_command(
-    node: int,
-    nnodes: int,
-    nproc: int,
-    port: str,
-    workdir: Path,
-    args: Sequence[str] = (),
-    launcher: str = "torch.distributed.run",
+def agent_command(
+    node: int, nnodes: int, nproc: int, port: int | str, entry: Sequence[str], launcher: str = "torch.distributed.run"
 ) -> list[str]:
-    """Node ``node``'s torchrun agent (or ``ddpctl_trainer.launch``) of a job wired by hand with
-    the static rendezvous on loopback, as each pod's torchrun is on a cluster; the trainer writes
-    its checkpoints and metrics under ``workdir``."""
+    """Node ``node``'s torchrun agent (or ``ddpctl_trainer.launch``) running ``entry`` (``-m MODULE
+    ARGS``) in each worker, wired by hand with the static rendezvous on loopback, as each pod's
+    torchrun is on a cluster."""
     return [
         PY,
         "-m",
@@ -181,15 +175,25 @@ def static_node_command(
         "--master-addr",
         "127.0.0.1",
         "--master-port",
-        port,
-        "-m",
-        "ddpctl_trainer",
-        "--checkpoint-dir",
-        str(workdir / "ckpt"),
-        "--metrics-file",
-        str(workdir / "metrics.jsonl"),
-        *args,
+        str(port),
+        *entry,
     ]
+
+
+def static_node_command(
+    node: int,
+    nnodes: int,
+    nproc: int,
+    port: str,
+    workdir: Path,
+    args: Sequence[str] = (),
+    launcher: str = "torch.distributed.run",
+) -> list[str]:
+    """`agent_command` of the built-in trainer, which writes its checkpoints and metrics under ``workdir``."""
+    entry = ["-m", "ddpctl_trainer", "--checkpoint-dir", str(workdir / "ckpt")]
+    return agent_command(
+        node, nnodes, nproc, port, [*entry, "--metrics-file", str(workdir / "metrics.jsonl"), *args], launcher
+    )
 
 
 def start(cmd: Sequence[str], cwd: Path, env: dict[str, str]) -> subprocess.Popen:
