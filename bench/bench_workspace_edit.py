@@ -32,6 +32,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 STATE = Path(os.environ.get("DDPCTL_CLUSTER_DIR") or REPO / ".cluster")
 KUBECTL = [str(STATE / "bin" / "kubectl"), "--kubeconfig", str(STATE / "kubeconfig")]
+ENV = {**os.environ, "KUBECONFIG": str(STATE / "kubeconfig")}  # ddpctl talks to the test cluster
 BASE = os.environ.get("DDPCTL_TEST_BASE_IMAGE", "ddpctl-base:cpu")
 ON_NODE = ["--node-selector", "node.ddpctl.io/real=true", "--toleration", "node.ddpctl.io/real=true:NoSchedule"]
 TRAIN = """\
@@ -50,7 +51,7 @@ dist.destroy_process_group()
 
 
 def sh(*argv: str, cwd: Path | None = None) -> str:
-    r = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd, env={**os.environ})
+    r = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=cwd, env=ENV)
     if r.returncode:
         raise SystemExit(f"{' '.join(argv[:5])}: {r.stderr.strip()[-2000:]}")
     return r.stdout
@@ -65,17 +66,19 @@ def first_step(args: list[str], cwd: Path, started: float) -> float:
     proc = subprocess.Popen(
         [sys.executable, "-m", "ddpctl", "submit", *args, "--follow"],
         cwd=cwd,
+        env=ENV,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
         text=True,
     )
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stderr is not None
     seen = None
     for line in proc.stdout:
         if "first step" in line and seen is None:
             seen = time.monotonic() - started
+    err = proc.stderr.read()
     if proc.wait() != 0 or seen is None:
-        raise SystemExit(f"submit {' '.join(args[:6])} did not reach its first step")
+        raise SystemExit(f"submit {' '.join(args[:6])} did not reach its first step: {err[-2000:]}")
     return seen
 
 
@@ -91,7 +94,7 @@ def main() -> None:
         project.mkdir()
         (project / "train.py").write_text(TRAIN)
         times: dict[str, list[float]] = {"ship": [], "rebuild": [], "floor": []}
-        built = ""
+        built = trainer  # replaced by each rep's rebuild before its floor runs
         for rep in range(opts.reps):
             for path in ("ship", "rebuild", "floor"):
                 ns = f"bench-{uuid.uuid4().hex[:6]}"
@@ -99,14 +102,15 @@ def main() -> None:
                 job = ["-n", ns, "--name", "edit", "--nodes", "2", "--procs", "1", "--gpus", "0", *ON_NODE,
                        "--script", "train.py", "--no-lint"]  # fmt: skip
                 try:
-                    if path == "floor" and built:
+                    if path == "floor":  # the project image of this rep's rebuild, already on the node
                         times[path].append(first_step([*job, "--image", built], project, time.monotonic()))
-                        continue
-                    (project / "helper.py").write_text(f"VERSION = '{path}-{rep}-{time.time()}'\n")
-                    started = time.monotonic()
-                    if path == "ship":
+                    elif path == "ship":
+                        (project / "helper.py").write_text(f"VERSION = '{path}-{rep}-{time.time()}'\n")
+                        started = time.monotonic()
                         times[path].append(first_step([*job, "--image", trainer, "--workspace", "."], project, started))
                     else:
+                        (project / "helper.py").write_text(f"VERSION = '{path}-{rep}-{time.time()}'\n")
+                        started = time.monotonic()
                         built = ddpctl("build", "--quiet", "--no-latest", "--base-image", trainer, cwd=project).strip()
                         sh(sys.executable, "-m", "cluster", "load", built, cwd=REPO)
                         times[path].append(first_step([*job, "--image", built], project, started))
