@@ -148,26 +148,29 @@ def test_trainer_args_have_help(cli) -> None:
 
 
 @pytest.mark.parametrize(
-    "script,warned",
+    "script,warning",
     [
-        ("HOST", True),  # a file on this machine, outside the image's workdir
-        ("train.py", False),  # relative: a path in the image's workdir
-        ("/workspace/train.py", False),
-        ("/opt/app/train.py", False),  # not here: a path inside the image
+        # a file on this machine, outside the image's workdir
+        ("HOST", "ddpctl: warning: script: {script} is a file on this machine"),
+        # relative and here, but the default image was not built from this folder
+        ("train.py", "ddpctl: warning: train.py is in "),
+        ("other.py", None),  # relative and not here: a path in the image's workdir
+        ("/workspace/train.py", None),
+        ("/opt/app/train.py", None),  # not here: a path inside the image
     ],
 )
-def test_render_warns_when_the_script_is_a_host_path(cli, tmp_path: Path, script: str, warned: bool) -> None:
+def test_render_warns_when_the_script_is_a_host_path(cli, tmp_path: Path, script: str, warning: str | None) -> None:
     host = tmp_path / "train.py"
     host.write_text("print('hi')\n")
     script = str(host) if script == "HOST" else script
     result = cli("render", "--script", script)
     assert result.code == 0, result.err
     assert f"- {script}\n" in result.out, "the manifest keeps the path as given"
-    if warned:
-        assert result.err.startswith(f"ddpctl: warning: script: {script} is a file on this machine"), result.err
-        assert "COPY" in result.err and "ddpctl build" in result.err and len(result.err.splitlines()) == 1
-    else:
+    if warning is None:
         assert result.err == ""
+        return
+    assert result.err.startswith(warning.format(script=script)), result.err
+    assert "ddpctl build" in result.err and len(result.err.splitlines()) == 1
 
 
 # --------------------------------------------------------------------------------------------
