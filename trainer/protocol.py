@@ -177,6 +177,32 @@ COLLECTIVE_TIMEOUT_ENV = flag_env("--timeout-s")
 CHECKPOINT_DIR_ENV = flag_env("--checkpoint-dir")
 USER_BACKEND_ENV = "DDP_BACKEND"  # the backend, for a user's own training script
 JOB_NAME_ENV = "DDP_JOB_NAME"
+# The preflight checks inside the job (the trainer's --preflight flags, which the spec's `preflight`
+# and `fabric` set through these variables): off | warn | fail, the share of the median below which
+# a unit is named, what NCCL's transport must be. PREFLIGHT_ONLY makes the trainer stop after the
+# checks (`ddpctl check`: the job's own layout and placement, nothing trained).
+PREFLIGHT_MODES: tuple[str, ...] = ("off", "warn", "fail")
+FABRICS: tuple[str, ...] = ("socket", "infiniband", "roce", "efa")
+PREFLIGHT_TOLERANCE = 0.6  # --preflight-tolerance's default (ddpctl_trainer.preflight.config says why)
+PREFLIGHT_ENV = flag_env("--preflight")
+PREFLIGHT_TOLERANCE_ENV = flag_env("--preflight-tolerance")
+PREFLIGHT_FLOOR_ENV: dict[str, str] = {  # the spec's floor keys -> their variables
+    "minGflops": flag_env("--preflight-min-gflops"),
+    "minTflops": flag_env("--preflight-min-tflops"),
+    "minBusbw": flag_env("--preflight-min-busbw"),
+    "minH2d": flag_env("--preflight-min-h2d"),
+}
+FABRIC_ENV = flag_env("--fabric")
+PREFLIGHT_ONLY_FLAG = "--preflight-only"
+# How the checks time their figures (--preflight-window seconds per window, the best of
+# --preflight-repeats windows), which `render --explain` prices. A check of its own (`ddpctl check`,
+# `python -m ddpctl_trainer.preflight`) takes its time; inside a job every start pays for them, so
+# one window each: a node's CPU figure is still the best of its ranks' windows, and GPU figures
+# agree within a few per cent. A window stays at 0.2 s or more: a CPU limit is enforced per 100 ms.
+PREFLIGHT_CHECK_WINDOW_S = 0.25
+PREFLIGHT_CHECK_REPEATS = 3
+PREFLIGHT_JOB_WINDOW_S = 0.2
+PREFLIGHT_JOB_REPEATS = 1
 # Where a pod runs, for the preflight report (the downward API: fieldRef spec.nodeName and
 # metadata.name). HOSTNAME is the pod's name only where no hostname is set (Indexed Job pods get
 # `<job>-<index>`), so the pod name has a variable of its own; both fall back when unset.
