@@ -9,15 +9,19 @@ arguments, the env ddpctl gives the training container -- is computed here.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ddpctl.errors import SpecError
 from ddpctl.spec import kueue
+from ddpctl.spec.fabrics import PROFILES, Fabric
+from ddpctl.spec.fields import number_text
 from ddpctl.spec.model import JobSpec, NodeGroup, Topology
 from ddpctl.spec.names import MAX_DNS_LABEL
+from ddpctl.spec.rules import NODE_AFFINITY, REQUIRED_NODES
 from ddpctl.spec.schema import GRACE_MARGIN
 from ddpctl_trainer import protocol
 
@@ -426,6 +430,8 @@ class Plan:
         env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(spec.grace_period - GRACE_MARGIN)
         if spec.collective_timeout is not None and spec.uses_trainer:
             env[protocol.COLLECTIVE_TIMEOUT_ENV] = str(spec.collective_timeout)  # the process-group timeout
+        env.update(self.fabric.env)
+        env.update(self.preflight_env)
         env.update(spec.env)
         return dict(sorted(env.items()))
 
@@ -455,6 +461,56 @@ class Plan:
                 )
             )
         return tuple(out)
+
+    # ------------------------------------------------------------------ the fabric and the preflight
+
+    @property
+    def fabric(self) -> Fabric:
+        """What the spec's fabric needs in the pods (spec/fabrics.py)."""
+        return PROFILES[self.spec.fabric]
+
+    @property
+    def fabric_resource(self) -> str | None:
+        """The extended resource that counts the fabric's devices: the spec's, else the fabric's usual one."""
+        if self.fabric.resource is None:
+            return None
+        return self.spec.resources.fabric_resource or self.fabric.resource
+
+    @property
+    def preflight_env(self) -> dict[str, str]:
+        """The trainer's preflight flags as its variables (the spec's preflight and fabric), when on."""
+        spec, checks = self.spec, self.spec.preflight
+        if not checks.on:
+            return {}
+        env = {protocol.PREFLIGHT_ENV: checks.mode, protocol.PREFLIGHT_TOLERANCE_ENV: number_text(checks.tolerance)}
+        env.update({protocol.PREFLIGHT_FLOOR_ENV[k]: number_text(v) for k, v in checks.floors().items()})
+        if spec.fabric != "socket":
+            env[protocol.FABRIC_ENV] = spec.fabric
+        return env
+
+    @property
+    def downward_env(self) -> dict[str, str]:
+        """Variables the pods take from the downward API (name -> fieldPath): with the preflight on,
+        the pod's own name and its Kubernetes node's, which the report names (unless the spec's env sets them)."""
+        if not self.spec.preflight.on:
+            return {}
+        wanted = {protocol.NODE_NAME_ENV: "spec.nodeName", protocol.POD_NAME_ENV: "metadata.name"}
+        return {k: v for k, v in wanted.items() if k not in self.spec.env}
+
+    @property
+    def affinity(self) -> dict[str, Any]:
+        """The pods' affinity: the spec's, with avoidNodes as a required node anti-affinity on the
+        nodes' names (`matchFields` on metadata.name) added to each of its required terms."""
+        out: dict[str, Any] = copy.deepcopy(dict(self.spec.affinity))
+        if not self.spec.avoid_nodes:
+            return out
+        avoid = {"key": "metadata.name", "operator": "NotIn", "values": list(self.spec.avoid_nodes)}
+        node = out.setdefault(NODE_AFFINITY, {})
+        required = node.setdefault(REQUIRED_NODES, {"nodeSelectorTerms": [{}]})
+        required["nodeSelectorTerms"] = [
+            {**term, "matchFields": [*term.get("matchFields", []), avoid]} for term in required["nodeSelectorTerms"]
+        ]
+        return out
 
     def node_env(self, node: Node) -> dict[str, str]:
         """The env of `node`'s training container as the pod gets it: what ddpctl renders, then what
