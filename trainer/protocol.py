@@ -87,6 +87,23 @@ PREFLIGHT_PREFIX = f"{PROG}: preflight"
 PREFLIGHT_TAG = f"{PREFLIGHT_PREFIX}: "
 PREFLIGHT_FINDING_TAG = f"{PREFLIGHT_PREFIX} finding: "
 PREFLIGHT_VERDICT_TAG = f"{PREFLIGHT_PREFIX} verdict: "
+
+
+def preflight_line(text: str) -> tuple[str, str] | None:
+    """(`report` | `finding` | `verdict`, the rest) of a line of the preflight report (with or
+    without its `[rank R] `); None for any other line."""
+    found = parse_rank_line(text)
+    body = found[1] if found else text
+    for kind, tag in (
+        ("finding", PREFLIGHT_FINDING_TAG),
+        ("verdict", PREFLIGHT_VERDICT_TAG),
+        ("report", PREFLIGHT_TAG),
+    ):
+        if body.startswith(tag):
+            return kind, body[len(tag) :]
+    return None
+
+
 # Kubernetes keeps this file's text as the container's termination message, on the pod object,
 # after the container ended: the stall summary outlives a pod whose logs go with it.
 TERMINATION_LOG = "/dev/termination-log"
@@ -203,6 +220,7 @@ PREFLIGHT_CHECK_WINDOW_S = 0.25
 PREFLIGHT_CHECK_REPEATS = 3
 PREFLIGHT_JOB_WINDOW_S = 0.2
 PREFLIGHT_JOB_REPEATS = 1
+PREFLIGHT_WARMUP_SHARE = 0.25  # a kernel's warm-up runs for this share of a window
 # Where a pod runs, for the preflight report (the downward API: fieldRef spec.nodeName and
 # metadata.name). HOSTNAME is the pod's name only where no hostname is set (Indexed Job pods get
 # `<job>-<index>`), so the pod name has a variable of its own; both fall back when unset.
