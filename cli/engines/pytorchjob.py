@@ -121,6 +121,15 @@ class PyTorchJobEngine(Engine):
             )
         return "restartPolicy Never: a failed pod fails the job (set restartPolicy OnFailure to retry)"
 
+    def preflight_failure(self, plan: Plan) -> str:
+        if self.pod_restart_policy(plan) == "ExitCode":
+            retried = ", ".join(map(str, protocol.KUBEFLOW_RETRYABLE))
+            return (
+                f"the job fails: restartPolicy ExitCode recreates pods only for {retried} (Kubeflow's rule); "
+                "submit again with --avoid-node NAME"
+            )
+        return super().preflight_failure(plan)
+
     def can(self, feature: str) -> bool:
         return feature != "groups"  # only some group shapes: see check()
 

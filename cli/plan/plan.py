@@ -34,6 +34,8 @@ NO_CHECKPOINT_VOLUME = (
     "keep them in an object store: --checkpoints s3://BUCKET/PREFIX"
 )
 NODE_GROUP_LABEL = "ddpctl.io/node-group"
+PREFLIGHT_OVERHEAD_S = 0.2  # the preflight's gathers and barriers, measured on 2 x 2 gloo
+PREFLIGHT_PAIR_ROUNDS = 4  # rounds of node pairs at most (ddpctl_trainer.preflight.judge.MAX_PAIR_ROUNDS)
 
 
 @dataclass(frozen=True)
@@ -496,6 +498,30 @@ class Plan:
             return {}
         wanted = {protocol.NODE_NAME_ENV: "spec.nodeName", protocol.POD_NAME_ENV: "metadata.name"}
         return {k: v for k, v in wanted.items() if k not in self.spec.env}
+
+    def preflight_cost_s(self) -> tuple[float, float]:
+        """About how many seconds the checks add to each start of the job: (healthy, with every
+        round of node pairs a slow node can cost), scheduled as the trainer does with one pod per
+        machine (the ranks of a machine take turns on its cores, or its host-to-device path). NCCL's
+        connection set-up, which the first collective of any job pays, is not counted."""
+        spec = self.spec
+
+        def setting(flag: str, default: float) -> float:
+            try:  # the spec's env may set the trainer's flag: DDP_TRAINER_PREFLIGHT_WINDOW=0.5
+                return float(spec.env.get(protocol.flag_env(flag), default))
+            except ValueError:
+                return default
+
+        window = setting("--preflight-window", protocol.PREFLIGHT_JOB_WINDOW_S)
+        repeats = int(setting("--preflight-repeats", protocol.PREFLIGHT_JOB_REPEATS))
+        kernel = (protocol.PREFLIGHT_WARMUP_SHARE + repeats) * window  # a timed kernel's warm-up and windows
+        turns = max(g.nproc for g in spec.groups)  # a machine's ranks, one after another
+        local = kernel + turns * kernel if spec.gpus_per_node else turns * kernel  # GEMM (+ GPU: H2D copies)
+        base = local + repeats * window + PREFLIGHT_OVERHEAD_S  # + the world's all-reduce
+        nodes = self.replicas
+        pairs = 0 if nodes < 3 else (3 if nodes == 3 else 1)  # rounds of node pairs: healthy nodes meet once
+        most = 0 if nodes < 3 else (3 if nodes == 3 else PREFLIGHT_PAIR_ROUNDS)
+        return base + pairs * repeats * window, base + most * repeats * window
 
     @property
     def affinity(self) -> dict[str, Any]:
