@@ -62,7 +62,7 @@ def run(
     explicit_auto = flags.get("target") == "auto"
     if explicit_auto:
         del flags["target"]
-    base = SpecInput(flags=flags, config=spec_input.config)
+    base = spec_input._replace(flags=flags)
     chosen = base.chosen()  # what the user set (file, env, flags), no defaults
     auto = explicit_auto or "target" not in chosen
 
@@ -97,7 +97,7 @@ def run(
         image = build_image(spec0)
         say(f"ddpctl: built and pushed {image}")
         flags["image"] = image
-        base = SpecInput(flags=flags, config=spec_input.config)
+        base = spec_input._replace(flags=flags)
 
     from ddpctl.cluster import apply as A
     from ddpctl.cluster import discovery

@@ -363,6 +363,7 @@ class Plan:
             or spec.checkpoints
             or "checkpoints" in spec.volumes
             or "--checkpoint-dir" in spec.args
+            or protocol.PREFLIGHT_ONLY_FLAG in spec.args  # the checks alone train nothing (`ddpctl check`)
         ):
             return None
         return NO_CHECKPOINT_VOLUME

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -231,17 +231,19 @@ def _file_that_set(
 
 
 class SpecInput(NamedTuple):
-    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it.
-    (A NamedTuple, not a frozen dataclass: every start-up defines it, and a dataclass takes
-    ~0.7 ms longer.)"""
+    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it,
+    then `derive` (a job made from the user's: `ddpctl check`'s). (A NamedTuple, not a frozen
+    dataclass: every start-up defines it, and a dataclass takes ~0.7 ms longer.)"""
 
     flags: dict[str, Any]
     config: Path | None
+    derive: Callable[[JobSpec], JobSpec] | None = None
 
     def spec(self, **overrides: Any) -> JobSpec:
         layer = dict(self.flags)
         layer.update(overrides)
-        return load_spec(layer, self.config)
+        spec = load_spec(layer, self.config)
+        return spec if self.derive is None else self.derive(spec)
 
     def chosen(self) -> dict[str, Any]:
         """The settings the user gave (file, env, flags) without the defaults: tells "namespace
