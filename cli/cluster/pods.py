@@ -242,6 +242,20 @@ class FailedJob(RuntimeFailure):
         self.what = what
 
 
+def _preflight_finding(
+    cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]], say: Callable[[str], None]
+) -> tuple[int | None, str] | None:
+    """A pod exited EXIT_PREFLIGHT: rank 0's findings, from the head of node 0's log (the report comes
+    before torchrun's failure report, which fills the last lines), each said; (0, the first) or None."""
+    from ddpctl.cluster.logs import rank0_preflight
+
+    parsed = [f for f in map(preflight_line, rank0_preflight(cluster, kind, pods)) if f is not None]
+    findings = [body for what, body in parsed if what == "finding"]
+    for finding in findings:
+        say(f"  node 0's preflight finding: {finding}")
+    return (0, findings[0]) if findings else None
+
+
 def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callable[[str], None]) -> RuntimeFailure:
     """Print why the job failed (the failing pods, their termination reasons, their last log lines)
     and return the one-line error to exit with."""
@@ -270,9 +284,9 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
         if reason is not None and stalled is None:
             stalled = (rank, reason)
             say(f"  node {rank} reported a stall: {reason}")
-        finding = next((f[1] for f in map(preflight_line, lines) if f is not None and f[0] == "finding"), None)
-        if finding is not None and preflight is None:
-            preflight = (rank, finding)
+        exited = ((main_status(kind, pod).get("state") or {}).get("terminated") or {}).get("exitCode")
+        if exited == protocol.EXIT_PREFLIGHT and preflight is None:
+            preflight = _preflight_finding(cluster, kind, outcome.pods, say)
         if lines:
             say(f"  last {len(lines)} log lines of node {rank}:")
             for line in lines:

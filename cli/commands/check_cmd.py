@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
-from ddpctl.cluster.flags import context_option, kubeconfig_option, request_timeout_option, timeout_option
+from ddpctl.cluster.flags import context_option, kubeconfig_option, request_timeout_option
 from ddpctl.commands.options import spec_options
 from ddpctl.spec.sources import SpecInput
 
@@ -27,10 +27,17 @@ def check_command(
     kubeconfig: str | None = kubeconfig_option(),
     context: str | None = context_option(),
     request_timeout: str | None = request_timeout_option(),
-    timeout: str | None = timeout_option(),
+    timeout: str | None = typer.Option(
+        None,
+        "--timeout",
+        help="Give up after this long (90s, 30m, 1h30m) and exit 3; the check's job is deleted all the same.",
+        show_default=False,
+    ),
 ) -> int:
-    """Check every node before training: the preflight as a short job of its own (same layout, engine and
-    placement), rank 0's report printed; exit 0 when it passed (or --preflight warn)."""
+    """Check every node before training: the preflight as a job of its own, in the job's layout and placement.
+
+    The job <name>-check runs the trainer's checks alone (GEMM, all-reduce, on GPUs the host-to-device
+    copy and NCCL's transport) and rank 0 prints the report; exit 0 when it passed (or --preflight warn)."""
     from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
     from ddpctl.errors import UsageError
     from ddpctl.spec.checkjob import check_job

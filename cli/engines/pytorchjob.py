@@ -111,7 +111,8 @@ class PyTorchJobEngine(Engine):
             )
             return (
                 "restartPolicy ExitCode: the operator recreates a pod that was preempted (143, checkpoint written), "
-                "killed (137) or lost a peer (138); a usage error (2), a crash (1) or a stall (200) fails the job. "
+                "killed (137) or lost a peer (138); a usage error (2), a crash (1), a stall (200) or a failed "
+                "preflight (201) fails the job. "
                 "The operator does not count these restarts against runPolicy.backoffLimit (kubeflow/trainer#2045): "
                 f"{bound} (run --local stops after backoffLimit {plan.spec.backoff_limit})"
             )

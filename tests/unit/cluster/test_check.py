@@ -27,6 +27,8 @@ def _run_check(d, code: int, seen: list[dict]) -> None:  # type: ignore[no-untyp
         for p in pods:
             d.start_container(p, NS)
         d.append_log(pods[0], *(REPORT if code else REPORT[:1]), namespace=NS)
+        if code:  # torchrun's failure report fills the last lines: the finding is read from the log's head
+            d.append_log(pods[0], *(f"  exitcode  : 201 (pid: {i})" for i in range(30)), namespace=NS)
         for p in pods:
             d.terminate_container(p, NS, exit_code=code)
         d.finish("Job", CHECK, NS, succeeded=code == 0)
