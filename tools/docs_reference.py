@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpctl.spec import JobSpec, NodeGroup, Rendezvous, Resources, SecretKeyRef, Topology, Volume
+from ddpctl.spec import JobSpec, NodeGroup, Preflight, Rendezvous, Resources, SecretKeyRef, Topology, Volume
 from ddpctl.spec.fields import Part, declared, json_schema
 from ddpctl.spec.parts import Workspace
 from ddpctl_trainer.config import build_parser
@@ -86,6 +86,7 @@ PARTS: tuple[tuple[type, str], ...] = (
     (Volume, "volumes.<NAME>"),
     (SecretKeyRef, "secretEnv.<VAR>"),
     (Workspace, "workspace"),
+    (Preflight, "preflight"),
 )
 
 _SPEC_INTRO = """\
@@ -98,8 +99,8 @@ values of the Helm chart `charts/ddp-job` (the same keys), and the fields of ddp
     built-in defaults  <  ddp.yaml (or --config FILE)  <  DDPCTL_* environment  <  command-line flags
 
 Maps merge across those layers; other values are replaced. Scalar top-level keys are read from
-`DDPCTL_<KEY>` (upper snake case: `DDPCTL_GPUS_PER_NODE=8`), the `rendezvous` and `resources` keys
-from `DDPCTL_RENDEZVOUS_PORT`-style names. The command-line flags are in `ddpctl render --help`.
+`DDPCTL_<KEY>` (upper snake case: `DDPCTL_GPUS_PER_NODE=8`), the `rendezvous`, `resources` and
+`preflight` keys from `DDPCTL_RENDEZVOUS_PORT`-style names. The command-line flags are in `ddpctl render --help`.
 A value outside the rules below is refused with one line naming the key; the full JSON Schema
 (patterns included) is `charts/ddp-job/values.schema.json`.
 """

@@ -20,10 +20,15 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from .errors import UsageError
+from .preflight import config as preflight_config
 from .protocol import (
     COLLECTIVE_TIMEOUT_S,
     ENV_PREFIX,
     OBJECT_STORE_ENDPOINT_ENV,
+    PREFLIGHT_JOB_REPEATS,
+    PREFLIGHT_JOB_WINDOW_S,
+    PREFLIGHT_ONLY_FLAG,
+    PREFLIGHT_TOLERANCE,
     PROG,
     STALL_TIMEOUT_S,
     checkpoint_url_problem,
@@ -100,6 +105,21 @@ class TrainConfig:
     stall_timeout: float = float(STALL_TIMEOUT_S)
     # step hooks
     callback: tuple[str, ...] = ()
+    # the preflight checks before the first step (ddpctl_trainer.preflight.config names them)
+    preflight: str = "off"
+    preflight_tolerance: float = PREFLIGHT_TOLERANCE
+    preflight_min_gflops: float = 0.0
+    preflight_min_tflops: float = 0.0
+    preflight_min_busbw: float = 0.0
+    preflight_min_h2d: float = 0.0
+    fabric: str = "socket"
+    preflight_gemm_n: int = 0
+    preflight_allreduce_mib: float = 0.0
+    preflight_h2d_mib: float = preflight_config.H2D_MIB
+    preflight_repeats: int = PREFLIGHT_JOB_REPEATS
+    preflight_window: float = PREFLIGHT_JOB_WINDOW_S
+    preflight_json: str | None = None
+    preflight_only: bool = False
 
     @property
     def save_every_steps(self) -> int:
@@ -276,6 +296,16 @@ def build_parser() -> argparse.ArgumentParser:
         "on every rank after the trainer's own logging and before its checkpoints and stop vote; repeat the flag "
         f"for several ({flag_env('--callback')}: comma-separated)",
     )
+
+    g = p.add_argument_group("preflight")
+    preflight_config.add_flags(g, mode_default="off", in_job=True)
+    g.add_argument(
+        PREFLIGHT_ONLY_FLAG,
+        action=bo,
+        default=False,
+        help="run the preflight checks (--preflight warn or fail), print the report and stop: no data, model or "
+        "training (`ddpctl check`)",
+    )
     _show_defaults(p)
     return p
 
@@ -369,6 +399,9 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     if values["batch_size"] is None and values["global_batch_size"] is None:
         values["batch_size"] = 32
     values["callback"] = tuple(values["callback"] or ())
+    preflight_config.from_values(values)  # its flags' own checks, as the standalone check makes them
+    if values["preflight_only"] and values["preflight"] == "off":
+        raise UsageError(f"{PREFLIGHT_ONLY_FLAG} needs --preflight warn or fail: with it off there is nothing to run")
     cfg = TrainConfig(**values)
     validate_static(cfg)
     return cfg

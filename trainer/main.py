@@ -24,6 +24,7 @@ from .protocol import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_PREEMPTED,
+    EXIT_PREFLIGHT,
     EXIT_STALLED,
     EXIT_USAGE,
 )
@@ -46,7 +47,8 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the trainer; returns the process exit code: 0 ok, 1 failure, 2 usage, 138 a peer was
     lost during training (``EXIT_PEER_LOST``), 143 SIGTERM (``EXIT_PREEMPTED``: after a checkpoint
-    at a step boundary, or without one when the signal came outside the training loop or twice)."""
+    at a step boundary, or without one when the signal came outside the training loop or twice),
+    201 a failed preflight (``EXIT_PREFLIGHT``: ``--preflight fail`` named a node, rank or link)."""
     global _armed
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     rank: list[int | None] = [None]  # this rank, once known, where its lines carry it (world size > 1)
@@ -105,16 +107,31 @@ def _run(argv: Sequence[str] | None, label: list[int | None]) -> int:
         check_model_spec(cfg.model)
         check_callback_specs(cfg.callback)
         backend = resolve_backend(cfg.backend, torch.cuda.is_available())
+        if cfg.preflight != "off" and backend == "nccl":
+            from .preflight import nccl
+
+            nccl.prepare_capture()  # NCCL reads its debug settings once, when it first initialises
         device = setup(ctx, backend, cfg.timeout_s, need_group=cfg.strategy == "fsdp")
+        if cfg.preflight != "off":
+            from . import preflight
+
+            # after the rendezvous, before anything is built: every rank measures, rank 0 reports
+            preflight.run_and_report(ctx, device, backend, preflight.from_values(cfg.to_dict()))
+            if cfg.preflight_only:
+                return EXIT_OK
         run_trainer(cfg, ctx, device, backend)
         return EXIT_OK
     except TrainerError as exc:
         if stalling():
             return _leave_to_the_watchdog()
-        # A preemption stop is the same on every rank: one line per node is enough. A usage error is
-        # printed by every rank that finds it: torchrun stops a node's other ranks as soon as one
-        # exits, so the rank that would have printed it for the node may be gone before it could.
+        # A preemption stop is the same on every rank: one line per node is enough. A failed preflight
+        # is judged the same on every rank: rank 0, which printed the report, says it once. A usage
+        # error is printed by every rank that finds it: torchrun stops a node's other ranks as soon as
+        # one exits, so the rank that would have printed it for the node may be gone before it could.
         per_node = exc.exit_code == EXIT_PREEMPTED
+        once = exc.exit_code == EXIT_PREFLIGHT
+        if once and rank not in (None, 0):
+            return exc.exit_code
         if not per_node or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:
             print_error(str(exc), rank if exc.exit_code != EXIT_USAGE else None)
         return exc.exit_code

@@ -87,6 +87,23 @@ PREFLIGHT_PREFIX = f"{PROG}: preflight"
 PREFLIGHT_TAG = f"{PREFLIGHT_PREFIX}: "
 PREFLIGHT_FINDING_TAG = f"{PREFLIGHT_PREFIX} finding: "
 PREFLIGHT_VERDICT_TAG = f"{PREFLIGHT_PREFIX} verdict: "
+
+
+def preflight_line(text: str) -> tuple[str, str] | None:
+    """(`report` | `finding` | `verdict`, the rest) of a line of the preflight report (with or
+    without its `[rank R] `); None for any other line."""
+    found = parse_rank_line(text)
+    body = found[1] if found else text
+    for kind, tag in (
+        ("finding", PREFLIGHT_FINDING_TAG),
+        ("verdict", PREFLIGHT_VERDICT_TAG),
+        ("report", PREFLIGHT_TAG),
+    ):
+        if body.startswith(tag):
+            return kind, body[len(tag) :]
+    return None
+
+
 # Kubernetes keeps this file's text as the container's termination message, on the pod object,
 # after the container ended: the stall summary outlives a pod whose logs go with it.
 TERMINATION_LOG = "/dev/termination-log"
@@ -177,6 +194,33 @@ COLLECTIVE_TIMEOUT_ENV = flag_env("--timeout-s")
 CHECKPOINT_DIR_ENV = flag_env("--checkpoint-dir")
 USER_BACKEND_ENV = "DDP_BACKEND"  # the backend, for a user's own training script
 JOB_NAME_ENV = "DDP_JOB_NAME"
+# The preflight checks inside the job (the trainer's --preflight flags, which the spec's `preflight`
+# and `fabric` set through these variables): off | warn | fail, the share of the median below which
+# a unit is named, what NCCL's transport must be. PREFLIGHT_ONLY makes the trainer stop after the
+# checks (`ddpctl check`: the job's own layout and placement, nothing trained).
+PREFLIGHT_MODES: tuple[str, ...] = ("off", "warn", "fail")
+FABRICS: tuple[str, ...] = ("socket", "infiniband", "roce", "efa")
+PREFLIGHT_TOLERANCE = 0.6  # --preflight-tolerance's default (ddpctl_trainer.preflight.config says why)
+PREFLIGHT_ENV = flag_env("--preflight")
+PREFLIGHT_TOLERANCE_ENV = flag_env("--preflight-tolerance")
+PREFLIGHT_FLOOR_ENV: dict[str, str] = {  # the spec's floor keys -> their variables
+    "minGflops": flag_env("--preflight-min-gflops"),
+    "minTflops": flag_env("--preflight-min-tflops"),
+    "minBusbw": flag_env("--preflight-min-busbw"),
+    "minH2d": flag_env("--preflight-min-h2d"),
+}
+FABRIC_ENV = flag_env("--fabric")
+PREFLIGHT_ONLY_FLAG = "--preflight-only"
+# How the checks time their figures (--preflight-window seconds per window, the best of
+# --preflight-repeats windows), which `render --explain` prices. A check of its own (`ddpctl check`,
+# `python -m ddpctl_trainer.preflight`) takes its time; inside a job every start pays for them, so
+# one window each: a node's CPU figure is still the best of its ranks' windows, and GPU figures
+# agree within a few per cent. A window stays at 0.2 s or more: a CPU limit is enforced per 100 ms.
+PREFLIGHT_CHECK_WINDOW_S = 0.25
+PREFLIGHT_CHECK_REPEATS = 3
+PREFLIGHT_JOB_WINDOW_S = 0.2
+PREFLIGHT_JOB_REPEATS = 1
+PREFLIGHT_WARMUP_SHARE = 0.25  # a kernel's warm-up runs for this share of a window
 # Where a pod runs, for the preflight report (the downward API: fieldRef spec.nodeName and
 # metadata.name). HOSTNAME is the pod's name only where no hostname is set (Indexed Job pods get
 # `<job>-<index>`), so the pod name has a variable of its own; both fall back when unset.

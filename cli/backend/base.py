@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
-from ddpctl_trainer.protocol import Progress
+from ddpctl_trainer.protocol import Progress, preflight_line
 
 if TYPE_CHECKING:
     from ddpctl.spec.sources import SpecInput
@@ -60,6 +60,7 @@ class JobStatus:
     head: Sequence[tuple[str, str]] = ()  # shown before the state (a namespace, a target)
     lines: Sequence[tuple[str, str]] = ()  # shown after the progress
     rows: Sequence[NodeRow] = ()
+    preflight: Sequence[str] = ()  # rank 0's preflight report, its lines as printed (`protocol.preflight_line`)
     name_column: str = "POD"  # what a row's name is: a pod, a container, a host
     no_rows: str = "No pods yet."  # what the table says when there are no rows
     data: Mapping[str, Any] = field(default_factory=dict)
@@ -88,7 +89,21 @@ class JobStatus:
                 "etaSeconds": None if self.eta_s is None else round(self.eta_s),
                 "ageSeconds": None if self.progress_age_s is None else round(self.progress_age_s),
             }
-        return {"name": self.name, "backend": self.backend.value, **self.data, "progress": progress}
+        out = {"name": self.name, "backend": self.backend.value, **self.data, "progress": progress}
+        if self.preflight:
+            out["preflight"] = preflight_data(self.preflight)
+        return out
+
+
+def preflight_data(lines: Sequence[str]) -> dict[str, Any]:
+    """The preflight report's machine-readable form: its verdict, its findings, its lines."""
+    parsed = [found for found in map(preflight_line, lines) if found is not None]
+    verdict = next((body for kind, body in reversed(parsed) if kind == "verdict"), None)
+    return {
+        "verdict": verdict,
+        "findings": [body for kind, body in parsed if kind == "finding"],
+        "report": [body for kind, body in parsed if kind == "report"],
+    }
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from enum import Enum
 
 import yaml
 from ddpctl.backend.base import JobStatus, JobSummary
-from ddpctl_trainer.protocol import duration_text
+from ddpctl_trainer.protocol import duration_text, preflight_line
 
 LABEL_WIDTH = 13  # `Name:        ` : kubectl describe's column
 
@@ -60,6 +60,7 @@ def status_text(status: JobStatus) -> list[str]:
     if phrase:
         out.append(field_line("Progress", phrase))
     out += [field_line(k, v) for k, v in status.lines]
+    out += preflight_lines(status.preflight)
     if status.rows:
         out.append("")
         out.append(
@@ -80,6 +81,19 @@ def status_text(status: JobStatus) -> list[str]:
     elif status.no_rows:
         out.append("")
         out.append(status.no_rows)
+    return out
+
+
+def preflight_lines(report: Sequence[str]) -> list[str]:
+    """The preflight report under `Preflight:` (its verdict), then its table, figures and findings
+    in the value's column, as rank 0 printed them (without its tags)."""
+    parsed = [found for found in map(preflight_line, report) if found is not None]
+    if not parsed:
+        return []
+    verdict = next((body for kind, body in reversed(parsed) if kind == "verdict"), "(the report is incomplete)")
+    out = [field_line("Preflight", verdict)]
+    indent = " " * LABEL_WIDTH
+    out += [indent + ("finding: " if kind == "finding" else "") + body for kind, body in parsed if kind != "verdict"]
     return out
 
 

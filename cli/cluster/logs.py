@@ -24,9 +24,10 @@ from ddpctl.cluster import errors as E
 from ddpctl.cluster.config import Cluster, iter_lines
 from ddpctl.cluster.kinds import POD, Kind
 from ddpctl.errors import ClusterError, DdpctlError
-from ddpctl_trainer.protocol import Progress, parse_progress
+from ddpctl_trainer.protocol import Progress, parse_progress, parse_rank_line, preflight_line
 
 PROGRESS_TAIL = 200  # lines of node 0's log searched for rank 0's progress (it reports every --log-every steps)
+PREFLIGHT_HEAD = 1 << 20  # bytes of node 0's log searched for rank 0's preflight report (printed before step 1)
 
 
 class Output:
@@ -324,6 +325,24 @@ class Follower:
             self.cluster.done_with(raw)
         for t in list(self.threads.values()):
             t.join(1.0)
+
+
+def rank0_preflight(cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> list[str]:
+    """Rank 0's preflight report, read from the head of node 0's pod's log (the trainer prints it
+    right after the rendezvous, before its first step: the first PREFLIGHT_HEAD bytes hold it);
+    empty when that pod printed none, or its log cannot be read (status shows the rest)."""
+    pod = next((p for rank, p in pods if rank == 0), None)
+    if pod is None:
+        return []
+    name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
+    query = [("container", _container(kind, pod)), ("limitBytes", str(PREFLIGHT_HEAD))]
+    try:
+        _, text = cluster.call("GET", POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query=query)
+    except DdpctlError:
+        return []
+    lines = text.splitlines() if isinstance(text, str) else []
+    found = [line for line in lines if (parse_rank_line(line) or (None, ""))[0] == 0 and preflight_line(line)]
+    return found
 
 
 def rank0_progress(

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ddpctl.backend import JobStatus, JobSummary, LogOptions, NodeRow, Where
 from ddpctl.console import StatusLine, plural
 from ddpctl.errors import ClusterError, UsageError
+from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
     from ddpctl.cluster.config import Cluster
@@ -27,7 +28,7 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
     from ddpctl.cluster.admission import admission
     from ddpctl.cluster.apply import find_job
     from ddpctl.cluster.kinds import POD, age, finished
-    from ddpctl.cluster.logs import rank0_progress
+    from ddpctl.cluster.logs import rank0_preflight, rank0_progress
 
     ns = cluster.namespace
     kind, job = find_job(cluster, name, ns)
@@ -56,7 +57,9 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
     queued = admission(cluster, job)
     groups = P.counts(kind, pods)
     state = P.state_of(result, pods)
-    progress = rank0_progress(cluster, kind, pods) if any(P.pod_phase(p) != "Pending" for _, p in pods) else None
+    started = any(P.pod_phase(p) != "Pending" for _, p in pods)
+    progress = rank0_progress(cluster, kind, pods) if started else None
+    preflight = rank0_preflight(cluster, kind, pods) if started and _checks_on(job) else []
     replicas = {r: {p.lower(): c[p] for p in ("Pending", "Running", "Succeeded", "Failed")} for r, c in groups.items()}
     data = {
         "namespace": ns,
@@ -93,8 +96,15 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
             NodeRow(r["node"], r["pod"], r["phase"], r["restarts"], r["reason"], r.get("lastTermination", ""))
             for r in rows
         ],
+        preflight=preflight,
         data=data,
     )
+
+
+def _checks_on(job: dict[str, Any]) -> bool:
+    """Whether the job's pods run the preflight (its variable is in the object's pod templates, where
+    each engine keeps them): only then is node 0's log read for the report."""
+    return json.dumps(protocol.PREFLIGHT_ENV) in json.dumps(job.get("spec") or {})
 
 
 def wait_for(cluster: Cluster, name: str, timeout: float | None, say: Callable[[str], None]) -> None:

@@ -18,6 +18,7 @@ from ddpctl.errors import DdpctlError, RuntimeFailure
 from ddpctl.runners.stall import stall_reason
 from ddpctl_trainer import protocol
 from ddpctl_trainer.protocol import LAUNCHER_MODULE as TRAINER_LAUNCHER
+from ddpctl_trainer.protocol import preflight_line
 
 LOG_TAIL = 20
 WAIT_PROBLEMS = (
@@ -232,6 +233,29 @@ def termination_message(kind: Kind, pod: dict[str, Any]) -> str:
     return ""
 
 
+class FailedJob(RuntimeFailure):
+    """The error a failed job ends with: what failed, then where to read more; `what` alone for a
+    caller that deletes the job (`ddpctl check`)."""
+
+    def __init__(self, what: str, see: str) -> None:
+        super().__init__(f"{what}; see {see}")
+        self.what = what
+
+
+def _preflight_finding(
+    cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]], say: Callable[[str], None]
+) -> tuple[int | None, str] | None:
+    """A pod exited EXIT_PREFLIGHT: rank 0's findings, from the head of node 0's log (the report comes
+    before torchrun's failure report, which fills the last lines), each said; (0, the first) or None."""
+    from ddpctl.cluster.logs import rank0_preflight
+
+    parsed = [f for f in map(preflight_line, rank0_preflight(cluster, kind, pods)) if f is not None]
+    findings = [body for what, body in parsed if what == "finding"]
+    for finding in findings:
+        say(f"  node 0's preflight finding: {finding}")
+    return (0, findings[0]) if findings else None
+
+
 def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callable[[str], None]) -> RuntimeFailure:
     """Print why the job failed (the failing pods, their termination reasons, their last log lines)
     and return the one-line error to exit with."""
@@ -248,6 +272,7 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
     failing.sort(key=lambda t: (not t[2][1],))  # final failures first
     first = None
     stalled: tuple[int | None, str] | None = None  # the trainer watchdog's summary, when a pod has it
+    preflight: tuple[int | None, str] | None = None  # the preflight's first finding, when a pod printed one
     for rank, pod, (text, _) in failing[:3]:
         if text.startswith("Unschedulable"):
             msg = scheduler_event(cluster, ns, pod["metadata"]["name"])
@@ -259,21 +284,30 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
         if reason is not None and stalled is None:
             stalled = (rank, reason)
             say(f"  node {rank} reported a stall: {reason}")
+        exited = ((main_status(kind, pod).get("state") or {}).get("terminated") or {}).get("exitCode")
+        if exited == protocol.EXIT_PREFLIGHT and preflight is None:
+            preflight = _preflight_finding(cluster, kind, outcome.pods, say)
         if lines:
             say(f"  last {len(lines)} log lines of node {rank}:")
             for line in lines:
                 say(f"    | {line}")
     if stalled:
         rank, reason = stalled
-        return RuntimeFailure(
-            f'job "{name}" failed: node {rank} reported a stall: {reason}; '
-            f"see `ddpctl logs {name} -n {ns} --rank {rank}`"
+        return FailedJob(
+            f'job "{name}" failed: node {rank} reported a stall: {reason}',
+            f"`ddpctl logs {name} -n {ns} --rank {rank}`",
+        )
+    if preflight:
+        rank, finding = preflight
+        return FailedJob(
+            f'job "{name}" failed its preflight checks (exit {protocol.EXIT_PREFLIGHT}): {finding}',
+            f"`ddpctl logs {name} -n {ns} --rank {rank}` for the report",
         )
     if first:
         rank, pod, text = first
-        return RuntimeFailure(
-            f'job "{name}" failed: node {rank} (pod {pod["metadata"]["name"]}): {text}; see '
-            f"`ddpctl logs {name} -n {ns} --rank {rank}`"
+        return FailedJob(
+            f'job "{name}" failed: node {rank} (pod {pod["metadata"]["name"]}): {text}',
+            f"`ddpctl logs {name} -n {ns} --rank {rank}`",
         )
     reason = (cond or {}).get("reason") or "Failed"
     return RuntimeFailure(

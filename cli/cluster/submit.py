@@ -64,7 +64,7 @@ def run(
     explicit_auto = flags.get("target") == "auto"
     if explicit_auto:
         del flags["target"]
-    base = SpecInput(flags=flags, config=spec_input.config)
+    base = spec_input._replace(flags=flags)
     chosen = base.chosen()  # what the user set (file, env, flags), no defaults
     auto = explicit_auto or "target" not in chosen
 
@@ -102,7 +102,7 @@ def run(
         image = build_image(spec0)
         say(f"ddpctl: built and pushed {image}")
         flags["image"] = image
-        base = SpecInput(flags=flags, config=spec_input.config)
+        base = spec_input._replace(flags=flags)
     not_carried = code_not_carried(plan_for(base.spec(target="job") if auto else base.spec()))
     if not_carried:
         raise UsageError(not_carried)

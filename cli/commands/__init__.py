@@ -17,6 +17,7 @@ COMMANDS = {
     "lint": "lint_cmd",
     "render": "render_cmd",
     "run": "run_cmd",
+    "check": "check_cmd",
     "build": "build_cmd",
     "submit": "submit_cmd",
     "status": "status_cmd",

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import typer
 from ddpctl.errors import UsageError
-from ddpctl.spec.fields import Int, declared_at, summary
+from ddpctl.spec.fields import Int, Number, declared_at, summary
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.sources import SpecInput, set_path
 from typer.core import TyperCommand
@@ -139,7 +139,13 @@ def _resolved(flag: Flag) -> Flag:
     """`flag` with its kind and help filled in from the declaration of the key it sets."""
     key = declared_at(JobSpec, flag.path)
     kind = flag.kind or (
-        "int" if isinstance(key.rule, Int) else key.rule.shape if key.rule.shape in ("list", "map") else "str"
+        "int"
+        if isinstance(key.rule, Int)
+        else "number"
+        if isinstance(key.rule, Number)
+        else key.rule.shape
+        if key.rule.shape in ("list", "map")
+        else "str"
     )
     if flag.help:
         return flag._replace(kind=kind)
@@ -147,7 +153,7 @@ def _resolved(flag: Flag) -> Flag:
     how = ", ".join([*([SYNTAX[kind]] if kind in SYNTAX else []), *(["repeatable"] if kind in REPEATABLE else [])])
     if how:
         text += f" {how[0].upper()}{how[1:]}."
-    if kind == "int" and isinstance(key.field.default, int):
+    if kind in ("int", "number") and isinstance(key.field.default, (int, float)):
         text += f" Default: {key.field.default}."
     return flag._replace(kind=kind, help=text)
 
@@ -184,6 +190,10 @@ SPEC_FLAGS: tuple[Flag, ...] = tuple(
         Flag(("--memory",), "resources.memory", "Resources"),
         Flag(("--gpu-resource",), "resources.gpuResource", "Resources"),
         Flag(("--shm-size",), "shmSize", "Resources"),
+        Flag(("--cpu-limit",), "resources.cpuLimit", "Resources"),
+        Flag(("--fabric",), "fabric", "Resources"),
+        Flag(("--fabric-resource",), "resources.fabricResource", "Resources"),
+        Flag(("--fabric-devices",), "resources.fabricDevices", "Resources"),
         Flag(("--env", "-e"), "env", "Environment and volumes"),
         Flag(("--env-from-secret",), "envFromSecrets", "Environment and volumes"),
         Flag(("--secret-env",), "secretEnv", "Environment and volumes", "secretEnv"),
@@ -196,6 +206,7 @@ SPEC_FLAGS: tuple[Flag, ...] = tuple(
         Flag(("--priority-class",), "priorityClassName", "Placement"),
         Flag(("--queue",), "queue", "Placement"),
         Flag(("--workload-priority-class",), "workloadPriorityClass", "Placement"),
+        Flag(("--avoid-node",), "avoidNodes", "Placement"),
         Flag(
             ("--topology",),
             "topology",
@@ -219,6 +230,8 @@ SPEC_FLAGS: tuple[Flag, ...] = tuple(
         Flag(("--grace-period",), "gracePeriod", "Lifecycle"),
         Flag(("--collective-timeout",), "collectiveTimeout", "Lifecycle"),
         Flag(("--stall-timeout",), "stallTimeout", "Lifecycle"),
+        Flag(("--preflight",), "preflight.mode", "Lifecycle"),
+        Flag(("--preflight-tolerance",), "preflight.tolerance", "Lifecycle"),
         Flag(("--service-account",), "serviceAccountName", "Security"),
         Flag(("--pod-security",), "podSecurity", "Security"),
     )
@@ -319,7 +332,7 @@ def _panel_order(flag: Flag) -> int:
 def _typer_param(flag: Flag) -> inspect.Parameter:
     # Scalar flags are taken as lists too, so that one given twice (`--gpus 4 --gpus 3`) is an
     # error (flags_to_layer), not silently the last value.
-    annotation: Any = list[int] | None if flag.kind == "int" else list[str] | None
+    annotation: Any = {"int": list[int] | None, "number": list[float] | None}.get(flag.kind, list[str] | None)
     option = typer.Option(None, *flag.names, help=flag.help, rich_help_panel=flag.panel, show_default=False)
     return inspect.Parameter(flag.param, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=annotation)
 

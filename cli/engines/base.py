@@ -160,6 +160,13 @@ class Engine(ABC):
     def failure_handling(self, plan: Plan) -> str:
         """What the rendered objects do when a pod fails or is preempted, in words (`--explain`)."""
 
+    def preflight_failure(self, plan: Plan) -> str:
+        """What this engine does with pods that exit EXIT_PREFLIGHT (every rank does, under
+        --preflight fail with a finding), in words (`--explain`): by its retry rule."""
+        if self.retriable(plan, protocol.EXIT_PREFLIGHT):
+            return f"a failed attempt like a crash: the whole group restarts, up to {self.restart_limit(plan)} times"
+        return f"the job fails: {self.pod_restart_policy(plan)} does not retry exit {protocol.EXIT_PREFLIGHT}"
+
     def check_restart_policy(self, plan: Plan) -> None:
         if plan.spec.restart_policy == "ExitCode":
             raise SpecError(

@@ -79,6 +79,14 @@ class JobEngine(IndexedEngine):
             "its peers, so every pod is recreated and the whole group resumes from the last checkpoint"
         )
 
+    def preflight_failure(self, plan: Plan) -> str:
+        if not self.failure_rules_apply(plan):
+            return super().preflight_failure(plan)
+        return (
+            f"every pod fails, and each counts against backoffLimit {plan.spec.backoff_limit}; the Job recreates "
+            "them, and new pods may land on other nodes (--avoid-node keeps them off the one named)"
+        )
+
     def workload_name(self, plan: Plan, group: NodeGroup) -> str:
         return f"{plan.spec.name}-{group.name}" if plan.spec.node_groups else plan.spec.name
 

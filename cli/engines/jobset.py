@@ -113,6 +113,12 @@ class JobSetEngine(IndexedEngine):
             f"any other failure restarts the whole set, up to {limit}, and it resumes from the last checkpoint"
         )
 
+    def preflight_failure(self, plan: Plan) -> str:
+        return (
+            f"the whole JobSet restarts, up to failurePolicy.maxRestarts {plan.spec.backoff_limit}; its new pods "
+            "may land on other nodes (--avoid-node keeps them off the one named)"
+        )
+
     def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str:
         return group.name if plan.spec.node_groups else REPLICATED_JOB
 

@@ -111,7 +111,8 @@ class PyTorchJobEngine(Engine):
             )
             return (
                 "restartPolicy ExitCode: the operator recreates a pod that was preempted (143, checkpoint written), "
-                "killed (137) or lost a peer (138); a usage error (2), a crash (1) or a stall (200) fails the job. "
+                "killed (137) or lost a peer (138); a usage error (2), a crash (1), a stall (200) or a failed "
+                "preflight (201) fails the job. "
                 "The operator does not count these restarts against runPolicy.backoffLimit (kubeflow/trainer#2045): "
                 f"{bound} (run --local stops after backoffLimit {plan.spec.backoff_limit})"
             )
@@ -120,6 +121,15 @@ class PyTorchJobEngine(Engine):
                 f"restartPolicy OnFailure: the kubelet restarts a failed container in place (any code), up to {limit}"
             )
         return "restartPolicy Never: a failed pod fails the job (set restartPolicy OnFailure to retry)"
+
+    def preflight_failure(self, plan: Plan) -> str:
+        if self.pod_restart_policy(plan) == "ExitCode":
+            retried = ", ".join(map(str, protocol.KUBEFLOW_RETRYABLE))
+            return (
+                f"the job fails: restartPolicy ExitCode recreates pods only for {retried} (Kubeflow's rule); "
+                "submit again with --avoid-node NAME"
+            )
+        return super().preflight_failure(plan)
 
     def can(self, feature: str) -> bool:
         return feature != "groups"  # only some group shapes: see check()

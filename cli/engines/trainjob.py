@@ -60,6 +60,9 @@ class TrainJobEngine(Engine):
             "job fails); a platform team can add the rules ddpctl renders for target jobset to the runtime"
         )
 
+    def preflight_failure(self, plan: Plan) -> str:
+        return f"the {self.runtime} runtime decides, as for any failed pod (the upstream runtime sets no retry rule)"
+
     def check(self, plan: Plan) -> None:
         other = "or use target job, jobset or pytorchjob"
         if plan.spec.elastic:

@@ -9,7 +9,10 @@ from typing import TYPE_CHECKING
 from ddpctl.console import plural
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.plan import Plan
+from ddpctl.spec.fabrics import ENFORCE_LABEL
+from ddpctl.spec.fields import number_text
 from ddpctl.spec.schema import DEFAULT_IMAGE, GRACE_MARGIN
+from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
     from ddpctl.workspace.ship import Shipment
@@ -43,6 +46,69 @@ def _topology_lines(plan: Plan) -> list[str]:
     if not spec.queue:
         text += "; without --queue Kueue does not place the job, so this does nothing"
     return _wrapped("  topology:           ", text)
+
+
+def _fabric_lines(plan: Plan) -> list[str]:
+    """The fabric's devices, env and capabilities, what the namespace and the nodes must allow, and
+    the nodes the pods avoid."""
+    spec, fabric = plan.spec, plan.fabric
+    lines: list[str] = []
+    if spec.fabric != "socket":
+        env = ", ".join(f"{k}={v}" for k, v in fabric.env.items())
+        text = (
+            f"{spec.fabric}: {fabric.title}; {spec.resources.fabric_devices} x {plan.fabric_resource} per pod "
+            f"(resources.fabricResource names your device plugin's); env {env}"
+        )
+        if fabric.capabilities:
+            text += f"; capability {', '.join(fabric.capabilities)}"
+        text += (
+            "; memlock: RDMA pins memory and a pod spec has no setting for it, so the nodes' container runtime "
+            "must allow unlimited locked memory (containerd's or Docker's LimitMEMLOCK=infinity)"
+        )
+        lines += _wrapped("  fabric:             ", text)
+    if spec.pod_security == "privileged":
+        needs = f" ({', '.join(fabric.capabilities)} for fabric {spec.fabric})" if fabric.capabilities else ""
+        lines += _wrapped(
+            "  pod security:       ",
+            f"privileged{needs}: namespace {spec.namespace!r} needs the label {ENFORCE_LABEL}=privileged "
+            f"(kubectl label namespace {spec.namespace} {ENFORCE_LABEL}=privileged), or Pod Security admission "
+            "refuses the pods",
+        )
+    if spec.avoid_nodes:
+        lines += _wrapped(
+            "  avoids nodes:       ",
+            f"{', '.join(spec.avoid_nodes)} (a required node anti-affinity on their names: the pods wait rather "
+            "than run there)",
+        )
+    return lines
+
+
+def _preflight_lines(plan: Plan) -> list[str]:
+    """What the preflight checks, what it costs each start, and what a failed one does here."""
+    checks = plan.spec.preflight
+    if not checks.on:
+        return []
+    low, high = plan.preflight_cost_s()
+    cost = f"about {low:.1f} s" + (
+        f" ({high:.1f} s when a slow node takes every round of node pairs)" if high > low else ""
+    )
+    text = (
+        f"{checks.mode}: after the rendezvous, before the first step, every rank times a GEMM and the all-reduce"
+        + (", node pairs" if plan.replicas >= 3 else "")
+        + ("; on GPUs the host-to-device copy and NCCL's transport" if plan.spec.gpus_per_node else "")
+        + f"; rank 0 names what is below {number_text(checks.tolerance)} x the median"
+        + (
+            f" or a floor ({', '.join(f'{k} {number_text(v)}' for k, v in checks.floors().items())})"
+            if checks.floors()
+            else ""
+        )
+        + f"; costs {cost} per start (one pod per machine; pods that share one take turns)"
+    )
+    if checks.mode == "fail":
+        text += f"; exit {protocol.EXIT_PREFLIGHT} on a finding: {plan.engine.preflight_failure(plan)}"
+    else:
+        text += "; findings are reported, training goes on"
+    return _wrapped("  preflight:          ", text)
 
 
 def node_table(plan: Plan) -> list[str]:
@@ -149,6 +215,8 @@ def explain(plan: Plan, shipment: Shipment | None = None, *, lint: str | None = 
         if engine.kueue_note:
             lines += _wrapped("  note:               ", engine.kueue_note)
     lines += _topology_lines(plan)
+    lines += _fabric_lines(plan)
+    lines += _preflight_lines(plan)
     if shipment is not None:
         lines += _wrapped("  workspace:          ", shipment.explain())
     if lint:

@@ -73,6 +73,7 @@ def _env_list(plan: Plan, group: GroupPlan) -> list[dict[str, Any]]:
                 "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{COMPLETION_INDEX_ANNOTATION}']"}},
             }
         )
+    env += [{"name": k, "valueFrom": {"fieldRef": {"fieldPath": path}}} for k, path in plan.downward_env.items()]
     env += [{"name": k, "value": v} for k, v in group.env.items()]
     env += [
         {"name": k, "valueFrom": {"secretKeyRef": {"name": ref.secret, "key": ref.key}}}
@@ -85,17 +86,23 @@ def _gpu_resource(spec: JobSpec, group: NodeGroup) -> str:
     return group.gpu_resource or spec.resources.gpu_resource
 
 
-def _resources(spec: JobSpec, group: NodeGroup) -> dict[str, Any]:
+def _resources(plan: Plan, group: NodeGroup) -> dict[str, Any]:
+    spec = plan.spec
     requests: dict[str, str] = {}
     limits: dict[str, Any] = {}
     cpu = group.resources.get("cpu", spec.resources.cpu)
     memory = group.resources.get("memory", spec.resources.memory)
+    cpu_limit = group.resources.get("cpuLimit", spec.resources.cpu_limit)
     if cpu:
         requests["cpu"] = cpu
     if memory:
         requests["memory"] = limits["memory"] = memory
+    if cpu_limit:
+        limits["cpu"] = cpu_limit
     if group.gpus_per_node:
         limits[_gpu_resource(spec, group)] = group.gpus_per_node
+    if plan.fabric_resource:
+        limits[plan.fabric_resource] = spec.resources.fabric_devices
     out: dict[str, Any] = {}
     if limits:
         out["limits"] = limits
@@ -112,10 +119,15 @@ def _tolerations(spec: JobSpec, group: NodeGroup) -> list[dict[str, Any]]:
     return tolerations
 
 
-def _security(spec: JobSpec) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Pod and container securityContext: Pod Security 'restricted' unless asked for baseline."""
-    if spec.pod_security == "baseline":
-        return {"seccompProfile": {"type": "RuntimeDefault"}}, {"allowPrivilegeEscalation": False}
+def _security(plan: Plan) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Pod and container securityContext: Pod Security 'restricted' unless asked for baseline, or
+    privileged, which adds only what the fabric's transport needs (IPC_LOCK) to baseline's."""
+    spec = plan.spec
+    if spec.pod_security in ("baseline", "privileged"):
+        container: dict[str, Any] = {"allowPrivilegeEscalation": False}
+        if plan.fabric.capabilities:  # the spec's rules allow them only under privileged
+            container["capabilities"] = {"add": list(plan.fabric.capabilities)}
+        return {"seccompProfile": {"type": "RuntimeDefault"}}, container
     pod = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
     container = {
         "allowPrivilegeEscalation": False,
@@ -133,7 +145,7 @@ def view(plan: Plan, shipment: Shipment | None = None) -> dict[str, Any]:
     workspace the job ships) adds its volumes, mounts and env to every pod, and its unpacker
     before each pod's command (the built-in trainer's launcher unpacks by itself)."""
     spec, engine = plan.spec, plan.engine
-    pod_sc, container_sc = _security(spec)
+    pod_sc, container_sc = _security(plan)
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_MOUNT}]
     for vname, vol in spec.volumes.items():
@@ -163,7 +175,7 @@ def view(plan: Plan, shipment: Shipment | None = None) -> dict[str, Any]:
         "container_security_context": container_sc,
         "volumes": volumes,
         "volume_mounts": mounts,
-        "affinity": dict(spec.affinity),
+        "affinity": plan.affinity,
         "priority_class": spec.priority_class_name,
         "service_account": spec.service_account_name,
         "restart_policy": plan.pod_restart_policy,
@@ -210,7 +222,7 @@ def _group_view(plan: Plan, base: dict[str, Any], group: GroupPlan, shipment: Sh
             ),
             "env": _env_list(plan, group)
             + ([{"name": k, "value": v} for k, v in shipment.env().items()] if shipment is not None else []),
-            "resources": _resources(spec, group.group),
+            "resources": _resources(plan, group.group),
             "tolerations": _tolerations(spec, group.group),
             "node_selector": dict(sorted(node_selector.items())),
             "nproc": group.nproc,

@@ -9,15 +9,19 @@ arguments, the env ddpctl gives the training container -- is computed here.
 
 from __future__ import annotations
 
+import copy
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ddpctl.errors import SpecError
 from ddpctl.spec import kueue
+from ddpctl.spec.fabrics import PROFILES, Fabric
+from ddpctl.spec.fields import number_text
 from ddpctl.spec.model import JobSpec, NodeGroup, Topology
 from ddpctl.spec.names import MAX_DNS_LABEL
+from ddpctl.spec.rules import NODE_AFFINITY, REQUIRED_NODES
 from ddpctl.spec.schema import GRACE_MARGIN
 from ddpctl_trainer import protocol
 
@@ -30,6 +34,8 @@ NO_CHECKPOINT_VOLUME = (
     "keep them in an object store: --checkpoints s3://BUCKET/PREFIX"
 )
 NODE_GROUP_LABEL = "ddpctl.io/node-group"
+PREFLIGHT_OVERHEAD_S = 0.2  # the preflight's gathers and barriers, measured on 2 x 2 gloo
+PREFLIGHT_PAIR_ROUNDS = 4  # rounds of node pairs at most (ddpctl_trainer.preflight.judge.MAX_PAIR_ROUNDS)
 
 
 @dataclass(frozen=True)
@@ -372,6 +378,7 @@ class Plan:
             or spec.checkpoints
             or "checkpoints" in spec.volumes
             or "--checkpoint-dir" in spec.args
+            or protocol.PREFLIGHT_ONLY_FLAG in spec.args  # the checks alone train nothing (`ddpctl check`)
         ):
             return None
         return NO_CHECKPOINT_VOLUME
@@ -441,6 +448,8 @@ class Plan:
         env["TORCH_ELASTIC_SHUTDOWN_TIMEOUT"] = str(spec.grace_period - GRACE_MARGIN)
         if spec.collective_timeout is not None and spec.uses_trainer:
             env[protocol.COLLECTIVE_TIMEOUT_ENV] = str(spec.collective_timeout)  # the process-group timeout
+        env.update(self.fabric.env)
+        env.update(self.preflight_env)
         env.update(spec.env)
         return dict(sorted(env.items()))
 
@@ -470,6 +479,80 @@ class Plan:
                 )
             )
         return tuple(out)
+
+    # ------------------------------------------------------------------ the fabric and the preflight
+
+    @property
+    def fabric(self) -> Fabric:
+        """What the spec's fabric needs in the pods (spec/fabrics.py)."""
+        return PROFILES[self.spec.fabric]
+
+    @property
+    def fabric_resource(self) -> str | None:
+        """The extended resource that counts the fabric's devices: the spec's, else the fabric's usual one."""
+        if self.fabric.resource is None:
+            return None
+        return self.spec.resources.fabric_resource or self.fabric.resource
+
+    @property
+    def preflight_env(self) -> dict[str, str]:
+        """The trainer's preflight flags as its variables (the spec's preflight and fabric), when on."""
+        spec, checks = self.spec, self.spec.preflight
+        if not checks.on:
+            return {}
+        env = {protocol.PREFLIGHT_ENV: checks.mode, protocol.PREFLIGHT_TOLERANCE_ENV: number_text(checks.tolerance)}
+        env.update({protocol.PREFLIGHT_FLOOR_ENV[k]: number_text(v) for k, v in checks.floors().items()})
+        if spec.fabric != "socket":
+            env[protocol.FABRIC_ENV] = spec.fabric
+        return env
+
+    @property
+    def downward_env(self) -> dict[str, str]:
+        """Variables the pods take from the downward API (name -> fieldPath): with the preflight on,
+        the pod's own name and its Kubernetes node's, which the report names (unless the spec's env sets them)."""
+        if not self.spec.preflight.on:
+            return {}
+        wanted = {protocol.NODE_NAME_ENV: "spec.nodeName", protocol.POD_NAME_ENV: "metadata.name"}
+        return {k: v for k, v in wanted.items() if k not in self.spec.env}
+
+    def preflight_cost_s(self) -> tuple[float, float]:
+        """About how many seconds the checks add to each start of the job: (healthy, with every
+        round of node pairs a slow node can cost), scheduled as the trainer does with one pod per
+        machine (the ranks of a machine take turns on its cores, or its host-to-device path). NCCL's
+        connection set-up, which the first collective of any job pays, is not counted."""
+        spec = self.spec
+
+        def setting(flag: str, default: float) -> float:
+            try:  # the spec's env may set the trainer's flag: DDP_TRAINER_PREFLIGHT_WINDOW=0.5
+                return float(spec.env.get(protocol.flag_env(flag), default))
+            except ValueError:
+                return default
+
+        window = setting("--preflight-window", protocol.PREFLIGHT_JOB_WINDOW_S)
+        repeats = int(setting("--preflight-repeats", protocol.PREFLIGHT_JOB_REPEATS))
+        kernel = (protocol.PREFLIGHT_WARMUP_SHARE + repeats) * window  # a timed kernel's warm-up and windows
+        turns = max(g.nproc for g in spec.groups)  # a machine's ranks, one after another
+        local = kernel + turns * kernel if spec.gpus_per_node else turns * kernel  # GEMM (+ GPU: H2D copies)
+        base = local + repeats * window + PREFLIGHT_OVERHEAD_S  # + the world's all-reduce
+        nodes = self.replicas
+        pairs = 0 if nodes < 3 else (3 if nodes == 3 else 1)  # rounds of node pairs: healthy nodes meet once
+        most = 0 if nodes < 3 else (3 if nodes == 3 else PREFLIGHT_PAIR_ROUNDS)
+        return base + pairs * repeats * window, base + most * repeats * window
+
+    @property
+    def affinity(self) -> dict[str, Any]:
+        """The pods' affinity: the spec's, with avoidNodes as a required node anti-affinity on the
+        nodes' names (`matchFields` on metadata.name) added to each of its required terms."""
+        out: dict[str, Any] = copy.deepcopy(dict(self.spec.affinity))
+        if not self.spec.avoid_nodes:
+            return out
+        avoid = {"key": "metadata.name", "operator": "NotIn", "values": list(self.spec.avoid_nodes)}
+        node = out.setdefault(NODE_AFFINITY, {})
+        required = node.setdefault(REQUIRED_NODES, {"nodeSelectorTerms": [{}]})
+        required["nodeSelectorTerms"] = [
+            {**term, "matchFields": [*term.get("matchFields", []), avoid]} for term in required["nodeSelectorTerms"]
+        ]
+        return out
 
     def node_env(self, node: Node) -> dict[str, str]:
         """The env of `node`'s training container as the pod gets it: what ddpctl renders, then what

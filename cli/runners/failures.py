@@ -75,9 +75,16 @@ def _secondary(state: JobState, f: Failure) -> bool:
 
 def root_cause(state: JobState) -> Failure | None:
     """The rank failure that explains the others, from torchrun's reports: a rank killed by a
-    signal first, then torchrun's root cause, the earliest; None when no report names one."""
+    signal first, then torchrun's root cause, the earliest; None when no report names one. A failed
+    preflight ends every rank alike, and only rank 0 says why: its failure comes first."""
     candidates = [f for f in state.failures if not _secondary(state, f)]
-    candidates.sort(key=lambda f: (f.code >= 0, not f.root_cause, f.time, f.rank if f.rank is not None else 0))
+
+    def unsaid_preflight(f: Failure) -> bool:
+        return f.code == protocol.EXIT_PREFLIGHT and f.rank not in state.last_error
+
+    candidates.sort(
+        key=lambda f: (f.code >= 0, unsaid_preflight(f), not f.root_cause, f.time, f.rank if f.rank is not None else 0)
+    )
     return candidates[0] if candidates else None
 
 

@@ -34,9 +34,22 @@ LOOPBACK = "127.0.0.1"
 
 def cluster_env(plan: Plan, index: int) -> dict[str, str]:
     """The literal env of node `index`'s training container in the cluster: its group's env from
-    the plan plus what the target's engine injects (see the engine modules in ddpctl.engines).
+    the plan plus what the target's engine injects (see the engine modules in ddpctl.engines), and
+    the downward API's fields resolved as this machine would give them (`downward_values`).
     Secrets are not included."""
-    return dict(sorted(plan.node_env(plan.nodes[index]).items()))
+    env = plan.node_env(plan.nodes[index])
+    fields = downward_values(plan, index)
+    env.update({name: fields[path] for name, path in plan.downward_env.items() if path in fields})
+    return dict(sorted(env.items()))
+
+
+def downward_values(plan: Plan, index: int) -> dict[str, str]:
+    """The downward API fields the pods read, for node `index` run here: its pod's name is its
+    hostname in the cluster, and every node runs on this machine (so the preflight takes the ranks
+    of all of them for ranks that share CPU cores, as they do)."""
+    import socket
+
+    return {"metadata.name": plan.pod_hostnames[index], "spec.nodeName": socket.gethostname()}
 
 
 def loopback_env(env: Mapping[str, str], plan: Plan, index: int, host: str, port: int) -> dict[str, str]:

@@ -64,6 +64,7 @@ class RunRecord:
         self.started = time.time()
         self.job: JobState | None = None
         self.nodes: dict[int, int | None] = {}  # node -> its exit code (None: running)
+        self.preflight: list[str] = []  # the newest start's preflight report (or the one before, until it prints)
         self._last: tuple[object, ...] = ()
         self._written = 0.0
 
@@ -88,6 +89,10 @@ class RunRecord:
             record["attempt"] = self.job.attempt
             if self.job.progress is not None:
                 record["progress"] = {"line": self.job.progress.text(), "at": self.job.progress_at}
+            if self.job.preflight:
+                self.preflight = list(self.job.preflight)
+        if self.preflight:
+            record["preflight"] = self.preflight
         if self.nodes:
             record["nodeStates"] = [
                 {
@@ -106,7 +111,7 @@ class RunRecord:
         """While a start of the group runs: its nodes and rank 0's progress."""
         self.job = job
         self.nodes = {c.index: c.poll() for c in children}
-        now = (job.attempt, job.progress, sorted(self.nodes.items(), key=lambda kv: kv[0]))
+        now = (job.attempt, job.progress, len(job.preflight), sorted(self.nodes.items(), key=lambda kv: kv[0]))
         if now == self._last or time.monotonic() - self._written < TICK_S:
             return
         self._last = now
@@ -230,6 +235,7 @@ def run_status(run_dir: Path, cwd: Path | None = None) -> JobStatus:
         progress_age_s=max(time.time() - float(at), 0.0) if parsed and isinstance(at, (int, float)) else None,
         lines=lines,
         rows=rows,
+        preflight=tuple(str(line) for line in record.get("preflight") or ()),
         name_column="HOST",
         no_rows="No node has started yet." if _running(record) else "",
         data={**record, "state": state},

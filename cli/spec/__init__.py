@@ -6,8 +6,19 @@ the camelCase form, `sources` merges a spec from its layers (defaults < ddp.yaml
 flags), `kueue` names the Kueue API fields a spec can ask for.
 """
 
-from ddpctl.spec.model import JobSpec, NodeGroup, Rendezvous, Resources, SecretKeyRef, Topology, Volume
+from ddpctl.spec.model import JobSpec, NodeGroup, Preflight, Rendezvous, Resources, SecretKeyRef, Topology, Volume
 from ddpctl.spec.schema import TARGETS
 from ddpctl.spec.serial import camel
 
-__all__ = ["TARGETS", "JobSpec", "NodeGroup", "Rendezvous", "Resources", "SecretKeyRef", "Topology", "Volume", "camel"]
+__all__ = [
+    "TARGETS",
+    "JobSpec",
+    "NodeGroup",
+    "Preflight",
+    "Rendezvous",
+    "Resources",
+    "SecretKeyRef",
+    "Topology",
+    "Volume",
+    "camel",
+]

@@ -30,6 +30,7 @@ from ddpctl.spec.checks import (
     positive_int,
     require,
     str_map,
+    yaml_spelling,
 )
 from ddpctl.spec.names import (
     CONTROL_CHARS,
@@ -136,6 +137,38 @@ class Int(Rule):
 
 
 NODE_COUNT = Int(1, MAX_NODES, above=("{value} is more than {maximum}", "use at most {maximum} nodes"))
+
+
+class Number(Rule):
+    """A number (a whole one too) from `minimum` to `maximum`, both included: a share, a floor."""
+
+    json_type = "number"
+
+    def __init__(self, minimum: float, maximum: float) -> None:
+        self.minimum, self.maximum = minimum, maximum
+
+    def check(self, where: str, value: Any) -> None:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        require(
+            number and self.minimum <= value <= self.maximum,  # NaN fails both comparisons
+            where,
+            f"{yaml_spelling(value)} is not a number from {number_text(self.minimum)} to {number_text(self.maximum)}",
+            f"set {where} to a number from {number_text(self.minimum)} to {number_text(self.maximum)}",
+        )
+
+    def schema(self) -> dict[str, Any]:
+        return {"minimum": self.minimum, "maximum": self.maximum}
+
+
+def number_text(value: float) -> str:
+    """A number as an env value or a message writes it: `0.6`, `2` (not `2.0`), `1000000`,
+    `0.00001` (never an exponent between 1e-6 and 1e21): what the chart's templates write of the
+    same YAML number (a whole one as an integer, else Go's JSON form, its shortest digits)."""
+    if float(value).is_integer():
+        return str(int(value))
+    from decimal import Decimal
+
+    return format(Decimal(repr(float(value))), "f")
 
 
 class NodeCount(Rule):
@@ -389,17 +422,17 @@ class Affinity(Rule):
 
 
 class GroupResources(Rule):
-    """A node group's cpu and memory (its GPUs come from gpusPerNode)."""
+    """A node group's cpu, memory and cpuLimit (its GPUs come from gpusPerNode)."""
 
     shape = "map"
     json_type = "object"
-    KEYS = ("cpu", "memory")
+    KEYS = ("cpu", "memory", "cpuLimit")
 
     def check(self, where: str, value: Any) -> None:
         require(
             set(value) <= set(self.KEYS),
             where,
-            "only cpu and memory can be set per group",
+            "only cpu, memory and cpuLimit can be set per group",
             "write it as {cpu: '8', memory: 64Gi}; GPUs come from gpusPerNode and gpuResource",
         )
         for key, quantity in value.items():

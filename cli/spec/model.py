@@ -44,6 +44,7 @@ from ddpctl.spec.parts import (
     ENV_KEY,
     SECRET_NAME,
     NodeGroup,
+    Preflight,
     Rendezvous,
     Resources,
     SecretKeyRef,
@@ -56,6 +57,7 @@ from ddpctl.spec.schema import (
     DEFAULT_BACKOFF_LIMIT,
     DEFAULT_GRACE_PERIOD,
     DEFAULT_IMAGE,
+    FABRICS,
     GRACE_MARGIN,
     MIN_GRACE_PERIOD,
     POD_SECURITY,
@@ -66,7 +68,7 @@ from ddpctl.spec.schema import (
 )
 from ddpctl_trainer import protocol
 
-__all__ = ["JobSpec", "NodeGroup", "Rendezvous", "Resources", "SecretKeyRef", "Topology", "Volume"]
+__all__ = ["JobSpec", "NodeGroup", "Preflight", "Rendezvous", "Resources", "SecretKeyRef", "Topology", "Volume"]
 
 
 @dataclass(frozen=True)
@@ -359,7 +361,11 @@ class JobSpec:
     )
     pod_security: str = field(
         default="restricted",
-        metadata=doc("Pod Security profile the pods meet: restricted (default) or baseline.", OneOf(POD_SECURITY)),
+        metadata=doc(
+            "Pod Security profile the pods meet: restricted (default), baseline, or privileged (what a fast fabric's "
+            "IPC_LOCK needs; the namespace must allow it).",
+            OneOf(POD_SECURITY),
+        ),
     )
     # The trainer's stall watchdog (DDP_TRAINER_STALL_TIMEOUT); None: the trainer's default (300).
     stall_timeout: int | None = field(
@@ -368,6 +374,32 @@ class JobSpec:
             "Seconds without progress on any rank before the trainer stops a hung job and names the rank "
             "(exit code 200); 0: off, null: the trainer's 300.",
             Int(0),
+        ),
+    )
+    # The network and the checks before the first step (docs/preflight.md).
+    fabric: str = field(
+        default="socket",
+        metadata=doc(
+            "Network fabric NCCL's traffic crosses: socket (TCP, the default), infiniband, roce or efa. Each but "
+            "socket adds its device (resources.fabricResource), NCCL's and libfabric's env and the IPC_LOCK "
+            'capability, which needs podSecurity privileged; the preflight fails a job whose NCCL fell back to '
+            "sockets.",
+            OneOf(FABRICS),
+        ),
+    )
+    avoid_nodes: tuple[str, ...] = field(
+        default=(),
+        metadata=doc(
+            "Kubernetes nodes the pods must not run on (a required node anti-affinity on their names), e.g. the "
+            "one a preflight finding named.",
+            ListOf(DnsSubdomain()),
+        ),
+    )
+    preflight: Preflight = field(
+        default_factory=Preflight,
+        metadata=doc(
+            "The preflight checks before the first step: mode (off, warn, fail), tolerance and floors.",
+            Part(Preflight, null_is_empty=True),
         ),
     )
 

@@ -23,6 +23,7 @@ from ddpctl.spec.fields import (
     MapOf,
     Matches,
     MountPath,
+    Number,
     OneOf,
     Part,
     Quantity,
@@ -32,7 +33,8 @@ from ddpctl.spec.fields import (
     freeze,
 )
 from ddpctl.spec.names import ENV_NAME, RESOURCE_NAME, SECRET_KEY
-from ddpctl.spec.schema import RDZV_MODES, SHM_MOUNT
+from ddpctl.spec.schema import MAX_FLOOR, PREFLIGHT_MODES, RDZV_MODES, SHM_MOUNT
+from ddpctl_trainer import protocol
 
 # The rules several keys share (JobSpec's too).
 SECRET_NAME = DnsLabel()
@@ -102,6 +104,26 @@ class Resources:
     gpu_resource: str = field(
         default="nvidia.com/gpu",
         metadata=doc("Extended resource that counts GPUs (limit = gpusPerNode).", GPU_RESOURCE),
+    )
+    cpu_limit: str | None = field(
+        default=None,
+        metadata=doc(
+            'CPU limit (a quantity such as "8" or "500m"); null: none. A limit is a quota the kernel enforces per '
+            "100 ms: keep it at or above the cpu request.",
+            Quantity(),
+        ),
+    )
+    fabric_resource: str | None = field(
+        default=None,
+        metadata=doc(
+            "Extended resource that counts the fabric's network devices (limit = fabricDevices); null: the "
+            "fabric's usual one (rdma/rdma_shared_device_a for infiniband and roce, vpc.amazonaws.com/efa for "
+            "efa). Not used with fabric socket.",
+            GPU_RESOURCE,
+        ),
+    )
+    fabric_devices: int = field(
+        default=1, metadata=doc("Network devices of the fabric per pod (its device plugin's count).", Int(1))
     )
 
 
@@ -188,6 +210,54 @@ class Topology:
 
 
 @dataclass(frozen=True)
+class Preflight:
+    """The preflight checks inside every job of the ddpctl trainer: after the rendezvous, before the
+    first step, every rank measures its GEMM speed and the all-reduce's bus bandwidth (with 3 nodes
+    or more, node pairs; on GPUs the host-to-device copy and NCCL's transport), and rank 0 names the
+    node, rank or link below `tolerance` x the median or below a floor (docs/preflight.md)."""
+
+    mode: str = field(
+        default="off",
+        metadata=doc(
+            "Check every node before the first step: off, warn (report and train) or fail (end the job with "
+            f"exit code {protocol.EXIT_PREFLIGHT} when a node, rank or link is slow, or NCCL fell back to sockets "
+            "on a fast fabric). Only the ddpctl trainer runs it; `ddpctl check` runs it as a job of its own.",
+            OneOf(PREFLIGHT_MODES),
+        ),
+    )
+    tolerance: float = field(
+        default=protocol.PREFLIGHT_TOLERANCE,
+        metadata=doc("Name a node, rank or link below this share of the median (0.01 to 1).", Number(0.01, 1)),
+    )
+    min_gflops: float = field(
+        default=0, metadata=doc("Floor of a CPU node's GEMM rate, GFLOP/s; 0: none.", Number(0, MAX_FLOOR))
+    )
+    min_tflops: float = field(
+        default=0, metadata=doc("Floor of a GPU's bfloat16 GEMM rate, TFLOP/s; 0: none.", Number(0, MAX_FLOOR))
+    )
+    min_busbw: float = field(
+        default=0,
+        metadata=doc(
+            "Floor of the all-reduce's bus bandwidth, GB/s, over the job and each node pair; 0: none.",
+            Number(0, MAX_FLOOR),
+        ),
+    )
+    min_h2d: float = field(
+        default=0, metadata=doc("Floor of a GPU's host-to-device copy, GB/s; 0: none.", Number(0, MAX_FLOOR))
+    )
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+    def floors(self) -> dict[str, float]:
+        """The floors set (camelCase key -> value)."""
+        values = {"minGflops": self.min_gflops, "minTflops": self.min_tflops, "minBusbw": self.min_busbw}
+        values["minH2d"] = self.min_h2d
+        return {k: v for k, v in values.items() if v}
+
+
+@dataclass(frozen=True)
 class NodeGroup:
     """Nodes of one shape (`nodeGroups[i]`): a node count, GPUs and processes per node, and the
     scheduling fields that differ per pool (A100 vs L4 nodes). The spec's own nodeSelector,
@@ -216,7 +286,8 @@ class NodeGroup:
     resources: Mapping[str, str] = field(
         default_factory=dict,
         metadata=doc(
-            "cpu and/or memory of this group's pods, over resources' (GPUs come from gpusPerNode).", GroupResources()
+            "cpu, memory and/or cpuLimit of this group's pods, over resources' (GPUs come from gpusPerNode).",
+            GroupResources(),
         ),
     )
     gpu_resource: str | None = field(

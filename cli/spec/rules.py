@@ -7,10 +7,12 @@ each off this code by running it on probe specs, so a new rule here needs a prob
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from ddpctl.errors import SpecError
 from ddpctl.spec.checks import require, yaml_spelling
+from ddpctl.spec.fabrics import ENFORCE_LABEL, PROFILES
 from ddpctl.spec.fields import NODE_COUNT
 from ddpctl.spec.schema import MAX_NODES, TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT
 from ddpctl_trainer import protocol
@@ -211,8 +213,88 @@ def timeouts(spec: JobSpec) -> None:
         )
 
 
+def preflight(spec: JobSpec) -> None:
+    """The checks run inside the ddpctl trainer, once its process group is up: other code has no
+    place for them (its pods run plain torchrun, and the image need not hold the trainer)."""
+    if spec.preflight.on:
+        require(
+            spec.uses_trainer,
+            "preflight.mode",
+            f"{spec.preflight.mode} runs the checks inside the ddpctl trainer (module {protocol.TRAINER_MODULE}), "
+            "which this job does not run",
+            "run them as a job of their own before you submit (`ddpctl check`: the same layout and placement), "
+            "and leave preflight.mode off",
+        )
+
+
+def fabric(spec: JobSpec) -> None:
+    """A fast fabric carries NCCL's traffic (gloo has no transport for it), and its RDMA
+    transport's IPC_LOCK capability is allowed only under Pod Security privileged."""
+    if spec.fabric == "socket":
+        return
+    nccl = spec.backend == "nccl" or (spec.backend == "auto" and spec.gpus_per_node > 0)
+    require(
+        nccl,
+        "fabric",
+        f"{spec.fabric} carries NCCL's traffic, but this job runs gloo (backend {spec.backend}, "
+        f"{spec.gpus_per_node} GPUs per node)",
+        "give the job GPUs (gpusPerNode) with backend auto or nccl, or leave fabric socket",
+    )
+    needs = PROFILES[spec.fabric].capabilities
+    if needs and spec.pod_security != "privileged":
+        raise SpecError(
+            "fabric",
+            f"{spec.fabric} needs the {', '.join(needs)} capability (RDMA pins the memory it registers), which Pod "
+            f"Security {spec.pod_security} forbids",
+            f"set podSecurity privileged (--pod-security privileged), in a namespace labelled {ENFORCE_LABEL}="
+            "privileged",
+        )
+
+
+NODE_AFFINITY = "nodeAffinity"
+REQUIRED_NODES = "requiredDuringSchedulingIgnoredDuringExecution"
+
+
+def avoid_nodes(spec: JobSpec) -> None:
+    """avoidNodes goes into every term of a required node affinity the spec has: it must be one
+    Kubernetes takes (a map of nodeSelectorTerms, a non-empty list of maps)."""
+    if not spec.avoid_nodes:
+        return
+    node = spec.affinity.get(NODE_AFFINITY, {})
+    required = node.get(REQUIRED_NODES) if isinstance(node, Mapping) else None
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    fits = isinstance(node, Mapping) and (
+        required is None
+        or (
+            isinstance(terms, (list, tuple))
+            and bool(terms)
+            and all(isinstance(t, Mapping) and isinstance(t.get("matchFields", []), (list, tuple)) for t in terms)
+        )
+    )
+    require(
+        fits,
+        "avoidNodes",
+        f"cannot be added to affinity.{NODE_AFFINITY}.{REQUIRED_NODES}, which is not a map of nodeSelectorTerms "
+        "(a list of terms, each a map)",
+        "write that affinity as Kubernetes takes it, or drop avoidNodes",
+    )
+
+
 # In the order JobSpec checks them (node_groups runs first, before the groups' totals are taken).
-RULES = (layout, entrypoint, backend, rendezvous, env, volumes, checkpoints, topology, timeouts)
+RULES = (
+    layout,
+    entrypoint,
+    backend,
+    rendezvous,
+    env,
+    volumes,
+    checkpoints,
+    topology,
+    timeouts,
+    preflight,
+    fabric,
+    avoid_nodes,
+)
 
 
 def check(spec: JobSpec) -> None:

@@ -24,7 +24,7 @@ BACKENDS: tuple[str, ...] = ("auto", "nccl", "gloo")
 RDZV_MODES: tuple[str, ...] = ("auto", "static", "c10d")
 PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
 RESTART_POLICIES: tuple[str, ...] = ("Never", "OnFailure", "ExitCode")
-POD_SECURITY: tuple[str, ...] = ("restricted", "baseline")
+POD_SECURITY: tuple[str, ...] = ("restricted", "baseline", "privileged")
 TRAINER_MODULE = protocol.TRAINER_MODULE
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_IMAGE = "ddpctl-trainer:latest"
@@ -33,6 +33,9 @@ TOLERATION_OPERATORS: tuple[str, ...] = ("Equal", "Exists")
 TAINT_EFFECTS: tuple[str, ...] = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
 AFFINITY_KINDS: tuple[str, ...] = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path in the pod, not a temporary file
+PREFLIGHT_MODES = protocol.PREFLIGHT_MODES
+FABRICS = protocol.FABRICS
+MAX_FLOOR = 1_000_000  # a preflight floor's largest value (GFLOP/s, TFLOP/s, GB/s)
 
 
 # Preemption: the pods' grace period by default, its least value, and how much of it

@@ -11,34 +11,39 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.spec.checks import did_you_mean
-from ddpctl.spec.fields import Bool, Int, Part, declared
+from ddpctl.spec.fields import Bool, Int, Number, Part, declared
 from ddpctl.spec.model import JobSpec
 
 DEFAULT_CONFIG = "ddp.yaml"
 ENV_PREFIX = "DDPCTL_"
 
 # Scalar settings readable from the environment: DDPCTL_<UPPER_SNAKE of the camelCase path>,
-# for the top-level keys and those of these parts (whole numbers are read as such).
-ENV_PARTS = ("rendezvous", "resources")
+# for the top-level keys and those of these parts (numbers are read as such).
+ENV_PARTS = ("rendezvous", "resources", "preflight")
 
 
-def _env_paths() -> dict[str, tuple[str, bool]]:
-    """Each DDPCTL_* variable's camelCase path, and whether it takes a whole number."""
-    paths: dict[str, tuple[str, bool]] = {}
+def _kind(rule: Any) -> str:
+    """How a variable's text is read: a whole number, a number, or as it is."""
+    return "int" if isinstance(rule, Int) else "number" if isinstance(rule, Number) else "str"
+
+
+def _env_paths() -> dict[str, tuple[str, str]]:
+    """Each DDPCTL_* variable's camelCase path, and how its text is read (`_kind`)."""
+    paths: dict[str, tuple[str, str]] = {}
     for key in declared(JobSpec):
         if isinstance(key.rule, Part) and key.name in ENV_PARTS:
             for sub in declared(key.rule.cls):
                 name = f"{ENV_PREFIX}{key.name.upper()}_{sub.name.upper()}"
-                paths[name] = (f"{key.key}.{sub.key}", isinstance(sub.rule, Int))
+                paths[name] = (f"{key.key}.{sub.key}", _kind(sub.rule))
         elif key.rule.shape == "scalar" and not isinstance(key.rule, Bool):
-            paths[f"{ENV_PREFIX}{key.name.upper()}"] = (key.key, isinstance(key.rule, Int))
+            paths[f"{ENV_PREFIX}{key.name.upper()}"] = (key.key, _kind(key.rule))
     return paths
 
 
@@ -62,12 +67,19 @@ def parse_int(source: str, text: str) -> int:
         raise UsageError(f"{source}: {text!r} is not a whole number; give a number such as 4") from None
 
 
+def parse_number(source: str, text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise UsageError(f"{source}: {text!r} is not a number; give a number such as 0.6") from None
+
+
 def layer_from_env(environ: Mapping[str, str]) -> dict[str, Any]:
     layer: dict[str, Any] = {}
-    for var, (path, whole) in _ENV.items():
+    for var, (path, kind) in _ENV.items():
         if var in environ:
             raw = environ[var]
-            value: Any = parse_int(var, raw) if whole else raw
+            value: Any = parse_int(var, raw) if kind == "int" else parse_number(var, raw) if kind == "number" else raw
             set_path(layer, path, value)
     unknown = sorted(k for k in environ if k.startswith(ENV_PREFIX) and k not in ENV_PATHS and k not in _NON_SPEC_ENV)
     if unknown:
@@ -219,17 +231,19 @@ def _file_that_set(
 
 
 class SpecInput(NamedTuple):
-    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it.
-    (A NamedTuple, not a frozen dataclass: every start-up defines it, and a dataclass takes
-    ~0.7 ms longer.)"""
+    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it,
+    then `derive` (a job made from the user's: `ddpctl check`'s). (A NamedTuple, not a frozen
+    dataclass: every start-up defines it, and a dataclass takes ~0.7 ms longer.)"""
 
     flags: dict[str, Any]
     config: Path | None
+    derive: Callable[[JobSpec], JobSpec] | None = None
 
     def spec(self, **overrides: Any) -> JobSpec:
         layer = dict(self.flags)
         layer.update(overrides)
-        return load_spec(layer, self.config)
+        spec = load_spec(layer, self.config)
+        return spec if self.derive is None else self.derive(spec)
 
     def chosen(self) -> dict[str, Any]:
         """The settings the user gave (file, env, flags) without the defaults: tells "namespace

@@ -155,13 +155,33 @@ AGREE: list[tuple[str, Any]] = [
     ("ttlSecondsAfterFinished", None),
     ("activeDeadlineSeconds", 0),
     ("podSecurity", "privileged"),
+    ("podSecurity", "root"),
+    ("resources", {"cpuLimit": "2"}),
+    ("resources", {"cpuLimit": "two"}),
+    ("resources", {"fabricResource": "example.com/rdma", "fabricDevices": 4}),
+    ("resources", {"fabricResource": "bad name"}),
+    ("resources", {"fabricDevices": 0}),
+    ("fabric", "socket"),
+    ("fabric", "ib"),
+    ("avoidNodes", ["gpu-3", "ip-10-0-0-1.ec2.internal"]),
+    ("avoidNodes", ["Bad_Node"]),
+    ("avoidNodes", "gpu-3"),
+    ("preflight", {"mode": "off", "tolerance": 1, "minBusbw": 1e6}),
+    ("preflight", {"mode": "on"}),
+    ("preflight", {"tolerance": 0}),
+    ("preflight", {"tolerance": 0.01}),
+    ("preflight", {"tolerance": 1.01}),
+    ("preflight", {"minGflops": -0.5}),
+    ("preflight", {"minTflops": 1000001}),
+    ("preflight", {"minH2d": "fast"}),
+    ("preflight", {"bogus": 1}),
 ]
 
 
 @pytest.mark.parametrize("key,value", AGREE, ids=[f"{k}-{i}" for i, (k, _) in enumerate(AGREE)])
 def test_schema_and_jobspec_agree_on_each_key(key: str, value: Any) -> None:
     values = JobSpec().to_dict()
-    if isinstance(value, dict) and key in ("rendezvous", "resources"):
+    if isinstance(value, dict) and key in ("rendezvous", "resources", "preflight"):
         values[key] = {**values[key], **value}  # Helm merges a partial map over the chart's defaults
     else:
         values[key] = value

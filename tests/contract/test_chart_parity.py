@@ -25,7 +25,7 @@ from ddpctl.manifests.render import render
 from ddpctl.plan import Plan
 from ddpctl.spec import TARGETS, JobSpec
 from ddpctl.spec.names import MAX_DNS_LABEL
-from ddpctl.spec.schema import MAX_NODES, POD_SECURITY, PULL_POLICIES, TAINT_EFFECTS
+from ddpctl.spec.schema import FABRICS, MAX_NODES, POD_SECURITY, PREFLIGHT_MODES, PULL_POLICIES, TAINT_EFFECTS
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -143,7 +143,12 @@ def layout(draw: Any, values: dict[str, Any]) -> list[int]:
             maybe(group, "procsPerNode", draw, st.integers(1, group_gpus or 6))
             maybe(group, "nodeSelector", draw, st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=2))
             maybe(group, "tolerations", draw, tolerations())
-            maybe(group, "resources", draw, st.fixed_dictionaries({}, optional={"cpu": QUANTITY, "memory": QUANTITY}))
+            maybe(
+                group,
+                "resources",
+                draw,
+                st.fixed_dictionaries({}, optional={"cpu": QUANTITY, "memory": QUANTITY, "cpuLimit": QUANTITY}),
+            )
             maybe(group, "gpuResource", draw, RESOURCE)
             if draw(st.booleans()):
                 group["topology"] = topology(draw, [nodes], slices=target != "pytorchjob")
@@ -233,7 +238,17 @@ def valid_values(draw: Any, target: str) -> dict[str, Any]:
         values,
         "resources",
         draw,
-        st.fixed_dictionaries({}, optional={"cpu": QUANTITY, "memory": QUANTITY, "gpuResource": RESOURCE}),
+        st.fixed_dictionaries(
+            {},
+            optional={
+                "cpu": QUANTITY,
+                "memory": QUANTITY,
+                "gpuResource": RESOURCE,
+                "cpuLimit": QUANTITY,
+                "fabricResource": RESOURCE,
+                "fabricDevices": st.integers(1, 32),
+            },
+        ),
     )
     maybe(values, "shmSize", draw, QUANTITY)
     maybe(values, "env", draw, st.dictionaries(ENV_NAME, ENV_VALUE, max_size=3))
@@ -263,8 +278,10 @@ def valid_values(draw: Any, target: str) -> dict[str, Any]:
             st.sampled_from(["nodeAffinity", "podAffinity", "podAntiAffinity"]),
             st.dictionaries(regex(r"[a-zA-Z]{1,12}"), JSON_LIKE, max_size=2),
             max_size=2,
-        ),
+        )
+        | REQUIRED_NODE_AFFINITY,
     )
+    maybe(values, "avoidNodes", draw, st.lists(SUBDOMAIN, max_size=3))
     maybe(values, "serviceAccountName", draw, SUBDOMAIN)
     maybe(values, "labels", draw, st.dictionaries(LABEL_KEY, LABEL_VALUE, max_size=3))
     maybe(values, "annotations", draw, st.dictionaries(LABEL_KEY, TEXT, max_size=3))
@@ -279,6 +296,12 @@ def valid_values(draw: Any, target: str) -> dict[str, Any]:
     maybe(values, "activeDeadlineSeconds", draw, st.none() | st.integers(1, 10**7))
     maybe(values, "gracePeriod", draw, st.integers(15, 3600))
     maybe(values, "podSecurity", draw, st.sampled_from(POD_SECURITY))
+    if gpus and values.get("backend", "auto") != "gloo":
+        maybe(values, "fabric", draw, st.sampled_from(FABRICS))
+        if values.get("fabric", "socket") != "socket":
+            values["podSecurity"] = "privileged"  # what its IPC_LOCK needs
+    if trainer:
+        maybe(values, "preflight", draw, PREFLIGHT)
     if target != "trainjob":
         maybe(values, "priorityClassName", draw, SUBDOMAIN)
         maybe(values, "envFromSecrets", draw, st.lists(dns_label(), max_size=2))
@@ -296,6 +319,45 @@ CHECKPOINT_URL = st.builds(
 )
 
 NULLABLE = ("args", "env", "secretEnv", "volumes", "nodeSelector", "tolerations", "labels", "annotations")
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+# a node affinity as Kubernetes takes it, which avoidNodes joins (each required term gets its matchFields)
+REQUIRED_NODE_AFFINITY = st.fixed_dictionaries(
+    {
+        "nodeAffinity": st.fixed_dictionaries(
+            {
+                REQUIRED: st.fixed_dictionaries(
+                    {
+                        "nodeSelectorTerms": st.lists(
+                            st.fixed_dictionaries(
+                                {},
+                                optional={
+                                    "matchExpressions": st.just([{"key": "pool", "operator": "In", "values": ["a"]}]),
+                                    "matchFields": st.just(
+                                        [{"key": "metadata.name", "operator": "In", "values": ["x"]}]
+                                    ),
+                                },
+                            ),
+                            min_size=1,
+                            max_size=2,
+                        )
+                    }
+                )
+            }
+        )
+    }
+)
+SHARE = st.sampled_from([0.01, 0.25, 0.5, 0.6, 0.75, 0.8, 0.333, 1, 0.95])
+FLOOR = st.sampled_from([0, 0, 1, 12.5, 300, 0.05, 1000000, 2.75])
+PREFLIGHT = st.fixed_dictionaries(
+    {"mode": st.sampled_from(PREFLIGHT_MODES)},
+    optional={
+        "tolerance": SHARE,
+        "minGflops": FLOOR,
+        "minTflops": FLOOR,
+        "minBusbw": FLOOR,
+        "minH2d": FLOOR,
+    },
+)
 
 
 def _distinct_paths(volumes: dict[str, Any]) -> bool:
@@ -388,7 +450,16 @@ BREAKERS: dict[str, Breaker] = {
     "rendezvous": _in(
         JOB, rendezvous=_one_of({"port": 0}, {"port": 70000}, {"mode": "etcd"}, {"bogus": 1}, {"joinTimeout": 0})
     ),
-    "resources": _in(resources=_one_of({"memory": "lots"}, {"cpu": "1 000"}, {"gpuResource": "bad resource"})),
+    "resources": _in(
+        resources=_one_of(
+            {"memory": "lots"},
+            {"cpu": "1 000"},
+            {"gpuResource": "bad resource"},
+            {"cpuLimit": "-1"},
+            {"fabricDevices": 0},
+            {"fabricResource": "a b"},
+        )
+    ),
     "shmSize": _in(shmSize="-1Gi"),
     "env": _in(env=_one_of({"1BAD": "x"}, {"FLAG": True}, {"AWS_SECRET_ACCESS_KEY": "x"}), secretEnv={}),
     "envFromSecrets": _in(JOB, envFromSecrets=["UPPER"]),
@@ -433,7 +504,12 @@ BREAKERS: dict[str, Breaker] = {
     "activeDeadlineSeconds": _in(activeDeadlineSeconds=0),
     "gracePeriod": _in(gracePeriod=14),
     "collectiveTimeout": _in(collectiveTimeout=0),
-    "podSecurity": _in(podSecurity="privileged"),
+    "podSecurity": _in(podSecurity="root"),
+    "fabric": _in(fabric=_one_of("ib", "tcp", "")),
+    "avoidNodes": _in(avoidNodes=_one_of(["Bad_Node"], "gpu-3", [""])),
+    "preflight": _in(
+        preflight=_one_of({"mode": "on"}, {"tolerance": 0}, {"tolerance": 2}, {"minBusbw": -1}, {"bogus": 1})
+    ),
     "unknown key": _in(unknownKey=1),
     "nodeGroups": _in(
         JOB,
@@ -492,6 +568,34 @@ BREAKERS: dict[str, Breaker] = {
         TRAINER, {"collectiveTimeout": 300}, {"collectiveTimeout": 120, "stallTimeout": 120}
     ),
     "stallTimeout": _in(TRAINER, stallTimeout=_one_of(600, 601)),
+    "preflight.trainer": _in(
+        TRAINER,
+        {"module": "mine.train"},
+        {"module": None, "script": "train.py"},
+        {"module": None, "command": ["python", "t.py"]},
+        preflight=_one_of({"mode": "warn"}, {"mode": "fail"}),
+    ),
+    "fabric.gloo": _in(
+        {"target": "job"},
+        {"gpusPerNode": 0},
+        {"gpusPerNode": 2, "backend": "gloo"},
+        fabric=_one_of("infiniband", "roce", "efa"),
+    ),
+    "fabric.privileged": lambda draw, v: _in(
+        {"target": draw(_one_of(*TARGETS)), "gpusPerNode": 4},
+        fabric=_one_of("infiniband", "roce", "efa"),
+        podSecurity=_one_of("restricted", "baseline"),
+    )(draw, v),
+    "avoidNodes.affinity": _in(
+        avoidNodes=["gpu-3"],
+        affinity=_one_of(
+            {"nodeAffinity": {REQUIRED: {}}},
+            {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": []}}},
+            {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": ["x"]}}},
+            {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchFields": {"key": "x"}}]}}},
+            {"nodeAffinity": {REQUIRED: "all"}},
+        ),
+    ),
     # what an engine cannot run
     "exitCode": lambda draw, v: _in({"target": draw(_one_of("job", "jobset"))}, restartPolicy="ExitCode")(draw, v),
     "trainjob": _in(

@@ -8,7 +8,7 @@ import copy
 import pytest
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec
-from ddpctl.spec.schema import TARGETS
+from ddpctl.spec.schema import FABRICS, TARGETS
 
 from tests.support.k8s_schemas import require_crds, validate_object
 
@@ -71,7 +71,18 @@ def _cases() -> list[tuple[str, dict]]:
         cases.append(
             (target, {**full, "podSecurity": "baseline", "priorityClassName": None if target == "trainjob" else "high"})
         )
+        for fabric in FABRICS:
+            cases.append((target, {**full, **FABRIC_JOB, "fabric": fabric}))
     return cases
+
+
+# a fast fabric, the preflight and avoidNodes: what they add to the pods must validate on every engine
+FABRIC_JOB = {
+    "podSecurity": "privileged",
+    "preflight": {"mode": "fail", "tolerance": 0.8, "minTflops": 300, "minBusbw": 12.5},
+    "avoidNodes": ["gpu-3", "ip-10-0-0-7.ec2.internal"],
+    "resources": {"cpu": "16", "cpuLimit": "32", "memory": "64Gi", "fabricDevices": 4},
+}
 
 
 @pytest.mark.parametrize("target,data", _cases(), ids=lambda v: v if isinstance(v, str) else str(v.get("nodes")))
@@ -131,3 +142,37 @@ def _pod_specs(obj: dict):
     elif isinstance(obj, list):
         for value in obj:
             yield from _pod_specs(value)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize(
+    ("fabric", "resource", "env", "capabilities"),
+    [
+        ("socket", None, {}, None),
+        ("infiniband", "rdma/rdma_shared_device_a", {"NCCL_IB_DISABLE": "0"}, ["IPC_LOCK"]),
+        ("roce", "rdma/rdma_shared_device_a", {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3"}, ["IPC_LOCK"]),
+        ("efa", "vpc.amazonaws.com/efa", {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "1"}, ["IPC_LOCK"]),
+    ],
+)
+def test_each_fabric_profile_renders_its_devices_env_and_capabilities_on_every_engine(
+    target: str, fabric: str, resource: str | None, env: dict[str, str], capabilities: list[str] | None
+) -> None:
+    """What a fabric needs lands in the training container whatever the engine puts it in (a pod
+    template, a PyTorchJob replica, a TrainJob's trainer and runtime patch): the device plugin's
+    resource (4 of them), NCCL's and libfabric's env and the capability, under podSecurity privileged;
+    socket adds nothing (the pods are those of podSecurity privileged alone)."""
+    spec = JobSpec.from_dict(
+        {"target": target, "gpusPerNode": 8, "fabric": fabric, "podSecurity": "privileged", **_devices(4)}
+    )
+    text = repr(render(spec))
+    if resource is None:
+        assert "rdma/" not in text and "vpc.amazonaws.com" not in text and "IPC_LOCK" not in text
+    else:
+        assert f"'{resource}': 4" in text
+    for name, value in env.items():
+        assert f"{{'name': '{name}', 'value': '{value}'}}" in text
+    assert ("'capabilities': {'add': ['IPC_LOCK']}" in text) == (capabilities is not None)
+
+
+def _devices(count: int) -> dict[str, dict[str, int]]:
+    return {"resources": {"fabricDevices": count}}

@@ -101,4 +101,20 @@ def field_messages() -> dict[str, dict[str, str]]:
             {"collective": 100, "stall": 120, "_stall": {"stallTimeout": 120}},
         ),
         "stallTimeout": error_message(lambda a: {"stallTimeout": a["stall"]}, {"stall": 700}, {"stall": 650}),
+        "preflightTrainer": error_message(
+            lambda a: {"module": "zmod", "preflight": {"mode": a["mode"]}}, {"mode": "warn"}, {"mode": "fail"}
+        ),
+        "fabricGloo": error_message(
+            lambda a: {"fabric": a["fabric"], "backend": a["backend"], "gpusPerNode": a["gpus"]},
+            {"fabric": "infiniband", "backend": "auto", "gpus": 0},
+            {"fabric": "efa", "backend": "gloo", "gpus": 3},
+        ),
+        "fabricPrivileged": error_message(
+            lambda a: {"fabric": a["fabric"], "podSecurity": a["podSecurity"], "gpusPerNode": 1},
+            {"fabric": "infiniband", "podSecurity": "restricted"},
+            {"fabric": "efa", "podSecurity": "baseline"},
+        ),
+        "avoidNodesAffinity": error_message(
+            {"avoidNodes": ["zn"], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}
+        ),
     }

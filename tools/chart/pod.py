@@ -8,9 +8,12 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpctl.manifests.render import view
-from ddpctl.spec import JobSpec, NodeGroup, Topology, kueue
+from ddpctl.spec import JobSpec, NodeGroup, Preflight, Topology, kueue
+from ddpctl.spec.fabrics import PROFILES
+from ddpctl.spec.fields import number_text
 from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.schema import GRACE_MARGIN, MAX_NODES, POD_SECURITY
+from ddpctl.spec.serial import part_dict
 from ddpctl_trainer import protocol
 
 from tools.chart.derive import Args, derive, fill
@@ -102,6 +105,36 @@ def constants() -> dict[str, Any]:
         "trainerDirs": _trainer_dirs(),
         # with nodeGroups, the uniform layout's keys must stay at their defaults
         "layoutDefaults": [{"key": k, "default": defaults[k]} for k in ("nodes", "gpusPerNode", "procsPerNode")],
+        "fabrics": {
+            name: {"resource": f.resource, "env": dict(f.env), "capabilities": list(f.capabilities)}
+            for name, f in PROFILES.items()
+        },
+        "preflight": _preflight(),
+    }
+
+
+def _preflight() -> dict[str, Any]:
+    """The preflight's part of the pods (Plan.preflight_env, Plan.downward_env): its defaults, the
+    variable of each of its keys, and the downward-API entries a job with the checks on gets."""
+    checks = Preflight(mode="warn", min_gflops=1, min_tflops=2, min_busbw=3, min_h2d=4)
+    plan = plan_of({"target": "pytorchjob", "gpusPerNode": 1, "preflight": part_dict(checks)})
+    env = plan.preflight_env
+    by_value = {value: name for name, value in env.items()}
+    keys = {
+        "mode": checks.mode,
+        "tolerance": number_text(checks.tolerance),
+        **{k: str(v) for k, v in checks.floors().items()},
+    }
+    if set(by_value) != set(keys.values()) or len(keys) != len(env):
+        raise ValueError(f"the preflight's env {env} is not one variable per key of {keys}: teach the chart")
+    fabric = plan_of({"gpusPerNode": 1, "fabric": "efa", "podSecurity": "privileged", "preflight": {"mode": "warn"}})
+    (fabric_env,) = set(fabric.preflight_env) - set(plan.preflight_env)
+    downward = [e for e in view(plan)["env"] if "fieldRef" in e.get("valueFrom", {})]
+    return {
+        "defaults": part_dict(Preflight()),
+        "env": {key: by_value[value] for key, value in keys.items()},
+        "fabricEnv": fabric_env,
+        "downward": downward,
     }
 
 

@@ -63,6 +63,8 @@ def _json_types(tp: Any) -> list[str]:
         return ["boolean"]
     if origin is int:
         return ["integer"]
+    if origin is float:
+        return ["number"]
     if origin is str:
         return ["string"]
     if origin is tuple:

@@ -14,20 +14,28 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
+from ..protocol import (
+    FABRICS,
+    PREFLIGHT_CHECK_REPEATS,
+    PREFLIGHT_CHECK_WINDOW_S,
+    PREFLIGHT_JOB_REPEATS,
+    PREFLIGHT_JOB_WINDOW_S,
+    PREFLIGHT_MODES,
+    PREFLIGHT_TOLERANCE,
+)
 
-MODES = ("off", "warn", "fail")
-FABRICS = ("socket", "infiniband", "roce", "efa")
+MODES = PREFLIGHT_MODES
 
 # Below this share of the median (judge.reference) a node, rank or link is named. 0.6: a node
 # under a CPU limit or a failing GPU shows at a third to a half of its peers, while healthy peers
 # measured best-of-3 agreed within 0.74-1.00 on a 2-core host shared with other work
 # (docs/preflight.md); on GPUs, whose figures agree within a few per cent, 0.8 catches milder
 # stragglers.
-DEFAULT_TOLERANCE = 0.6
-DEFAULT_REPEATS = 3
+DEFAULT_TOLERANCE = PREFLIGHT_TOLERANCE
+DEFAULT_REPEATS = PREFLIGHT_CHECK_REPEATS
 # Each timed window spans several of the kernel's CFS periods (100 ms, what a Kubernetes CPU limit
 # is enforced in): a shorter one can run entirely inside a throttled pod's quota and look healthy.
-DEFAULT_WINDOW_S = 0.25
+DEFAULT_WINDOW_S = PREFLIGHT_CHECK_WINDOW_S
 CPU_GEMM_N = 512  # float32, one GEMM ~3-8 ms on a core: a window holds tens of them
 GPU_GEMM_N = 8192  # bfloat16, ~1 TFLOP a GEMM: a few ms on a current GPU
 CPU_ALLREDUCE_MIB = 4.0  # gloo over TCP: a few ms per all-reduce
@@ -64,9 +72,13 @@ class PreflightConfig:
         return self.min_tflops if device_type == "cuda" else self.min_gflops
 
 
-def add_flags(parser: argparse.ArgumentParser | Any, mode_default: str = "off") -> None:
+def add_flags(parser: argparse.ArgumentParser | Any, mode_default: str = "off", in_job: bool = False) -> None:
     """The preflight flags, on ``parser`` or an argument group of it. ``mode_default``: the
-    trainer's is off (the spec turns it on), the standalone check's is fail."""
+    trainer's is off (the spec turns it on), the standalone check's is fail. ``in_job``: the
+    trainer's timing defaults (``protocol.PREFLIGHT_JOB_WINDOW_S`` and ``PREFLIGHT_JOB_REPEATS``:
+    every start of a job pays for the checks), else the standalone check's."""
+    repeats = PREFLIGHT_JOB_REPEATS if in_job else DEFAULT_REPEATS
+    window = PREFLIGHT_JOB_WINDOW_S if in_job else DEFAULT_WINDOW_S
     parser.add_argument(
         "--preflight",
         default=mode_default,
@@ -105,12 +117,12 @@ def add_flags(parser: argparse.ArgumentParser | Any, mode_default: str = "off") 
     )
     parser.add_argument("--preflight-h2d-mib", type=float, default=H2D_MIB, help="host-to-device copy size in MiB")
     parser.add_argument(
-        "--preflight-repeats", type=int, default=DEFAULT_REPEATS, help="timed windows per figure; the best counts"
+        "--preflight-repeats", type=int, default=repeats, help="timed windows per figure; the best counts"
     )
     parser.add_argument(
         "--preflight-window",
         type=float,
-        default=DEFAULT_WINDOW_S,
+        default=window,
         help="seconds per timed window (keep it above 0.2: a CPU limit is enforced per 100 ms)",
     )
     parser.add_argument("--preflight-json", default=None, metavar="FILE", help="rank 0 writes the report as JSON here")

@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-WARMUP_SHARE = 0.25  # the warm-up runs for this share of a window, and sizes the windows
+from ..protocol import PREFLIGHT_WARMUP_SHARE
+
+WARMUP_SHARE = PREFLIGHT_WARMUP_SHARE  # the warm-up runs for this share of a window, and sizes the windows
 MAX_ITERS = 100_000
 
 

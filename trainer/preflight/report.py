@@ -104,7 +104,8 @@ class Report:
             out += f"{gemm}, all-reduce {_mib(self.world.nbytes)}"
         else:
             out += gemm
-        out += f"; best of {self.repeats} windows of {self.window_s:g} s; named below {self.tolerance:g} x the median"
+        windows = f"best of {self.repeats} windows" if self.repeats > 1 else "one window"
+        out += f"; {windows} of {self.window_s:g} s; named below {self.tolerance:g} x the median"
         return out
 
     def table(self) -> list[str]:

@@ -56,7 +56,80 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
         "key": "procsPerNode",
         "default": null
       }
-    ]
+    ],
+    "fabrics": {
+      "socket": {
+        "resource": null,
+        "env": {},
+        "capabilities": []
+      },
+      "infiniband": {
+        "resource": "rdma/rdma_shared_device_a",
+        "env": {
+          "NCCL_IB_DISABLE": "0"
+        },
+        "capabilities": [
+          "IPC_LOCK"
+        ]
+      },
+      "roce": {
+        "resource": "rdma/rdma_shared_device_a",
+        "env": {
+          "NCCL_IB_DISABLE": "0",
+          "NCCL_IB_GID_INDEX": "3"
+        },
+        "capabilities": [
+          "IPC_LOCK"
+        ]
+      },
+      "efa": {
+        "resource": "vpc.amazonaws.com/efa",
+        "env": {
+          "FI_PROVIDER": "efa",
+          "FI_EFA_USE_DEVICE_RDMA": "1"
+        },
+        "capabilities": [
+          "IPC_LOCK"
+        ]
+      }
+    },
+    "preflight": {
+      "defaults": {
+        "mode": "off",
+        "tolerance": 0.6,
+        "minGflops": 0,
+        "minTflops": 0,
+        "minBusbw": 0,
+        "minH2d": 0
+      },
+      "env": {
+        "mode": "DDP_TRAINER_PREFLIGHT",
+        "tolerance": "DDP_TRAINER_PREFLIGHT_TOLERANCE",
+        "minGflops": "DDP_TRAINER_PREFLIGHT_MIN_GFLOPS",
+        "minTflops": "DDP_TRAINER_PREFLIGHT_MIN_TFLOPS",
+        "minBusbw": "DDP_TRAINER_PREFLIGHT_MIN_BUSBW",
+        "minH2d": "DDP_TRAINER_PREFLIGHT_MIN_H2D"
+      },
+      "fabricEnv": "DDP_TRAINER_FABRIC",
+      "downward": [
+        {
+          "name": "DDP_NODE_NAME",
+          "valueFrom": {
+            "fieldRef": {
+              "fieldPath": "spec.nodeName"
+            }
+          }
+        },
+        {
+          "name": "DDP_POD_NAME",
+          "valueFrom": {
+            "fieldRef": {
+              "fieldPath": "metadata.name"
+            }
+          }
+        }
+      ]
+    }
   },
   "pod": {
     "labels": {
@@ -116,6 +189,16 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
         }
       },
       "baseline": {
+        "pod": {
+          "seccompProfile": {
+            "type": "RuntimeDefault"
+          }
+        },
+        "container": {
+          "allowPrivilegeEscalation": false
+        }
+      },
+      "privileged": {
         "pod": {
           "seccompProfile": {
             "type": "RuntimeDefault"
@@ -379,6 +462,26 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
       "field": "stallTimeout",
       "problem": "%(stall) is not below the trainer's process-group timeout of 600 s (collectiveTimeout): the trainer would refuse to start",
       "fix": "set stallTimeout below 600, or raise collectiveTimeout"
+    },
+    "preflightTrainer": {
+      "field": "preflight.mode",
+      "problem": "%(mode) runs the checks inside the ddpctl trainer (module ddpctl_trainer), which this job does not run",
+      "fix": "run them as a job of their own before you submit (`ddpctl check`: the same layout and placement), and leave preflight.mode off"
+    },
+    "fabricGloo": {
+      "field": "fabric",
+      "problem": "%(fabric) carries NCCL's traffic, but this job runs gloo (backend %(backend), %(gpus) GPUs per node)",
+      "fix": "give the job GPUs (gpusPerNode) with backend auto or nccl, or leave fabric socket"
+    },
+    "fabricPrivileged": {
+      "field": "fabric",
+      "problem": "%(fabric) needs the IPC_LOCK capability (RDMA pins the memory it registers), which Pod Security %(podSecurity) forbids",
+      "fix": "set podSecurity privileged (--pod-security privileged), in a namespace labelled pod-security.kubernetes.io/enforce=privileged"
+    },
+    "avoidNodesAffinity": {
+      "field": "avoidNodes",
+      "problem": "cannot be added to affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution, which is not a map of nodeSelectorTerms (a list of terms, each a map)",
+      "fix": "write that affinity as Kubernetes takes it, or drop avoidNodes"
     }
   },
   "engines": {

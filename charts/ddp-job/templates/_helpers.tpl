@@ -241,6 +241,57 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- include "ddp-job.fail" (list $M.stallTimeout (dict "stall" $stall)) -}}
 {{- end -}}
 
+{{- /* The preflight, the fabric and avoidNodes (JobSpec's rules preflight, fabric, avoid_nodes). */ -}}
+{{- $P := $C.preflight -}}
+{{- $pf := mergeOverwrite (deepCopy $P.defaults) (default dict $V.preflight) -}}
+{{- $checks := ne (toString $pf.mode) "off" -}}
+{{- if and $checks (not $usesTrainer) -}}{{- include "ddp-job.fail" (list $M.preflightTrainer (dict "mode" $pf.mode)) -}}{{- end -}}
+{{- $fabric := default "socket" $V.fabric -}}
+{{- $F := get $C.fabrics $fabric -}}
+{{- if ne $fabric "socket" -}}
+{{- if not (or (eq $V.backend "nccl") (and (eq $V.backend "auto") (gt $gpus 0))) -}}
+{{- include "ddp-job.fail" (list $M.fabricGloo (dict "fabric" $fabric "backend" $V.backend "gpus" $gpus)) -}}
+{{- end -}}
+{{- if and $F.capabilities (ne $V.podSecurity "privileged") -}}
+{{- include "ddp-job.fail" (list $M.fabricPrivileged (dict "fabric" $fabric "podSecurity" $V.podSecurity)) -}}
+{{- end -}}
+{{- end -}}
+{{- $avoid := default list $V.avoidNodes -}}
+{{- $affinity := deepCopy (default dict $V.affinity) -}}
+{{- $required := "requiredDuringSchedulingIgnoredDuringExecution" -}}
+{{- if $avoid -}}
+{{- $fits := true -}}
+{{- if hasKey $affinity "nodeAffinity" -}}
+{{- $na := index $affinity "nodeAffinity" -}}
+{{- if not (kindIs "map" $na) -}}{{- $fits = false -}}
+{{- else if hasKey $na $required -}}
+{{- $req := index $na $required -}}
+{{- $terms := list -}}
+{{- if kindIs "map" $req -}}{{- $terms = index $req "nodeSelectorTerms" -}}{{- end -}}
+{{- if or (not (kindIs "slice" $terms)) (empty $terms) -}}{{- $fits = false -}}
+{{- else -}}
+{{- range $t := $terms -}}
+{{- if not (kindIs "map" $t) -}}{{- $fits = false -}}
+{{- else if and (hasKey $t "matchFields") (not (kindIs "slice" (index $t "matchFields"))) -}}{{- $fits = false -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if not $fits -}}{{- include "ddp-job.fail" (list $M.avoidNodesAffinity dict) -}}{{- end -}}
+{{- /* Plan.affinity: a required node anti-affinity on the nodes' names, in every required term. */ -}}
+{{- $na := default dict (index $affinity "nodeAffinity") -}}
+{{- if not (hasKey $na $required) -}}{{- $_ := set $na $required (dict "nodeSelectorTerms" (list dict)) -}}{{- end -}}
+{{- $req := index $na $required -}}
+{{- $avoidField := dict "key" "metadata.name" "operator" "NotIn" "values" $avoid -}}
+{{- $newTerms := list -}}
+{{- range $t := $req.nodeSelectorTerms -}}
+{{- $newTerms = append $newTerms (merge (dict "matchFields" (append (default list (index $t "matchFields")) $avoidField)) $t) -}}
+{{- end -}}
+{{- $_ := set $req "nodeSelectorTerms" $newTerms -}}
+{{- $_ := set $affinity "nodeAffinity" $na -}}
+{{- end -}}
+
 {{- /* What the engine cannot run (Engine.check), in its order. */ -}}
 {{- $mode := $V.rendezvous.mode -}}
 {{- if eq $mode "auto" -}}{{- $mode = get $C.rendezvous (ternary "elastic" "fixed" $elastic) -}}{{- end -}}
@@ -301,6 +352,14 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- range $f := $e.when -}}{{- $on = and $on (get $features $f) -}}{{- end -}}
 {{- if $on -}}{{- $_ := set $env $e.name (include "ddp-job.format" (list $e.value $envArgs)) -}}{{- end -}}
 {{- end -}}
+{{- range $key, $value := $F.env -}}{{- $_ := set $env $key $value -}}{{- end -}}
+{{- if $checks -}}
+{{- range $key, $name := $P.env -}}
+{{- $value := index $pf $key -}}
+{{- if or (has $key (list "mode" "tolerance")) $value -}}{{- $_ := set $env $name (include "ddp-job.envValue" $value) -}}{{- end -}}
+{{- end -}}
+{{- if ne $fabric "socket" -}}{{- $_ := set $env $P.fabricEnv $fabric -}}{{- end -}}
+{{- end -}}
 {{- $userEnv := dict -}}
 {{- range $key, $value := default dict $V.env -}}{{- $_ := set $userEnv $key (include "ddp-job.envValue" $value) -}}{{- end -}}
 
@@ -325,6 +384,8 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 
 {{- /* Pod parts (render.view): security, volumes, labels, failure rules. */ -}}
 {{- $security := get $G.pod.security $V.podSecurity -}}
+{{- $containerSecurity := deepCopy $security.container -}}
+{{- if and $F.capabilities (eq $V.podSecurity "privileged") -}}{{- $_ := set $containerSecurity "capabilities" (dict "add" $F.capabilities) -}}{{- end -}}
 {{- $podVolumes := list (include "ddp-job.fill" (list $G.pod.shm.volumes (dict "size" $V.shmSize)) | fromJson).v -}}
 {{- $mounts := list $G.pod.shm.volume_mounts -}}
 {{- range $vname, $vol := $volumes -}}
@@ -361,10 +422,10 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
   "port" $port
   "portName" $E.portName
   "podSecurityContext" $security.pod
-  "containerSecurityContext" $security.container
+  "containerSecurityContext" $containerSecurity
   "volumes" $podVolumes
   "volumeMounts" $mounts
-  "affinity" (default dict $V.affinity)
+  "affinity" $affinity
   "priorityClassName" (default "" $V.priorityClassName)
   "serviceAccountName" (default "" $V.serviceAccountName)
   "restartPolicy" $restartPolicy
@@ -395,6 +456,9 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $genv := mergeOverwrite $wired $env $userEnv -}}
 {{- $envList := list -}}
 {{- if $W.nodeRankEntry -}}{{- $envList = append $envList $G.pod.nodeRankEntry -}}{{- end -}}
+{{- if $checks -}}
+{{- range $e := $P.downward -}}{{- if not (hasKey $userEnv $e.name) -}}{{- $envList = append $envList $e -}}{{- end -}}{{- end -}}
+{{- end -}}
 {{- range $key := keys $genv | sortAlpha -}}{{- $envList = append $envList (dict "name" $key "value" (get $genv $key)) -}}{{- end -}}
 {{- range $key, $ref := $secretEnv -}}
 {{- $envList = append $envList (dict "name" $key "valueFrom" (dict "secretKeyRef" (dict "name" $ref.secret "key" $ref.key))) -}}
@@ -410,9 +474,12 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $limits := dict -}}
 {{- $cpu := ternary $g.resources.cpu $res.cpu (hasKey $g.resources "cpu") -}}
 {{- $memory := ternary $g.resources.memory $res.memory (hasKey $g.resources "memory") -}}
+{{- $cpuLimit := ternary (index $g.resources "cpuLimit") $res.cpuLimit (hasKey $g.resources "cpuLimit") -}}
 {{- if $cpu -}}{{- $_ := set $requests "cpu" $cpu -}}{{- end -}}
 {{- if $memory -}}{{- $_ := set $requests "memory" $memory -}}{{- $_ := set $limits "memory" $memory -}}{{- end -}}
+{{- if $cpuLimit -}}{{- $_ := set $limits "cpu" $cpuLimit -}}{{- end -}}
 {{- if gt $g.gpus 0 -}}{{- $_ := set $limits $gpuResource $g.gpus -}}{{- end -}}
+{{- if $F.resource -}}{{- $_ := set $limits (default $F.resource $res.fabricResource) (int64 (default 1 $res.fabricDevices)) -}}{{- end -}}
 {{- $resources := dict -}}
 {{- if $limits -}}{{- $_ := set $resources "limits" $limits -}}{{- end -}}
 {{- if $requests -}}{{- $_ := set $resources "requests" $requests -}}{{- end -}}

@@ -122,6 +122,61 @@ def test_status_shows_rank_0s_progress_and_the_time_left(cli, make_cluster):
     assert 0 < progress["etaSeconds"] <= 125
 
 
+REPORT = [
+    "[rank 0] ddpctl-trainer: preflight: 4 ranks on 2 nodes (gloo, cpu); GEMM 512 float32, all-reduce 4 MiB; one "
+    "window of 0.2 s; named below 0.6 x the median",
+    "[rank 0] ddpctl-trainer: preflight: node  rank  local  pod    k8s node  GFLOP/s  cpu",
+    "[rank 0] ddpctl-trainer: preflight: 0     0     0      p-0    w1        56.4     85%",
+    "[rank 0] ddpctl-trainer: preflight: 1     2     0      p-1    w2        17.3     30%  SLOW compute",
+    "[rank 0] ddpctl-trainer: preflight finding: slow node: node 1 (pod p-1, k8s node w2): compute 17.3 GFLOP/s, "
+    "0.31 x the median 56.4 GFLOP/s (tolerance 0.6); avoid it: --avoid-node w2",
+    "[rank 0] ddpctl-trainer: preflight verdict: failed: 1 finding (slow node: node 1) in 1.4 s; exit 201 "
+    "(--preflight fail)",
+]
+
+
+def test_status_shows_rank_0s_preflight_report_and_what_201_means(cli, make_cluster):
+    """A job with --preflight fail whose node 1 was slow: every pod exits 201; status reads the
+    report from the head of node 0's log (the verdict as `Preflight:`, the table and the finding
+    under it) and gives 201 its meaning; -o json has the verdict and the findings."""
+    c = make_cluster()
+    submit(cli, c, "--preflight", "fail")
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for p in (p0, p1):
+        d.start_container(p, NS)
+    d.append_log(p0, "[rank 0] world size 4 (ddp, gloo, cpu)", *REPORT, namespace=NS)
+    d.append_log(p1, "[rank 2] ddpctl-trainer: preflight: not rank 0", namespace=NS)
+    for p in (p0, p1):
+        d.terminate_container(p, NS, exit_code=201)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    lines = r.out.splitlines()
+    at = lines.index("Preflight:   failed: 1 finding (slow node: node 1) in 1.4 s; exit 201 (--preflight fail)")
+    assert lines[at + 1].split() == ["4", "ranks", "on", "2", "nodes", "(gloo,", "cpu);", "GEMM", "512", "float32,"] + [
+        "all-reduce", "4", "MiB;", "one", "window", "of", "0.2", "s;", "named", "below", "0.6", "x", "the", "median"
+    ]  # fmt: skip
+    assert lines[at + 2] == "             node  rank  local  pod    k8s node  GFLOP/s  cpu"
+    assert lines[at + 5].startswith("             finding: slow node: node 1 (pod p-1, k8s node w2)")
+    assert lines[at + 5].endswith("avoid it: --avoid-node w2") and "not rank 0" not in r.out
+    assert r.out.count("Error (exit code 201: failed its preflight checks)") == 2, r.out
+    doc = json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)
+    assert doc["preflight"]["verdict"].startswith("failed: 1 finding (slow node: node 1)")
+    assert [f[:24] for f in doc["preflight"]["findings"]] == ["slow node: node 1 (pod p"]
+
+
+def test_status_of_a_job_without_the_preflight_reads_no_report(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, _ = d.pod_names_for("Job", NAME, NS)
+    d.start_container(p0, NS)
+    d.append_log(p0, *REPORT, namespace=NS)  # printed by the user's own code, say: not ddpctl's to show
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert "Preflight:" not in r.out and "preflight" not in json.loads(
+        cli("status", NAME, *c.args, "-n", NS, "-o", "json").out
+    )
+
+
 # --------------------------------------------------------------------------- logs
 
 

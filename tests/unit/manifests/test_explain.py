@@ -60,3 +60,61 @@ def test_explain_says_a_users_image_must_not_run_as_root(image: str, pod_securit
     assert ("runs as: a non-root user (Pod Security restricted: runAsNonRoot" in text) == said
     if said:
         assert "add USER 1000 to its Dockerfile" in text and "--pod-security baseline" in text
+
+
+def _said(data: dict, label: str) -> str:
+    """The text of one `--explain` field, its wrapped lines joined."""
+    lines = explain(plan_for(JobSpec.from_dict(data))).splitlines()
+    start = next((i for i, line in enumerate(lines) if line.startswith(f"  {label}:")), None)
+    if start is None:
+        return ""
+    text = [lines[start].split(":", 1)[1].strip()]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" " * 22):
+            break
+        text.append(line.strip())
+    return " ".join(text)
+
+
+FAST = {"gpusPerNode": 8, "fabric": "efa", "podSecurity": "privileged", "namespace": "ml"}
+
+
+def test_explain_names_the_fabrics_devices_env_capability_and_the_namespace_label() -> None:
+    fabric = _said(FAST, "fabric")
+    assert fabric.startswith("efa: AWS EFA") and "1 x vpc.amazonaws.com/efa per pod" in fabric
+    assert "env FI_PROVIDER=efa, FI_EFA_USE_DEVICE_RDMA=1; capability IPC_LOCK" in fabric
+    assert "LimitMEMLOCK=infinity" in fabric  # a pod spec has no memlock: the node's runtime must allow it
+    security = _said(FAST, "pod security")
+    assert "namespace 'ml' needs the label pod-security.kubernetes.io/enforce=privileged" in security
+    assert _said({}, "fabric") == "" and _said({}, "pod security") == ""
+
+
+@pytest.mark.parametrize(
+    ("data", "cost", "after"),
+    [
+        # 2 x 2 CPU: each pod's 2 ranks take turns, 2 x (0.25 + 1) x 0.2 s, + the all-reduce and 0.2 s
+        ({"preflight": {"mode": "warn"}}, "about 0.9 s per start", "findings are reported, training goes on"),
+        # 4 nodes of 8 GPUs: GEMMs at once, 8 H2D copies in turn; up to 4 rounds of node pairs
+        (
+            {"nodes": 4, "preflight": {"mode": "fail"}} | FAST | {"target": "job"},
+            "about 2.9 s (3.5 s when a slow node takes every round of node pairs)",
+            "exit 201 on a finding: every pod fails, and each counts against backoffLimit 3",
+        ),
+        ({"preflight": {"mode": "fail"}, "target": "jobset"}, "about 0.9 s", "the whole JobSet restarts"),
+        (
+            {"preflight": {"mode": "fail"}, "target": "pytorchjob"},
+            "about 0.9 s",
+            "the job fails: restartPolicy ExitCode recreates pods only for 130, 137, 138, 143",
+        ),
+        ({"preflight": {"mode": "fail"}, "target": "trainjob"}, "about 0.9 s", "the torch-distributed runtime decides"),
+        (
+            {"preflight": {"mode": "warn"}, "env": {"DDP_TRAINER_PREFLIGHT_REPEATS": "3"}},
+            "about 2.1 s",  # 2 x 3.25 x 0.2 + 3 x 0.2 + 0.2: the trainer's flag, set in env
+            "training goes on",
+        ),
+    ],
+)
+def test_explain_says_what_the_preflight_costs_and_what_a_failed_one_does(data: dict, cost: str, after: str) -> None:
+    said = _said(data, "preflight")
+    assert f"costs {cost}" in said and after in said, said
+    assert _said({}, "preflight") == ""

@@ -109,11 +109,14 @@ def test_restart_limit_is_the_engines_rule(changes: dict[str, Any], limit: int) 
     ("changes", "codes"),
     [
         # job and jobset: every failure but a usage error
-        ({"target": "job"}, {1: True, 2: False, 137: True, 138: True, 143: True, 200: True}),
-        ({"target": "jobset"}, {1: True, 2: False, 138: True, 200: True}),
+        ({"target": "job"}, {1: True, 2: False, 137: True, 138: True, 143: True, 200: True, 201: True}),
+        ({"target": "jobset"}, {1: True, 2: False, 138: True, 200: True, 201: True}),
         ({"target": "job", "restartPolicy": "OnFailure"}, {1: True, 2: True}),  # the kubelet restarts every code
         # pytorchjob ExitCode: what Kubeflow's operator retries (130, 137, 138, 143), nothing else
-        ({"target": "pytorchjob"}, {1: False, 2: False, 130: True, 137: True, 138: True, 143: True, 200: False}),
+        (
+            {"target": "pytorchjob"},
+            {1: False, 2: False, 130: True, 137: True, 138: True, 143: True, 200: False, 201: False},
+        ),
         ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, {1: True, 2: True, 143: True}),
         ({"target": "pytorchjob", "restartPolicy": "Never"}, {1: False, 143: False}),
         ({"target": "trainjob"}, {1: False, 143: False}),  # the runtime's to decide
@@ -154,3 +157,117 @@ def test_where_the_trainers_checkpoints_go(data: dict[str, Any], args: list[str]
     plan = planned(data)
     assert list(plan.trainer_args) == args
     assert (plan.restart_starts_from_scratch is not None) is warned
+
+
+PRIVILEGED_GPUS = {"gpusPerNode": 4, "podSecurity": "privileged"}
+
+
+@pytest.mark.parametrize(
+    ("data", "env", "downward"),
+    [
+        ({}, {}, []),  # off: today's pods
+        (
+            {"preflight": {"mode": "warn"}},
+            {"DDP_TRAINER_PREFLIGHT": "warn", "DDP_TRAINER_PREFLIGHT_TOLERANCE": "0.6"},
+            ["DDP_NODE_NAME", "DDP_POD_NAME"],
+        ),
+        (
+            {"preflight": {"mode": "fail", "tolerance": 0.85, "minTflops": 300, "minBusbw": 12.5}, "fabric": "efa"}
+            | PRIVILEGED_GPUS,
+            {
+                "DDP_TRAINER_PREFLIGHT": "fail",
+                "DDP_TRAINER_PREFLIGHT_TOLERANCE": "0.85",
+                "DDP_TRAINER_PREFLIGHT_MIN_TFLOPS": "300",
+                "DDP_TRAINER_PREFLIGHT_MIN_BUSBW": "12.5",
+                "DDP_TRAINER_FABRIC": "efa",
+            },
+            ["DDP_NODE_NAME", "DDP_POD_NAME"],
+        ),
+        # the user's env wins, and then no downward-API entry of that name is rendered
+        (
+            {"preflight": {"mode": "warn"}, "env": {"DDP_POD_NAME": "mine"}},
+            {"DDP_TRAINER_PREFLIGHT": "warn", "DDP_TRAINER_PREFLIGHT_TOLERANCE": "0.6"},
+            ["DDP_NODE_NAME"],
+        ),
+    ],
+)
+def test_the_preflight_reaches_the_trainer_as_its_variables(
+    data: dict[str, Any], env: dict[str, str], downward: list[str]
+) -> None:
+    plan = planned(data)
+    assert plan.preflight_env == env
+    assert list(plan.downward_env) == downward
+    container = plan.container_env(plan.spec.groups[0])
+    assert {k: container[k] for k in env} == env
+    assert "DDP_POD_NAME" not in container or container["DDP_POD_NAME"] == "mine"
+
+
+@pytest.mark.parametrize(
+    ("data", "resource", "env"),
+    [
+        ({}, None, {}),
+        ({"fabric": "infiniband"} | PRIVILEGED_GPUS, "rdma/rdma_shared_device_a", {"NCCL_IB_DISABLE": "0"}),
+        (
+            {"fabric": "roce", "resources": {"fabricResource": "nvidia.com/hostdev"}} | PRIVILEGED_GPUS,
+            "nvidia.com/hostdev",
+            {"NCCL_IB_DISABLE": "0", "NCCL_IB_GID_INDEX": "3"},
+        ),
+        (
+            {"fabric": "efa", "env": {"FI_EFA_USE_DEVICE_RDMA": "0"}} | PRIVILEGED_GPUS,
+            "vpc.amazonaws.com/efa",
+            {"FI_PROVIDER": "efa", "FI_EFA_USE_DEVICE_RDMA": "0"},  # the user's env wins
+        ),
+    ],
+)
+def test_a_fabric_adds_its_device_and_env(data: dict[str, Any], resource: str | None, env: dict[str, str]) -> None:
+    plan = planned(data)
+    assert plan.fabric_resource == resource
+    container = plan.container_env(plan.spec.groups[0])
+    assert {k: v for k, v in container.items() if k.startswith(("NCCL_IB", "FI_"))} == env
+
+
+REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+AVOID = {"key": "metadata.name", "operator": "NotIn", "values": ["gpu-3", "gpu-7"]}
+POOL = {"key": "pool", "operator": "In", "values": ["a"]}
+
+
+@pytest.mark.parametrize(
+    ("affinity", "expected"),
+    [
+        ({}, {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [{"matchFields": [AVOID]}]}}}),
+        (
+            {"podAntiAffinity": {"x": 1}, "nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": []}},
+            {
+                "podAntiAffinity": {"x": 1},
+                "nodeAffinity": {
+                    "preferredDuringSchedulingIgnoredDuringExecution": [],
+                    REQUIRED: {"nodeSelectorTerms": [{"matchFields": [AVOID]}]},
+                },
+            },
+        ),
+        # terms are ORed: every one of them gets the anti-affinity, next to what it had
+        (
+            {
+                "nodeAffinity": {
+                    REQUIRED: {"nodeSelectorTerms": [{"matchExpressions": [POOL]}, {"matchFields": [POOL]}]}
+                }
+            },
+            {
+                "nodeAffinity": {
+                    REQUIRED: {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [POOL], "matchFields": [AVOID]},
+                            {"matchFields": [POOL, AVOID]},
+                        ]
+                    }
+                }
+            },
+        ),
+    ],
+)
+def test_avoided_nodes_join_every_required_node_affinity_term(
+    affinity: dict[str, Any], expected: dict[str, Any]
+) -> None:
+    plan = planned({"affinity": affinity, "avoidNodes": ["gpu-3", "gpu-7"]})
+    assert plan.affinity == expected
+    assert dict(plan.spec.affinity) == affinity  # the spec is left as it was

@@ -99,6 +99,10 @@ def test_lost_nodes_are_those_killed_from_outside_with_no_worker_report() -> Non
          {0: "RuntimeError: Connection reset by peer"}, 2),
         # a rank that took part in the agreed stop (143) without an error of its own is not either
         ([Failure(0, 0, 0, 143), Failure(1, 2, 0, -15)], {}, None),
+        # a failed preflight ends every rank with 201; rank 0, which says why, exits last and still comes first
+        ([Failure(0, 1, 1, 201, time="10:00:01", root_cause=True), Failure(0, 0, 0, 201, time="10:00:02"),
+          Failure(1, 2, 0, 201, time="10:00:01", root_cause=True)],
+         {0: "ddpctl-trainer: error: preflight failed: slow node: node 1 (pod w-1)"}, 0),
     ],
 )  # fmt: skip
 def test_root_cause(failures: list[Failure], errors: dict[int, str], rank: int | None) -> None:

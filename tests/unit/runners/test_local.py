@@ -126,6 +126,21 @@ def test_each_node_gets_its_pods_env_on_loopback(tmp_path: Path) -> None:
     assert plan.checkpoint_dir == tmp_path.resolve() / "ddp-runs" / "w" / "checkpoints"
 
 
+@pytest.mark.parametrize("mode", ["off", "warn"])
+def test_with_the_preflight_on_each_node_gets_its_pods_name_and_this_machine_as_its_node(
+    tmp_path: Path, mode: str
+) -> None:
+    """The downward API's fields, resolved here: the pod's name is its hostname in the cluster, and
+    every node runs on this machine (the preflight takes its ranks for ranks that share cores)."""
+    plan = _plan(tmp_path, {"preflight": {"mode": mode}})
+    got = [(n.env.get(protocol.POD_NAME_ENV), n.env.get(protocol.NODE_NAME_ENV)) for n in plan.nodes]
+    if mode == "off":
+        assert got == [(None, None), (None, None)]
+    else:
+        assert got == [("w-0", socket.gethostname()), ("w-1", socket.gethostname())]
+        assert plan.nodes[0].env[protocol.PREFLIGHT_ENV] == "warn"
+
+
 def test_an_elastic_job_names_which_agent_hosts_the_store(tmp_path: Path) -> None:
     plan = _plan(tmp_path, {"nodes": "1:2", "procsPerNode": 1})
     confs = [n.env["PET_RDZV_CONF"] for n in plan.nodes]

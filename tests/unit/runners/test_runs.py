@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from ddpctl.backend import LogOptions, NodeRow, Where
+from ddpctl.backend.view import status_text
 from ddpctl.engines import plan_for
 from ddpctl.errors import NotFound, RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.runners import runs
@@ -171,6 +172,46 @@ def test_the_last_record_keeps_where_the_run_got_to(tmp_path: Path) -> None:
     assert (written["state"], written["message"]) == ("failed", "job w failed: usage error")
     assert written["progress"]["line"] == PROGRESS
     assert [n["phase"] for n in written["nodeStates"]] == ["Succeeded", "Failed"]
+
+
+REPORT = [
+    "ddpctl-trainer: preflight: 2 ranks on 2 nodes (gloo, cpu); GEMM 512 float32; one window of 0.2 s; named below "
+    "0.6 x the median",
+    "ddpctl-trainer: preflight: node  rank  local  pod  GFLOP/s  cpu",
+    "ddpctl-trainer: preflight: 0     0     0      w-0  88.1     99%",
+    "ddpctl-trainer: preflight: 1     1     0      w-1  5.02     6%   SLOW compute",
+    "ddpctl-trainer: preflight finding: slow node: node 1 (pod w-1): compute 5.02 GFLOP/s, 0.06 x the median 88.1 "
+    "GFLOP/s (tolerance 0.6)",
+    "ddpctl-trainer: preflight verdict: 1 finding (slow node: node 1) in 1.2 s; going on (--preflight warn)",
+]
+
+
+def test_rank_0s_preflight_report_is_kept_and_status_shows_it(tmp_path: Path, monkeypatch) -> None:
+    """The report of the newest start that printed one (a restart that has not printed it yet
+    keeps the one before); status shows the verdict as `Preflight:` and the report under it."""
+    monkeypatch.setattr(runs, "TICK_S", 0.0)
+    record = _record(tmp_path)
+    job = JobState("w", 2, 2)
+    for line in REPORT:
+        job.on_rank_line(0, line)
+    job.on_rank_line(1, "ddpctl-trainer: preflight: not rank 0")
+    record.tick(job, [FakeChild(0, None), FakeChild(1, None)])  # type: ignore[list-item]
+    assert _read(tmp_path)["preflight"] == REPORT
+    record.tick(JobState("w", 2, 2, attempt=1), [FakeChild(0, None), FakeChild(1, None)])  # type: ignore[list-item]
+    record.write("running")
+    assert _read(tmp_path)["preflight"] == REPORT
+    status = run_status(tmp_path / "w", tmp_path)
+    assert list(status.preflight) == REPORT
+    lines = status_text(status)
+    at = lines.index("Preflight:   1 finding (slow node: node 1) in 1.2 s; going on (--preflight warn)")
+    assert lines[at + 2 : at + 6] == [
+        "             node  rank  local  pod  GFLOP/s  cpu",
+        "             0     0     0      w-0  88.1     99%",
+        "             1     1     0      w-1  5.02     6%   SLOW compute",
+        "             finding: slow node: node 1 (pod w-1): compute 5.02 GFLOP/s, 0.06 x the median 88.1 GFLOP/s "
+        "(tolerance 0.6)",
+    ]
+    assert status.as_dict()["preflight"]["findings"] == [REPORT[4].split("finding: ", 1)[1]]
 
 
 @pytest.mark.parametrize(("attempt", "name"), [(0, "node-3.log"), (2, "node-3.restart-2.log")])

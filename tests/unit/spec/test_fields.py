@@ -27,6 +27,7 @@ from ddpctl.spec.fields import (
     MapOf,
     Matches,
     MountPath,
+    Number,
     OneOf,
     Quantity,
     Rule,
@@ -52,6 +53,13 @@ CASES: list[tuple[Rule, Any, bool]] = [
     (Int(1, 65535), 65535, True),
     (Int(1, 65535), 65536, False),
     (NODE_COUNT, 1025, False),
+    (Number(0.01, 1), 0.01, True),
+    (Number(0.01, 1), 1, True),  # a whole number is a number
+    (Number(0.01, 1), 0.0099, False),
+    (Number(0.01, 1), 1.0001, False),
+    (Number(0, 10), True, False),  # YAML's true is not a number
+    (Number(0, 10), "5", False),
+    (Number(0, 10), float("inf"), False),
     (Bool(), False, True),
     (Bool(), "yes", False),
     (DnsLabel(), "a-1", True),

@@ -29,6 +29,13 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"resources": {"memory": "lots"}}, "resources.memory", "is not a Kubernetes quantity"),
     ({"resources": {"cpu": "1 000"}}, "resources.cpu", "is not a Kubernetes quantity"),
     ({"resources": {"gpuResource": "bad resource"}}, "resources.gpuResource", "is not a resource name"),
+    ({"resources": {"cpuLimit": "-1"}}, "resources.cpuLimit", "is not a Kubernetes quantity"),
+    ({"resources": {"fabricDevices": "4"}}, "resources.fabricDevices", "must be an integer >= 1"),
+    ({"preflight": {"mode": "always"}}, "preflight.mode", "'always' is not a valid value"),
+    ({"preflight": {"tolerance": 1.5}}, "preflight.tolerance", "1.5 is not a number from 0.01 to 1"),
+    ({"preflight": {"minGflops": 2e6}}, "preflight.minGflops", "is not a number from 0 to 1000000"),
+    ({"preflight": {"minH2d": float("nan")}}, "preflight.minH2d", "is not a number"),
+    ({"preflight": {"tolerence": 0.5}}, "preflight.tolerence", "is not a known key"),
     ({"volumes": {"d": {"claimName": "Bad_PVC", "mountPath": "/d"}}}, "volumes.d.claimName", "is not a valid name"),
     ({"volumes": {"d": {"claimName": "p", "mountPath": "relative"}}}, "volumes.d.mountPath", "not an absolute path"),
     ({"volumes": {"d": {"claimName": "p", "mountPath": "/dev/shm/"}}}, "volumes.d.mountPath", "managed by shmSize"),
@@ -46,8 +53,9 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     (_group(procsPerNode=0), "nodeGroups[0].procsPerNode", "must be an integer >= 1"),
     (_group(nodeSelector={"pool": "a b"}), "nodeGroups[0].nodeSelector.pool", "is not a valid label value"),
     (_group(tolerations=[{"effect": "Now"}]), "nodeGroups[0].tolerations[0].effect", "is not a taint effect"),
-    (_group(resources={"gpu": "1"}), "nodeGroups[0].resources", "only cpu and memory"),
+    (_group(resources={"gpu": "1"}), "nodeGroups[0].resources", "only cpu, memory and cpuLimit"),
     (_group(resources={"cpu": "lots"}), "nodeGroups[0].resources.cpu", "is not a Kubernetes quantity"),
+    (_group(resources={"cpuLimit": "1 cpu"}), "nodeGroups[0].resources.cpuLimit", "is not a Kubernetes quantity"),
     (_group(gpuResource="bad resource"), "nodeGroups[0].gpuResource", "is not a resource name"),
     (_group(topology={"required": "not a label"}), "nodeGroups[0].topology.required", "is not a valid label key"),
 ]
@@ -116,3 +124,23 @@ def test_a_groups_maps_are_read_only() -> None:
 def test_every_key_of_a_part_declares_a_doc(cls: type) -> None:
     for key in declared(cls):
         assert str(key.field.metadata["doc"]).strip(), f"{cls.__name__}.{key.name}"
+
+
+@pytest.mark.parametrize(
+    ("data", "mode", "floors"),
+    [
+        ({}, "off", {}),
+        ({"preflight": None}, "off", {}),
+        ({"preflight": {"mode": "warn", "tolerance": 1}}, "warn", {}),
+        (
+            {"preflight": {"mode": "fail", "minBusbw": 12.5, "minTflops": 300}},
+            "fail",
+            {"minTflops": 300, "minBusbw": 12.5},
+        ),
+    ],
+)
+def test_the_preflight_part_says_whether_it_is_on_and_which_floors_are_set(
+    data: dict[str, Any], mode: str, floors: dict[str, float]
+) -> None:
+    checks = JobSpec.from_dict(data).preflight
+    assert (checks.mode, checks.on, checks.floors()) == (mode, mode != "off", floors)

@@ -32,6 +32,10 @@ def test_every_scalar_key_has_a_ddpctl_variable() -> None:
             {"rendezvous": {"port": 1234}, "resources": {"cpu": "4"}},
         ),
         ({"DDPCTL_DEBUG": "1", "HOME": "/x"}, {}),
+        (
+            {"DDPCTL_PREFLIGHT_MODE": "warn", "DDPCTL_PREFLIGHT_TOLERANCE": "0.8", "DDPCTL_FABRIC": "efa"},
+            {"preflight": {"mode": "warn", "tolerance": 0.8}, "fabric": "efa"},
+        ),
     ],
 )
 def test_layer_from_env_reads_whole_numbers_as_numbers(environ: dict[str, str], layer: dict[str, Any]) -> None:
@@ -43,6 +47,7 @@ def test_layer_from_env_reads_whole_numbers_as_numbers(environ: dict[str, str], 
     [
         ({"DDPCTL_NODSE": "2"}, "DDPCTL_NODSE: not a ddpctl setting; did you mean DDPCTL_NODES?"),
         ({"DDPCTL_BACKOFF_LIMIT": "x"}, "DDPCTL_BACKOFF_LIMIT: 'x' is not a whole number"),
+        ({"DDPCTL_PREFLIGHT_TOLERANCE": "most"}, "DDPCTL_PREFLIGHT_TOLERANCE: 'most' is not a number"),
     ],
 )
 def test_a_bad_variable_is_a_usage_error(environ: dict[str, str], message: str) -> None:

@@ -172,3 +172,47 @@ def test_the_config_is_frozen_and_plain_values_for_a_weights_only_checkpoint() -
     assert plain["callback"] == ("a:B",) and plain["pin_memory"] is True
     assert all(isinstance(v, (str, int, float, bool, tuple, type(None))) for v in plain.values())
     assert TrainConfig(**plain) == cfg
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "expected"),
+    [
+        ([], {}, ("off", 0.6, "socket", 1, 0.2, False)),
+        (["--preflight", "warn"], {}, ("warn", 0.6, "socket", 1, 0.2, False)),
+        (
+            ["--preflight-only"],
+            {"DDP_TRAINER_PREFLIGHT": "fail", "DDP_TRAINER_FABRIC": "efa", "DDP_TRAINER_PREFLIGHT_TOLERANCE": "0.8"},
+            ("fail", 0.8, "efa", 1, 0.2, True),
+        ),
+        (
+            ["--preflight", "warn", "--preflight-repeats", "3", "--preflight-window", "0.25"],
+            {},
+            ("warn", 0.6, "socket", 3, 0.25, False),
+        ),
+    ],
+)
+def test_the_preflight_flags_and_their_variables(
+    argv: list[str], env: dict[str, str], expected: tuple[object, ...]
+) -> None:
+    """Inside a job the checks time one window of 0.2 s each (every start pays for them); the
+    spec sets them through DDP_TRAINER_PREFLIGHT*, and ddpctl check adds --preflight-only."""
+    cfg = parse_args(argv, env=env)
+    got = (cfg.preflight, cfg.preflight_tolerance, cfg.fabric, cfg.preflight_repeats, cfg.preflight_window)
+    assert (*got, cfg.preflight_only) == expected
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--preflight-only"], {}, "--preflight-only needs --preflight warn or fail"),
+        (["--preflight", "warn", "--preflight-tolerance", "1.5"], {}, "--preflight-tolerance must be above 0"),
+        ([], {"DDP_TRAINER_PREFLIGHT": "always"}, "--preflight must be one of off, warn, fail"),
+        ([], {"DDP_TRAINER_FABRIC": "ib"}, "--fabric must be one of socket, infiniband, roce, efa"),
+        (["--preflight-min-busbw", "-1"], {}, "--preflight-min-busbw must be 0"),
+    ],
+)
+def test_bad_preflight_flags_are_usage_errors_before_any_process_group(
+    argv: list[str], env: dict[str, str], message: str
+) -> None:
+    with pytest.raises(UsageError, match=message):
+        parse_args(argv, env=env)

@@ -130,3 +130,30 @@ def test_a_ranks_error_line_starts_with_its_rank_prefix_after_the_tag(
     monkeypatch.setattr(trainer, "run_trainer", fails)
     assert trainer_main.main(["--synthetic-samples", "8"]) == code
     assert capsys.readouterr().err.splitlines() == [line]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code", "errors"),
+    [
+        (["--preflight", "warn", "--preflight-only"], 0, []),
+        (
+            ["--preflight", "fail", "--preflight-only", "--preflight-min-gflops", "1e6"],
+            201,
+            ["ddpctl-trainer: error: preflight failed: slow node: node 0"],
+        ),
+    ],
+)
+def test_the_preflight_runs_before_anything_is_built_and_fail_exits_201(
+    argv: list[str], code: int, errors: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """One process: the checks run once the process group would be up, rank 0 prints the report
+    (`--preflight-only` stops there: `ddpctl check`), and under fail a finding (here a floor no CPU
+    reaches) ends the run with EXIT_PREFLIGHT and one error line."""
+    assert trainer_main.main([*argv, "--preflight-window", "0.05"]) == code
+    out, err = capsys.readouterr()
+    report = [line for line in out.splitlines() if "ddpctl-trainer: preflight" in line]
+    assert report[0].startswith("[rank 0] ddpctl-trainer: preflight: 1 rank on 1 node (gloo, cpu)"), out
+    assert report[-1].startswith("[rank 0] ddpctl-trainer: preflight verdict: " + ("failed" if code else "passed"))
+    lines = [x for x in err.splitlines() if x.startswith("ddpctl-trainer: error:")]
+    assert [x[: len(e)] for x, e in zip(lines, errors)] == errors and len(lines) == len(errors), err
+    assert "Traceback" not in err

@@ -1,0 +1,89 @@
+"""The preflight on the real node (cluster/node/): `ddpctl check` and `--preflight fail` with pods
+that really run the checks (the user image of test_real_node.py, built from this checkout).
+
+A slow node is a node group whose pods get a CPU limit (resources.cpuLimit: a CFS quota, what a
+noisy or throttled machine looks like to a job) of a quarter CPU for its two ranks, while the other
+group has none: its ranks run their GEMMs at a core's speed each, in turn (both pods share the one
+real node, so the preflight takes them for ranks that share cores).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.e2e.cluster import test_real_node
+from tests.e2e.cluster.test_real_node import NODE, ON_NODE, TINY
+from tests.support.cluster import RealCluster
+
+node_image, restricted = test_real_node.node_image, test_real_node.restricted  # its fixtures: the image, the namespace
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+
+CHECK_TIMEOUT = ["--timeout", "15m"]
+SLOW_GROUPS = {
+    "nodeGroups": [
+        {"name": "fast", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2},
+        {"name": "slow", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2, "resources": {"cpuLimit": "250m"}},
+    ]
+}
+
+
+def _report(out: str) -> list[str]:
+    """Rank 0's report, as `--follow` streamed it from node 0's pod."""
+    return [line for line in out.splitlines() if line.startswith("[node 0] [rank 0] ddpctl-trainer: preflight")]
+
+
+def _spec(tmp_path: Path, data: dict) -> None:
+    (tmp_path / "ddp.yaml").write_text(yaml.safe_dump(data))  # the cli fixture runs in tmp_path
+
+
+def test_check_of_a_2_pod_job_passes_names_its_pods_and_node_and_is_deleted(
+    cli, kube: RealCluster, restricted: str, node_image: str
+) -> None:
+    ns = restricted
+    r = cli("check", "-n", ns, "--target", "job", "--name", "pf", "--nodes", "2", "--procs", "2", "--gpus", "0",
+            "--image", node_image, *ON_NODE, *CHECK_TIMEOUT)  # fmt: skip
+    assert r.code == 0, r.err[-3000:] + r.out[-3000:]
+    report = _report(r.out)
+    assert report[-1].startswith("[node 0] [rank 0] ddpctl-trainer: preflight verdict: passed: 4 ranks on 2 nodes")
+    rows = [line.split("preflight: ", 1)[1] for line in report[2:6]]
+    # the pod's own name and the Kubernetes node it ran on, from the downward API
+    assert re.match(rf"0 +0 +0 +pf-check-0-\w+ +{NODE} +[\d.]+ +\d+%$", rows[0]), report
+    assert re.match(rf"1 +2 +0 +pf-check-1-\w+ +{NODE} +[\d.]+ +\d+%$", rows[2]), report
+    assert kube.kubectl("get", "job", "pf-check", "-n", ns, check=False).returncode != 0  # cleaned up
+
+
+def test_check_names_the_node_group_under_a_cpu_limit(
+    cli, kube: RealCluster, restricted: str, node_image: str, tmp_path: Path
+) -> None:
+    ns = restricted
+    _spec(tmp_path, SLOW_GROUPS)
+    r = cli("check", "-n", ns, "--target", "job", "--name", "pg", "--image", node_image, *ON_NODE, *CHECK_TIMEOUT)
+    assert r.code == 1, r.err[-3000:] + r.out[-3000:]
+    findings = [line for line in _report(r.out) if "preflight finding: " in line]
+    assert len(findings) == 1, r.out[-3000:]
+    assert re.search(rf"slow node: node 1 \(pod pg-check-slow-0-\w+, k8s node {NODE}\): compute", findings[0])
+    error = [line for line in r.err.splitlines() if line.startswith("ddpctl: error: ")]
+    assert error and 'job "pg-check" failed its preflight checks (exit 201): slow node: node 1' in error[0], r.err
+
+
+def test_preflight_fail_ends_the_training_job_with_201_and_status_shows_the_report(
+    cli, kube: RealCluster, restricted: str, node_image: str, tmp_path: Path
+) -> None:
+    ns = restricted
+    _spec(tmp_path, SLOW_GROUPS)
+    r = cli("submit", "-n", ns, "--target", "job", "--name", "pt", "--image", node_image, *ON_NODE,
+            "--preflight", "fail", "--backoff-limit", "0", "--wait", *CHECK_TIMEOUT, "--", *TINY)  # fmt: skip
+    assert r.code == 1, r.err[-3000:]
+    assert "failed its preflight checks (exit 201): slow node: node 1" in r.err, r.err[-3000:]
+    codes = {p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] for p in kube.pods(ns)}
+    assert codes == {201}, codes
+    status = cli("status", "pt", "-n", ns)
+    assert re.search(r"^Preflight: +failed: 1 finding \(slow node: node 1\)", status.out, re.M), status.out
+    assert "exit code 201: failed its preflight checks" in status.out, status.out
+    assert json.loads(cli("status", "pt", "-n", ns, "-o", "json").out)["preflight"]["findings"], status.out

@@ -1,0 +1,77 @@
+"""A slow node for `ddpctl check --local` and `run --local`: with this folder on PYTHONPATH, the
+workers of node `DDPTEST_SLOW_NODE` (torchrun's GROUP_RANK) move themselves and their parent (the
+node's torchrun agent) into the cgroup whose `cgroup.procs` is `DDPTEST_SLOW_PROCS` the moment
+``torch.distributed.init_process_group`` returns, and back to its parent group when the default
+process group is destroyed: the node starts and ends at full speed, and is throttled for
+everything between (tests/support/cpu_quota.py makes the group; tests/support/slow_worker.py is
+the same hook for workers started by hand).
+
+A test hook, not product code: Python imports `sitecustomize` at start-up from the first folder
+of sys.path that has one, so only processes started with this folder on PYTHONPATH run it, and
+every other process of the job (ddpctl itself, the agents, the other nodes' workers) finds no
+variable of its own and does nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+NODE_ENV = "DDPTEST_SLOW_NODE"
+PROCS_ENV = "DDPTEST_SLOW_PROCS"
+
+
+def _move(to: Path) -> None:
+    for pid in (os.getpid(), os.getppid()):
+        with open(to, "w") as f:
+            f.write(str(pid))
+
+
+def _throttle(dist: ModuleType, procs: Path) -> None:
+    real_init, real_destroy = dist.init_process_group, dist.destroy_process_group
+
+    def init_then_throttle(*args: Any, **kwargs: Any) -> Any:
+        out = real_init(*args, **kwargs)
+        _move(procs)
+        return out
+
+    def unthrottle_then_destroy(group: Any = None) -> Any:
+        if group is None:
+            _move(procs.parent.parent / "cgroup.procs")
+        return real_destroy(group)
+
+    dist.init_process_group = init_then_throttle  # type: ignore[attr-defined]  # the code under test looks it up on the module
+    dist.destroy_process_group = unthrottle_then_destroy  # type: ignore[attr-defined]
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Patches torch.distributed once it has been imported (it imports torch: seconds; not earlier)."""
+
+    def __init__(self, procs: Path) -> None:
+        self.procs = procs
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "torch.distributed":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
+            return spec
+        loader = spec.loader
+        real_exec = loader.exec_module  # type: ignore[union-attr]
+
+        def exec_then_patch(module: ModuleType) -> None:
+            real_exec(module)
+            _throttle(module, self.procs)
+
+        loader.exec_module = exec_then_patch  # type: ignore[method-assign, union-attr]
+        return spec
+
+
+if os.environ.get(NODE_ENV) is not None and os.environ.get("GROUP_RANK") == os.environ.get(NODE_ENV):
+    sys.meta_path.insert(0, _AfterImport(Path(os.environ[PROCS_ENV])))
