@@ -3,7 +3,8 @@
 It keeps what decides where and how the job runs (the layout, the engine, the image, the placement:
 node selectors, tolerations, affinity, avoided nodes, Kueue's queue and topology, the fabric and its
 devices, the resources, the env), so the checks meet the nodes, devices and network the training
-would; it drops what only training needs (the trainer's arguments, volumes, checkpoints) and runs
+would; it drops what only training needs (the trainer's arguments, volumes, checkpoints, the
+workspace of the user's code) and runs
 the ddpctl trainer with `--preflight-only`: the checks after the rendezvous, then the exit. So it
 runs under the same launcher, exit codes and failure rules as a training job; a user's own module,
 script or command is replaced (the image must hold ddpctl's trainer, as `ddpctl build` makes it).
@@ -14,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 
 from ddpctl.spec.model import JobSpec
+from ddpctl.spec.parts import Workspace
 from ddpctl_trainer import protocol
 
 CHECK_SUFFIX = "-check"
@@ -39,6 +41,7 @@ def check_job(spec: JobSpec) -> JobSpec:
         args=args,
         volumes={},
         checkpoints=None,
+        workspace=Workspace(),
         backoff_limit=0,
         preflight=dataclasses.replace(spec.preflight, mode=mode),
     )

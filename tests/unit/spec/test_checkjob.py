@@ -46,11 +46,13 @@ def test_the_check_runs_the_trainers_checks_alone(data: dict[str, Any], mode: st
 
 def test_the_check_keeps_the_jobs_layout_engine_and_placement_and_drops_its_storage() -> None:
     spec = JobSpec.from_dict(
-        {**PLACED, "volumes": {"data": {"claimName": "d", "mountPath": "/data"}}, "checkpoints": None}
-    )
+        {**PLACED, "volumes": {"data": {"claimName": "d", "mountPath": "/data"}}, "checkpoints": None,
+         "workspace": {"dir": ".", "store": "s3://b/ws"}}
+    )  # fmt: skip
     check = check_job(spec)
     kept = [k for k in PLACED if getattr(check, _field(k)) == getattr(spec, _field(k))]
     assert kept == list(PLACED) and check.volumes == {}
+    assert not check.workspace, "the checks are the trainer's: the user's code is not shipped"
     plan = plan_for(check)
     assert plan.replicas == 4 and plan.world_size == 32 and plan.restart_starts_from_scratch is None
 
