@@ -85,7 +85,7 @@ cluster-down:
 
 ## test: everything the tests need, the gates, then the whole suite
 test: $(STAMP) docker kubectl cluster-build lint
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=25
 
 ## test-fast: no Docker set-up, no multi-process or container tests (`-m "not slow and not docker"`)
 test-fast: $(STAMP) kubectl
@@ -116,6 +116,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_lint.py
 	$(PY) bench/bench_workspace_edit.py
 	$(PY) bench/bench_preflight.py
+	$(PY) bench/bench_preflight_cost.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
