@@ -135,6 +135,23 @@ def launch_standalone(work: Path) -> list[subprocess.Popen[bytes]]:
     return [subprocess.Popen(cmd, cwd=work, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
 
+Launch = Callable[[Path], list[subprocess.Popen[bytes]]]
+
+
+def interleaved(variants: dict[str, Launch], reps: int, warm: Launch, quiet: bool = False) -> dict[str, list[float]]:
+    """Each variant's seconds to the first step, `reps` times, in alternating order so drifting
+    load hits all alike; one run of `warm` first fills the page cache (torch's shared libraries)."""
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    _timed(warm)
+    for rep in range(reps):
+        order = list(variants) if rep % 2 == 0 else list(reversed(variants))
+        for name in order:
+            times[name].append(_timed(variants[name]))
+        if not quiet:
+            print(f"rep {rep + 1}/{reps}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in variants), flush=True)
+    return times
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reps", type=int, default=5, help="repetitions of each variant (interleaved)")
@@ -147,14 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if not args.no_standalone:
         variants["standalone"] = launch_standalone
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    _timed(launch_bare)  # warm the page cache (torch's shared libraries) before measuring
-    for rep in range(args.reps):
-        order = list(variants) if rep % 2 == 0 else list(reversed(variants))
-        for name in order:
-            times[name].append(_timed(variants[name]))
-        if not args.json:
-            print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in variants), flush=True)
+    times = interleaved(variants, args.reps, warm=launch_bare, quiet=args.json)
     medians = {name: statistics.median(values) for name, values in times.items()}
     ratio = medians["ddpctl"] / medians["bare"]
     if args.json:

@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from bench_first_step import _args, _env, _timed  # the same trainer run and clock as bench_first_step.py
+from bench_first_step import _args, _env, interleaved  # the same trainer run and clock as bench_first_step.py
 
 
 def launch(preflight: bool) -> Callable[[Path], list[subprocess.Popen[bytes]]]:
@@ -41,14 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     variants = {"without": launch(False), "with --preflight warn": launch(True)}
-    times: dict[str, list[float]] = {name: [] for name in variants}
-    _timed(variants["without"])  # warm the page cache (torch's shared libraries) before measuring
-    for rep in range(args.reps):
-        order = list(variants) if rep % 2 == 0 else list(reversed(variants))
-        for name in order:
-            times[name].append(_timed(variants[name]))
-        if not args.json:
-            print(f"rep {rep + 1}/{args.reps}: " + ", ".join(f"{n} {times[n][-1]:.2f}s" for n in variants), flush=True)
+    times = interleaved(variants, args.reps, warm=variants["without"], quiet=args.json)
     medians = {name: statistics.median(values) for name, values in times.items()}
     ratio = medians["with --preflight warn"] / medians["without"]
     if args.json:
