@@ -518,7 +518,7 @@ class Plan:
     def preflight_cost_s(self) -> tuple[float, float]:
         """About how many seconds the checks add to each start of the job: (healthy, with every
         round of node pairs a slow node can cost), scheduled as the trainer does with one pod per
-        machine (the ranks of a machine take turns on its cores, or its host-to-device path). NCCL's
+        machine (a CPU pod's ranks together, a GPU machine's host-to-device copies in turn). NCCL's
         connection set-up, which the first collective of any job pays, is not counted."""
         spec = self.spec
 
@@ -531,8 +531,9 @@ class Plan:
         window = setting("--preflight-window", protocol.PREFLIGHT_JOB_WINDOW_S)
         repeats = int(setting("--preflight-repeats", protocol.PREFLIGHT_JOB_REPEATS))
         kernel = (protocol.PREFLIGHT_WARMUP_SHARE + repeats) * window  # a timed kernel's warm-up and windows
-        turns = max(g.nproc for g in spec.groups)  # a machine's ranks, one after another
-        local = kernel + turns * kernel if spec.gpus_per_node else turns * kernel  # GEMM (+ GPU: H2D copies)
+        # GPU: every GEMM at once, then a machine's host-to-device copies one after another; CPU: a
+        # pod's ranks together (its cores hold their threads, as torchrun's one thread a rank does)
+        local = kernel + max(g.nproc for g in spec.groups) * kernel if spec.gpus_per_node else kernel
         base = local + repeats * window + PREFLIGHT_OVERHEAD_S  # + the world's all-reduce
         nodes = self.replicas
         pairs = 0 if nodes < 3 else (3 if nodes == 3 else 1)  # rounds of node pairs: healthy nodes meet once

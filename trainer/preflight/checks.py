@@ -4,9 +4,10 @@ Called inside an initialised process group (after rendezvous, before the first s
 rank of the job alike; every rank returns the same ``Report``. In order:
 
 1. where each rank runs (node rank, pod, Kubernetes node, host), gathered;
-2. the GEMM: on CPU each rank alone on its machine (ranks of different machines side by side), in
-   rounds, so ranks never compete for cores: each round gives every rank one timed window, and a
-   rank's figure is its best window; on GPU every rank at once (each has its own GPU);
+2. the GEMM: on CPU one node at a time on each machine (machines side by side), its ranks together
+   when its cores hold all their threads, else one at a time (``judge.node_slots``), in rounds, so
+   ranks never compete for cores: each round gives every rank one timed window, and a rank's
+   figure is its best window; on GPU every rank at once (each has its own GPU);
 3. on GPU the host-to-device copy, scheduled like the CPU GEMM (ranks of a node share the host's
    memory and PCIe switches);
 4. the all-reduce over the whole world (bus bandwidth), then NCCL's transport, read from each
@@ -36,6 +37,7 @@ from .judge import (
     Place,
     alone_slots,
     busbw,
+    node_slots,
     nodes_of,
     pair_rounds,
     waves,
@@ -49,7 +51,9 @@ def my_place(ctx: DistContext, env: dict[str, str] | None = None) -> Place:
     env = dict(os.environ) if env is None else env
     host = socket.gethostname()
     pod = env.get(POD_NAME_ENV) or env.get("HOSTNAME") or host
-    return Place(ctx.rank, ctx.local_rank, ctx.node_rank, pod, env.get(NODE_NAME_ENV) or None, host)
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    node = env.get(NODE_NAME_ENV) or None
+    return Place(ctx.rank, ctx.local_rank, ctx.node_rank, pod, node, host, cores, max(1, torch.get_num_threads()))
 
 
 def _timed_locally(
@@ -130,16 +134,15 @@ def run_checks(ctx: DistContext, device: torch.device, backend: str, config: Pre
     t0 = time.perf_counter()
     places = sorted(d.all_gather_object(my_place(ctx)), key=lambda p: p.rank)
     on_gpu = device.type == "cuda"
-    alone = alone_slots(places)
     everyone = [[p.rank for p in places]]
 
     n = config.gemm_size(device.type)
     compute = _timed_locally(
-        lambda: measure.gemm(device, n)[0], everyone if on_gpu else alone, ctx.rank, device, config
+        lambda: measure.gemm(device, n)[0], everyone if on_gpu else node_slots(places), ctx.rank, device, config
     )
     h2d_bytes = int(config.h2d_mib * 2**20)
     h2d = (
-        _timed_locally(lambda: measure.host_to_device(device, h2d_bytes), alone, ctx.rank, device, config)
+        _timed_locally(lambda: measure.host_to_device(device, h2d_bytes), alone_slots(places), ctx.rank, device, config)
         if on_gpu
         else None
     )

@@ -53,6 +53,8 @@ class Place:
     pod: str
     k8s_node: str | None  # the Kubernetes node (DDP_NODE_NAME, from the downward API)
     host: str
+    cores: int = 1  # the CPU cores this rank may run on (its affinity: a pod's cpuset, the host's)
+    threads: int = 1  # torch's intra-op threads in this rank
 
     @property
     def machine(self) -> str:
@@ -167,6 +169,21 @@ def nodes_of(places: Sequence[Place]) -> dict[int, list[Place]]:
     for p in sorted(places, key=lambda p: p.rank):
         out.setdefault(p.node, []).append(p)
     return dict(sorted(out.items()))
+
+
+def node_slots(places: Sequence[Place]) -> list[list[int]]:
+    """Slots for the CPU GEMM: on each machine one node at a time, its ranks together when the
+    cores they may run on hold all their threads (as they train: side by side), else one rank at a
+    time; machines in parallel. A node's ranks then never share a core, with each other or with
+    another node's, and one that runs slower is slower when it trains too (a CPU limit is shared by
+    the pod's ranks)."""
+    per_machine: dict[str, list[list[int]]] = {}
+    for ranks in nodes_of(places).values():
+        fits = sum(p.threads for p in ranks) <= min(p.cores for p in ranks)
+        units = [[p.rank for p in ranks]] if fits else [[p.rank] for p in ranks]
+        per_machine.setdefault(ranks[0].machine, []).extend(units)
+    depth = max((len(v) for v in per_machine.values()), default=0)
+    return [sorted(r for units in per_machine.values() if i < len(units) for r in units[i]) for i in range(depth)]
 
 
 def alone_slots(places: Sequence[Place]) -> list[list[int]]:

@@ -92,24 +92,24 @@ def test_explain_names_the_fabrics_devices_env_capability_and_the_namespace_labe
 @pytest.mark.parametrize(
     ("data", "cost", "after"),
     [
-        # 2 x 2 CPU: each pod's 2 ranks take turns, 2 x (0.25 + 1) x 0.2 s, + the all-reduce and 0.2 s
-        ({"preflight": {"mode": "warn"}}, "about 0.9 s per start", "findings are reported, training goes on"),
+        # 2 x 2 CPU: each pod's 2 ranks together, (0.25 + 1) x 0.2 s, + the all-reduce (0.2 s) and 0.2 s
+        ({"preflight": {"mode": "warn"}}, "about 0.7 s per start", "findings are reported, training goes on"),
         # 4 nodes of 8 GPUs: GEMMs at once, 8 H2D copies in turn; up to 4 rounds of node pairs
         (
             {"nodes": 4, "preflight": {"mode": "fail"}} | FAST | {"target": "job"},
             "about 2.9 s (3.5 s when a slow node takes every round of node pairs)",
             "exit 201 on a finding: every pod fails, and each counts against backoffLimit 3",
         ),
-        ({"preflight": {"mode": "fail"}, "target": "jobset"}, "about 0.9 s", "the whole JobSet restarts"),
+        ({"preflight": {"mode": "fail"}, "target": "jobset"}, "about 0.7 s", "the whole JobSet restarts"),
         (
             {"preflight": {"mode": "fail"}, "target": "pytorchjob"},
-            "about 0.9 s",
+            "about 0.7 s",
             "the job fails: restartPolicy ExitCode recreates pods only for 130, 137, 138, 143",
         ),
-        ({"preflight": {"mode": "fail"}, "target": "trainjob"}, "about 0.9 s", "the torch-distributed runtime decides"),
+        ({"preflight": {"mode": "fail"}, "target": "trainjob"}, "about 0.7 s", "the torch-distributed runtime decides"),
         (
-            {"preflight": {"mode": "warn"}, "env": {"DDP_TRAINER_PREFLIGHT_REPEATS": "3"}},
-            "about 2.1 s",  # 2 x 3.25 x 0.2 + 3 x 0.2 + 0.2: the trainer's flag, set in env
+            {"preflight": {"mode": "warn"}, "env": {"DDP_TRAINER_PREFLIGHT_WINDOW": "0.5"}},
+            "about 1.3 s",  # 1.25 x 0.5 + 0.5 + 0.2: the trainer's flag, set in env
             "training goes on",
         ),
     ],

@@ -4,6 +4,7 @@ the 2-node caveat, on figures made up here."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -20,6 +21,7 @@ from ddpctl_trainer.preflight.judge import (
     first_pairs,
     gemm_rate,
     judge_pairs,
+    node_slots,
     pair_rounds,
     ranks_text,
     reference,
@@ -314,6 +316,37 @@ def test_pairs_of_a_shared_host_take_turns() -> None:
     one_host = places(4, 1, machine="vm")
     assert waves([(0, 1), (2, 3)], one_host) == [[(0, 1)], [(2, 3)]]
     assert waves([(0, 1), (2, 3)], places(4, 1)) == [[(0, 1), (2, 3)]]
+
+
+def _with(ps: list[Place], cores: int, threads: int = 1) -> list[Place]:
+    return [dataclasses.replace(p, cores=cores, threads=threads) for p in ps]
+
+
+@pytest.mark.parametrize(
+    ("ps", "slots"),
+    [
+        # one node per machine, cores for both ranks: every rank at once
+        (_with(places(2, 2), cores=8), [[0, 1, 2, 3]]),
+        # one host: its nodes in turn, each node's ranks together
+        (_with(places(2, 2, machine="vm"), cores=2), [[0, 1], [2, 3]]),
+        # more threads than cores: the node's ranks one at a time, the machines side by side
+        (_with(places(2, 2), cores=2, threads=2), [[0, 2], [1, 3]]),
+        (_with(places(2, 2, machine="vm"), cores=2, threads=2), [[0], [1], [2], [3]]),
+        (places(2, 2, machine="vm"), [[0], [1], [2], [3]]),  # one core each: no two ranks together
+    ],
+)
+def test_a_machine_runs_one_node_at_a_time_its_ranks_together_when_they_fit(
+    ps: list[Place], slots: list[list[int]]
+) -> None:
+    assert node_slots(ps) == slots
+
+
+def test_uneven_nodes_on_one_host_fill_their_slots_in_turn() -> None:
+    """Node 0 (2 ranks) fits its cores, node 1 (3 ranks, 2 threads each) does not: one slot for node
+    0, then node 1's ranks one by one."""
+    ps = [Place(0, 0, 0, "a", None, "vm", 4), Place(1, 1, 0, "a", None, "vm", 4)]
+    ps += [Place(2 + i, i, 1, "b", None, "vm", 4, 2) for i in range(3)]
+    assert node_slots(ps) == [[0, 1], [2], [3], [4]]
 
 
 def test_ranks_run_alone_on_their_machine() -> None:
