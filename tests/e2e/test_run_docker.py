@@ -25,7 +25,7 @@ from ddpctl.runners.docker import dns_names, plan_docker, quantity_bytes
 from ddpctl.spec.model import JobSpec
 
 from tests.support import REPO, skip_unless
-from tests.support.docker import BASE_IMAGE, docker_works, image_present
+from tests.support.docker import BASE_IMAGE, docker_works, image_present, local_images
 from tests.support.models.faults import env_flags, hold_at, plugin_env
 
 JOB_TIMEOUT = 300
@@ -651,10 +651,10 @@ def test_workspace_runs_the_edited_code_without_a_rebuild(trainer_image: str, tm
     said = sorted(line.split("] ", 1)[-1] for line in first.stdout.splitlines() if " says " in line)
     assert said == ["rank 0 of 2 says first in /workspace", "rank 1 of 2 says first in /workspace"], first.stdout
     assert "left out: .env (likely secrets" in first.stderr
-    images = subprocess.run(["docker", "images", "-q"], capture_output=True, text=True).stdout.split()
+    images = local_images()
     (tmp_path / "helper.py").write_text("CONSTANT = 'edited'\n")
     second = _ddpctl(*args, cwd=tmp_path)
     assert second.returncode == 0, second.stderr[-3000:]
     assert second.stdout.count("says edited in /workspace") == 2, second.stdout
-    assert subprocess.run(["docker", "images", "-q"], capture_output=True, text=True).stdout.split() == images
+    assert local_images() == images
     assert _left_behind(job) == []

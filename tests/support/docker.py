@@ -20,3 +20,12 @@ def docker_works() -> bool:
 
 def image_present(image: str) -> bool:
     return subprocess.run(["docker", "image", "inspect", image], capture_output=True).returncode == 0
+
+
+def local_images() -> list[str]:
+    """Every `REPOSITORY:TAG ID` the engine holds, sorted: `docker images` orders by creation time,
+    and images made in the same second come in no fixed order."""
+    out = subprocess.run(
+        ["docker", "images", "--format", "{{.Repository}}:{{.Tag}} {{.ID}}"], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted(out.splitlines())

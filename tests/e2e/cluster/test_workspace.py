@@ -24,7 +24,7 @@ import pytest
 
 from tests.support import REPO, skip_unless
 from tests.support.cluster import RealCluster
-from tests.support.docker import BASE_IMAGE, docker_works, image_present
+from tests.support.docker import BASE_IMAGE, docker_works, image_present, local_images
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -128,7 +128,7 @@ def test_built_in_then_edited_and_shipped_without_a_rebuild(
     built = _ddpctl("submit", "--name", "built", *job, "--follow", cwd=project)
     assert built.returncode == 0, built.stderr[-3000:] + built.stdout[-3000:]
     assert said(built.stdout) == ["rank 0 of 2 says first in /workspace", "rank 1 of 2 says first in /workspace"]
-    docker_before = subprocess.run(["docker", "images", "-q"], capture_output=True, text=True).stdout.split()
+    docker_before = local_images()
     node_before = _node_images(kube)
     (project / "helper.py").write_text("CONSTANT = 'edited'\n")
     stale = _ddpctl("submit", "--name", "stale", *job, cwd=project)
@@ -137,7 +137,7 @@ def test_built_in_then_edited_and_shipped_without_a_rebuild(
     assert shipped.returncode == 0, shipped.stderr[-3000:] + shipped.stdout[-3000:]
     assert said(shipped.stdout) == ["rank 0 of 2 says edited in /workspace", "rank 1 of 2 says edited in /workspace"]
     assert "left out: .env (likely secrets" in shipped.stderr
-    assert subprocess.run(["docker", "images", "-q"], capture_output=True, text=True).stdout.split() == docker_before
+    assert local_images() == docker_before
     assert _node_images(kube) == node_before  # nothing built, nothing loaded
     names = _archive_names(kube, ns)
     assert "helper.py" in names and "train.py" in names and ".env" not in names
