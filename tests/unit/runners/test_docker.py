@@ -27,6 +27,8 @@ from ddpctl.runners.state import Failure, JobState
 from ddpctl.spec.model import JobSpec
 from ddpctl_trainer import protocol
 
+from tests.support import skip_unless
+
 
 @pytest.fixture(autouse=True)
 def _here(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -202,8 +204,7 @@ def test_a_users_directory_is_never_opened_up(tmp_path: Path) -> None:
     mine = tmp_path / "mine"
     mine.mkdir(mode=0o700)
     mine.chmod(0o700)
-    if writable_by(mine):
-        pytest.skip("this test runs as the image's user (uid 1000): its own directory is writable to it")
+    skip_unless(not writable_by(mine), "a user other than uid 1000 (the image's user: its own directory is writable)")
     with pytest.raises(UsageError) as error:
         prepare_volume_dir(mine, read_only=False, given_as="data", ours=False)
     assert str(error.value) == (

@@ -298,7 +298,6 @@ def test_the_launcher_runs_torchrun_in_the_workspace(tmp_path: Path) -> None:
 
 @pytest.fixture
 def s3_env(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> S3Server:
-    pytest.importorskip("obstore")
     for key, value in s3.env().items():
         monkeypatch.setenv(key, value)
     return s3
