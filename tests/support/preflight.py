@@ -3,8 +3,8 @@
 
 Each node is an agent (torchrun, or ddpctl's launcher) with static rendezvous on 127.0.0.1, as
 each pod's is on a cluster (the wiring of ``tests.support.trainer.static_node_command``). The
-workers run ``python -m ddpctl_trainer.preflight`` or, with ``rounds``, the checks that many times
-in one process group (tests/support/preflight_repeat.py). Nothing outlives a run.
+workers run ``python -m ddpctl_trainer.preflight``, rank 0 writing its report as JSON. Nothing
+outlives a run.
 """
 
 from __future__ import annotations
@@ -17,11 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cpu_quota import CpuQuota
-from tests.support.preflight_repeat import REPORT_MARK
 from tests.support.trainer import agent_command, clean_env, free_port, start, wait_all
 
 ENTRY = "ddpctl_trainer.preflight"
-REPEAT = "tests.support.preflight_repeat"
 SLOW = "tests.support.slow_worker"
 
 
@@ -29,7 +27,7 @@ SLOW = "tests.support.slow_worker"
 class PreflightRun:
     codes: list[int]
     outs: list[tuple[str, str]]  # (stdout, stderr) per node
-    reports: list[dict[str, Any]]  # rank 0's reports as JSON, in order
+    reports: list[dict[str, Any]]  # rank 0's report as JSON (none when it did not get that far)
     seconds: float
     throttled_s: float = 0.0  # how long the slowed node's group was held back by its quota
 
@@ -69,12 +67,11 @@ def run_preflight(
     args: Sequence[str] = (),
     slow_node: int | None = None,
     cpus: float = 0.1,
-    rounds: int | None = None,
     launcher: str = "torch.distributed.run",
     env: dict[str, str] | None = None,
     timeout: float = 300,
 ) -> PreflightRun:
-    """One preflight job (``rounds``: that many checks in it); with ``slow_node``, that node's
+    """One preflight job; with ``slow_node``, that node's
     agent and workers share ``cpus`` CPUs from the moment its process group is up
     (tests/support/slow_worker.py) until it is torn down."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -82,8 +79,8 @@ def run_preflight(
     report.unlink(missing_ok=True)
     port = free_port()
     quota = CpuQuota(cpus) if slow_node is not None else None
-    module = [REPEAT, str(rounds)] if rounds is not None else [ENTRY]
-    flags = [*args] if rounds is not None else [*args, "--preflight-json", str(report)]
+    module = [ENTRY]
+    flags = [*args, "--preflight-json", str(report)]
     t0 = time.perf_counter()
     throttled = 0.0
     procs = []
@@ -102,12 +99,5 @@ def run_preflight(
         if quota is not None:
             quota.__exit__(None, None, None)
     seconds = time.perf_counter() - t0
-    reports = [
-        json.loads(line[len(REPORT_MARK) :])
-        for out, _ in outs
-        for line in out.splitlines()
-        if line.startswith(REPORT_MARK)
-    ]
-    if report.exists():
-        reports.append(json.loads(report.read_text()))
+    reports = [json.loads(report.read_text())] if report.exists() else []
     return PreflightRun([p.returncode for p in procs], outs, reports, seconds, throttled)

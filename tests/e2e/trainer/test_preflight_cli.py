@@ -3,9 +3,8 @@ quota in a cgroup (tests/support/cpu_quota.py, joined once the process group is 
 
 The slowed node gets 0.05 CPU for its agent and workers together (a CFS quota of 5 ms per 100 ms);
 a healthy rank, running alone, gets whatever this shared machine leaves it (20-100 % of a core
-here, with other work on it). Several rounds of the checks run in one job where only the timing
-is under test (tests/support/preflight_repeat.py): starting four processes that import torch
-costs more than the checks (the benchmark, bench/bench_preflight.py, runs jobs of their own)."""
+here, with other work on it). Repeated runs, healthy and slowed, are `ddpctl check --local`'s
+(tests/e2e/test_check_local.py) and the benchmark's (bench/bench_preflight.py)."""
 
 from __future__ import annotations
 
@@ -89,14 +88,6 @@ def test_a_slow_node_fails_the_job_with_the_preflight_exit_code(tmp_path: Path) 
     errors = [line for line in run.outs[0][1].splitlines() if line.startswith(PROG_PREFIX)]
     assert len(errors) == 1 and errors[0].startswith(f"{PROG_PREFIX} [rank 0] preflight failed: slow node: node 1")
     assert "ddpctl-trainer.launch: workers failed; exit 201" in run.outs[1][1]
-
-
-def test_ten_healthy_rounds_name_nothing(tmp_path: Path) -> None:
-    run = run_preflight(tmp_path, args=["--preflight", "warn"], rounds=10)
-    assert run.codes == [0, 0], run.explain()
-    assert len(run.reports) == 10, run.explain()
-    print(f"\nhealthy: {_spread(run.reports)}")
-    assert [r["findings"] for r in run.reports] == [[]] * 10, _spread(run.reports)
 
 
 def test_four_nodes_pair_and_re_pair_to_find_the_slow_one(tmp_path: Path) -> None:
