@@ -120,13 +120,6 @@ class Plan:
         """Do nodes run different numbers of processes?"""
         return len({g.nproc for g in self.spec.groups}) > 1
 
-    @property
-    def layout_summary(self) -> str:
-        """`2 nodes x 4 processes`, or per group `1 x 4 + 1 x 3 processes` (node groups)."""
-        if not self.spec.node_groups:
-            return f"{self.nnodes} nodes x {self.nproc_per_node} processes"
-        return " + ".join(f"{g.nodes} x {g.nproc}" for g in self.spec.groups) + " processes"
-
     @functools.cached_property
     def nodes(self) -> tuple[Node, ...]:
         """Every node in rank order: groups in spec order, nodes in completion-index order, and

@@ -212,12 +212,6 @@ def run_with_restarts(
         console.note(f"{what}; restarting all {plural(nodes, 'node')} {where} ({restarts_phrase(restarts, limit)})")
 
 
-def attempt_log(path: Path, attempt: int) -> Path:
-    """Where a node's output goes: `path` for the first start, `<stem>.restart-N<suffix>` for the
-    Nth restart of the group, so that the logs of the start that failed are kept."""
-    return path if attempt == 0 else path.with_name(f"{path.stem}.restart-{attempt}{path.suffix}")
-
-
 def _announce_stop(children: Sequence[Child], state: JobState, console: Console) -> None:
     running = [c for c in children if c.poll() is None]
     if running:

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ddpctl.errors import SpecError
-from ddpctl.spec.names import QUANTITY, check_label_key, check_label_value
+from ddpctl.spec.names import QUANTITY
 from ddpctl.spec.schema import TAINT_EFFECTS, TOLERATION_OPERATORS
 
 
@@ -111,13 +111,6 @@ def str_map(field_name: str, value: Any) -> None:
             "keys and values must be strings",
             "quote the value",
         )
-
-
-def check_node_selector(field_name: str, selector: Any) -> None:
-    str_map(field_name, selector)
-    for key, value in selector.items():
-        check_label_key(f"{field_name}.{key}", key)
-        check_label_value(f"{field_name}.{key}", value)
 
 
 def check_tolerations(field_name: str, tolerations: Any) -> None:

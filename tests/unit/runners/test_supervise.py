@@ -282,16 +282,6 @@ def test_the_timeout_left_is_handed_to_each_start() -> None:
     assert seen[1] <= seen[0]  # type: ignore[operator]
 
 
-@pytest.mark.parametrize(
-    ("attempt", "name"), [(0, "node-1.log"), (1, "node-1.restart-1.log"), (3, "node-1.restart-3.log")]
-)
-def test_each_start_of_the_group_logs_to_its_own_file(attempt: int, name: str) -> None:
-    """A restart must not overwrite the logs of the start that failed (they say why)."""
-    from ddpctl.runners.supervise import attempt_log
-
-    assert attempt_log(Path("logs") / "node-1.log", attempt) == Path("logs") / name
-
-
 def test_restarts_phrase() -> None:
     from ddpctl.runners.supervise import restarts_phrase
 
