@@ -13,6 +13,7 @@ Stdlib only: the CLI imports this module and nothing else of the trainer's runti
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 PROG = "ddpctl-trainer"
@@ -48,6 +49,11 @@ EXIT_STALLED = 200
 # (not in KUBEFLOW_RETRYABLE); above 128 + 64 so it is never read as a signal, and not 2 (which
 # would forbid the retry that can help) nor 138/143 (which say a peer caused it).
 EXIT_PREFLIGHT = 201
+# `--stragglers fail`: a node stayed below the tolerance of the median speed for `windows` windows
+# mid-run; every rank exits with it after the same step. Unlike 201 it is not this attempt's bad
+# luck to retry: the job ends (the failure rules fail it at once, as they fail a usage error), and
+# `ddpctl status` names the node to resubmit with `--avoid-node`. Above 128 + 64, never a signal.
+EXIT_STRAGGLER = 202
 
 # Why a pod stopped when the cause was elsewhere: a peer's preemption (every rank stops at the
 # same step and exits 143) or a peer's death (138). Only the pod with the cause counts as a failure.
@@ -63,7 +69,10 @@ _MEANINGS = {
     EXIT_PREEMPTED: "stopped by SIGTERM",
     EXIT_STALLED: "stalled",
     EXIT_PREFLIGHT: "failed its preflight checks",
+    EXIT_STRAGGLER: "stopped for a straggler",
 }
+# What ends a job at once under every target's failure rules, however many retries it has left.
+FAILS_THE_JOB: tuple[int, ...] = (EXIT_USAGE, EXIT_STRAGGLER)
 
 
 def meaning(code: int) -> str | None:
@@ -87,6 +96,10 @@ PREFLIGHT_PREFIX = f"{PROG}: preflight"
 PREFLIGHT_TAG = f"{PREFLIGHT_PREFIX}: "
 PREFLIGHT_FINDING_TAG = f"{PREFLIGHT_PREFIX} finding: "
 PREFLIGHT_VERDICT_TAG = f"{PREFLIGHT_PREFIX} verdict: "
+# The straggler detector (ddpctl_trainer.stragglers): rank 0 prints one line when a node is named
+# (after `[rank 0] `), and one when a named node is back within the tolerance.
+STRAGGLER_TAG = f"{PROG}: straggler: "
+STRAGGLER_RECOVERED_TAG = f"{PROG}: straggler recovered: "
 
 
 def preflight_line(text: str) -> tuple[str, str] | None:
@@ -102,6 +115,45 @@ def preflight_line(text: str) -> tuple[str, str] | None:
         if body.startswith(tag):
             return kind, body[len(tag) :]
     return None
+
+
+@dataclass(frozen=True)
+class StragglerNote:
+    """One straggler line: `straggler` (a node named: `node 1 (pod P, k8s node K): ... since step
+    S[; avoid it: --avoid-node K]`) or `recovered` (`node 1 (...): back at ... at step S`)."""
+
+    kind: str
+    node: int | None  # the node rank the line names
+    text: str  # the line after its tag
+    avoid: str | None = None  # the Kubernetes node to resubmit away from (`--avoid-node`)
+
+
+_STRAGGLER_NODE = re.compile(r"^node (\d+)\b")
+_STRAGGLER_AVOID = re.compile(r"--avoid-node (\S+)$")
+
+
+def straggler_line(text: str) -> StragglerNote | None:
+    """The `StragglerNote` of a straggler detector's line (with or without its `[rank R] `); None
+    for any other line."""
+    found = parse_rank_line(text)
+    body = found[1] if found else text
+    for kind, tag in (("straggler", STRAGGLER_TAG), ("recovered", STRAGGLER_RECOVERED_TAG)):
+        if body.startswith(tag):
+            rest = body[len(tag) :].rstrip()
+            node, avoid = _STRAGGLER_NODE.match(rest), _STRAGGLER_AVOID.search(rest)
+            return StragglerNote(kind, int(node.group(1)) if node else None, rest, avoid.group(1) if avoid else None)
+    return None
+
+
+def current_stragglers(lines: Iterable[str]) -> list[StragglerNote]:
+    """The nodes named as stragglers and not recovered since, in the order they were named, from
+    rank 0's lines (any other line is skipped)."""
+    named: dict[int | None, StragglerNote] = {}
+    for note in filter(None, map(straggler_line, lines)):
+        named.pop(note.node, None)
+        if note.kind == "straggler":
+            named[note.node] = note
+    return list(named.values())
 
 
 # Kubernetes keeps this file's text as the container's termination message, on the pod object,
@@ -224,6 +276,19 @@ PREFLIGHT_WARMUP_SHARE = 0.25  # a kernel's warm-up runs for this share of a win
 # Where a pod runs, for the preflight report (the downward API: fieldRef spec.nodeName and
 # metadata.name). HOSTNAME is the pod's name only where no hostname is set (Indexed Job pods get
 # `<job>-<index>`), so the pod name has a variable of its own; both fall back when unset.
+# The straggler detector during training (the trainer's --stragglers flags; the spec's `stragglers`
+# sets them through these variables): off | warn | fail (replace is the spec's, needing pod-level
+# recovery), the share of the median speed below which a node is slow, the steps per window, and
+# how many windows in a row name it (ddpctl_trainer.stragglers says why these defaults).
+STRAGGLER_MODES: tuple[str, ...] = ("off", "warn", "fail", "replace")
+STRAGGLER_MODE = "warn"
+STRAGGLER_TOLERANCE = 0.6
+STRAGGLER_EVERY = 10
+STRAGGLER_WINDOWS = 3
+STRAGGLERS_ENV = flag_env("--stragglers")
+STRAGGLERS_TOLERANCE_ENV = flag_env("--stragglers-tolerance")
+STRAGGLERS_EVERY_ENV = flag_env("--stragglers-every")
+STRAGGLERS_WINDOWS_ENV = flag_env("--stragglers-windows")
 NODE_NAME_ENV = "DDP_NODE_NAME"
 POD_NAME_ENV = "DDP_POD_NAME"
 # Node groups: each group is its own Indexed Job whose completion index starts at 0, so the pod
