@@ -13,7 +13,10 @@ order:
    callback asked for one (barriers);
 6. ``MaxSteps``: ends training at ``--max-steps``;
 7. ``StopVote``: after each step the ranks agree whether any of them got SIGTERM (an all-reduce),
-   and if so every rank checkpoints this step and stops.
+   and if so every rank checkpoints this step and stops;
+8. ``StragglerWatch``: the step's own work is timed up to here, and every ``--stragglers-every``
+   steps the ranks gather their figures (an all-gather) and name a slow node
+   (``ddpctl_trainer.stragglers``); last, so the next step's clock starts after every collective.
 
 Every rank runs every hook in this order: the collectives some of them run (the logging
 all-reduce, the checkpoint barriers, the stop vote) must be called by all ranks in the same
@@ -36,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .errors import UsageError
 from .plugins import import_named
+from .stragglers import StragglerStop
 
 if TYPE_CHECKING:
     import torch
@@ -44,6 +48,7 @@ if TYPE_CHECKING:
     from .config import TrainConfig
     from .dist import DistContext
     from .metrics import Meter, Progress
+    from .stragglers import Stragglers
     from .trainer import Trainer
     from .watchdog import Beacon
 
@@ -336,6 +341,25 @@ class StopVote(Callback):
     def on_epoch_end(self, trainer: TrainerView) -> None:
         if trainer.epoch < trainer.epochs and not trainer.stop_requested and self.agreed():
             self.stop()
+
+
+class StragglerWatch(Callback):
+    """Times each step's own work and judges it across the ranks (``stragglers.Stragglers``); under
+    ``--stragglers fail`` a named node makes every rank call ``stop`` (which does not return)."""
+
+    def __init__(self, detector: Stragglers, stop: Callable[[str], object]) -> None:
+        self.detector = detector
+        self.stop = stop
+
+    def on_epoch_start(self, trainer: TrainerView) -> None:
+        self.detector.begin()
+
+    def on_step_end(self, trainer: TrainerView) -> None:
+        try:
+            self.detector.end(trainer.step)
+        except StragglerStop as exc:
+            self.stop(str(exc))
+        self.detector.begin()
 
 
 # --------------------------------------------------------------------------------------------

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NoReturn
 
+from . import stragglers
 from .errors import UsageError
 from .preflight import config as preflight_config
 from .protocol import (
     COLLECTIVE_TIMEOUT_S,
     ENV_PREFIX,
+    EXIT_STRAGGLER,
     OBJECT_STORE_ENDPOINT_ENV,
     PREFLIGHT_JOB_REPEATS,
     PREFLIGHT_JOB_WINDOW_S,
@@ -31,6 +33,10 @@ from .protocol import (
     PREFLIGHT_TOLERANCE,
     PROG,
     STALL_TIMEOUT_S,
+    STRAGGLER_EVERY,
+    STRAGGLER_MODE,
+    STRAGGLER_TOLERANCE,
+    STRAGGLER_WINDOWS,
     checkpoint_url_problem,
     flag_env,
     url_scheme,
@@ -120,6 +126,11 @@ class TrainConfig:
     preflight_window: float = PREFLIGHT_JOB_WINDOW_S
     preflight_json: str | None = None
     preflight_only: bool = False
+    # the straggler detector during training (ddpctl_trainer.stragglers)
+    stragglers: str = STRAGGLER_MODE
+    stragglers_tolerance: float = STRAGGLER_TOLERANCE
+    stragglers_every: int = STRAGGLER_EVERY
+    stragglers_windows: int = STRAGGLER_WINDOWS
 
     @property
     def save_every_steps(self) -> int:
@@ -306,6 +317,30 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the preflight checks (--preflight warn or fail), print the report and stop: no data, model or "
         "training (`ddpctl check`)",
     )
+    g = p.add_argument_group("stragglers")
+    g.add_argument(
+        "--stragglers",
+        choices=stragglers.MODES,
+        default=STRAGGLER_MODE,
+        help="during training, name a node whose own work per step stays below --stragglers-tolerance x the "
+        "median speed for --stragglers-windows windows of --stragglers-every steps (rank 0 prints one line); "
+        f"fail: then every rank stops after the same step with exit code {EXIT_STRAGGLER}",
+    )
+    g.add_argument(
+        "--stragglers-tolerance",
+        type=float,
+        default=STRAGGLER_TOLERANCE,
+        metavar="SHARE",
+        help="the share of the median speed below which a node is slow",
+    )
+    g.add_argument("--stragglers-every", type=int, default=STRAGGLER_EVERY, metavar="STEPS", help="steps per window")
+    g.add_argument(
+        "--stragglers-windows",
+        type=int,
+        default=STRAGGLER_WINDOWS,
+        metavar="N",
+        help="windows in a row below the tolerance that name a node (and within it that say it recovered)",
+    )
     _show_defaults(p)
     return p
 
@@ -403,8 +438,17 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     if values["preflight_only"] and values["preflight"] == "off":
         raise UsageError(f"{PREFLIGHT_ONLY_FLAG} needs --preflight warn or fail: with it off there is nothing to run")
     cfg = TrainConfig(**values)
+    problem = stragglers.config_problem(straggler_config(cfg))
+    if problem:
+        raise UsageError(problem)
     validate_static(cfg)
     return cfg
+
+
+def straggler_config(cfg: TrainConfig) -> stragglers.StragglerConfig:
+    return stragglers.StragglerConfig(
+        cfg.stragglers, cfg.stragglers_tolerance, cfg.stragglers_every, cfg.stragglers_windows
+    )
 
 
 def validate_static(cfg: TrainConfig) -> None:

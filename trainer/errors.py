@@ -22,6 +22,7 @@ from .protocol import (
     EXIT_FAILURE,
     EXIT_PEER_LOST,
     EXIT_PREEMPTED,
+    EXIT_STRAGGLER,
     EXIT_USAGE,
     OBJECT_STORE_SECRET_ENV,
     rank_prefix,
@@ -56,6 +57,13 @@ class CheckpointError(TrainerFailure):
 
 class StoreError(CheckpointError):
     """The object store refused or failed a request: one line, credentials scrubbed."""
+
+
+class Straggling(TrainerError):
+    """``--stragglers fail`` named a node: every rank stops after the same step (a checkpoint of it
+    first), so a resubmit that avoids the node resumes there."""
+
+    exit_code = EXIT_STRAGGLER
 
 
 class Preempted(TrainerError):

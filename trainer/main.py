@@ -26,6 +26,7 @@ from .protocol import (
     EXIT_PREEMPTED,
     EXIT_PREFLIGHT,
     EXIT_STALLED,
+    EXIT_STRAGGLER,
     EXIT_USAGE,
 )
 from .watchdog import stalling
@@ -48,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the trainer; returns the process exit code: 0 ok, 1 failure, 2 usage, 138 a peer was
     lost during training (``EXIT_PEER_LOST``), 143 SIGTERM (``EXIT_PREEMPTED``: after a checkpoint
     at a step boundary, or without one when the signal came outside the training loop or twice),
-    201 a failed preflight (``EXIT_PREFLIGHT``: ``--preflight fail`` named a node, rank or link)."""
+    201 a failed preflight (``EXIT_PREFLIGHT``: ``--preflight fail`` named a node, rank or link), 202 a
+    straggler (``EXIT_STRAGGLER``: ``--stragglers fail`` named a node during training)."""
     global _armed
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     rank: list[int | None] = [None]  # this rank, once known, where its lines carry it (world size > 1)
@@ -125,11 +127,11 @@ def _run(argv: Sequence[str] | None, label: list[int | None]) -> int:
         if stalling():
             return _leave_to_the_watchdog()
         # A preemption stop is the same on every rank: one line per node is enough. A failed preflight
-        # is judged the same on every rank: rank 0, which printed the report, says it once. A usage
+        # or a straggler is judged the same on every rank: rank 0, which printed the report, says it once. A usage
         # error is printed by every rank that finds it: torchrun stops a node's other ranks as soon as
         # one exits, so the rank that would have printed it for the node may be gone before it could.
         per_node = exc.exit_code == EXIT_PREEMPTED
-        once = exc.exit_code == EXIT_PREFLIGHT
+        once = exc.exit_code in (EXIT_PREFLIGHT, EXIT_STRAGGLER)
         if once and rank not in (None, 0):
             return exc.exit_code
         if not per_node or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:

@@ -37,15 +37,17 @@ from .callbacks import (
     ProgressLog,
     SaveCadence,
     StopVote,
+    StragglerWatch,
     TrainerView,
     load_callbacks,
 )
 from .checkpointer import Checkpointer, Position
-from .config import TrainConfig
+from .config import TrainConfig, straggler_config
 from .data import DataBundle
 from .dist import DistContext
-from .errors import Preempted, StoreError, TrainerError, TrainerFailure, is_peer_lost, peer_lost
+from .errors import Preempted, StoreError, Straggling, TrainerError, TrainerFailure, is_peer_lost, peer_lost
 from .metrics import Meter, MetricsLog, Progress
+from .stragglers import Stragglers
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
 T = TypeVar("T")
@@ -102,6 +104,13 @@ class Trainer:
         self.beacon = Beacon()  # where this rank is, for the stall watchdog (trainer/watchdog.py)
         self.meter = Meter(device)  # loss sum, correct, samples since the last report (this rank)
         self.view = TrainerView(self)  # what every step hook is given
+        # each step's own work, judged across the ranks (DDP's comm hook stamps its gradients' readiness)
+        self.stragglers = Stragglers(
+            model if cfg.strategy == "ddp" else None,
+            straggler_config(cfg),
+            device_type=device.type,
+            echo=progress.note,
+        )
         # what runs after each step and epoch, in order: the trainer's own hooks and the user's --callback
         self.hooks: list[Callback] = [
             Heartbeat(self.beacon),
@@ -111,6 +120,7 @@ class Trainer:
             SaveCadence(self.save_checkpoint),
             MaxSteps(),
             StopVote(self.stop_agreed, self.preempt),
+            StragglerWatch(self.stragglers, self.stop_for_straggler),
         ]
 
     @classmethod
@@ -271,6 +281,7 @@ class Trainer:
         self.model.train()
         if self.backend == "nccl" and d.group_active():
             self._control_group = dist.new_group(backend="gloo")
+            self.stragglers.group = self._control_group  # its gather runs on CPU tensors
         t0 = time.perf_counter()
         steps0 = self.step
         self.done = self.max_steps_reached()
@@ -379,6 +390,14 @@ class Trainer:
         raise Preempted(
             f"stopped by {who} after step {self.step}; checkpoint {path} written, the next start resumes there"
         )
+
+    def stop_for_straggler(self, message: str) -> NoReturn:
+        """``--stragglers fail``: every rank stops after this step, with a checkpoint of it (the
+        resubmit that avoids the node resumes there)."""
+        self._save_now()
+        self.metrics.emit("straggler", step=self.step, epoch=self.epoch, message=message)
+        self.metrics.close()
+        raise Straggling(message)
 
     # ----------------------------------------------------------------------------- eval
     @torch.no_grad()

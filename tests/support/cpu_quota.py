@@ -41,10 +41,11 @@ def unavailable() -> str | None:
 
 
 class CpuQuota:
-    """``with CpuQuota(0.25) as q:`` processes started by ``q.wrap(cmd)`` share a quarter of a CPU.
+    """``with CpuQuota(0.25) as q:`` the processes in the group share a quarter of a CPU (None: no
+    limit until ``q.limit(cpus)``).
     On exit, what still runs in it moves back to the parent group, and the group is removed."""
 
-    def __init__(self, cpus: float, name: str | None = None) -> None:
+    def __init__(self, cpus: float | None, name: str | None = None) -> None:
         found = _root()
         if found is None:
             raise RuntimeError(unavailable())
@@ -54,13 +55,19 @@ class CpuQuota:
 
     def __enter__(self) -> CpuQuota:
         self.path.mkdir()
-        quota = max(1000, int(self.cpus * PERIOD_US))
+        self.limit(self.cpus)
+        return self
+
+    def limit(self, cpus: float | None) -> None:
+        """Set the group's share of a CPU now (None: no limit), on the processes already in it too:
+        a node slowed mid-run, from outside, as a lowered pod CPU limit slows a pod."""
+        self.cpus = cpus
+        quota = -1 if cpus is None else max(1000, int(cpus * PERIOD_US))
         if self.version == 1:
             (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
             (self.path / "cpu.cfs_quota_us").write_text(str(quota))
         else:
-            (self.path / "cpu.max").write_text(f"{quota} {PERIOD_US}")
-        return self
+            (self.path / "cpu.max").write_text(f"{'max' if quota < 0 else quota} {PERIOD_US}")
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         for _ in range(100):  # a process may fork, or still be exiting, while we look

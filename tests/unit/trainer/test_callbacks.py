@@ -325,7 +325,16 @@ def test_the_eta_is_the_steps_left_at_the_pace_so_far_weighing_the_latest_most()
 
 def test_the_users_callbacks_run_after_logging_and_before_checkpoints_and_the_stop_vote(tmp_path: Path) -> None:
     names = [type(h).__name__ for h in _with(tmp_path, Callback()).hooks]
-    assert names == ["Heartbeat", "FirstStepMetric", "ProgressLog", "Callback", "SaveCadence", "MaxSteps", "StopVote"]
+    assert names == [
+        "Heartbeat",
+        "FirstStepMetric",
+        "ProgressLog",
+        "Callback",
+        "SaveCadence",
+        "MaxSteps",
+        "StopVote",
+        "StragglerWatch",
+    ]
 
 
 class Recorder(Callback):

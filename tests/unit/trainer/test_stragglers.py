@@ -1,0 +1,345 @@
+"""The straggler detector: the judge (table-driven: windows, tolerance, recovery, ties, one node,
+uneven node groups), its lines as the CLI parses them, the settings, the clock (the CPU path and
+the CUDA path through stand-in events), the DDP hooks on a real one-process gloo group, and the
+trainer's callback."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+import torch
+import torch.distributed as dist
+from ddpctl_trainer import protocol
+from ddpctl_trainer.callbacks import StragglerWatch
+from ddpctl_trainer.config import parse_args, straggler_config
+from ddpctl_trainer.errors import UsageError
+from ddpctl_trainer.stragglers import (
+    Judge,
+    Seat,
+    StepClock,
+    StragglerConfig,
+    Stragglers,
+    StragglerStop,
+    config_from_env,
+    my_seat,
+    reference,
+)
+
+CFG = StragglerConfig(mode="warn", tolerance=0.6, every=10, windows=3)
+
+
+def seats(*nprocs: int, k8s: Sequence[str | None] | None = None) -> list[Seat]:
+    """One seat per rank: node i runs nprocs[i] ranks, in pod job-i on Kubernetes node k8s[i]."""
+    out, rank = [], 0
+    for node, n in enumerate(nprocs):
+        for _ in range(n):
+            out.append(Seat(rank, node, f"job-{node}", (k8s or [f"w{i}" for i in range(len(nprocs))])[node], n))
+            rank += 1
+    return out
+
+
+def run(judge: Judge, windows: Sequence[Sequence[float]], every: int = 10) -> list[tuple[int, str, int]]:
+    """Feed per-rank figures window by window: (window index, kind, node) of every verdict."""
+    out = []
+    for i, figures in enumerate(windows):
+        for v in judge.window(i * every + 1, (i + 1) * every, dict(enumerate(figures))):
+            out.append((i, v.kind, v.node))
+    return out
+
+
+HEALTHY = [0.10, 0.11, 0.10]
+SLOW1 = [0.10, 0.25, 0.10]  # node 1 at 0.4 of the median speed
+
+
+@pytest.mark.parametrize(
+    ("nprocs", "windows", "cfg", "expected"),
+    [
+        pytest.param((1, 1, 1), [HEALTHY] * 8, CFG, [], id="healthy-names-nobody"),
+        pytest.param((1, 1, 1), [HEALTHY] * 2 + [SLOW1] * 3, CFG, [(4, "straggler", 1)], id="named-after-3-windows"),
+        pytest.param(
+            (1, 1, 1),
+            [HEALTHY, SLOW1, SLOW1, HEALTHY, SLOW1, SLOW1, HEALTHY],
+            CFG,
+            [],
+            id="two-slow-windows-then-one-fine-resets-the-count",
+        ),
+        pytest.param(
+            (1, 1, 1),
+            [SLOW1] * 3 + [HEALTHY] * 3,
+            CFG,
+            [(2, "straggler", 1), (5, "recovered", 1)],
+            id="recovered-after-3-windows-within",
+        ),
+        pytest.param(
+            (1, 1, 1),
+            [[0.10, 0.16, 0.10]] * 4,
+            CFG,
+            [],
+            id="at-0.62-of-the-median-is-within-0.6",
+        ),
+        pytest.param(
+            (1, 1, 1),
+            [[0.10, 0.16, 0.10]] * 4,
+            StragglerConfig("warn", 0.8, 10, 3),
+            [(2, "straggler", 1)],
+            id="the-same-below-0.8",
+        ),
+        pytest.param(
+            (1, 1, 1), [SLOW1], StragglerConfig("warn", 0.6, 10, 1), [(0, "straggler", 1)], id="one-window-setting"
+        ),
+        pytest.param((1, 1), [[0.10, 0.30]] * 3, CFG, [(2, "straggler", 1)], id="two-nodes-the-faster-is-the-median"),
+        pytest.param((1, 1), [[0.20, 0.20]] * 5, CFG, [], id="a-tie-names-nobody"),
+        pytest.param((1, 1, 1), [[0.5, 0.5, 0.5]] * 5, CFG, [], id="all-slow-together-is-no-straggler"),
+        pytest.param((4,), [[0.1, 0.1, 0.1, 0.9]] * 5, CFG, [], id="one-node-is-never-judged"),
+        pytest.param(
+            (2, 2, 2),
+            [[0.10, 0.10, 0.10, 0.30, 0.10, 0.10]] * 3,
+            CFG,
+            [(2, "straggler", 1)],
+            id="a-node-is-its-slowest-rank",
+        ),
+        pytest.param((1, 1, 1), [[0.10, 0.0, 0.10]] * 5, CFG, [], id="a-node-that-timed-nothing-is-not-judged"),
+    ],
+)
+def test_the_judge(
+    nprocs: tuple[int, ...], windows: list[list[float]], cfg: StragglerConfig, expected: list[tuple[int, str, int]]
+) -> None:
+    assert run(Judge(cfg, seats(*nprocs)), windows) == expected
+
+
+def test_uneven_groups_compare_like_with_like() -> None:
+    """4-process and 3-process nodes: on CPU the 4-process ones are slower per rank, always; only a
+    node that slows against its peers of the same size (or, alone in its size, against its own
+    pace) is named."""
+    layout = seats(4, 4, 3)  # ranks 0-3 node 0, 4-7 node 1, 8-10 node 2
+    base = [0.20] * 8 + [0.10] * 3
+    judge = Judge(CFG, layout)
+    assert run(judge, [base] * 5) == []  # the 3-process node is twice as fast: nobody is slow
+    slow_lone = [0.20] * 8 + [0.10, 0.10, 0.30]
+    assert run(judge, [slow_lone] * 3) == [(2, "straggler", 2)]
+    judge = Judge(CFG, layout)
+    slow_peer = [0.20] * 4 + [0.20, 0.20, 0.45, 0.20] + [0.10] * 3
+    assert run(judge, [base, *[slow_peer] * 3]) == [(3, "straggler", 1)]
+
+
+def test_the_line_names_node_pod_k8s_node_figure_and_step_and_the_cli_parses_it() -> None:
+    judge = Judge(CFG, seats(1, 1, 1))
+    verdicts = [v for i in range(3) for v in judge.window(i * 10 + 31, i * 10 + 40, dict(enumerate(SLOW1)))]
+    (v,) = verdicts
+    assert v.line == (
+        "ddpctl-trainer: straggler: node 1 (pod job-1, k8s node w1): own work 250 ms a step (rank 1), 0.40 x the "
+        "median speed (100 ms; tolerance 0.6) for 3 windows of 10 steps, since step 31; avoid it: --avoid-node w1"
+    )
+    note = protocol.straggler_line(protocol.rank_prefix(0) + v.line)
+    assert note == protocol.StragglerNote("straggler", 1, v.text, "w1")
+    assert judge.failure(v) == (
+        "straggler: node 1 (pod job-1, k8s node w1) below 0.6 x the median speed since step 31; stopping (exit 202, "
+        "--stragglers fail); resubmit with --avoid-node w1"
+    )
+    back = [v for i in range(3) for v in judge.window(61 + i * 10, 70 + i * 10, dict(enumerate(HEALTHY)))]
+    assert [b.line for b in back] == [
+        "ddpctl-trainer: straggler recovered: node 1 (pod job-1, k8s node w1): back at 0.91 x the median speed "
+        "at step 90"
+    ]
+    assert protocol.current_stragglers([v.line, back[0].line]) == []
+
+
+@pytest.mark.parametrize(
+    ("k8s", "avoid"),
+    [
+        pytest.param(["w0", "w1", "w2"], "w1", id="its-own-machine"),
+        pytest.param(["w", "w", "w"], None, id="everyone-shares-it"),
+        pytest.param([None, None, None], None, id="unknown"),
+    ],
+)
+def test_the_node_to_avoid_is_named_only_when_the_others_ran_elsewhere(
+    k8s: list[str | None], avoid: str | None
+) -> None:
+    judge = Judge(StragglerConfig("warn", 0.6, 10, 1), seats(1, 1, 1, k8s=k8s))
+    (v,) = judge.window(1, 10, dict(enumerate(SLOW1)))
+    assert v.avoid == avoid and (f"--avoid-node {avoid}" in v.text) == (avoid is not None)
+
+
+def test_the_reference_is_the_median_or_the_faster_middle_value() -> None:
+    assert (reference([3.0, 1.0, 2.0]), reference([4.0, 1.0]), reference([4.0, 3.0, 2.0, 1.0])) == (2.0, 1.0, 2.0)
+
+
+# ------------------------------------------------------------------------------------ settings
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, StragglerConfig("warn", 0.6, 10, 3)),
+        (
+            {
+                protocol.STRAGGLERS_ENV: "fail",
+                protocol.STRAGGLERS_TOLERANCE_ENV: "0.8",
+                protocol.STRAGGLERS_EVERY_ENV: "20",
+                protocol.STRAGGLERS_WINDOWS_ENV: "2",
+            },
+            StragglerConfig("fail", 0.8, 20, 2),
+        ),
+        ({protocol.STRAGGLERS_ENV: "off"}, StragglerConfig("off", 0.6, 10, 3)),
+    ],
+)
+def test_settings_come_from_the_env_the_spec_renders(env: dict[str, str], expected: StragglerConfig) -> None:
+    assert config_from_env(env) == expected
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({protocol.STRAGGLERS_ENV: "loud"}, "--stragglers 'loud': use one of off, warn, fail"),
+        (
+            {protocol.STRAGGLERS_ENV: "replace"},
+            "--stragglers 'replace': use one of off, warn, fail (replace needs the spec's recovery: pod)",
+        ),
+        ({protocol.STRAGGLERS_TOLERANCE_ENV: "1.2"}, "--stragglers-tolerance 1.2: give a share"),
+        ({protocol.STRAGGLERS_EVERY_ENV: "0"}, "--stragglers-every 0"),
+        ({protocol.STRAGGLERS_WINDOWS_ENV: "x"}, "DDP_TRAINER_STRAGGLERS_WINDOWS='x' is not a number"),
+    ],
+)
+def test_bad_settings_are_one_line_naming_the_flag(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ValueError) as raised:
+        config_from_env(env)
+    assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_the_trainers_flags_are_the_same_settings_and_refuse_the_same_values() -> None:
+    cfg = parse_args(["--stragglers", "fail", "--stragglers-every", "5"], env={})
+    assert straggler_config(cfg) == StragglerConfig("fail", 0.6, 5, 3)
+    assert straggler_config(parse_args([], env={protocol.STRAGGLERS_ENV: "off"})).mode == "off"
+    with pytest.raises(UsageError, match="--stragglers-windows 0"):
+        parse_args(["--stragglers-windows", "0"], env={})
+
+
+def test_a_seat_comes_from_torchruns_env_and_the_downward_api() -> None:
+    env = {
+        "RANK": "5",
+        "LOCAL_WORLD_SIZE": "2",
+        "GROUP_RANK": "2",
+        protocol.POD_NAME_ENV: "job-2",
+        protocol.NODE_NAME_ENV: "w7",
+    }
+    assert my_seat(env) == Seat(5, 2, "job-2", "w7", 2)
+    assert my_seat({"RANK": "3", "LOCAL_WORLD_SIZE": "2", "HOSTNAME": "h"}) == Seat(3, 1, "h", None, 2)
+
+
+# ------------------------------------------------------------------------------------ the clock
+
+
+class FakeEvent:
+    """A stand-in for ``torch.cuda.Event``: its time is given; ``elapsed_time`` in ms, as CUDA's."""
+
+    synced: ClassVar[list[float]] = []
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+
+    def elapsed_time(self, end: FakeEvent) -> float:
+        return (end.at - self.at) * 1000.0
+
+    def synchronize(self) -> None:
+        FakeEvent.synced.append(self.at)
+
+
+def test_the_cuda_path_reads_events_once_a_window_less_the_buffer_broadcast() -> None:
+    times: Iterator[float] = iter([0.0, 0.01, 0.05, 0.20, 1.0, 1.0, 1.30])
+    clock = StepClock("cuda", event=lambda: FakeEvent(next(times)))
+    FakeEvent.synced = []
+    clock.start()  # 0.0
+    clock.wait_begins()  # 0.01: DDP's forward, the buffer broadcast
+    clock.wait_ends()  # 0.05: the module's forward
+    clock.ready()  # 0.20: the last bucket
+    clock.stop()  # no stamp: the step's own work ended at the bucket
+    clock.start()  # 1.0
+    clock.ready()  # 1.0 ... (the same)
+    clock.ready()  # 1.30: a later bucket wins
+    clock.stop()
+    assert FakeEvent.synced == []  # nothing waited for the GPU during the steps
+    assert clock.take() == pytest.approx((0.16 + 0.30) / 2)
+    assert FakeEvent.synced == [1.30]
+    assert clock.take() == 0.0  # a new window
+
+
+def test_the_cpu_path_times_to_the_step_end_without_a_hook() -> None:
+    clock = StepClock("cpu")
+    clock.start()
+    clock.stop()
+    clock.stop()  # a second stop without a start adds nothing
+    took = clock.take()
+    assert 0.0 <= took < 0.1 and clock.take() == 0.0
+
+
+@pytest.fixture
+def one_process_group(tmp_path: Path) -> Iterator[None]:
+    """A real gloo process group of one process: DDP, its hooks and the gathers run for real."""
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_ddp_hooks_stamp_the_buckets_and_the_broadcast(one_process_group: None) -> None:
+    model = torch.nn.parallel.DistributedDataParallel(
+        torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    )
+    clock = StepClock("cpu")
+    assert clock.hook(model) and clock.hooked
+    clock.start()
+    model(torch.randn(8, 4)).sum().backward()
+    assert clock._ready is not None and len(clock._waits) == 1 and clock._waits[0][1] is not None
+    clock.stop()
+    assert clock.take() > 0.0
+    assert not StepClock("cpu").hook(model)  # a second comm hook is refused: its steps are timed to their end
+    assert not StepClock("cpu").hook(torch.nn.Linear(2, 2))  # no DDP
+
+
+def test_a_one_process_job_is_not_judged(one_process_group: None) -> None:
+    watch = Stragglers(None, StragglerConfig("fail", 0.6, 1, 1))
+    assert not watch.active
+    with watch.step():
+        pass
+    assert watch.verdicts == []
+
+
+def test_the_gather_returns_every_ranks_figure(one_process_group: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(os.environ, protocol.POD_NAME_ENV, "job-0")
+    watch = Stragglers(None, StragglerConfig("warn", 0.6, 2, 1))
+    assert watch._gather(0.25) == {0: 0.25}
+    assert watch.judge is not None and watch.judge.seats[0].pod == "job-0"
+
+
+def test_fail_stops_through_the_trainers_callback() -> None:
+    """Under fail the detector raises on every rank; the callback hands its message to the trainer's
+    stop (which checkpoints and exits 202), and otherwise starts the next step's clock."""
+
+    class Detector:
+        def __init__(self, fail: bool) -> None:
+            self.fail, self.calls = fail, []
+
+        def begin(self) -> None:
+            self.calls.append("begin")
+
+        def end(self, step: int) -> list[object]:
+            self.calls.append(f"end {step}")
+            if self.fail:
+                raise StragglerStop("straggler: node 1")
+            return []
+
+    class View:
+        step = 7
+
+    stopped: list[str] = []
+    ok = Detector(fail=False)
+    StragglerWatch(ok, stopped.append).on_step_end(View())  # type: ignore[arg-type]
+    assert ok.calls == ["end 7", "begin"] and stopped == []
+    StragglerWatch(Detector(fail=True), stopped.append).on_step_end(View())  # type: ignore[arg-type]
+    assert stopped == ["straggler: node 1"]
+    assert StragglerStop.exit_code == protocol.EXIT_STRAGGLER == 202

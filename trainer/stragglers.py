@@ -1,0 +1,491 @@
+"""Stragglers during training: which node's own work has slowed down, judged across the ranks.
+
+DDP steps at the pace of its slowest rank: it overlaps the gradient all-reduce with backward and
+waits for it inside ``backward()``, so a clock around a step gives every rank the straggler's time.
+What is a rank's own is the time from the step's start to the moment its last gradient bucket is
+ready: DDP calls its communication hook then, before the all-reduce waits on anyone. So each rank
+times that (a comm hook that stamps the time, then runs DDP's default all-reduce), takes the median
+of a window of ``every`` steps, and every ``every`` steps the ranks gather their figures (one small
+all-gather, no other synchronisation) and judge them identically:
+
+* **The unit is the node**, its figure its slowest rank's (one slow GPU holds its whole node back).
+* **Like with like**: a node is compared with the nodes of the same size (processes per node),
+  against their median; of an even count the faster middle value, because slowness is one-sided
+  (with two nodes the faster is the reference). A node alone in its size (uneven node groups: one
+  4-GPU and one 3-GPU node) is compared with its own best share of the job's median so far.
+* **Named**: a node below ``tolerance`` x the reference speed for ``windows`` windows in a row;
+  **recovered**: a named node back within it for as many windows. Rank 0 prints one line for each
+  (``protocol.STRAGGLER_TAG``, ``STRAGGLER_RECOVERED_TAG``), naming the node rank, its pod, its
+  Kubernetes node and since which step. ``fail`` ends the job on every rank after the same step
+  with ``protocol.EXIT_STRAGGLER`` (202).
+
+Defaults (``protocol.STRAGGLER_*``): a window of 10 steps, 3 windows in a row, 0.6 of the median
+speed, the preflight's tolerance: a node at half speed is named, while healthy CPU nodes sharing
+two cores measured 0.8-1.0 of their median (docs/trainer.md).
+
+This module is stdlib only at import (torch is imported when a detector is made), and is a single
+file beside ``protocol.py``, so a user's own script can use it in any image:
+
+    from ddpctl_trainer.stragglers import Stragglers
+    watch = Stragglers(model)            # the DDP-wrapped model; settings from DDP_TRAINER_STRAGGLERS*
+    for x, y in loader:
+        with watch.step():
+            loss = loss_fn(model(x), y); loss.backward(); optimizer.step(); optimizer.zero_grad()
+
+Under ``fail`` the ``with`` block raises ``SystemExit(202)`` on every rank after the same step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    from . import protocol
+except ImportError:  # a lone file beside protocol.py (the workspace's Secret ships both)
+    import protocol  # type: ignore[no-redef, import-not-found]
+
+MODES: tuple[str, ...] = ("off", "warn", "fail")  # what the trainer runs (the spec's `replace` needs pod recovery)
+
+
+class StragglerStop(Exception):
+    """``fail`` and a named node: every rank stops after the same step with ``EXIT_STRAGGLER``."""
+
+    exit_code = protocol.EXIT_STRAGGLER
+
+
+@dataclass(frozen=True)
+class StragglerConfig:
+    mode: str = protocol.STRAGGLER_MODE
+    tolerance: float = protocol.STRAGGLER_TOLERANCE
+    every: int = protocol.STRAGGLER_EVERY
+    windows: int = protocol.STRAGGLER_WINDOWS
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
+
+
+def config_problem(cfg: StragglerConfig) -> str | None:
+    """What is wrong with the settings, as one line naming the flag; None when nothing is."""
+    if cfg.mode not in MODES:
+        why = " (replace needs the spec's recovery: pod)" if cfg.mode == "replace" else ""
+        return f"--stragglers {cfg.mode!r}: use one of {', '.join(MODES)}{why}"
+    if not 0 < cfg.tolerance < 1:
+        return f"--stragglers-tolerance {cfg.tolerance:g}: give a share of the median speed between 0 and 1, e.g. 0.6"
+    if cfg.every < 1:
+        return f"--stragglers-every {cfg.every}: give the steps per window, 1 or more"
+    if cfg.windows < 1:
+        return f"--stragglers-windows {cfg.windows}: give how many windows in a row name a node, 1 or more"
+    return None
+
+
+def config_from_env(env: Mapping[str, str] | None = None) -> StragglerConfig:
+    """The settings from ``DDP_TRAINER_STRAGGLERS*`` (what the spec renders into every pod), the
+    defaults where unset; ValueError with a one-line message for a value that is wrong."""
+    env = os.environ if env is None else env
+
+    def number(name: str, cast: Callable[[str], Any], default: Any) -> Any:
+        text = env.get(name, "").strip()
+        try:
+            return cast(text) if text else default
+        except ValueError:
+            raise ValueError(f"{name}={text!r} is not a number") from None
+
+    cfg = StragglerConfig(
+        mode=env.get(protocol.STRAGGLERS_ENV, "").strip() or protocol.STRAGGLER_MODE,
+        tolerance=number(protocol.STRAGGLERS_TOLERANCE_ENV, float, protocol.STRAGGLER_TOLERANCE),
+        every=number(protocol.STRAGGLERS_EVERY_ENV, int, protocol.STRAGGLER_EVERY),
+        windows=number(protocol.STRAGGLERS_WINDOWS_ENV, int, protocol.STRAGGLER_WINDOWS),
+    )
+    problem = config_problem(cfg)
+    if problem:
+        raise ValueError(problem)
+    return cfg
+
+
+# ------------------------------------------------------------------------------------ the judge
+
+
+@dataclass(frozen=True)
+class Seat:
+    """Where one rank runs: its node rank, the pod and Kubernetes node, the node's process count."""
+
+    rank: int
+    node: int
+    pod: str
+    k8s_node: str | None = None
+    nproc: int = 1
+
+    def where(self) -> str:
+        """`node 1 (pod ddp-1, k8s node w2)`: the shape of the preflight's findings."""
+        return (
+            f"node {self.node} (pod {self.pod}, k8s node {self.k8s_node})"
+            if self.k8s_node
+            else (f"node {self.node} (pod {self.pod})")
+        )
+
+
+def my_seat(env: Mapping[str, str] | None = None) -> Seat:
+    """This process's seat, from torchrun's env and the downward API's (``protocol.POD_NAME_ENV``,
+    ``NODE_NAME_ENV``): the pod name falls back to the host name, as the preflight's does."""
+    env = os.environ if env is None else env
+    rank = int(env.get("RANK", "0") or 0)
+    local_world = max(int(env.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
+    node = int(env.get("GROUP_RANK", "") or rank // local_world)
+    pod = env.get(protocol.POD_NAME_ENV) or env.get("HOSTNAME") or os.uname().nodename
+    return Seat(rank, node, pod, env.get(protocol.NODE_NAME_ENV) or None, local_world)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One line rank 0 prints: a node named (`straggler`) or back (`recovered`)."""
+
+    kind: str
+    node: int
+    text: str  # after the tag
+    avoid: str | None = None
+
+    @property
+    def line(self) -> str:
+        tag = protocol.STRAGGLER_TAG if self.kind == "straggler" else protocol.STRAGGLER_RECOVERED_TAG
+        return tag + self.text
+
+
+@dataclass
+class _NodeState:
+    below: int = 0  # windows in a row below the tolerance
+    within: int = 0  # windows in a row within it
+    first_below: int = 0  # the first step of the first of those windows
+    named: bool = False
+    best: float = 0.0  # a lone node's best share of the job's reference so far
+
+
+def reference(values: Sequence[float]) -> float:
+    """The reference time of a set of nodes: their median, of an even count the faster middle one."""
+    ordered = sorted(values)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def fmt_ms(seconds: float) -> str:
+    ms = seconds * 1000
+    return f"{ms:.1f} ms" if ms < 100 else f"{ms:.0f} ms"
+
+
+class Judge:
+    """Judges windows of per-rank figures (seconds of own work a step), identically on every rank.
+    Pure: no torch, no clock, no I/O."""
+
+    def __init__(self, cfg: StragglerConfig, seats: Sequence[Seat]) -> None:
+        self.cfg = cfg
+        self.seats = sorted(seats, key=lambda s: s.rank)
+        self.nodes: dict[int, list[Seat]] = {}
+        for s in self.seats:
+            self.nodes.setdefault(s.node, []).append(s)
+        self.state = {node: _NodeState() for node in self.nodes}
+
+    def named(self) -> list[int]:
+        return [node for node, st in self.state.items() if st.named]
+
+    def window(self, first_step: int, last_step: int, seconds: Mapping[int, float]) -> list[Verdict]:
+        """Judge one window (steps ``first_step``..``last_step``): ``seconds`` per rank. Returns the
+        verdicts of this window (nodes named, nodes recovered), by node rank."""
+        if len(self.nodes) < 2:
+            return []  # one node: nobody to compare with, and nowhere else to go
+        figures: dict[int, tuple[float, int]] = {}
+        for node, seats in self.nodes.items():
+            timed = [(seconds[s.rank], s.rank) for s in seats if seconds.get(s.rank, 0.0) > 0]
+            if len(timed) == len(seats):
+                figures[node] = max(timed)
+        if len(figures) < 2:
+            return []
+        overall = reference([t for t, _ in figures.values()])
+        sizes: dict[int, list[int]] = {}
+        for node in figures:
+            sizes.setdefault(self.nodes[node][0].nproc, []).append(node)
+        out: list[Verdict] = []
+        for node, (t, rank) in sorted(figures.items()):
+            peers = sizes[self.nodes[node][0].nproc]
+            st = self.state[node]
+            if len(peers) >= 2:
+                ref = reference([figures[p][0] for p in peers])
+                share, against = ref / t, ("the median speed", fmt_ms(ref))
+            else:  # alone in its size: against its own best share of the job's reference
+                raw = overall / t
+                st.best = max(st.best, raw)
+                share, against = raw / st.best, ("its own best pace", "alone in its node size")
+            verdict = self._update(node, st, share, first_step, last_step, t, rank, against)
+            if verdict is not None:
+                out.append(verdict)
+        return out
+
+    def _update(
+        self,
+        node: int,
+        st: _NodeState,
+        share: float,
+        first: int,
+        last: int,
+        t: float,
+        rank: int,
+        against: tuple[str, str],
+    ) -> Verdict | None:
+        seat = self.nodes[node][0]
+        if share < self.cfg.tolerance:
+            if st.below == 0:
+                st.first_below = first
+            st.below, st.within = st.below + 1, 0
+            if not st.named and st.below >= self.cfg.windows:
+                st.named = True
+                avoid = self._avoid(node)
+                text = (
+                    f"{seat.where()}: own work {fmt_ms(t)} a step (rank {rank}), {share:.2f} x {against[0]} "
+                    f"({against[1]}; tolerance {self.cfg.tolerance:g}) for {st.below} windows of "
+                    f"{self.cfg.every} steps, since step {st.first_below}"
+                )
+                return Verdict("straggler", node, f"{text}; avoid it: --avoid-node {avoid}" if avoid else text, avoid)
+            return None
+        st.within, st.below = st.within + 1, 0
+        if st.named and st.within >= self.cfg.windows:
+            st.named = False
+            return Verdict("recovered", node, f"{seat.where()}: back at {share:.2f} x {against[0]} at step {last}")
+        return None
+
+    def _avoid(self, node: int) -> str | None:
+        """The Kubernetes node to keep the job off: the straggler's, when other nodes ran elsewhere."""
+        name = self.nodes[node][0].k8s_node
+        if not name:
+            return None
+        elsewhere = any(s.k8s_node and s.k8s_node != name for n, ss in self.nodes.items() if n != node for s in ss)
+        return name if elsewhere else None
+
+    def failure(self, verdict: Verdict) -> str:
+        """The error line of a job that `fail` stops."""
+        seat = self.nodes[verdict.node][0]
+        st = self.state[verdict.node]
+        text = (
+            f"straggler: {seat.where()} below {self.cfg.tolerance:g} x the median speed since step {st.first_below}; "
+            f"stopping (exit {protocol.EXIT_STRAGGLER}, --stragglers fail)"
+        )
+        return f"{text}; resubmit with --avoid-node {verdict.avoid}" if verdict.avoid else text
+
+
+# ------------------------------------------------------------------------------------ the clock
+
+
+class StepClock:
+    """One rank's own work per step: from ``start()`` to its last DDP gradient bucket ready (the comm
+    hook's stamp; else to ``stop()``), less the waits inside it: DDP's forward begins with a
+    broadcast of the module's buffers (BatchNorm statistics) from rank 0, where every rank waits
+    for the slowest, so the time from DDP's forward to its module's is taken out. On CUDA the
+    stamps are events on the current stream, read once a window (``take``), so the host never
+    waits for the GPU in a step."""
+
+    def __init__(self, device_type: str = "cpu", event: Callable[[], Any] | None = None) -> None:
+        if device_type == "cuda" and event is None:
+            import torch
+
+            def event() -> Any:
+                e = torch.cuda.Event(enable_timing=True)
+                e.record()
+                return e
+
+        self._event = event
+        self._start: Any = None
+        self._ready: Any = None
+        self._waits: list[list[Any]] = []
+        self._steps: list[tuple[Any, Any, list[list[Any]]]] = []
+        self.hooked = False
+
+    def _now(self) -> Any:
+        return self._event() if self._event is not None else time.perf_counter()
+
+    def start(self) -> None:
+        self._start, self._ready, self._waits = self._now(), None, []
+
+    def wait_begins(self) -> None:
+        if self._start is not None:
+            self._waits.append([self._now(), None])
+
+    def wait_ends(self) -> None:
+        if self._waits and self._waits[-1][1] is None:
+            self._waits[-1][1] = self._now()
+
+    def ready(self) -> None:
+        """A gradient bucket is ready (DDP's hook, in the backward pass)."""
+        self._ready = self._now()
+
+    def stop(self) -> None:
+        if self._start is None:
+            return
+        end = self._ready if self._ready is not None else self._now()
+        self._steps.append((self._start, end, [w for w in self._waits if w[1] is not None]))
+        self._start = None
+
+    def take(self) -> float:
+        """The window's mean seconds of own work a step (0 when none was timed), and a new window."""
+        steps, self._steps = self._steps, []
+        if not steps:
+            return 0.0
+        if self._event is not None:
+            steps[-1][1].synchronize()
+
+            def span(a: Any, b: Any) -> float:
+                return float(a.elapsed_time(b)) / 1000.0
+        else:
+
+            def span(a: Any, b: Any) -> float:
+                return float(b - a)
+
+        values = [max(span(a, b) - sum(span(w0, w1) for w0, w1 in waits), 0.0) for a, b, waits in steps]
+        return sum(values) / len(values)
+
+    def hook(self, model: Any) -> bool:
+        """Stamp a DDP ``model`` (through ``torch.compile``'s ``_orig_mod``): its gradient buckets
+        (a comm hook that then runs DDP's default all-reduce) and the buffer broadcast its forward
+        starts with; False when ``model`` is no DDP or already has a comm hook."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        from torch.nn.parallel import DistributedDataParallel
+
+        ddp = getattr(model, "_orig_mod", model)
+        if not isinstance(ddp, DistributedDataParallel):
+            return False
+
+        def stamped(state: Any, bucket: Any) -> Any:
+            self.ready()
+            return default_hooks.allreduce_hook(state, bucket)
+
+        stamped.__annotations__ = {}  # DDP reads them: a string (postponed) annotation is refused
+        try:
+            ddp.register_comm_hook(ddp.process_group, stamped)
+        except RuntimeError:  # the script registered its own: its steps are timed to their end
+            return False
+        ddp.register_forward_pre_hook(lambda module, args: self.wait_begins())
+        ddp.module.register_forward_pre_hook(lambda module, args: self.wait_ends())
+        self.hooked = True
+        return True
+
+
+# ------------------------------------------------------------------------------------ the detector
+
+
+@dataclass
+class Stragglers:
+    """The detector: a clock per step, a gather and a judgement every ``every`` steps, rank 0's
+    lines. ``model``: the DDP-wrapped model (None: steps timed to their end). ``group``: the
+    process group to gather on (a gloo one under NCCL; made when needed)."""
+
+    model: Any = None
+    cfg: StragglerConfig | None = None
+    group: Any = None
+    device_type: str | None = None
+    echo: Callable[[str], None] | None = None  # rank 0's printer (default: stdout, `[rank 0] ` first)
+    clock: StepClock = field(init=False)
+    judge: Judge | None = field(init=False, default=None)
+    step_no: int = field(init=False, default=0)
+    verdicts: list[Verdict] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        import torch.distributed as dist
+
+        self.cfg = self.cfg or config_from_env()
+        self.active = self.cfg.on and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+        self.rank = dist.get_rank() if self.active else 0
+        if self.device_type is None:
+            self.device_type = _device_type(self.model)
+        self.clock = StepClock(self.device_type)
+        if self.active and self.model is not None:
+            self.clock.hook(self.model)
+        self._first: int | None = None
+
+    def begin(self) -> None:
+        if self.active:
+            self.clock.start()
+
+    def end(self, step: int | None = None) -> list[Verdict]:
+        """After an optimizer step (``step``: steps done; counted here when None): every ``every``
+        steps, gather and judge. Raises ``StragglerStop`` on every rank under ``fail``."""
+        if not self.active:
+            return []
+        self.clock.stop()
+        self.step_no = self.step_no + 1 if step is None else step
+        if self._first is None:  # the first step timed here (a resumed run starts past 1)
+            self._first = self.step_no
+        if self.step_no - self._first + 1 < self.cfg.every:  # type: ignore[union-attr]
+            return []
+        first, self._first = self._first, self.step_no + 1
+        figures = self._gather(self.clock.take())
+        found = self.judge.window(first, self.step_no, figures) if self.judge else []
+        self.verdicts += found
+        for v in found:
+            self._say(v.line)
+        if self.cfg.mode == "fail" and self.judge is not None:  # type: ignore[union-attr]
+            for v in found:
+                if v.kind == "straggler":
+                    raise StragglerStop(self.judge.failure(v))
+        return found
+
+    def restart_window(self) -> None:
+        """Between epochs (evaluation, the epoch's checkpoint): the next step starts now."""
+        self.clock.stop()
+
+    @contextlib.contextmanager
+    def step(self) -> Iterator[None]:
+        """Around one optimizer step of a user's own loop; ``SystemExit(202)`` under ``fail``."""
+        self.begin()
+        yield
+        try:
+            self.end()
+        except StragglerStop as exc:
+            if self.rank == 0:
+                print(f"{protocol.ERROR_TAG}{protocol.rank_prefix(0)}{exc}", file=sys.stderr, flush=True)
+            raise SystemExit(protocol.EXIT_STRAGGLER) from None
+
+    def _gather(self, mine: float) -> dict[int, float]:
+        import torch
+        import torch.distributed as dist
+
+        if self.group is None and dist.get_backend() != "gloo":
+            self.group = dist.new_group(backend="gloo")  # every rank arrives here at the same step
+        if self.judge is None:
+            seats: list[Any] = [None] * dist.get_world_size()
+            dist.all_gather_object(seats, my_seat(), group=self.group)
+            self.judge = Judge(self.cfg, seats)  # type: ignore[arg-type]
+        n = dist.get_world_size()
+        out = [torch.zeros(1, dtype=torch.float64) for _ in range(n)]
+        dist.all_gather(out, torch.tensor([mine], dtype=torch.float64), group=self.group)
+        return {r: float(t.item()) for r, t in enumerate(out)}
+
+    def _say(self, line: str) -> None:
+        if self.rank != 0:
+            return
+        if self.echo is not None:
+            self.echo(line)
+        else:
+            print(f"{protocol.rank_prefix(0)}{line}", flush=True)
+
+
+def _device_type(model: Any) -> str:
+    try:
+        return str(next(model.parameters()).device.type) if model is not None else "cpu"
+    except (StopIteration, AttributeError):
+        return "cpu"
+
+
+__all__ = [
+    "Judge",
+    "Seat",
+    "StepClock",
+    "StragglerConfig",
+    "StragglerStop",
+    "Stragglers",
+    "Verdict",
+    "config_from_env",
+    "config_problem",
+    "my_seat",
+]
