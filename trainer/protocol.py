@@ -326,7 +326,10 @@ WORKSPACE_MOUNT = "/var/run/ddpctl/workspace"  # the in-cluster object's volume
 WORKSPACE_ARCHIVE_KEY = "workspace.tar.gz"  # the archive's key in that object (a file of the volume)
 # An image without ddpctl's trainer (python3 alone): the object also holds the unpacker and this
 # module, and the pod runs `python3 <WORKSPACE_MOUNT>/workspace.py CMD...`, which unpacks, then execs CMD.
-WORKSPACE_UNPACKER_FILES: tuple[str, ...] = ("workspace.py", "protocol.py")
+# It also holds the straggler detector a user's own script may import (`ddpctl_trainer.stragglers`):
+# the unpacker lays it out, with this module, as that package under WORKSPACE_HELPERS (last on PYTHONPATH).
+WORKSPACE_UNPACKER_FILES: tuple[str, ...] = ("workspace.py", "protocol.py", "stragglers.py")
+WORKSPACE_HELPERS = ".ddpctl"  # in the unpacked workspace: ddpctl_trainer/{__init__,protocol,stragglers}.py
 
 # ------------------------------------------------------------------------------------ timeouts
 

@@ -248,7 +248,35 @@ def prepare(env: MutableMapping[str, str] | None = None) -> Path | None:
     os.chdir(target)
     old = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = str(target) + (os.pathsep + old if old else "")
+    helpers = _lay_out_helpers(target)
+    if helpers is not None:
+        env["PYTHONPATH"] += os.pathsep + str(helpers)
     return target
+
+
+def _lay_out_helpers(target: Path) -> Path | None:
+    """Run as a lone file (an image without ddpctl): the modules shipped beside this one that a
+    user's script may import (``from ddpctl_trainer.stragglers import Stragglers``), laid out as that
+    package under ``protocol.WORKSPACE_HELPERS`` of the workspace; None when this file is the
+    installed package's (the image has it all) or the modules are not here."""
+    if __package__:
+        return None
+    here = Path(__file__).resolve().parent
+    files = [here / name for name in protocol.WORKSPACE_UNPACKER_FILES if name != "workspace.py"]
+    if not all(f.is_file() for f in files):
+        return None
+    root = target / protocol.WORKSPACE_HELPERS
+    package = root / protocol.TRAINER_MODULE
+    try:
+        package.mkdir(parents=True, exist_ok=True)
+        (package / "__init__.py").write_text(
+            '"""ddpctl\'s helpers for a user\'s own script, shipped with its workspace."""\n'
+        )
+        for f in files:
+            (package / f.name).write_bytes(f.read_bytes())
+    except OSError as exc:
+        raise WorkspaceError(f"cannot write {package} ({exc.strerror or exc}): mount an emptyDir at {target}") from None
+    return root
 
 
 def report(error: WorkspaceError, termination_log: str = protocol.TERMINATION_LOG) -> int:

@@ -6,6 +6,7 @@ trainer's callback."""
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import ClassVar
@@ -28,6 +29,9 @@ from ddpctl_trainer.stragglers import (
     my_seat,
     reference,
 )
+
+from tests.support import REPO
+from tests.support.trainer import agent_command, clean_env, free_port, start, wait_all
 
 CFG = StragglerConfig(mode="warn", tolerance=0.6, every=10, windows=3)
 
@@ -343,3 +347,43 @@ def test_fail_stops_through_the_trainers_callback() -> None:
     StragglerWatch(Detector(fail=True), stopped.append).on_step_end(View())  # type: ignore[arg-type]
     assert stopped == ["straggler: node 1"]
     assert StragglerStop.exit_code == protocol.EXIT_STRAGGLER == 202
+
+
+# ------------------------------------------------------------------------------------ a user's script
+
+SCRIPT = REPO / "tests" / "support" / "models" / "straggler_script.py"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("mode", "code"), [("warn", 0), ("fail", protocol.EXIT_STRAGGLER)])
+def test_a_users_own_script_opts_in_with_a_with_around_its_step(tmp_path: Path, mode: str, code: int) -> None:
+    """Two hand-wired nodes (ddpctl's launcher, which keeps the workers' exit code) running a DDP
+    script of the user's own whose node 1 slows from step 6: rank 0 names node 1 under warn and
+    the run ends; under fail every rank leaves with 202 after the same step."""
+    port = free_port()
+    env = clean_env(
+        {
+            protocol.STRAGGLERS_ENV: mode,
+            protocol.STRAGGLERS_EVERY_ENV: "3",
+            protocol.STRAGGLERS_WINDOWS_ENV: "2",
+            "OMP_NUM_THREADS": "1",
+        }
+    )
+    procs = [
+        start(agent_command(n, 2, 1, port, [str(SCRIPT)], launcher=protocol.LAUNCHER_MODULE), tmp_path, env)
+        for n in range(2)
+    ]
+    outputs = wait_all(procs, timeout=180)
+    assert [p.returncode for p in procs] == [code, code], outputs
+    rank0 = [line for line in outputs[0][0].splitlines() if protocol.straggler_line(line)]
+    assert len(rank0) == 1 and rank0[0].startswith("[rank 0] ddpctl-trainer: straggler: node 1 (pod "), outputs[0]
+    assert 4 <= _since(rank0[0]) <= 7, rank0  # the window holding step 6 (steps counted from 1)
+    assert ("[rank 0] finished 40 steps" in outputs[0][0]) == (mode == "warn")
+    if mode == "fail":
+        assert "ddpctl-trainer: error: [rank 0] straggler: node 1" in outputs[0][1], outputs[0][1]
+
+
+def _since(line: str) -> int:
+    found = re.search(r"since step (\d+)", line)
+    assert found, line
+    return int(found.group(1))

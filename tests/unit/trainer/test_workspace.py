@@ -272,6 +272,13 @@ def test_the_lone_unpacker_needs_python3_alone_then_becomes_the_command(tmp_path
     # and its exit code is the command's
     failing = [sys.executable, "-c", "raise SystemExit(7)"]
     assert subprocess.run([*command, *failing], env=env, timeout=60, cwd=tmp_path).returncode == 7
+    # the straggler detector a user's script may import, laid out as the package it is installed as
+    # (after the workspace on PYTHONPATH), importable without torch
+    probe = "import sys; from ddpctl_trainer import stragglers; print(stragglers.__file__, 'torch' in sys.modules)"
+    helper = [sys.executable, "-S", "-c", probe]  # -S: nothing installed, as in that image
+    done = subprocess.run([*command, *helper], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == f"{target / protocol.WORKSPACE_HELPERS / 'ddpctl_trainer' / 'stragglers.py'} False\n"
 
 
 @pytest.mark.slow

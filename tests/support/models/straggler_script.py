@@ -1,0 +1,55 @@
+"""A user's own DDP script (not the ddpctl trainer) that opts in to the straggler detector with its
+one import and a ``with`` around its step, as docs/trainer.md shows. Node ``SLOW_NODE``'s rank
+sleeps inside its forward from step ``SLOW_FROM`` on: its own work slows, its peers' does not.
+
+A test input, run by tests/unit/trainer/test_stragglers.py under two hand-wired torchrun nodes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from ddpctl_trainer.stragglers import Stragglers
+from torch import nn
+
+SLOW_NODE = int(os.environ.get("SLOW_NODE", "1"))
+SLOW_FROM = int(os.environ.get("SLOW_FROM", "6"))
+STEPS = int(os.environ.get("STEPS", "40"))
+
+
+class Net(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 4)
+        self.step = 0
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if int(os.environ["GROUP_RANK"]) == SLOW_NODE and self.step >= SLOW_FROM:
+            time.sleep(0.05)
+        return self.fc(x)
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    net = Net()
+    model = nn.parallel.DistributedDataParallel(net)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    watch = Stragglers(model)
+    for step in range(STEPS):
+        net.step = step
+        with watch.step():
+            loss = model(torch.randn(8, 16)).square().mean()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    if dist.get_rank() == 0:
+        print(f"[rank 0] finished {STEPS} steps", flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
