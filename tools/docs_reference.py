@@ -23,7 +23,17 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ddpctl.spec import JobSpec, NodeGroup, Preflight, Rendezvous, Resources, SecretKeyRef, Topology, Volume
+from ddpctl.spec import (
+    JobSpec,
+    NodeGroup,
+    Preflight,
+    Rendezvous,
+    Resources,
+    SecretKeyRef,
+    Stragglers,
+    Topology,
+    Volume,
+)
 from ddpctl.spec.fields import Part, declared, json_schema
 from ddpctl.spec.parts import Workspace
 from ddpctl_trainer.config import build_parser
@@ -87,6 +97,7 @@ PARTS: tuple[tuple[type, str], ...] = (
     (SecretKeyRef, "secretEnv.<VAR>"),
     (Workspace, "workspace"),
     (Preflight, "preflight"),
+    (Stragglers, "stragglers"),
 )
 
 _SPEC_INTRO = """\
@@ -99,8 +110,9 @@ values of the Helm chart `charts/ddp-job` (the same keys), and the fields of ddp
     built-in defaults  <  ddp.yaml (or --config FILE)  <  DDPCTL_* environment  <  command-line flags
 
 Maps merge across those layers; other values are replaced. Scalar top-level keys are read from
-`DDPCTL_<KEY>` (upper snake case: `DDPCTL_GPUS_PER_NODE=8`), the `rendezvous`, `resources` and
-`preflight` keys from `DDPCTL_RENDEZVOUS_PORT`-style names. The command-line flags are in `ddpctl render --help`.
+`DDPCTL_<KEY>` (upper snake case: `DDPCTL_GPUS_PER_NODE=8`), the `rendezvous`, `resources`,
+`preflight` and `stragglers` keys from `DDPCTL_RENDEZVOUS_PORT`-style names. The command-line
+flags are in `ddpctl render --help`.
 A value outside the rules below is refused with one line naming the key; the full JSON Schema
 (patterns included) is `charts/ddp-job/values.schema.json`.
 """
@@ -157,7 +169,10 @@ def _rules(schema: Mapping[str, Any]) -> str:
         bounds += [a for a in schema["oneOf"] if isinstance(a, Mapping)]
     for rules in bounds:
         low, high = rules.get("minimum"), rules.get("maximum")
-        if low is not None and high is not None:
+        above, below = rules.get("exclusiveMinimum"), rules.get("exclusiveMaximum")
+        if above is not None and below is not None:
+            out.append(f"above {above}, below {below}")
+        elif low is not None and high is not None:
             out.append(f"{low} to {high}")
         elif low is not None:
             out.append(f"at least {low}")

@@ -232,6 +232,8 @@ SPEC_FLAGS: tuple[Flag, ...] = tuple(
         Flag(("--stall-timeout",), "stallTimeout", "Lifecycle"),
         Flag(("--preflight",), "preflight.mode", "Lifecycle"),
         Flag(("--preflight-tolerance",), "preflight.tolerance", "Lifecycle"),
+        Flag(("--stragglers",), "stragglers.mode", "Lifecycle"),
+        Flag(("--stragglers-tolerance",), "stragglers.tolerance", "Lifecycle"),
         Flag(("--service-account",), "serviceAccountName", "Security"),
         Flag(("--pod-security",), "podSecurity", "Security"),
     )

@@ -6,7 +6,17 @@ the camelCase form, `sources` merges a spec from its layers (defaults < ddp.yaml
 flags), `kueue` names the Kueue API fields a spec can ask for.
 """
 
-from ddpctl.spec.model import JobSpec, NodeGroup, Preflight, Rendezvous, Resources, SecretKeyRef, Topology, Volume
+from ddpctl.spec.model import (
+    JobSpec,
+    NodeGroup,
+    Preflight,
+    Rendezvous,
+    Resources,
+    SecretKeyRef,
+    Stragglers,
+    Topology,
+    Volume,
+)
 from ddpctl.spec.schema import TARGETS
 from ddpctl.spec.serial import camel
 
@@ -18,6 +28,7 @@ __all__ = [
     "Rendezvous",
     "Resources",
     "SecretKeyRef",
+    "Stragglers",
     "Topology",
     "Volume",
     "camel",

@@ -100,12 +100,16 @@ class Rule:
 
 
 class OneOf(Rule):
-    """One of `choices` (a nullable key also takes null)."""
+    """One of `choices` (a nullable key also takes null). A `refused` value is one the key names
+    but does not take yet: it is refused in its own words (problem, fix), and the schema leaves it out."""
 
-    def __init__(self, choices: tuple[str, ...]) -> None:
-        self.choices = choices
+    def __init__(self, choices: tuple[str, ...], *, refused: Mapping[str, tuple[str, str]] | None = None) -> None:
+        self.refused = dict(refused or {})
+        self.choices = tuple(c for c in choices if c not in self.refused)
 
     def check(self, where: str, value: Any) -> None:
+        if isinstance(value, str) and value in self.refused:
+            raise SpecError(where, *self.refused[value])
         one_of(where, value, self.choices)
 
     def schema(self) -> dict[str, Any]:
@@ -140,23 +144,28 @@ NODE_COUNT = Int(1, MAX_NODES, above=("{value} is more than {maximum}", "use at 
 
 
 class Number(Rule):
-    """A number (a whole one too) from `minimum` to `maximum`, both included: a share, a floor."""
+    """A number (a whole one too) from `minimum` to `maximum`, both included: a floor; with
+    `exclusive`, strictly between them: a share that is neither none nor all."""
 
     json_type = "number"
 
-    def __init__(self, minimum: float, maximum: float) -> None:
-        self.minimum, self.maximum = minimum, maximum
+    def __init__(self, minimum: float, maximum: float, *, exclusive: bool = False) -> None:
+        self.minimum, self.maximum, self.exclusive = minimum, maximum, exclusive
 
     def check(self, where: str, value: Any) -> None:
         number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        require(
-            number and self.minimum <= value <= self.maximum,  # NaN fails both comparisons
-            where,
-            f"{yaml_spelling(value)} is not a number from {number_text(self.minimum)} to {number_text(self.maximum)}",
-            f"set {where} to a number from {number_text(self.minimum)} to {number_text(self.maximum)}",
-        )
+        low, high = number_text(self.minimum), number_text(self.maximum)
+        if self.exclusive:
+            inside = number and self.minimum < value < self.maximum  # NaN fails both comparisons
+            span = f"above {low} and below {high}"
+        else:
+            inside = number and self.minimum <= value <= self.maximum
+            span = f"from {low} to {high}"
+        require(inside, where, f"{yaml_spelling(value)} is not a number {span}", f"set {where} to a number {span}")
 
     def schema(self) -> dict[str, Any]:
+        if self.exclusive:
+            return {"exclusiveMinimum": self.minimum, "exclusiveMaximum": self.maximum}
         return {"minimum": self.minimum, "maximum": self.maximum}
 
 

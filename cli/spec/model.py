@@ -48,6 +48,7 @@ from ddpctl.spec.parts import (
     Rendezvous,
     Resources,
     SecretKeyRef,
+    Stragglers,
     Topology,
     Volume,
     Workspace,
@@ -68,7 +69,17 @@ from ddpctl.spec.schema import (
 )
 from ddpctl_trainer import protocol
 
-__all__ = ["JobSpec", "NodeGroup", "Preflight", "Rendezvous", "Resources", "SecretKeyRef", "Topology", "Volume"]
+__all__ = [
+    "JobSpec",
+    "NodeGroup",
+    "Preflight",
+    "Rendezvous",
+    "Resources",
+    "SecretKeyRef",
+    "Stragglers",
+    "Topology",
+    "Volume",
+]
 
 
 @dataclass(frozen=True)
@@ -400,6 +411,15 @@ class JobSpec:
         metadata=doc(
             "The preflight checks before the first step: mode (off, warn, fail), tolerance and floors.",
             Part(Preflight, null_is_empty=True),
+        ),
+    )
+    # Stragglers during training (the trainer's --stragglers flags; docs/failures.md).
+    stragglers: Stragglers = field(
+        default_factory=Stragglers,
+        metadata=doc(
+            "Straggler detection during training: mode (off, warn, fail), tolerance, every (steps a window) "
+            "and windows.",
+            Part(Stragglers, null_is_empty=True),
         ),
     )
 

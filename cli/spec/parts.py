@@ -33,7 +33,7 @@ from ddpctl.spec.fields import (
     freeze,
 )
 from ddpctl.spec.names import ENV_NAME, RESOURCE_NAME, SECRET_KEY
-from ddpctl.spec.schema import MAX_FLOOR, PREFLIGHT_MODES, RDZV_MODES, SHM_MOUNT
+from ddpctl.spec.schema import MAX_FLOOR, PREFLIGHT_MODES, RDZV_MODES, SHM_MOUNT, STRAGGLER_MODES, STRAGGLER_REFUSED
 from ddpctl_trainer import protocol
 
 # The rules several keys share (JobSpec's too).
@@ -255,6 +255,43 @@ class Preflight:
         values = {"minGflops": self.min_gflops, "minTflops": self.min_tflops, "minBusbw": self.min_busbw}
         values["minH2d"] = self.min_h2d
         return {k: v for k, v in values.items() if v}
+
+
+@dataclass(frozen=True)
+class Stragglers:
+    """Straggler detection during training: every rank times its own work per step, and every
+    `every` steps the nodes are judged against the median speed; rank 0 names a node below
+    `tolerance` x the median for `windows` windows in a row, and names it again when it recovers
+    (docs/failures.md). The built-in trainer runs it; a script of one's own opts in with
+    ddpctl_trainer.stragglers."""
+
+    mode: str = field(
+        default=protocol.STRAGGLER_MODE,
+        metadata=doc(
+            "Watch for a node that slows down during training: off, warn (name it and train on) or fail (end the "
+            f"job with exit code {protocol.EXIT_STRAGGLER}, naming the node). The mode replace (only the straggler's "
+            "pod replaced) needs pod-level recovery, which ddpctl does not offer yet.",
+            OneOf(STRAGGLER_MODES, refused=STRAGGLER_REFUSED),
+        ),
+    )
+    tolerance: float = field(
+        default=protocol.STRAGGLER_TOLERANCE,
+        metadata=doc(
+            "Name a node below this share of the median speed (above 0, below 1).", Number(0, 1, exclusive=True)
+        ),
+    )
+    every: int = field(
+        default=protocol.STRAGGLER_EVERY,
+        metadata=doc("Steps in a window: the nodes are judged once a window.", Int(1)),
+    )
+    windows: int = field(
+        default=protocol.STRAGGLER_WINDOWS,
+        metadata=doc("Windows in a row below the tolerance that name a node (and within it that clear it).", Int(1)),
+    )
+
+    @property
+    def on(self) -> bool:
+        return self.mode != "off"
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,14 @@ TAINT_EFFECTS: tuple[str, ...] = ("", "NoSchedule", "PreferNoSchedule", "NoExecu
 AFFINITY_KINDS: tuple[str, ...] = ("nodeAffinity", "podAffinity", "podAntiAffinity")
 SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path in the pod, not a temporary file
 PREFLIGHT_MODES = protocol.PREFLIGHT_MODES
+STRAGGLER_MODES = protocol.STRAGGLER_MODES
+# A straggler mode the spec names but does not take yet: (problem, fix).
+STRAGGLER_REFUSED: dict[str, tuple[str, str]] = {
+    "replace": (
+        "replace needs recovery: pod (only the straggler's pod replaced), which ddpctl does not offer yet",
+        f"use fail: the job ends with exit {protocol.EXIT_STRAGGLER} naming the node; resubmit with --avoid-node NODE",
+    ),
+}
 FABRICS = protocol.FABRICS
 MAX_FLOOR = 1_000_000  # a preflight floor's largest value (GFLOP/s, TFLOP/s, GB/s)
 

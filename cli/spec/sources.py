@@ -26,7 +26,7 @@ ENV_PREFIX = "DDPCTL_"
 
 # Scalar settings readable from the environment: DDPCTL_<UPPER_SNAKE of the camelCase path>,
 # for the top-level keys and those of these parts (numbers are read as such).
-ENV_PARTS = ("rendezvous", "resources", "preflight")
+ENV_PARTS = ("rendezvous", "resources", "preflight", "stragglers")
 
 
 def _kind(rule: Any) -> str:

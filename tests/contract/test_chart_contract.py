@@ -175,13 +175,24 @@ AGREE: list[tuple[str, Any]] = [
     ("preflight", {"minTflops": 1000001}),
     ("preflight", {"minH2d": "fast"}),
     ("preflight", {"bogus": 1}),
+    ("stragglers", {"mode": "off", "tolerance": 0.999, "every": 1, "windows": 1}),
+    ("stragglers", {"mode": "fail"}),
+    ("stragglers", {"mode": "replace"}),  # named, refused: the schema leaves it out
+    ("stragglers", {"mode": "on"}),
+    ("stragglers", {"tolerance": 0}),
+    ("stragglers", {"tolerance": 0.001}),
+    ("stragglers", {"tolerance": 1}),
+    ("stragglers", {"every": 0}),
+    ("stragglers", {"every": 1.5}),
+    ("stragglers", {"windows": 0}),
+    ("stragglers", {"window": 3}),
 ]
 
 
 @pytest.mark.parametrize("key,value", AGREE, ids=[f"{k}-{i}" for i, (k, _) in enumerate(AGREE)])
 def test_schema_and_jobspec_agree_on_each_key(key: str, value: Any) -> None:
     values = JobSpec().to_dict()
-    if isinstance(value, dict) and key in ("rendezvous", "resources", "preflight"):
+    if isinstance(value, dict) and key in ("rendezvous", "resources", "preflight", "stragglers"):
         values[key] = {**values[key], **value}  # Helm merges a partial map over the chart's defaults
     else:
         values[key] = value

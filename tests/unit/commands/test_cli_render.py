@@ -169,6 +169,12 @@ def test_precedence_file_env_flags(
         (["render"], {}, {"ddp.yaml": "- a\n- b\n"}, "expected a map of settings"),
         (["render"], {}, {"ddp.yaml": "nodez: 2\n"}, "ddp.yaml: nodez: is not a known key; did you mean nodes?"),
         (["render"], {}, {"ddp.yaml": "rendezvous: 3\n"}, "rendezvous: expected a map"),
+        (["render", "--stragglers", "replace"], {}, {}, "stragglers.mode: replace needs recovery: pod"),
+        (["render", "--stragglers", "always"], {}, {}, "stragglers.mode: 'always' is not a valid value"),
+        (["render", "--stragglers-tolerance", "1"], {}, {}, "stragglers.tolerance: 1.0 is not a number above 0"),
+        (["render", "--stragglers-tolerance", "most"], {}, {}, "--stragglers-tolerance"),
+        (["render"], {"DDPCTL_STRAGGLERS_EVERY": "0"}, {}, "stragglers.every: 0 must be an integer >= 1"),
+        (["render"], {}, {"ddp.yaml": "stragglers: {windows: 0}\n"}, "stragglers.windows: 0 must be an integer >= 1"),
     ],
 )
 def test_bad_input_is_one_line_exit_2(

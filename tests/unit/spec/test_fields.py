@@ -47,6 +47,8 @@ from ddpctl.spec.names import IMAGE
 CASES: list[tuple[Rule, Any, bool]] = [
     (OneOf(("a", "b")), "a", True),
     (OneOf(("a", "b")), "c", False),
+    (OneOf(("a", "b"), refused={"b": ("not yet", "use a")}), "a", True),
+    (OneOf(("a", "b"), refused={"b": ("not yet", "use a")}), "b", False),
     (Int(1), 1, True),
     (Int(1), 0, False),
     (Int(0), True, False),  # YAML's true is not a number
@@ -60,6 +62,10 @@ CASES: list[tuple[Rule, Any, bool]] = [
     (Number(0, 10), True, False),  # YAML's true is not a number
     (Number(0, 10), "5", False),
     (Number(0, 10), float("inf"), False),
+    (Number(0, 1, exclusive=True), 0.0001, True),
+    (Number(0, 1, exclusive=True), 0.9999, True),
+    (Number(0, 1, exclusive=True), 0, False),
+    (Number(0, 1, exclusive=True), 1, False),
     (Bool(), False, True),
     (Bool(), "yes", False),
     (DnsLabel(), "a-1", True),

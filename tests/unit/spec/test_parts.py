@@ -36,6 +36,15 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"preflight": {"minGflops": 2e6}}, "preflight.minGflops", "is not a number from 0 to 1000000"),
     ({"preflight": {"minH2d": float("nan")}}, "preflight.minH2d", "is not a number"),
     ({"preflight": {"tolerence": 0.5}}, "preflight.tolerence", "is not a known key"),
+    ({"stragglers": {"mode": "replace"}}, "stragglers.mode", "replace needs recovery: pod"),
+    ({"stragglers": {"mode": "on"}}, "stragglers.mode", "'on' is not a valid value"),
+    ({"stragglers": {"tolerance": 0}}, "stragglers.tolerance", "0 is not a number above 0 and below 1"),
+    ({"stragglers": {"tolerance": 1}}, "stragglers.tolerance", "1 is not a number above 0 and below 1"),
+    ({"stragglers": {"tolerance": float("nan")}}, "stragglers.tolerance", "is not a number above 0"),
+    ({"stragglers": {"every": 0}}, "stragglers.every", "0 must be an integer >= 1"),
+    ({"stragglers": {"every": 2.5}}, "stragglers.every", "must be an integer >= 1"),
+    ({"stragglers": {"windows": 0}}, "stragglers.windows", "0 must be an integer >= 1"),
+    ({"stragglers": {"window": 2}}, "stragglers.window", "is not a known key"),
     ({"volumes": {"d": {"claimName": "Bad_PVC", "mountPath": "/d"}}}, "volumes.d.claimName", "is not a valid name"),
     ({"volumes": {"d": {"claimName": "p", "mountPath": "relative"}}}, "volumes.d.mountPath", "not an absolute path"),
     ({"volumes": {"d": {"claimName": "p", "mountPath": "/dev/shm/"}}}, "volumes.d.mountPath", "managed by shmSize"),
@@ -124,6 +133,29 @@ def test_a_groups_maps_are_read_only() -> None:
 def test_every_key_of_a_part_declares_a_doc(cls: type) -> None:
     for key in declared(cls):
         assert str(key.field.metadata["doc"]).strip(), f"{cls.__name__}.{key.name}"
+
+
+@pytest.mark.parametrize(
+    ("data", "mode"),
+    [
+        ({}, "warn"),  # the trainer's default
+        ({"stragglers": None}, "warn"),
+        ({"stragglers": {"mode": "off"}}, "off"),
+        ({"stragglers": {"mode": "fail", "tolerance": 0.999, "every": 1, "windows": 1}}, "fail"),
+    ],
+)
+def test_the_stragglers_part_says_whether_it_is_on(data: dict[str, Any], mode: str) -> None:
+    watch = JobSpec.from_dict(data).stragglers
+    assert (watch.mode, watch.on) == (mode, mode != "off")
+
+
+def test_replace_is_refused_with_what_to_do_instead() -> None:
+    with pytest.raises(SpecError) as info:
+        JobSpec.from_dict({"stragglers": {"mode": "replace"}})
+    assert str(info.value) == (
+        "stragglers.mode: replace needs recovery: pod (only the straggler's pod replaced), which ddpctl does not "
+        "offer yet; use fail: the job ends with exit 202 naming the node; resubmit with --avoid-node NODE"
+    )
 
 
 @pytest.mark.parametrize(

@@ -36,6 +36,10 @@ def test_every_scalar_key_has_a_ddpctl_variable() -> None:
             {"DDPCTL_PREFLIGHT_MODE": "warn", "DDPCTL_PREFLIGHT_TOLERANCE": "0.8", "DDPCTL_FABRIC": "efa"},
             {"preflight": {"mode": "warn", "tolerance": 0.8}, "fabric": "efa"},
         ),
+        (
+            {"DDPCTL_STRAGGLERS_MODE": "fail", "DDPCTL_STRAGGLERS_TOLERANCE": "0.5", "DDPCTL_STRAGGLERS_EVERY": "20"},
+            {"stragglers": {"mode": "fail", "tolerance": 0.5, "every": 20}},
+        ),
     ],
 )
 def test_layer_from_env_reads_whole_numbers_as_numbers(environ: dict[str, str], layer: dict[str, Any]) -> None:
