@@ -443,6 +443,7 @@ class Plan:
             env[protocol.COLLECTIVE_TIMEOUT_ENV] = str(spec.collective_timeout)  # the process-group timeout
         env.update(self.fabric.env)
         env.update(self.preflight_env)
+        env.update(self.stragglers_env)
         env.update(spec.env)
         return dict(sorted(env.items()))
 
@@ -473,7 +474,7 @@ class Plan:
             )
         return tuple(out)
 
-    # ------------------------------------------------------------------ the fabric and the preflight
+    # ------------------------------------------------------------------ the fabric, the preflight, stragglers
 
     @property
     def fabric(self) -> Fabric:
@@ -500,10 +501,24 @@ class Plan:
         return env
 
     @property
+    def stragglers_env(self) -> dict[str, str]:
+        """The trainer's straggler flags as its variables (the spec's stragglers): the mode always,
+        so that off reaches a trainer (or a script's ddpctl_trainer.stragglers) whose default is
+        warn, and the tolerance and window when on."""
+        watch = self.spec.stragglers
+        env = {protocol.STRAGGLERS_ENV: watch.mode}
+        if watch.on:
+            env[protocol.STRAGGLERS_TOLERANCE_ENV] = number_text(watch.tolerance)
+            env[protocol.STRAGGLERS_EVERY_ENV] = number_text(watch.every)
+            env[protocol.STRAGGLERS_WINDOWS_ENV] = number_text(watch.windows)
+        return env
+
+    @property
     def downward_env(self) -> dict[str, str]:
-        """Variables the pods take from the downward API (name -> fieldPath): with the preflight on,
-        the pod's own name and its Kubernetes node's, which the report names (unless the spec's env sets them)."""
-        if not self.spec.preflight.on:
+        """Variables the pods take from the downward API (name -> fieldPath): with the preflight or
+        the straggler detector on, the pod's own name and its Kubernetes node's, which their lines
+        name (unless the spec's env sets them)."""
+        if not (self.spec.preflight.on or self.spec.stragglers.on):
             return {}
         wanted = {protocol.NODE_NAME_ENV: "spec.nodeName", protocol.POD_NAME_ENV: "metadata.name"}
         return {k: v for k, v in wanted.items() if k not in self.spec.env}

@@ -25,7 +25,16 @@ from ddpctl.manifests.render import render
 from ddpctl.plan import Plan
 from ddpctl.spec import TARGETS, JobSpec
 from ddpctl.spec.names import MAX_DNS_LABEL
-from ddpctl.spec.schema import FABRICS, MAX_NODES, POD_SECURITY, PREFLIGHT_MODES, PULL_POLICIES, TAINT_EFFECTS
+from ddpctl.spec.schema import (
+    FABRICS,
+    MAX_NODES,
+    POD_SECURITY,
+    PREFLIGHT_MODES,
+    PULL_POLICIES,
+    STRAGGLER_MODES,
+    STRAGGLER_REFUSED,
+    TAINT_EFFECTS,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -302,6 +311,7 @@ def valid_values(draw: Any, target: str) -> dict[str, Any]:
             values["podSecurity"] = "privileged"  # what its IPC_LOCK needs
     if trainer:
         maybe(values, "preflight", draw, PREFLIGHT)
+    maybe(values, "stragglers", draw, STRAGGLERS)  # for a script of one's own too: its pods get the settings
     if target != "trainjob":
         maybe(values, "priorityClassName", draw, SUBDOMAIN)
         maybe(values, "envFromSecrets", draw, st.lists(dns_label(), max_size=2))
@@ -359,6 +369,16 @@ PREFLIGHT = st.fixed_dictionaries(
     },
 )
 
+STRAGGLERS = st.fixed_dictionaries(
+    {},
+    optional={
+        "mode": st.sampled_from([m for m in STRAGGLER_MODES if m not in STRAGGLER_REFUSED]),
+        "tolerance": st.sampled_from([0.001, 0.25, 0.45, 0.6, 0.333, 0.95, 0.999]),
+        "every": st.sampled_from([1, 2, 10, 25, 1000]),
+        "windows": st.sampled_from([1, 3, 7]),
+    },
+)
+
 
 def _distinct_paths(volumes: dict[str, Any]) -> bool:
     return len({v["mountPath"] for v in volumes.values()}) == len(volumes)
@@ -398,7 +418,7 @@ Breaker = Callable[[Any, dict[str, Any]], dict[str, Any]]
 CONTEXT_KEYS = frozenset(
     {"target", "nodes", "gpusPerNode", "procsPerNode", "nodeGroups", "topology", "backend", "rendezvous"}
     | {"restartPolicy", "priorityClassName", "envFromSecrets", "module", "script", "command", "stallTimeout"}
-    | {"collectiveTimeout"}
+    | {"collectiveTimeout", "fabric"}  # a fast fabric needs the GPUs of the layout a context replaces
 )
 
 
@@ -509,6 +529,18 @@ BREAKERS: dict[str, Breaker] = {
     "avoidNodes": _in(avoidNodes=_one_of(["Bad_Node"], "gpu-3", [""])),
     "preflight": _in(
         preflight=_one_of({"mode": "on"}, {"tolerance": 0}, {"tolerance": 2}, {"minBusbw": -1}, {"bogus": 1})
+    ),
+    "stragglers": _in(
+        stragglers=_one_of(
+            {"mode": "replace"},
+            {"mode": "on"},
+            {"tolerance": 0},
+            {"tolerance": 1},
+            {"every": 0},
+            {"windows": 0},
+            {"every": 2.5},
+            {"bogus": 1},
+        )
     ),
     "unknown key": _in(unknownKey=1),
     "nodeGroups": _in(

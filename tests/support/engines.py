@@ -57,14 +57,23 @@ class Torchrun:
         return int(self.nnodes.split(":")[-1])
 
 
-def _resolve_env(container: dict[str, Any], annotations: dict[str, str]) -> dict[str, str]:
+# The pod's own fields the downward API gives (the preflight's and the straggler detector's names):
+# the pod's name is its hostname here, and every simulated pod runs on one node.
+POD_FIELDS = {"spec.nodeName": "node-1"}
+
+
+def _resolve_env(container: dict[str, Any], annotations: dict[str, str], pod_name: str) -> dict[str, str]:
     env: dict[str, str] = {}
+    fields = {**POD_FIELDS, "metadata.name": pod_name}
     for item in container.get("env", []):
         if "value" in item:
             env[item["name"]] = item["value"]
             continue
         ref = item["valueFrom"].get("fieldRef")
         if ref:
+            if ref["fieldPath"] in fields:
+                env[item["name"]] = fields[ref["fieldPath"]]
+                continue
             match = re.fullmatch(r"metadata\.annotations\['(.+)'\]", ref["fieldPath"])
             assert match, f"unsupported fieldRef {ref}"
             env[item["name"]] = annotations[match.group(1)]
@@ -90,8 +99,12 @@ def _indexed_pods(
     pods = []
     for index in range(job_spec["completions"]):
         annotations = {COMPLETION_INDEX: str(index)}
-        env = {"JOB_COMPLETION_INDEX": str(index), **_resolve_env(container, annotations), **(extra_env or {})}
         hostname = f"{job_name}-{index}"
+        env = {
+            "JOB_COMPLETION_INDEX": str(index),
+            **_resolve_env(container, annotations, hostname),
+            **(extra_env or {}),
+        }
         pods.append(
             Pod(
                 hostname,
@@ -178,7 +191,7 @@ def _pytorchjob_pods(objects: list[dict[str, Any]]) -> list[Pod]:
                     "PET_NODE_RANK": str(node_rank),
                     "PET_NNODES": str(total),
                 }
-            own = _resolve_env(container, {})
+            own = _resolve_env(container, {}, hostname)
             clash = {k for k in own if k in injected and own[k] != injected[k]}
             assert not clash, f"manifest sets {clash}, which the operator owns"
             # Each replica gets a Service of its own name: its hostname is its DNS name.

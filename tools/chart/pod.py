@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ddpctl.manifests.render import view
-from ddpctl.spec import JobSpec, NodeGroup, Preflight, Topology, kueue
+from ddpctl.spec import JobSpec, NodeGroup, Preflight, Stragglers, Topology, kueue
 from ddpctl.spec.fabrics import PROFILES
 from ddpctl.spec.fields import number_text
 from ddpctl.spec.names import MAX_DNS_LABEL
@@ -56,7 +56,7 @@ def _env(code: str) -> list[dict[str, Any]]:
     def env_of(values: dict[str, Any]) -> dict[str, str]:
         plan = plan_of({**CODES[code], **values})
         group = plan.spec.groups[0]
-        wired = plan.engine.torchrun_env(plan, group)
+        wired = {**plan.engine.torchrun_env(plan, group), **plan.stragglers_env}  # the stragglers' are their own
         return {k: v for k, v in plan.container_env(group).items() if k not in wired}
 
     probes = [_with_features(p, FEATURES)[1] | {"_values": _with_features(p, FEATURES)[0]} for p in ENV_PROBES]
@@ -110,6 +110,7 @@ def constants() -> dict[str, Any]:
             for name, f in PROFILES.items()
         },
         "preflight": _preflight(),
+        "stragglers": _stragglers(),
     }
 
 
@@ -136,6 +137,32 @@ def _preflight() -> dict[str, Any]:
         "fabricEnv": fabric_env,
         "downward": downward,
     }
+
+
+def _stragglers() -> dict[str, Any]:
+    """The straggler detector's part of the pods (Plan.stragglers_env): its defaults, the variable
+    of each of its keys, those set even when it is off (`always`), and that a job with it on gets
+    the preflight's downward-API entries (Plan.downward_env)."""
+    watch = Stragglers(mode="fail", tolerance=0.45, every=7, windows=5)
+    plan = plan_of({"target": "pytorchjob", "stragglers": part_dict(watch)})  # no PET_NODE_RANK entry of its own
+    env = plan.stragglers_env
+    by_value = {value: name for name, value in env.items()}
+    keys = {
+        "mode": watch.mode,
+        "tolerance": number_text(watch.tolerance),
+        "every": number_text(watch.every),
+        "windows": number_text(watch.windows),
+    }
+    if set(by_value) != set(keys.values()) or len(keys) != len(env):
+        raise ValueError(f"the stragglers' env {env} is not one variable per key of {keys}: teach the chart")
+    off = plan_of({"target": "pytorchjob", "stragglers": {"mode": "off"}})
+    always = [key for key, value in keys.items() if by_value[value] in off.stragglers_env]
+    if any(name not in env or value != "off" for name, value in off.stragglers_env.items()) or always != ["mode"]:
+        raise ValueError(f"with stragglers off the pods get {off.stragglers_env}, not the mode alone: teach the chart")
+    downward = [e for e in view(plan)["env"] if "fieldRef" in e.get("valueFrom", {})]
+    if downward != _preflight()["downward"] or any("fieldRef" in e.get("valueFrom", {}) for e in view(off)["env"]):
+        raise ValueError(f"with stragglers on, the pods' downward-API env is {downward}, not the preflight's: teach it")
+    return {"defaults": part_dict(Stragglers()), "env": {key: by_value[value] for key, value in keys.items()}}
 
 
 def pod_parts() -> dict[str, Any]:

@@ -110,5 +110,6 @@ def runnable(target: str, layout: str, p: Args = PROBES[0], groups: int = 2, **v
 
 def node_rank_entry() -> dict[str, Any]:
     """The env entry that gives PET_NODE_RANK from the completion index (the downward API)."""
-    (entry,) = [e for e in view(plan_of({"target": "job"}))["env"] if "fieldRef" in e.get("valueFrom", {})]
+    plan = plan_of({"target": "job", "stragglers": {"mode": "off"}})  # no pod or node names of the stragglers'
+    (entry,) = [e for e in view(plan)["env"] if "fieldRef" in e.get("valueFrom", {})]
     return typing.cast(dict[str, Any], entry)

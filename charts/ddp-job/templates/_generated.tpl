@@ -129,6 +129,20 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
           }
         }
       ]
+    },
+    "stragglers": {
+      "defaults": {
+        "mode": "warn",
+        "tolerance": 0.6,
+        "every": 10,
+        "windows": 3
+      },
+      "env": {
+        "mode": "DDP_TRAINER_STRAGGLERS",
+        "tolerance": "DDP_TRAINER_STRAGGLERS_TOLERANCE",
+        "every": "DDP_TRAINER_STRAGGLERS_EVERY",
+        "windows": "DDP_TRAINER_STRAGGLERS_WINDOWS"
+      }
     }
   },
   "pod": {

@@ -246,6 +246,10 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $pf := mergeOverwrite (deepCopy $P.defaults) (default dict $V.preflight) -}}
 {{- $checks := ne (toString $pf.mode) "off" -}}
 {{- if and $checks (not $usesTrainer) -}}{{- include "ddp-job.fail" (list $M.preflightTrainer (dict "mode" $pf.mode)) -}}{{- end -}}
+{{- /* The straggler detector (Plan.stragglers_env): its mode always, its settings when on. */ -}}
+{{- $S := $C.stragglers -}}
+{{- $sg := mergeOverwrite (deepCopy $S.defaults) (default dict $V.stragglers) -}}
+{{- $watch := ne (toString $sg.mode) "off" -}}
 {{- $fabric := default "socket" $V.fabric -}}
 {{- $F := get $C.fabrics $fabric -}}
 {{- if ne $fabric "socket" -}}
@@ -360,6 +364,9 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- end -}}
 {{- if ne $fabric "socket" -}}{{- $_ := set $env $P.fabricEnv $fabric -}}{{- end -}}
 {{- end -}}
+{{- range $key, $name := $S.env -}}
+{{- if or $watch (eq $key "mode") -}}{{- $_ := set $env $name (include "ddp-job.envValue" (index $sg $key)) -}}{{- end -}}
+{{- end -}}
 {{- $userEnv := dict -}}
 {{- range $key, $value := default dict $V.env -}}{{- $_ := set $userEnv $key (include "ddp-job.envValue" $value) -}}{{- end -}}
 
@@ -456,7 +463,7 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $genv := mergeOverwrite $wired $env $userEnv -}}
 {{- $envList := list -}}
 {{- if $W.nodeRankEntry -}}{{- $envList = append $envList $G.pod.nodeRankEntry -}}{{- end -}}
-{{- if $checks -}}
+{{- if or $checks $watch -}}
 {{- range $e := $P.downward -}}{{- if not (hasKey $userEnv $e.name) -}}{{- $envList = append $envList $e -}}{{- end -}}{{- end -}}
 {{- end -}}
 {{- range $key := keys $genv | sortAlpha -}}{{- $envList = append $envList (dict "name" $key "value" (get $genv $key)) -}}{{- end -}}

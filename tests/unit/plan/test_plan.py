@@ -165,7 +165,8 @@ PRIVILEGED_GPUS = {"gpusPerNode": 4, "podSecurity": "privileged"}
 @pytest.mark.parametrize(
     ("data", "env", "downward"),
     [
-        ({}, {}, []),  # off: today's pods
+        ({"stragglers": {"mode": "off"}}, {}, []),  # off, and the straggler detector too: no downward API
+        ({}, {}, ["DDP_NODE_NAME", "DDP_POD_NAME"]),  # off, but the straggler detector (warn) names pods too
         (
             {"preflight": {"mode": "warn"}},
             {"DDP_TRAINER_PREFLIGHT": "warn", "DDP_TRAINER_PREFLIGHT_TOLERANCE": "0.6"},
@@ -200,6 +201,66 @@ def test_the_preflight_reaches_the_trainer_as_its_variables(
     container = plan.container_env(plan.spec.groups[0])
     assert {k: container[k] for k in env} == env
     assert "DDP_POD_NAME" not in container or container["DDP_POD_NAME"] == "mine"
+
+
+_STRAGGLERS_ON = {
+    "DDP_TRAINER_STRAGGLERS_TOLERANCE": "0.6",
+    "DDP_TRAINER_STRAGGLERS_EVERY": "10",
+    "DDP_TRAINER_STRAGGLERS_WINDOWS": "3",
+}
+
+
+@pytest.mark.parametrize(
+    ("data", "env", "downward"),
+    [
+        # the default: warn, with the trainer's defaults spelt out
+        ({}, {"DDP_TRAINER_STRAGGLERS": "warn", **_STRAGGLERS_ON}, ["DDP_NODE_NAME", "DDP_POD_NAME"]),
+        # off reaches a trainer whose own default is warn; nothing else is set, and no downward API
+        ({"stragglers": {"mode": "off", "tolerance": 0.3}}, {"DDP_TRAINER_STRAGGLERS": "off"}, []),
+        # off, with the preflight on: its downward-API entries stay
+        (
+            {"stragglers": {"mode": "off"}, "preflight": {"mode": "warn"}},
+            {"DDP_TRAINER_STRAGGLERS": "off"},
+            ["DDP_NODE_NAME", "DDP_POD_NAME"],
+        ),
+        (
+            {"stragglers": {"mode": "fail", "tolerance": 0.45, "every": 25, "windows": 2}},
+            {
+                "DDP_TRAINER_STRAGGLERS": "fail",
+                "DDP_TRAINER_STRAGGLERS_TOLERANCE": "0.45",
+                "DDP_TRAINER_STRAGGLERS_EVERY": "25",
+                "DDP_TRAINER_STRAGGLERS_WINDOWS": "2",
+            },
+            ["DDP_NODE_NAME", "DDP_POD_NAME"],
+        ),
+        # a user's own script gets them alike (it opts in with ddpctl_trainer.stragglers)
+        (
+            {"module": "mine.train"},
+            {"DDP_TRAINER_STRAGGLERS": "warn", **_STRAGGLERS_ON},
+            ["DDP_NODE_NAME", "DDP_POD_NAME"],
+        ),
+        (
+            {"module": None, "script": "train.py", "stragglers": {"mode": "off"}},
+            {"DDP_TRAINER_STRAGGLERS": "off"},
+            [],
+        ),
+        # the user's env wins, and then no downward-API entry of that name is rendered
+        (
+            {"env": {"DDP_NODE_NAME": "mine", "DDP_TRAINER_STRAGGLERS_EVERY": "5"}},
+            {"DDP_TRAINER_STRAGGLERS": "warn", **_STRAGGLERS_ON},
+            ["DDP_POD_NAME"],
+        ),
+    ],
+)
+def test_the_straggler_settings_reach_the_pods_as_the_trainers_variables(
+    data: dict[str, Any], env: dict[str, str], downward: list[str]
+) -> None:
+    plan = planned(data)
+    assert plan.stragglers_env == env
+    assert list(plan.downward_env) == downward
+    container = plan.container_env(plan.spec.groups[0])
+    assert {k: container[k] for k in env} == {**env, **{k: v for k, v in plan.spec.env.items() if k in env}}
+    assert not any(k.startswith("DDP_TRAINER_STRAGGLERS") for k in set(container) - set(env) - set(plan.spec.env))
 
 
 @pytest.mark.parametrize(
