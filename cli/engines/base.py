@@ -41,6 +41,9 @@ NODE_RANK_LAUNCHER = (
     "main()"
 )
 LAUNCHER_PYTHON = protocol.LAUNCHER_PYTHON
+RESUBMIT = (
+    "submit again with --avoid-node NODE (the Kubernetes node rank 0's straggler line names) to keep the pods off it"
+)
 
 
 class WorkloadKind(NamedTuple):
@@ -146,11 +149,12 @@ class Engine(ABC):
 
     def retriable(self, plan: Plan, code: int) -> bool:
         """Whether a node that exited `code` is restarted (with its group) under the rendered
-        rules: every failure but a usage error, which fails the job at once; under restartPolicy
-        OnFailure the kubelet restarts every failed container, usage errors too."""
+        rules: every failure but what fails the job at once (`protocol.FAILS_THE_JOB`: a usage
+        error, a straggler under --stragglers fail); under restartPolicy OnFailure the kubelet
+        restarts every failed container, those too."""
         if self.pod_restart_policy(plan) == "OnFailure":
             return code != 0
-        return code not in (0, protocol.EXIT_USAGE)
+        return code not in (0, *protocol.FAILS_THE_JOB)
 
     def pod_restart_policy(self, plan: Plan) -> str:
         """The pods' restartPolicy: the spec's, else Never (a Job's podFailurePolicy needs it)."""
@@ -166,6 +170,25 @@ class Engine(ABC):
         if self.retriable(plan, protocol.EXIT_PREFLIGHT):
             return f"a failed attempt like a crash: the whole group restarts, up to {self.restart_limit(plan)} times"
         return f"the job fails: {self.pod_restart_policy(plan)} does not retry exit {protocol.EXIT_PREFLIGHT}"
+
+    def straggler_failure(self, plan: Plan) -> str:
+        """What this engine does with pods that exit EXIT_STRAGGLER (every rank does, after the
+        same step, under --stragglers fail with a node named), in words (`--explain`)."""
+        code = protocol.EXIT_STRAGGLER
+        if not plan.uses_launcher:
+            return (
+                f"plain torchrun exits 1 for it, not {code}, so it is handled as any failed pod: "
+                f"{self.failure_handling(plan)}"
+            )
+        if self.pod_restart_policy(plan) == "OnFailure":
+            return (
+                f"restartPolicy OnFailure: the kubelet restarts the containers in place (any code, {code} too), up "
+                f"to {self.restart_limit(plan)} times, on the same nodes, so the straggler is likely named again; "
+                "leave restartPolicy unset to end the job at once"
+            )
+        if self.retriable(plan, code):
+            return f"a failed attempt like a crash: the whole group restarts, up to {self.restart_limit(plan)} times"
+        return f"the job fails at once; {RESUBMIT}"
 
     def check_restart_policy(self, plan: Plan) -> None:
         if plan.spec.restart_policy == "ExitCode":
@@ -304,12 +327,15 @@ class IndexedEngine(Engine):
     peer_stop_codes: ClassVar[tuple[int, ...]]
 
     def pod_failure_policy(self, plan: Plan) -> dict[str, Any] | None:
-        """The (child) Job's podFailurePolicy: a usage error fails it at once, a disruption and its
-        knock-on stops get `on_disruption` (exit-code rules only where the pods run ddpctl's launcher)."""
+        """The (child) Job's podFailurePolicy: a usage error and a straggler (`protocol.FAILS_THE_JOB`)
+        fail it at once, a disruption and its knock-on stops get `on_disruption` (exit-code rules
+        only where the pods run ddpctl's launcher)."""
         if not self.failure_rules_apply(plan):
             return None
         rules = [self.disruption_rule(self.on_disruption)]
-        if plan.uses_launcher or plan.ships_workspace:  # exit 2: bad input, or a workspace that cannot be unpacked
+        if plan.uses_launcher:  # exit 2: bad input; 202: a straggler under --stragglers fail
+            rules.insert(0, self.exit_code_rule("FailJob", protocol.FAILS_THE_JOB))
+        elif plan.ships_workspace:  # exit 2: a workspace that cannot be unpacked (plain torchrun exits 1 for the rest)
             rules.insert(0, self.exit_code_rule("FailJob", (protocol.EXIT_USAGE,)))
         if plan.uses_launcher:
             rules.append(self.exit_code_rule(self.on_disruption, self.peer_stop_codes))

@@ -18,11 +18,12 @@ Contract (Kubernetes documentation, in our words):
   a pod with condition DisruptionTarget was preempted, evicted or lost with its node.
   https://kubernetes.io/docs/concepts/workloads/controllers/job/#pod-failure-policy
 
-Failures: a usage error (exit 2) fails the Job; a preempted pod, and the peers that stopped with it
-(exit 143) or lost it (exit 138), are replaced without counting; any other failed pod counts. A
-failed pod's peers fail too (their collectives break at once, or the stall watchdog ends them), so
-every index is recreated and the whole group meets again at a fresh rendezvous (a lone replacement
-could not join a static rendezvous whose other members still run).
+Failures: a usage error (exit 2) and a straggler under --stragglers fail (202) fail the Job; a
+preempted pod, and the peers that stopped with it (exit 143) or lost it (exit 138), are replaced
+without counting; any other failed pod counts. A failed pod's peers fail too (their collectives
+break at once, or the stall watchdog ends them), so every index is recreated and the whole group
+meets again at a fresh rendezvous (a lone replacement could not join a static rendezvous whose
+other members still run).
 
 Node groups: one headless Service for all of them and one Indexed Job per group, named
 `<job>-<group>` (pods `<job>-<group>-<index>`); a pod's node rank is its group's offset (the nodes
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import NODE_RANK_OFFSET, IndexedEngine, WorkloadKind, _int
+from ddpctl.engines.base import NODE_RANK_OFFSET, RESUBMIT, IndexedEngine, WorkloadKind, _int
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
@@ -73,7 +74,8 @@ class JobEngine(IndexedEngine):
                 "retried too)"
             )
         return (
-            "a usage error (exit 2) fails the Job at once; a preempted or evicted pod (DisruptionTarget) and the "
+            f"a usage error (exit 2) or a straggler under --stragglers fail ({protocol.EXIT_STRAGGLER}) fails the Job "
+            "at once; a preempted or evicted pod (DisruptionTarget) and the "
             "peers that stopped with it (143) or lost it (138) are replaced without counting; any other failed pod "
             f"counts against {limit} (failed pods, not restarts: a stall fails every pod). A pod's failure fails "
             "its peers, so every pod is recreated and the whole group resumes from the last checkpoint"
@@ -85,6 +87,14 @@ class JobEngine(IndexedEngine):
         return (
             f"every pod fails, and each counts against backoffLimit {plan.spec.backoff_limit}; the Job recreates "
             "them, and new pods may land on other nodes (--avoid-node keeps them off the one named)"
+        )
+
+    def straggler_failure(self, plan: Plan) -> str:
+        if not (plan.uses_launcher and self.failure_rules_apply(plan)):
+            return super().straggler_failure(plan)
+        return (
+            f"the Job fails at once by its podFailurePolicy's FailJob rule on {protocol.EXIT_STRAGGLER} (no retry, "
+            f"whatever backoffLimit is left); {RESUBMIT}"
         )
 
     def workload_name(self, plan: Plan, group: NodeGroup) -> str:

@@ -18,11 +18,12 @@ Contract (JobSet documentation, in our words):
   https://jobset.sigs.k8s.io/docs/concepts/#failure-policy
 
 Failures: each child Job (backoffLimit 0) fails at the first failed pod, with a FailJob rule for a
-usage error (exit 2) and for preemption (DisruptionTarget, or exit 143: every rank stopped after a
-peer's SIGTERM); the JobSet fails at once on the first and restarts without counting on the others.
-Anything else (a crash, a lost peer: 138, a stall: 200) restarts the JobSet up to maxRestarts. A
-lost peer is counted on purpose: which pod of a child Job fails first is a race, and the root cause
-(an OOM kill, say) must not hide behind its peers' 138 forever.
+usage error (exit 2) and a straggler under --stragglers fail (202), and one for preemption
+(DisruptionTarget, or exit 143: every rank stopped after a peer's SIGTERM); the JobSet fails at once
+on the first and restarts without counting on the second. Anything else (a crash, a lost peer:
+138, a stall: 200) restarts the JobSet up to maxRestarts. A lost peer is counted on purpose: which
+pod of a child Job fails first is a race, and the root cause (an OOM kill, say) must not hide
+behind its peers' 138 forever.
 
 Node groups: one replicatedJob per group (named after the group, replicas 1, completions = the
 group's nodes); node rank = group offset + completion index (`NODE_RANK_LAUNCHER`). Without
@@ -33,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import IndexedEngine, WorkloadKind, _int
+from ddpctl.engines.base import RESUBMIT, IndexedEngine, WorkloadKind, _int
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ class JobSetEngine(IndexedEngine):
             return policy
         usage = [str(i) for i, rule in enumerate(child["rules"]) if _is_usage_rule(rule)]
         preempted = [str(i) for i, rule in enumerate(child["rules"]) if not _is_usage_rule(rule)]
+        # the FailJob rule on a usage error takes a straggler's 202 too where the launcher runs
+        stragglers = any(protocol.EXIT_STRAGGLER in _codes(rule) for rule in child["rules"])
 
         def at_index(indexes: list[str]) -> list[str]:
             return [f"matching FailJob rule at index ({'|'.join(indexes)})$"]
@@ -73,7 +76,7 @@ class JobSetEngine(IndexedEngine):
         if usage:
             rules.append(
                 {
-                    "name": "UsageError",
+                    "name": "UsageErrorOrStraggler" if stragglers else "UsageError",
                     "action": "FailJobSet",
                     "onJobFailureReasons": ["PodFailurePolicy"],
                     "onJobFailureMessagePatterns": at_index(usage),
@@ -101,7 +104,8 @@ class JobSetEngine(IndexedEngine):
                 f"restarts the whole set, up to {limit}"
             )
         usage = (
-            "a usage error (exit 2) fails the JobSet at once; "
+            f"a usage error (exit 2) or a straggler under --stragglers fail ({protocol.EXIT_STRAGGLER}) fails the "
+            "JobSet at once; "
             if plan.uses_launcher
             else "a workspace that cannot be unpacked (exit 2) fails the JobSet at once; "
             if plan.ships_workspace
@@ -117,6 +121,14 @@ class JobSetEngine(IndexedEngine):
         return (
             f"the whole JobSet restarts, up to failurePolicy.maxRestarts {plan.spec.backoff_limit}; its new pods "
             "may land on other nodes (--avoid-node keeps them off the one named)"
+        )
+
+    def straggler_failure(self, plan: Plan) -> str:
+        if not (plan.uses_launcher and self.failure_rules_apply(plan)):
+            return super().straggler_failure(plan)
+        return (
+            f"the child Job fails by its FailJob rule on {protocol.EXIT_STRAGGLER}, and the JobSet fails at once "
+            "(no restart, whatever failurePolicy.maxRestarts is left); " + RESUBMIT
         )
 
     def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str:
@@ -139,8 +151,14 @@ class JobSetEngine(IndexedEngine):
         return total
 
 
+def _codes(rule: dict[str, Any]) -> list[int]:
+    return list((rule.get("onExitCodes") or {}).get("values", []))
+
+
 def _is_usage_rule(rule: dict[str, Any]) -> bool:
-    return protocol.EXIT_USAGE in (rule.get("onExitCodes") or {}).get("values", [])
+    """The child Jobs' FailJob rule on the codes that fail the job at once (a usage error, and a
+    straggler where the launcher runs): one rule, so its index stays what the JobSet rule matches."""
+    return protocol.EXIT_USAGE in _codes(rule)
 
 
 ENGINE = JobSetEngine()

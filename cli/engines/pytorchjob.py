@@ -22,9 +22,9 @@ Contract (Training Operator documentation and its env setup, in our words):
 
 Failures: with ddpctl's launcher in the pods (the ddpctl trainer) the default is ExitCode: a
 preempted node (143, after a checkpoint; its peers stop at the same step with 143), a killed one
-(137) and a node that lost its peer (138) are recreated; a usage error (2), a crash (1) and a stall
-(200) fail the job. Each failed pod is recreated, and every pod fails when one does, so the whole
-group meets again.
+(137) and a node that lost its peer (138) are recreated; a usage error (2), a crash (1), a stall
+(200) and a straggler under --stragglers fail (202) fail the job. Each failed pod is recreated, and
+every pod fails when one does, so the whole group meets again.
 
 Node groups: the two templates are the two shapes it can express: Master = the first group when
 that group is one node, Worker = the second group. As PET_NPROC_PER_NODE comes from the job-wide
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import Engine, WorkloadKind, _int
+from ddpctl.engines.base import RESUBMIT, Engine, WorkloadKind, _int
 from ddpctl.errors import SpecError
 from ddpctl.spec import kueue
 from ddpctl_trainer import protocol
@@ -111,8 +111,8 @@ class PyTorchJobEngine(Engine):
             )
             return (
                 "restartPolicy ExitCode: the operator recreates a pod that was preempted (143, checkpoint written), "
-                "killed (137) or lost a peer (138); a usage error (2), a crash (1), a stall (200) or a failed "
-                "preflight (201) fails the job. "
+                "killed (137) or lost a peer (138); a usage error (2), a crash (1), a stall (200), a failed "
+                f"preflight (201) or a straggler under --stragglers fail ({protocol.EXIT_STRAGGLER}) fails the job. "
                 "The operator does not count these restarts against runPolicy.backoffLimit (kubeflow/trainer#2045): "
                 f"{bound} (run --local stops after backoffLimit {plan.spec.backoff_limit})"
             )
@@ -130,6 +130,15 @@ class PyTorchJobEngine(Engine):
                 "submit again with --avoid-node NAME"
             )
         return super().preflight_failure(plan)
+
+    def straggler_failure(self, plan: Plan) -> str:
+        if plan.uses_launcher and self.pod_restart_policy(plan) == "ExitCode":
+            retried = ", ".join(map(str, protocol.KUBEFLOW_RETRYABLE))
+            return (
+                f"the job fails at once: restartPolicy ExitCode recreates pods only for {retried} "
+                f"(Kubeflow's rule), and {protocol.EXIT_STRAGGLER} is permanent; {RESUBMIT}"
+            )
+        return super().straggler_failure(plan)
 
     def can(self, feature: str) -> bool:
         return feature != "groups"  # only some group shapes: see check()

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddpctl.engines.base import Engine, WorkloadKind, _int
 from ddpctl.errors import SpecError
+from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
     from ddpctl.plan import Node, Plan
@@ -62,6 +63,14 @@ class TrainJobEngine(Engine):
 
     def preflight_failure(self, plan: Plan) -> str:
         return f"the {self.runtime} runtime decides, as for any failed pod (the upstream runtime sets no retry rule)"
+
+    def straggler_failure(self, plan: Plan) -> str:
+        return (
+            f"the {self.runtime} runtime decides, as for any failed pod: the upstream runtime has no rule on exit "
+            f"codes, so its Job replaces failed pods (Kubernetes' default backoffLimit of 6) rather than end at once "
+            f"on {protocol.EXIT_STRAGGLER}; a platform team can add the FailJob rule ddpctl renders for target jobset "
+            f"(exit {', '.join(map(str, protocol.FAILS_THE_JOB))}) to the runtime"
+        )
 
     def check(self, plan: Plan) -> None:
         other = "or use target job, jobset or pytorchjob"

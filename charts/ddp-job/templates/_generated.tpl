@@ -623,7 +623,8 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
                       "containerName": "trainer",
                       "operator": "In",
                       "values": [
-                        2
+                        2,
+                        202
                       ]
                     }
                   },
@@ -949,7 +950,8 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
                       "containerName": "trainer",
                       "operator": "In",
                       "values": [
-                        2
+                        2,
+                        202
                       ]
                     }
                   },
@@ -976,7 +978,7 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
               },
               "failureRules": [
                 {
-                  "name": "UsageError",
+                  "name": "UsageErrorOrStraggler",
                   "action": "FailJobSet",
                   "onJobFailureReasons": [
                     "PodFailurePolicy"

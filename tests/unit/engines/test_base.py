@@ -56,6 +56,11 @@ def test_the_alternatives_name_the_engines_that_can() -> None:
         ({}, 0, False),
         ({"restartPolicy": "OnFailure"}, protocol.EXIT_USAGE, True),  # the kubelet restarts every failed container
         ({"target": "jobset"}, protocol.EXIT_STALLED, True),
+        ({}, protocol.EXIT_STRAGGLER, False),  # --stragglers fail ends the job at once, like a usage error
+        ({"target": "jobset"}, protocol.EXIT_STRAGGLER, False),
+        ({"target": "trainjob"}, protocol.EXIT_STRAGGLER, False),
+        ({"restartPolicy": "OnFailure"}, protocol.EXIT_STRAGGLER, True),  # the kubelet restarts it in place
+        ({"target": "jobset"}, protocol.EXIT_PREFLIGHT, True),  # unlike a failed preflight: a new pod may help
     ],
 )
 def test_retriable(data: dict[str, Any], code: int, retried: bool) -> None:
@@ -149,9 +154,9 @@ def test_node_groups_add_their_offset_to_the_completion_index(data: dict[str, An
 @pytest.mark.parametrize(
     ("data", "rules"),
     [
-        ({}, [("FailJob", [2]), ("Ignore", "DisruptionTarget"), ("Ignore", [138, 143])]),
+        ({}, [("FailJob", [2, 202]), ("Ignore", "DisruptionTarget"), ("Ignore", [138, 143])]),
         ({"module": None, "script": "train.py"}, [("Ignore", "DisruptionTarget")]),  # plain torchrun: exit 1 for all
-        ({"target": "jobset"}, [("FailJob", [2]), ("FailJob", "DisruptionTarget"), ("FailJob", [143])]),
+        ({"target": "jobset"}, [("FailJob", [2, 202]), ("FailJob", "DisruptionTarget"), ("FailJob", [143])]),
         ({"restartPolicy": "OnFailure"}, None),  # Kubernetes allows podFailurePolicy with Never only
     ],
 )
@@ -209,3 +214,24 @@ def test_an_exit_code_rule_sorts_its_codes() -> None:
         "action": "Ignore",
         "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2, 138, 143]},
     }
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ({}, "the Job fails at once by its podFailurePolicy's FailJob rule on 202"),
+        ({"target": "jobset"}, "the child Job fails by its FailJob rule on 202, and the JobSet fails at once"),
+        ({"target": "pytorchjob"}, "restartPolicy ExitCode recreates pods only for 130, 137, 138, 143"),
+        ({"target": "trainjob"}, "the torch-distributed runtime decides"),
+        ({"restartPolicy": "OnFailure"}, "the kubelet restarts the containers in place (any code, 202 too)"),
+        ({"target": "pytorchjob", "restartPolicy": "OnFailure"}, "the kubelet restarts the containers in place"),
+        ({"target": "pytorchjob", "restartPolicy": "Never"}, "the job fails at once; submit again with --avoid-node"),
+        ({"module": "mypkg.train"}, "plain torchrun exits 1 for it, not 202"),
+    ],
+)
+def test_what_each_engine_does_with_a_straggler_exit(data: dict[str, Any], words: str) -> None:
+    plan = planned(**data)
+    said = plan.engine.straggler_failure(plan)
+    assert words in said, said
+    if plan.uses_launcher and plan.pod_restart_policy != "OnFailure" and plan.spec.target != "trainjob":
+        assert "--avoid-node NODE" in said

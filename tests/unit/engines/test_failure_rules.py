@@ -11,7 +11,8 @@ our engine code), and the scenarios are played through it. Every pod of a scenar
 trainer's launcher ends it (exit codes in ddpctl_trainer.protocol): a preempted node's pod has the
 DisruptionTarget condition and exits 143, and its peers stop at the same step and exit 143 too; a
 node whose worker was killed exits 137 and its peers 138 (lost a peer); a usage error is exit 2 on
-every node; a crash is exit 1 on one node, 138 on the others; a stall is 200 everywhere.
+every node; a crash is exit 1 on one node, 138 on the others; a stall is 200 everywhere, and a
+straggler under --stragglers fail is 202 everywhere.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ SCENARIOS: dict[str, list[PodEnd]] = {
     "worker killed": [PodEnd(protocol.EXIT_PEER_LOST), PodEnd(protocol.EXIT_KILLED), PodEnd(protocol.EXIT_PEER_LOST)],
     "crash": [PodEnd(1), PodEnd(protocol.EXIT_PEER_LOST), PodEnd(protocol.EXIT_PEER_LOST)],
     "stall": [PodEnd(protocol.EXIT_STALLED)] * NODES,
+    "straggler": [PodEnd(protocol.EXIT_STRAGGLER)] * NODES,  # --stragglers fail: every rank, after the same step
 }
 FAILS, FREE_RESTART, COUNTED_RESTART = "fails at once", "restarts, not counted", "restarts, counted"
 
@@ -160,6 +162,7 @@ EXPECTED_JOB = {
     "worker killed": COUNTED_RESTART,
     "crash": COUNTED_RESTART,
     "stall": COUNTED_RESTART,
+    "straggler": FAILS,
 }
 
 
@@ -213,7 +216,7 @@ def test_local_runs_retry_the_codes_the_rendered_rules_retry(target: str) -> Non
     controller reading the rendered object about each node's own exit code."""
     spec = JobSpec.from_dict({"target": target, "nodes": NODES, "name": "fr"})
     objects = render(spec)
-    for code in (1, 2, 137, 138, 143, 200):
+    for code in (1, 2, 137, 138, 143, 200, 201, 202):
         end = PodEnd(code)
         if target == "job":
             (job,) = [o for o in objects if o["kind"] == "Job"]
@@ -243,3 +246,34 @@ def test_on_failure_restart_policy_renders_no_pod_failure_policy(target: str) ->
     """Kubernetes accepts podFailurePolicy only with restartPolicy Never."""
     text = str(_objects(target, restartPolicy="OnFailure"))
     assert "podFailurePolicy" not in text and "'restartPolicy': 'OnFailure'" in text
+
+
+@pytest.mark.parametrize(
+    ("target", "changes", "codes", "name"),
+    [
+        ("job", {}, [protocol.EXIT_USAGE, protocol.EXIT_STRAGGLER], None),
+        ("jobset", {}, [protocol.EXIT_USAGE, protocol.EXIT_STRAGGLER], "UsageErrorOrStraggler"),
+        # a user's script under plain torchrun, with a workspace: only an unpackable workspace exits 2 itself
+        ("job", {"module": "mypkg.train", "workspace": {"dir": "."}}, [protocol.EXIT_USAGE], None),
+        ("jobset", {"module": "mypkg.train", "workspace": {"dir": "."}}, [protocol.EXIT_USAGE], "UsageError"),
+    ],
+)
+def test_one_fail_job_rule_takes_every_code_that_fails_the_job_where_the_launcher_runs(
+    target: str, changes: dict[str, Any], codes: list[int], name: str | None
+) -> None:
+    """The launcher's codes that end the job at once (`protocol.FAILS_THE_JOB`) are one FailJob rule,
+    the first: the JobSet rule that fails the set matches the child Job's message by that rule's index."""
+    plan = plan_for(JobSpec.from_dict({"target": target, "name": "fr", **changes}))
+    policy = plan.engine.pod_failure_policy(plan)  # type: ignore[attr-defined]
+    first = policy["rules"][0]
+    assert (first["action"], first["onExitCodes"]["values"]) == ("FailJob", codes)
+    codes_of = [set(r.get("onExitCodes", {}).get("values", [])) for r in policy["rules"]]
+    fails_the_job = [r for r, of in zip(policy["rules"], codes_of) if of & set(protocol.FAILS_THE_JOB)]
+    assert fails_the_job == [first]
+    if target == "jobset":
+        rules = plan.engine.failure_policy(plan)["rules"]  # type: ignore[attr-defined]
+        assert (rules[0]["name"], rules[0]["action"]) == (name, "FailJobSet")
+        assert rules[0]["onJobFailureMessagePatterns"] == ["matching FailJob rule at index (0)$"]
+        for code in codes:
+            message = f"Container trainer for pod ns/p failed with exit code {code} matching FailJob rule at index 0"
+            assert jobset_action(plan.engine.failure_policy(plan), "PodFailurePolicy", message) == "FailJobSet"  # type: ignore[attr-defined]

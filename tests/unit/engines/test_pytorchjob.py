@@ -46,13 +46,13 @@ def test_the_restart_policy_and_its_limit(data: dict[str, Any], policy: str, lim
     ("data", "retried"),
     [
         ({}, set(protocol.KUBEFLOW_RETRYABLE)),  # ExitCode: 130, 137, 138, 143 only
-        ({"restartPolicy": "OnFailure"}, {1, 2, 130, 137, 138, 143, 200}),
+        ({"restartPolicy": "OnFailure"}, {1, 2, 130, 137, 138, 143, 200, 202}),
         ({"restartPolicy": "Never"}, set()),
     ],
 )
 def test_what_is_retried(data: dict[str, Any], retried: set[int]) -> None:
     plan = planned(**data)
-    assert {code for code in (0, 1, 2, 130, 137, 138, 143, 200) if plan.retriable(code)} == retried
+    assert {code for code in (0, 1, 2, 130, 137, 138, 143, 200, 202) if plan.retriable(code)} == retried
 
 
 @pytest.mark.parametrize(
