@@ -111,6 +111,28 @@ def _preflight_lines(plan: Plan) -> list[str]:
     return _wrapped("  preflight:          ", text)
 
 
+def _stragglers_lines(plan: Plan) -> list[str]:
+    """What the straggler detector watches during training, and what a named node does here."""
+    watch = plan.spec.stragglers
+    label = "  stragglers:         "
+    if not watch.on:
+        return _wrapped(label, "off: no node is watched for slowing down during training (--stragglers warn or fail)")
+    every, windows = watch.every, watch.windows
+    text = (
+        f"{watch.mode}: every rank times its own work per step; every {plural(every, 'step')} rank 0 names a node "
+        f"below {number_text(watch.tolerance)} x the median speed for {plural(windows, 'window')} in a row "
+        f"({plural(windows * every, 'step')}), and again when it recovers"
+    )
+    if not plan.uses_trainer:
+        text += " (your script opts in with ddpctl_trainer.stragglers; its pods get these settings)"
+    if watch.mode == "fail":
+        what = plan.engine.straggler_failure(plan)
+        text += f"; exit {protocol.EXIT_STRAGGLER} on every rank when a node is named: {what}"
+    else:
+        text += "; training goes on"
+    return _wrapped(label, text)
+
+
 def node_table(plan: Plan) -> list[str]:
     """One line per node: node rank, group, pod, processes, global ranks."""
     nodes = plan.nodes
@@ -217,6 +239,7 @@ def explain(plan: Plan, shipment: Shipment | None = None, *, lint: str | None = 
     lines += _topology_lines(plan)
     lines += _fabric_lines(plan)
     lines += _preflight_lines(plan)
+    lines += _stragglers_lines(plan)
     if shipment is not None:
         lines += _wrapped("  workspace:          ", shipment.explain())
     if lint:

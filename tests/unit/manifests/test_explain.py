@@ -118,3 +118,44 @@ def test_explain_says_what_the_preflight_costs_and_what_a_failed_one_does(data: 
     said = _said(data, "preflight")
     assert f"costs {cost}" in said and after in said, said
     assert _said({}, "preflight") == ""
+
+
+RULE = (
+    "every rank times its own work per step; every 10 steps rank 0 names a node below 0.6 x the median speed for 3 "
+    "windows in a row (30 steps), and again when it recovers"
+)
+
+
+@pytest.mark.parametrize(
+    ("data", "said"),
+    [
+        ({}, f"warn: {RULE}; training goes on"),  # on by default
+        (
+            {"stragglers": {"mode": "off"}},
+            "off: no node is watched for slowing down during training (--stragglers warn or fail)",
+        ),
+        (
+            {"stragglers": {"mode": "warn", "tolerance": 0.5, "every": 1, "windows": 1}},
+            "warn: every rank times its own work per step; every 1 step rank 0 names a node below 0.5 x the median "
+            "speed for 1 window in a row (1 step), and again when it recovers; training goes on",
+        ),
+        (
+            {"stragglers": {"mode": "fail"}},
+            f"fail: {RULE}; exit 202 on every rank when a node is named: the Job fails at once by its "
+            "podFailurePolicy's FailJob rule on 202 (no retry, whatever backoffLimit is left); submit again with "
+            "--avoid-node NODE (the Kubernetes node rank 0's straggler line names) to keep the pods off it",
+        ),
+        ({"stragglers": {"mode": "fail"}, "target": "jobset"}, "the JobSet fails at once (no restart"),
+        ({"stragglers": {"mode": "fail"}, "target": "pytorchjob"}, "and 202 is permanent; submit again with"),
+        ({"stragglers": {"mode": "fail"}, "target": "trainjob"}, "the torch-distributed runtime decides"),
+        (
+            {"stragglers": {"mode": "fail"}, "restartPolicy": "OnFailure"},
+            "restartPolicy OnFailure: the kubelet restarts the containers in place (any code, 202 too), up to 3 "
+            "times, on the same nodes",
+        ),
+        ({"module": "mypkg.train"}, "(your script opts in with ddpctl_trainer.stragglers; its pods get these"),
+    ],
+)
+def test_explain_says_how_stragglers_are_watched_and_what_a_named_one_does(data: dict, said: str) -> None:
+    text = _said(data, "stragglers")
+    assert said in text, text
