@@ -396,6 +396,8 @@ class Stragglers:
         self.cfg = self.cfg or config_from_env()
         self.active = self.cfg.on and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
         self.rank = dist.get_rank() if self.active else 0
+        self.world_size = dist.get_world_size() if self.active else 1
+        self._received: tuple[int, dict[int, float]] | None = None
         if self.device_type is None:
             self.device_type = _device_type(self.model)
         self.clock = StepClock(self.device_type)
@@ -419,7 +421,11 @@ class Stragglers:
         if self.step_no - self._first + 1 < self.cfg.every:  # type: ignore[union-attr]
             return []
         first, self._first = self._first, self.step_no + 1
-        figures = self._gather(self.clock.take())
+        if self._received is not None and self._received[0] == self.step_no:
+            figures = self._received[1]
+        else:
+            figures = self._gather(self.clock.take())
+        self._received = None
         found = self.judge.window(first, self.step_no, figures) if self.judge else []
         self.verdicts += found
         for v in found:
@@ -429,6 +435,25 @@ class Stragglers:
                 if v.kind == "straggler":
                     raise StragglerStop(self.judge.failure(v))
         return found
+
+    def riders(self, step: int) -> list[float] | None:
+        """When ``step`` ends a window: this rank's figure in its slot of a world-sized list, to ride
+        on a collective the loop runs after every step anyway (the trainer's stop vote, an
+        all-reduce with MAX: the other slots are 0), so the window costs no collective of its own;
+        hand the reduced list to ``receive``. None otherwise, and for the first window, whose gather
+        also shares the ranks' seats."""
+        if not self.active or self.judge is None or (self._received is not None and self._received[0] == step):
+            return None
+        first = self._first if self._first is not None else step
+        if step - first + 1 < self.cfg.every:  # type: ignore[union-attr]
+            return None
+        self.clock.stop()
+        out = [0.0] * self.world_size
+        out[self.rank] = self.clock.take()
+        return out
+
+    def receive(self, step: int, values: Sequence[float]) -> None:
+        self._received = (step, dict(enumerate(values)))
 
     def restart_window(self) -> None:
         """Between epochs (evaluation, the epoch's checkpoint): the next step starts now."""

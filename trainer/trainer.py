@@ -351,14 +351,18 @@ class Trainer:
     # ----------------------------------------------------------------------------- stopping
     def stop_agreed(self) -> bool:
         """Whether any rank was asked to stop: called by every rank after the same step, so all
-        of them stop after that step together (one 1-element all-reduce)."""
+        of them stop after that step together (one 1-element all-reduce; at the end of a straggler
+        window it also carries every rank's figure)."""
         local = stop.requested()
         if not d.group_active():
             return local
         device = torch.device("cpu") if self._control_group is not None else self.device
-        flag = torch.tensor([1.0 if local else 0.0], device=device)
+        riders = self.stragglers.riders(self.step)  # a window's figures, one slot per rank (MAX keeps each)
+        flag = torch.tensor([1.0 if local else 0.0, *(riders or ())], device=device, dtype=torch.float64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._control_group)
-        return bool(flag.item() > 0)
+        if riders is not None:
+            self.stragglers.receive(self.step, flag[1:].tolist())
+        return bool(flag[0].item() > 0)
 
     def preempt(self) -> NoReturn:
         """Write a checkpoint of this step boundary (unless one exists) and stop every rank. The

@@ -1,110 +1,51 @@
 """Stragglers named during training: real gloo jobs through `ddpctl run --local` (3 nodes x 1
-process, the ddpctl trainer) whose node 1 is slowed from outside once rank 0 has reported step 30.
-
-Node 1's agent and worker join a cgroup with no limit when their process group comes up
-(tests/support/slow_node/sitecustomize.py); the test tightens the group's CPU quota when rank 0's
-progress line passes step 30 (a lowered pod CPU limit does the same to a pod), and lifts it again
-once the node is named. Everything waits on the job's own lines and its exit, never on sleeps.
+process, the ddpctl trainer) whose node 1 is slowed from outside once rank 0 has reported step 30
+(a tightened CPU quota, tests/support/stragglers.py), and lifted again once it is named.
 
 * warn: node 1 is named within `windows` + 1 windows of the slowdown, nobody else ever is, it is
   said to have recovered after the quota is lifted, and `ddpctl status` shows both;
-* fail: every rank stops after the same step with exit 202, the run is not retried, and the
-  failure names the node.
+* fail: every rank stops after the same step with exit 202, after a checkpoint of it; the run is
+  not retried, and the failure and `status` name the node.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from ddpctl_trainer import protocol
 
-from tests.support import REPO, skip_unless
+from tests.support import skip_unless
 from tests.support.cpu_quota import CpuQuota, unavailable
-from tests.support.procs import ddpctl_env, run_ddpctl, stop_like_a_user
+from tests.support.procs import run_ddpctl
+from tests.support.stragglers import run_job, since
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-HOOK = REPO / "tests" / "support" / "slow_node"
-SLOW_CPUS = 0.08  # node 1's two processes: a fraction of the ~2/3 of a core each node gets here
-SLOW_FROM = 30  # the step after which node 1 is slowed
-EVERY, WINDOWS = 10, 3
-PROGRESS = re.compile(r"^\[rank 0\] epoch (\d+)/\d+ step (\d+)/(\d+)")
-
-
-def _job(cwd: Path, quota: CpuQuota, mode: str) -> tuple[int, list[str], str, dict[str, int]]:
-    """Run the job, slowing node 1 after SLOW_FROM and (warn) lifting it once named: the exit code,
-    rank 0's straggler lines, stderr, and the steps at which the test acted."""
-    cwd.mkdir(parents=True, exist_ok=True)
-    env = {
-        **ddpctl_env(),
-        "PYTHONPATH": f"{HOOK}{os.pathsep}{REPO}",
-        "DDPTEST_SLOW_NODE": "1",
-        "DDPTEST_SLOW_PROCS": str(quota.procs_file),
-    }
-    args = ["run", "--local", "--nodes", "3", "--gpus", "0", "--procs", "1", "--name", "st", "--fresh"]
-    args += ["--color", "never", "--stragglers", mode, "--", "--epochs", "12", "--log-every", "5"]
-    err = cwd / "stderr.txt"
-    with err.open("w") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
-        )
-        acted: dict[str, int] = {}
-        lines: list[str] = []
-        step = 0
-        try:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                found = PROGRESS.match(line)
-                if found:
-                    epoch, in_epoch, per_epoch = (int(g) for g in found.groups())
-                    step = (epoch - 1) * per_epoch + in_epoch
-                    if step >= SLOW_FROM and "slowed" not in acted:
-                        quota.limit(SLOW_CPUS)
-                        acted["slowed"] = step
-                note = protocol.straggler_line(line.rstrip("\n"))
-                if note is not None and line.startswith("[rank 0] "):
-                    lines.append(line.rstrip("\n"))
-                    if note.kind == "straggler" and "lifted" not in acted:
-                        quota.limit(None)
-                        acted["lifted"] = step
-            code = proc.wait(timeout=300)
-        finally:
-            stop_like_a_user(proc, pipes_read_elsewhere=True)
-    return code, lines, err.read_text(), acted
-
-
-def _since(line: str) -> int:
-    found = re.search(r"since step (\d+)", line)
-    assert found, line
-    return int(found.group(1))
+EVERY, WINDOWS = protocol.STRAGGLER_EVERY, protocol.STRAGGLER_WINDOWS
+LOG_EVERY = 5  # the job's progress cadence: when the test sees a step, up to 5 more may have run
 
 
 @pytest.fixture
-def quota() -> CpuQuota:
+def quota() -> Iterator[CpuQuota]:
     reason = unavailable()
     skip_unless(reason is None, f"slowing a node needs a CPU quota: {reason}")
     with CpuQuota(None) as q:
-        yield q  # type: ignore[misc]  # a generator fixture
+        yield q
 
 
 def test_a_node_slowed_mid_run_is_named_said_to_recover_and_shown_by_status(tmp_path: Path, quota: CpuQuota) -> None:
-    code, lines, err, acted = _job(tmp_path, quota, "warn")
-    assert code == 0, err
-    assert "slowed" in acted, "the job never reached the step the test slows it at: nothing was tested"
-    named = [protocol.straggler_line(line) for line in lines]
-    kinds = [(n.kind, n.node) for n in named if n is not None]
-    assert kinds == [("straggler", 1), ("recovered", 1)], lines
-    since = _since(lines[0])
-    # named within windows + 1 windows of the slowdown, and not for a window before it
-    assert acted["slowed"] - EVERY < since <= acted["slowed"] + EVERY, (acted, lines)
-    assert acted["lifted"] <= acted["slowed"] + (WINDOWS + 1) * EVERY + 5, (acted, lines)  # 5: the log's cadence
-    assert "pod st-1" in lines[0] and "(rank 1)" in lines[0], lines[0]
+    run = run_job(tmp_path, quota, "warn", lift=True)
+    assert run.code == 0, run.stderr
+    assert "slowed" in run.acted, "the job never reached the step the test slows it at: nothing was tested"
+    assert [(n.kind, n.node) for n in run.notes()] == [("straggler", 1), ("recovered", 1)], run.lines
+    slowed = run.acted["slowed"]
+    # its window is the one the slowdown began in, and it is named within windows + 1 windows of it
+    assert slowed - EVERY - LOG_EVERY < since(run.lines[0]) <= slowed + EVERY, (run.acted, run.lines)
+    assert run.acted["lifted"] <= slowed + (WINDOWS + 1) * EVERY + LOG_EVERY, (run.acted, run.lines)
+    assert "node 1 (pod st-1" in run.lines[0] and "(rank 1)" in run.lines[0], run.lines[0]
 
     status = run_ddpctl("status", "st", "--on", "local", cwd=tmp_path, timeout=60)
     assert status.returncode == 0, status.stderr
@@ -115,16 +56,17 @@ def test_a_node_slowed_mid_run_is_named_said_to_recover_and_shown_by_status(tmp_
 
 
 def test_fail_stops_every_rank_after_the_same_step_with_202_naming_the_node(tmp_path: Path, quota: CpuQuota) -> None:
-    code, lines, err, acted = _job(tmp_path, quota, "fail")
-    assert code == protocol.EXIT_STRAGGLER, err  # `run` exits with the job's code
-    assert "slowed" in acted, "the job never reached the step the test slows it at: nothing was tested"
-    assert [n.node for n in map(protocol.straggler_line, lines) if n is not None] == [1], lines
-    assert f"exit code {protocol.EXIT_STRAGGLER}" in err and "node 1" in err, err
+    run = run_job(tmp_path, quota, "fail")
+    assert run.code == protocol.EXIT_STRAGGLER, run.stderr  # `run` exits with the job's code
+    assert "slowed" in run.acted, "the job never reached the step the test slows it at: nothing was tested"
+    assert run.named() == [1], run.lines
+    assert f"exited with code {protocol.EXIT_STRAGGLER}: straggler: node 1 (pod st-1" in run.stderr, run.stderr
     record = json.loads((tmp_path / "ddp-runs" / "st" / "run.json").read_text())
     assert record["attempt"] == 0, record  # a straggler ends the job: it is not restarted
-    codes = {n["node"]: n.get("exitCode") for n in record["nodeStates"]}
-    assert set(codes.values()) == {protocol.EXIT_STRAGGLER}, codes  # every node stopped the same way
-    metrics_rank0 = [p for p in (tmp_path / "ddp-runs" / "st" / "checkpoints").glob("ckpt-*")]
-    assert metrics_rank0, "the step it stopped at was not checkpointed"
+    assert {n.get("exitCode") for n in record["nodeStates"]} == {protocol.EXIT_STRAGGLER}, record["nodeStates"]
+    # the step it stopped after (the last of the windows that named the node) was checkpointed
+    stopped_after = since(run.lines[0]) + WINDOWS * EVERY - 1
+    saved = sorted((tmp_path / "ddp-runs" / "st" / "checkpoints").glob("ckpt-*.pt"))
+    assert saved and protocol.checkpoint_step(saved[-1].name) == stopped_after, (saved, run.lines)
     status = run_ddpctl("status", "st", "--on", "local", cwd=tmp_path, timeout=60)
-    assert "node 1" in status.stdout + status.stderr, status.stdout
+    assert "node 1" in status.stdout, status.stdout

@@ -387,3 +387,28 @@ def _since(line: str) -> int:
     found = re.search(r"since step (\d+)", line)
     assert found, line
     return int(found.group(1))
+
+
+def test_a_windows_figures_ride_on_the_stop_vote_after_the_first(
+    one_process_group: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first window gathers by itself (it shares the seats); later ones hand their figure to the
+    trainer's stop vote (`riders`) and judge what it reduced (`receive`), with no gather of their own."""
+    watch = Stragglers(None, StragglerConfig("warn", 0.6, 2, 1))
+    watch.active = True  # one process: judged as if it had peers
+    assert watch.riders(1) is None  # no seats yet
+    watch.begin()
+    watch.end(1)
+    watch.begin()
+    watch.end(2)  # the first window: its own gather
+    assert watch.judge is not None
+    watch.begin()
+    assert watch.riders(3) is None  # mid-window
+    watch.end(3)
+    watch.begin()
+    riders = watch.riders(4)
+    assert riders is not None and len(riders) == 1 and riders[0] >= 0.0
+    watch.receive(4, [0.25])
+    monkeypatch.setattr(watch, "_gather", lambda mine: pytest.fail("a window that rode on the vote gathered again"))
+    watch.end(4)
+    assert watch.riders(4) is None  # the vote at the epoch's end, after the same step, carries nothing

@@ -1,0 +1,101 @@
+"""A local job with a node slowed mid-run, from outside: `ddpctl run --local` (3 nodes x 1 process,
+the ddpctl trainer) whose node 1 joins a cgroup with no limit when its process group comes up
+(tests/support/slow_node/sitecustomize.py); the CPU quota is tightened when rank 0's progress line
+passes a step (as a lowered pod CPU limit slows a pod), and lifted again once the node is named
+(if asked). It acts on the job's own lines only, never on sleeps. Shared by
+tests/e2e/test_stragglers_local.py and bench/bench_stragglers.py.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpctl_trainer import protocol
+
+from tests.support import REPO
+from tests.support.cpu_quota import CpuQuota
+from tests.support.procs import ddpctl_env, stop_like_a_user
+
+HOOK = REPO / "tests" / "support" / "slow_node"
+PROGRESS = re.compile(r"^\[rank 0\] epoch (\d+)/\d+ step (\d+)/(\d+)")
+
+
+@dataclass
+class SlowedRun:
+    code: int
+    lines: list[str]  # rank 0's straggler lines, as printed
+    stderr: str
+    acted: dict[str, int] = field(default_factory=dict)  # `slowed` / `lifted`: the step at which the quota changed
+    last_step: int = 0
+
+    def notes(self) -> list[protocol.StragglerNote]:
+        return [n for n in map(protocol.straggler_line, self.lines) if n is not None]
+
+    def named(self) -> list[int | None]:
+        return [n.node for n in self.notes() if n.kind == "straggler"]
+
+
+def since(line: str) -> int:
+    found = re.search(r"since step (\d+)", line)
+    assert found, line
+    return int(found.group(1))
+
+
+def run_job(
+    cwd: Path,
+    quota: CpuQuota | None,
+    mode: str,
+    *,
+    cpus: float = 0.08,
+    slow_from: int = 30,
+    lift: bool = False,
+    epochs: int = 12,
+    name: str = "st",
+    timeout: float = 300,
+) -> SlowedRun:
+    """Run the job (node 1 slowed to `cpus` after step `slow_from` when `quota` is given; lifted once
+    named when `lift`)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    env = ddpctl_env()
+    if quota is not None:
+        env.update(
+            {
+                "PYTHONPATH": f"{HOOK}{os.pathsep}{REPO}",
+                "DDPTEST_SLOW_NODE": "1",
+                "DDPTEST_SLOW_PROCS": str(quota.procs_file),
+            }
+        )
+    args = ["run", "--local", "--nodes", "3", "--gpus", "0", "--procs", "1", "--name", name, "--fresh"]
+    args += ["--color", "never", "--stragglers", mode, "--", "--epochs", str(epochs), "--log-every", "5"]
+    err = cwd / "stderr.txt"
+    out = SlowedRun(0, [], "")
+    with err.open("w") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
+        )
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                found = PROGRESS.match(line)
+                if found:
+                    epoch, in_epoch, per_epoch = (int(g) for g in found.groups())
+                    out.last_step = (epoch - 1) * per_epoch + in_epoch
+                    if quota is not None and out.last_step >= slow_from and "slowed" not in out.acted:
+                        quota.limit(cpus)
+                        out.acted["slowed"] = out.last_step
+                note = protocol.straggler_line(line.rstrip("\n"))
+                if note is not None and line.startswith(protocol.rank_prefix(0)):
+                    out.lines.append(line.rstrip("\n"))
+                    if quota is not None and lift and note.kind == "straggler" and "lifted" not in out.acted:
+                        quota.limit(None)
+                        out.acted["lifted"] = out.last_step
+            out.code = proc.wait(timeout=timeout)
+        finally:
+            stop_like_a_user(proc, pipes_read_elsewhere=True)
+    out.stderr = err.read_text()
+    return out
