@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ddpctl.lint import checks, fix, index, torchfix
+from ddpctl.lint import facts, fix, guards, index, program, torchfix
 from ddpctl.lint.rules import RULES, Severity, torchfix_severity
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,6 +74,11 @@ def render() -> str:
         "a reason: `# ddpctl: ignore[DDP013] --strategy dp is the user's choice`. A comment without a",
         "reason silences too, but is itself reported (DDP000).",
         "",
+        "Severity is what a finding can be trusted for: an **error** (exit 1; `ddpctl submit` stops) only",
+        "where the rule is certain the script fails or trains wrong under torchrun; what depends on the",
+        "job's configuration is a warning or info, the reason in its message. `run` and `submit` lint",
+        "with the job's layout (nodes, processes per node); a standalone `ddpctl lint` assumes several.",
+        "",
         "## Rules",
         "",
         "| rule | name | severity | `--fix` | finds |",
@@ -94,8 +99,10 @@ def render() -> str:
             "",
             f"- Why: {rule.why}.",
             f"- Fix: {rule.fix}.",
+            *([f"- Severity: {rule.when}."] if rule.when else []),
         ]
-    out += ["", "## How the rules read code", "", _body(index.__doc__), "", _body(checks.__doc__)]
+    out += ["", "## How the rules read code", "", _body(program.__doc__), "", _body(index.__doc__)]
+    out += ["", _body(guards.__doc__), "", _body(facts.__doc__)]
     out += ["", "## What `--fix` rewrites", ""]
     out += [_body(fix.__doc__), "", "## TorchFix", "", _body(torchfix.__doc__), ""]
     out += [

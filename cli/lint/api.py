@@ -7,13 +7,16 @@ lint_workspace(cwd)                    # the folder's Python files
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ddpctl.lint import checks, files, source, torchfix
+from ddpctl.lint import checks, files, program, source, torchfix
+from ddpctl.lint.facts import Project
 from ddpctl.lint.findings import Finding, LintResult
 from ddpctl.lint.index import Index
+from ddpctl.lint.program import UNKNOWN_LAYOUT, Layout
 
 if TYPE_CHECKING:
     from ddpctl.lint.fix import Fixed
@@ -57,59 +60,135 @@ def _unchanged_utf8(src: source.Source) -> bool:
 
 
 class Linted:
-    """Sources, their indexes and findings, kept for --fix."""
+    """Sources, their indexes and findings, kept for --fix, and how they were read (to read them again)."""
 
-    def __init__(self, sources: list[source.Source], indexes: list[Index], result: LintResult) -> None:
+    def __init__(
+        self, sources: list[source.Source], indexes: list[Index], result: LintResult, again: Callable[..., Linted]
+    ) -> None:
         self.sources = sources
         self.indexes = indexes
         self.result = result
+        self._again = again
 
     def fix(self, use_torchfix: bool = True) -> tuple[list[Fixed], Linted]:
-        """Rewrite the fixable findings in every file (atomically), and lint the files again."""
+        """Rewrite the fixable findings in every file of the program, all or nothing: each file's text
+        is fixed in memory and the program linted again (a fix can uncover another: a script that no
+        longer needs CUDA then shows its hard-coded nccl), until none of the fixed rules is left; only
+        then, and when every file is as it was read, is anything written, one file at a time."""
         from ddpctl.atomic import write_text_atomic
-        from ddpctl.lint.fix import Fixed, fix
+        from ddpctl.lint.fix import FIXED_RULES, Fixed, fix
 
-        done: list[Fixed] = []
-        after: list[source.Source] = []
-        for src, idx in zip(self.sources, self.indexes):
-            fixed = fix(src, idx, [f for f in self.result.findings if f.path == src.display])
-            if fixed.changed and not _unchanged_utf8(src):
+        for src in self.sources:
+            mine = [f for f in self.result.findings if f.path == src.display and f.rule in FIXED_RULES]
+            if mine and not _unchanged_utf8(src):
                 self.result.notes.append(f"{src.display}: not fixed (changed since it was read, or not UTF-8)")
-                fixed = Fixed(src, src.text, skipped=fixed.fixed + fixed.skipped)
-            done.append(fixed)
-            if fixed.changed:
-                write_text_atomic(src.path, fixed.text)
-                after.append(source.parse(src.path, src.display, fixed.text))
-            else:
-                after.append(src)
-        return done, lint_sources(after, self.result.files, use_torchfix)
+                return [Fixed(s, s.text) for s in self.sources], self
+        original = {s.path: s for s in self.sources}
+        fixed_of: dict[Path, list[Finding]] = {}
+        current: Linted = self
+        for _ in range(3):
+            after: dict[Path, source.Source] = {}
+            changed = False
+            for src, idx in zip(current.sources, current.indexes):
+                done = fix(src, idx, [f for f in current.result.findings if f.path == src.display])
+                if done.skipped:
+                    return self._refuse(done.skipped[0], use_torchfix)
+                fixed_of.setdefault(src.path, []).extend(done.fixed)
+                after[src.path] = source.parse(src.path, src.display, done.text) if done.changed else src
+                changed = changed or done.changed
+            current = self._again(after, use_torchfix)
+            if not changed or not any(f.rule in FIXED_RULES for f in current.result.findings):
+                break
+        left = [f for f in current.result.findings if f.rule in FIXED_RULES]
+        if left:
+            return self._refuse(left[0], use_torchfix)
+        results = []
+        for src in current.sources:
+            before = original.get(src.path, src)
+            results.append(Fixed(before, src.text, fixed=fixed_of.get(src.path, [])))
+            if src.text != before.text:
+                write_text_atomic(src.path, src.text)
+        return results, current
+
+    def _refuse(self, first: Finding, use_torchfix: bool) -> tuple[list[Fixed], Linted]:
+        from ddpctl.lint.fix import Fixed
+
+        self.result.notes.append(
+            f"not fixed: {first.path}:{first.line} {first.rule} cannot be rewritten with the rest of its flow; "
+            "nothing was written"
+        )
+        return [Fixed(s, s.text) for s in self.sources], self
 
 
-def lint_sources(sources: list[source.Source], paths: list[Path], use_torchfix: bool = True) -> Linted:
-    indexes = [Index(src.tree) for src in sources]
-    facts = checks.projects([src.path for src in sources], indexes)
-    result = LintResult(files=list(paths), torchfix=torchfix.version() if use_torchfix else None)
-    for src, idx, project in zip(sources, indexes, facts):
-        found = checks.check(src, idx, project)
-        if use_torchfix:
-            found.extend(torchfix.run(src, idx))
-        result.findings.extend(unignored(src, idx, found))
+def lint_sources(
+    sources: list[source.Source],
+    paths: list[Path],
+    use_torchfix: bool = True,
+    *,
+    cwd: Path | None = None,
+    roots: Sequence[Path] = (),
+    layout: Layout = UNKNOWN_LAYOUT,
+    module_entry: bool = False,
+) -> Linted:
+    """Lint the programs of these entry files: each with every local module it imports (program.py)."""
+    here = cwd or Path.cwd()
+    entries = [src.path for src in sources]
+
+    def run(read: dict[Path, source.Source], torchfix_on: bool) -> Linted:
+        programs = program.load(entries, here, roots, module_entry, read)
+        return _check(programs, paths, torchfix_on, layout, run)
+
+    return run({src.path: src for src in sources}, use_torchfix)
+
+
+def _check(
+    programs: list[program.Program],
+    paths: list[Path],
+    use_torchfix: bool,
+    layout: Layout,
+    again: Callable[..., Linted],
+) -> Linted:
+    modules = [m for p in programs for m in p.modules]
+    given = {p.resolve() for p in paths}
+    files = list(paths) + [m.src.path for m in modules if m.src.path.resolve() not in given]
+    result = LintResult(files=files, torchfix=torchfix.version() if use_torchfix else None)
+    for prog in programs:
+        result.notes.extend(prog.notes)
+        project = Project.of(prog, layout)
+        for module in prog.modules:
+            src, idx = module.src, module.idx
+            found = checks.check(src, idx, project)
+            if use_torchfix:
+                found.extend(torchfix.run(src, idx))
+            result.findings.extend(unignored(src, idx, found))
     unique: dict[tuple[str, int, int, str], Finding] = {}
     for f in sorted(result.findings, key=lambda f: f.sort_key()):
         unique.setdefault(f.sort_key(), f)
     result.findings = list(unique.values())
     if use_torchfix and result.torchfix is None and any(f.rule.startswith("TOR") for f in result.findings):
         result.notes.append("TorchFix is not installed: only its TOR102 was checked (pip install 'ddpctl[lint]')")
-    return Linted(sources, indexes, result)
+    return Linted([m.src for m in modules], [m.idx for m in modules], result, again)
 
 
 def read(paths: Sequence[Path], cwd: Path) -> list[source.Source]:
     return [source.load(p, files.display(p, cwd)) for p in paths]
 
 
-def lint_files(paths: Sequence[Path], cwd: Path, use_torchfix: bool = True) -> LintResult:
-    """Lint these files (UsageError for one that cannot be read or parsed)."""
-    return lint_sources(read(paths, cwd), list(paths), use_torchfix).result
+def lint_files(
+    paths: Sequence[Path], cwd: Path, use_torchfix: bool = True, context: JobContext | None = None
+) -> LintResult:
+    """Lint these files and the local modules they import (UsageError for one that cannot be read or
+    parsed, in any of them)."""
+    ctx = context or JobContext()
+    return lint_sources(
+        read(paths, cwd),
+        list(paths),
+        use_torchfix,
+        cwd=cwd,
+        roots=ctx.roots,
+        layout=ctx.layout,
+        module_entry=ctx.module_entry,
+    ).result
 
 
 def lint_paths(paths: Sequence[Path], cwd: Path, use_torchfix: bool = True) -> LintResult:
@@ -143,6 +222,31 @@ def lint_job(spec: JobSpec, cwd: Path, use_torchfix: bool = True) -> LintResult:
     found, notes = files.job_files(spec, cwd)
     if not found:
         return LintResult(notes=notes)
-    result = lint_files(found, cwd, use_torchfix)
+    result = lint_files(found, cwd, use_torchfix, job_context(spec, cwd))
     result.notes[:0] = notes
     return result
+
+
+@dataclass(frozen=True)
+class JobContext:
+    """What the job's spec says about how its script runs: the extra import roots (its PYTHONPATH),
+    its layout, and whether it runs as `-m` (imports then start from the working folder)."""
+
+    roots: tuple[Path, ...] = ()
+    layout: Layout = UNKNOWN_LAYOUT
+    module_entry: bool = False
+
+
+def job_context(spec: JobSpec, cwd: Path) -> JobContext:
+    roots = []
+    for entry in (spec.env.get("PYTHONPATH") or "").split(":"):
+        if entry:
+            found = files.folder_in(entry, cwd)
+            if found is not None:
+                roots.append(found)
+    groups = spec.groups
+    procs = max((g.procs_per_node or g.gpus_per_node or 2) for g in groups) if groups else None
+    nodes = spec.max_nodes if spec.max_nodes is not None else spec.nodes
+    command = list(spec.command or [])
+    module = bool(spec.module) or ("-m" in command and not spec.script)
+    return JobContext(tuple(roots), Layout(nodes, procs), module and not spec.script)

@@ -1,24 +1,16 @@
-"""The checkers: one function per rule of rules.py, each reading one file's `Index`.
-
-A file is judged with the files it is linked to by imports among those linted together (what it
-imports, and what imports it, transitively; not its siblings): `Project` says whether one of them
-initialises a process group (the sampler, save and download rules apply only then), calls
-`set_epoch`, or reads `LOCAL_RANK`. A user's `train.py` and the `data.py` it imports are judged
-together; two unrelated scripts in one folder are not.
-"""
+"""The checkers: one function per rule of rules.py, each reading one file's `Index` with the facts of
+the program it belongs to (`Project`, facts.py); the device rules are in devices.py."""
 
 from __future__ import annotations
 
 import ast
-import os
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Callable, Iterable, Iterator
 
+from ddpctl.lint import devices
+from ddpctl.lint.datasets import download_argument
+from ddpctl.lint.facts import Project, finding, short
 from ddpctl.lint.findings import Finding
 from ddpctl.lint.index import (
-    GLOBAL_DEVICE,
-    GLOBAL_RANK,
     WRAPPER,
     Index,
     arg,
@@ -26,14 +18,11 @@ from ddpctl.lint.index import (
     dotted,
     has_star_kwargs,
     is_const,
-    keyword,
     last_name,
 )
 from ddpctl.lint.rules import BY_ID
 from ddpctl.lint.source import Source
 
-INIT_CALLS = frozenset({"init_process_group", "init_device_mesh", "init_distributed"})
-LOCAL_RANK_FLAGS = frozenset({"--local_rank", "--local-rank"})
 FSDP_WRAPS = frozenset({"FullyShardedDataParallel", "fully_shard", "FSDP"})
 DDP_WRAPS = frozenset({"DistributedDataParallel", "DDP"})
 OPTIMIZERS = frozenset(
@@ -64,123 +53,6 @@ NON_DISTRIBUTED_SAMPLERS = frozenset({"RandomSampler", "SequentialSampler"})
 CVD = "CUDA_VISIBLE_DEVICES"
 
 
-@dataclass(frozen=True)
-class Project:
-    """Facts over a file and the files linked to it by imports."""
-
-    distributed: bool  # one of them initialises a process group
-    set_epoch: bool  # one of them calls X.set_epoch(epoch) in a loop or a function
-    reads_local_rank: bool  # one of them names LOCAL_RANK (os.environ["LOCAL_RANK"], .get, getenv)
-
-    @classmethod
-    def of(cls, indexes: Sequence[Index]) -> Project:
-        """The facts of these files taken together."""
-        return cls(
-            any(any(idx.callee(c).rsplit(".", 1)[-1] in INIT_CALLS for c in idx.calls) for idx in indexes),
-            any(any(_is_set_epoch(idx, c) for c in idx.calls) for idx in indexes),
-            any("LOCAL_RANK" in idx.strings for idx in indexes),
-        )
-
-
-def _module_names(paths: Sequence[Path]) -> list[list[str]]:
-    """Each file's dotted names, from its stem up to the folder all the files share."""
-    resolved = [p.resolve() for p in paths]
-    root = Path(os.path.commonpath([p.parent for p in resolved])) if resolved else Path()
-    names = []
-    for path in resolved:
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts and parts[-1] == "__init__":
-            parts = parts[:-1]
-        names.append([".".join(parts[i:]) for i in range(len(parts))])
-    return names
-
-
-def _imported(idx: Index) -> set[str]:
-    """The dotted module names a file imports (relative imports without their dots)."""
-    out: set[str] = set()
-    for node in idx.import_nodes:
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        else:
-            base = node.module or ""
-            if base:
-                out.add(base)
-            out.update(f"{base}.{alias.name}" if base else alias.name for alias in node.names)
-    return out
-
-
-def projects(paths: Sequence[Path], indexes: Sequence[Index]) -> list[Project]:
-    """Each file's `Project`: the facts of it, what it imports and what imports it (transitively)."""
-    by_name: dict[str, set[int]] = {}
-    for i, names in enumerate(_module_names(paths)):
-        for name in names:
-            by_name.setdefault(name, set()).add(i)
-    down: list[set[int]] = [set() for _ in indexes]
-    up: list[set[int]] = [set() for _ in indexes]
-    for i, idx in enumerate(indexes):
-        for name in _imported(idx):
-            for j in by_name.get(name, ()):
-                if j != i:
-                    down[i].add(j)
-                    up[j].add(i)
-
-    def reach(start: int, edges: list[set[int]]) -> set[int]:
-        seen, todo = {start}, [start]
-        while todo:
-            for nxt in edges[todo.pop()] - seen:
-                seen.add(nxt)
-                todo.append(nxt)
-        return seen
-
-    own = [Project.of([idx]) for idx in indexes]
-    out = []
-    for i in range(len(indexes)):
-        linked = reach(i, down) | reach(i, up)
-        out.append(
-            Project(
-                any(own[j].distributed for j in linked),
-                any(own[j].set_epoch for j in linked),
-                any(own[j].reads_local_rank for j in linked),
-            )
-        )
-    return out
-
-
-def _is_set_epoch(idx: Index, call: ast.Call) -> bool:
-    return (
-        isinstance(call.func, ast.Attribute)
-        and call.func.attr == "set_epoch"
-        and bool(call.args)
-        and not isinstance(call.args[0], ast.Constant)
-        and idx.in_loop_or_function(call)
-    )
-
-
-def finding(src: Source, node: ast.AST, rule_id: str, message: str, fix: str | None = None) -> Finding:
-    rule = BY_ID[rule_id]
-    line = getattr(node, "lineno", 1)
-    col = src.char_col(line, getattr(node, "col_offset", 0)) + 1
-    return Finding(
-        src.display, line, col, rule.id, rule.severity, message, fix or rule.fix, fixable=rule.fixable, node=node
-    )
-
-
-def _short(node: ast.AST, limit: int = 60) -> str:
-    text = " ".join(ast.unparse(node).split())
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _origin(idx: Index, expr: ast.AST, kind: str) -> str:
-    """` (rank = dist.get_rank(), line 12)`: where a name got its rank, for the message."""
-    key = dotted(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
-    if key is None:
-        return ""
-    for value in idx.values_of(key, expr)[1]:
-        if kind in idx.kinds(value):
-            return f" ({key} = {_short(value, 40)}, line {value.lineno})"
-    return ""
-
-
 # ---------------------------------------------------------------------------------------- DDP000
 
 
@@ -196,77 +68,6 @@ def ignores_without_reason(src: Source) -> Iterator[Finding]:
                 rule.severity,
                 f"ignore[{', '.join(ignore.rules)}] gives no reason",
                 rule.fix,
-            )
-
-
-# ---------------------------------------------------------------------------------------- DDP001
-
-
-def device_sinks(idx: Index, call: ast.Call) -> Iterator[tuple[ast.expr, str]]:
-    """The arguments of `call` that name a device, and how the call reads (for the message)."""
-    name = idx.callee(call)
-    last = name.rsplit(".", 1)[-1]
-    func = call.func
-    if last == "set_device" and call.args and ("cuda" in name or name == "set_device"):
-        yield call.args[0], "torch.cuda.set_device"
-    if isinstance(func, ast.Attribute) and func.attr in ("to", "cuda") and call.args:
-        yield call.args[0], f".{func.attr}()"
-    for kw in call.keywords:
-        if kw.arg == "device_ids":
-            values = kw.value.elts if isinstance(kw.value, ast.List | ast.Tuple) else [kw.value]
-            for value in values:
-                yield value, "device_ids"
-        elif kw.arg in ("output_device", "device", "map_location"):
-            yield kw.value, f"{kw.arg}="
-
-
-def global_rank_device(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
-    seen: set[int] = set()
-    for call in idx.calls:
-        for expr, where in device_sinks(idx, call):
-            kinds = idx.kinds(expr)
-            if GLOBAL_RANK in kinds and id(expr) not in seen:
-                seen.add(id(expr))
-                yield finding(
-                    src,
-                    expr,
-                    "DDP001",
-                    f"{where} gets the global rank `{_short(expr)}`{_origin(idx, expr, GLOBAL_RANK)}: a GPU "
-                    "index only on the first node",
-                )
-            elif GLOBAL_DEVICE in kinds and _builds_device(expr) and id(expr) not in seen:
-                seen.add(id(expr))
-                yield finding(src, expr, "DDP001", f"`{_short(expr)}` builds the device from the global rank")
-        if idx.callee(call) == "torch.device" and GLOBAL_DEVICE in idx.kinds(call) and id(call) not in seen:
-            seen.add(id(call))
-            yield finding(src, call, "DDP001", f"`{_short(call)}` builds the device from the global rank")
-    for (_, _), values in idx.assigned.items():
-        for value in values:
-            if _builds_device(value) and id(value) not in seen and GLOBAL_DEVICE in idx.kinds(value):
-                seen.add(id(value))
-                yield finding(src, value, "DDP001", f"`{_short(value)}` builds the device from the global rank")
-
-
-def _builds_device(expr: ast.AST) -> bool:
-    return isinstance(expr, ast.JoinedStr | ast.BinOp) or (
-        isinstance(expr, ast.Call) and last_name(expr.func) == "device"
-    )
-
-
-# ---------------------------------------------------------------------------------------- DDP002
-
-
-def local_rank_argument(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
-    if project.reads_local_rank:
-        return
-    for call in idx.calls:
-        if last_name(call.func) != "add_argument":
-            continue
-        flags = [const_str(a) for a in call.args]
-        flag = next((f for f in flags if f in LOCAL_RANK_FLAGS), None)
-        if flag:
-            yield finding(
-                src, call, "DDP002", f"the local rank comes only from the {flag} argument, which torchrun never passes"
             )
 
 
@@ -374,12 +175,19 @@ def loaders(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
         if given and not plain:
             continue
         dataset = arg(call, "dataset", 0)
-        if dataset is not None and _mentions_rank(idx, dataset):
-            continue  # sharded by rank by hand
+        if dataset is not None and (_mentions_rank(idx, dataset) or _is_subset(idx, dataset)):
+            continue  # sharded by rank by hand, or a chosen subset (the samples a DistributedSampler dropped)
         if idx.guard(call) is True:
             continue  # e.g. an evaluation on rank 0 only
-        what = f"sampler={_short(plain[0])}" if plain else "no sampler"
+        what = f"sampler={short(plain[0])}" if plain else "no sampler"
         yield finding(src, call, "DDP005", f"this DataLoader has {what} in a distributed program")
+
+
+def _is_subset(idx: Index, dataset: ast.AST, depth: int = 0) -> bool:
+    if isinstance(dataset, ast.Call):
+        return last_name(dataset.func) == "Subset"
+    key = dotted(dataset) if isinstance(dataset, ast.Name | ast.Attribute) else None
+    return bool(key) and depth < 3 and any(_is_subset(idx, v, depth + 1) for v in idx.values_of(key or "", dataset)[1])
 
 
 # ---------------------------------------------------------------------------------------- DDP008/009
@@ -401,7 +209,8 @@ def saves(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
     for call in idx.calls:
         if idx.callee(call) != "torch.save" or not call.args:
             continue
-        yield from _wrapper_state_dicts(src, idx, call)
+        if not project.loads_into_wrapper:  # a checkpoint the wrapper loads back keeps its `module.` keys
+            yield from _wrapper_state_dicts(src, idx, call)
         if not project.distributed:
             continue
         path = arg(call, "f", 1)
@@ -426,7 +235,7 @@ def _wrapper_state_dicts(src: Source, idx: Index, save: ast.Call) -> Iterator[Fi
                 and node.func.attr == "state_dict"
                 and WRAPPER in idx.kinds(node.func.value)
             ):
-                owner = _short(node.func.value)
+                owner = short(node.func.value)
                 yield finding(
                     src,
                     node,
@@ -440,34 +249,6 @@ def _wrapper_state_dicts(src: Source, idx: Index, save: ast.Call) -> Iterator[Fi
                 todo.extend((v, depth + 1) for v in (*values, *items))
 
 
-# ---------------------------------------------------------------------------------------- DDP010
-
-
-def _nccl(expr: ast.AST) -> bool:
-    text = const_str(expr)
-    return (text is not None and text.lower() == "nccl") or (isinstance(expr, ast.Attribute) and expr.attr == "NCCL")
-
-
-def hard_coded_nccl(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
-    for call in idx.calls:
-        if last_name(call.func) != "init_process_group":
-            continue
-        backend = arg(call, "backend", 0)
-        if backend is None or idx.under_cuda_check(call):
-            continue
-        constants: list[ast.AST] = []
-        if _nccl(backend):
-            constants.append(backend)
-        elif isinstance(backend, ast.Name | ast.Attribute):  # backend = "nccl"; args.dist_backend = "nccl"
-            key = dotted(backend)
-            if key:
-                constants.extend(v for v in idx.values_of(key, backend)[1] if _nccl(v))
-        for constant in constants:
-            if not idx.under_cuda_check(constant):
-                name = const_str(constant) or _short(constant)
-                yield finding(src, constant, "DDP010", f"the process group's backend is always {name}")
-
-
 # ---------------------------------------------------------------------------------------- DDP011
 
 
@@ -476,8 +257,8 @@ def downloads(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
         return
     barriers = [c for c in idx.calls if last_name(c.func) == "barrier"]
     for call in idx.calls:
-        download = keyword(call, "download")
-        if download is None or not is_const(download.value, True):
+        download = download_argument(idx, call)
+        if download is None or not is_const(download, True):
             continue
         if idx.guard(call) is not False:
             continue
@@ -487,7 +268,7 @@ def downloads(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
         stmt = idx.statement_of(call)
         if any(_first_block(w) and any(s is stmt for s in _statements(w)) for w in idx.withs):
             continue
-        yield finding(src, call, "DDP011", f"{_short(call.func)}(download=True) runs on every rank at once")
+        yield finding(src, call, "DDP011", f"{short(call.func)}(download=True) runs on every rank at once")
 
 
 def _first_block(node: ast.With | ast.AsyncWith) -> bool:
@@ -557,15 +338,16 @@ def data_parallel(src: Source, idx: Index, project: Project) -> Iterator[Finding
 Check = Callable[[Source, Index, Project], Iterable[Finding]]
 
 CHECKS: tuple[Check, ...] = (
-    global_rank_device,
-    local_rank_argument,
+    devices.global_rank_device,
+    devices.local_rank_argument,
     optimizer_before_wrap,
     loaders,
     saves,
-    hard_coded_nccl,
+    devices.hard_coded_nccl,
     downloads,
     visible_devices_after_torch,
     data_parallel,
+    devices.one_device,
 )
 
 

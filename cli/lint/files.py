@@ -80,6 +80,18 @@ def _in_folder(path_in_image: str, cwd: Path) -> Path | None:
     return None
 
 
+def folder_in(path_in_image: str, cwd: Path) -> Path | None:
+    """The folder here for a PYTHONPATH entry as the pods see it (as `_in_folder` does for a file)."""
+    path = Path(path_in_image)
+    if not path.is_absolute():
+        return cwd / path if (cwd / path).is_dir() else None
+    parts = path.parts[2:]
+    here = cwd.joinpath(*parts) if parts else cwd
+    if here.is_dir():
+        return here
+    return path if path.is_dir() else None
+
+
 def module_file(module: str, cwd: Path) -> Path | None:
     """`pkg.train` under this folder (or its src/): pkg/train.py, or pkg/train/__main__.py."""
     parts = module.split(".")

@@ -3,20 +3,16 @@
 - **Names**: each import's local name maps to its qualified name (`dist` -> `torch.distributed`), so
   `dist.get_rank`, `torch.distributed.get_rank` and `from torch.distributed import get_rank` read alike.
 - **Where a value comes from**: a name (or `self.attr`, across the class's methods) holds the global
-  rank when something assigned to it does: `dist.get_rank()`, `os.environ["RANK"]`, `int(...)` of one of
-  those, or another such name. `% n` does not carry it (`rank % torch.cuda.device_count()` is the
-  single-node tutorial's device, right when every node has the same GPUs); other arithmetic neither.
-  The local rank (`LOCAL_RANK`), a device built from the global rank, and a DDP/DataParallel wrapper
-  are followed the same way. Flow-insensitive: any assignment in the scope counts.
-- **Rank-0 guards** (`guard`): a statement runs on one process (per job or per node) when it is in the
-  body of an `if` whose test is a rank-0 test, in the `else` of its negation, after an early exit
-  (`if rank != 0: return`), in a function decorated `@rank_zero_only`, or in a function whose every
-  call in this file is itself guarded. A rank-0 test is `RANK == 0` for a rank expression (a name
-  holding a rank, a name such as `rank`, `global_rank`, `local_rank`, `gpu_id`, `dist.get_rank()`,
-  `rank % n`), a main-process flag (`is_main`, `is_master`, `accelerator.is_main_process`,
-  `trainer.is_global_zero`, ...), or a single-process test (`world_size == 1`, `not distributed`);
-  `and` with one of those, `or` of only those. The local rank counts: one writer per node is
-  PyTorch's multi-node tutorial's choice for node-local storage.
+  rank when something assigned to it does: `dist.get_rank()`, `os.environ["RANK"]` (also through a
+  dict or a dict comprehension over `os.environ`, `env["RANK"]`), `int(...)` of one of those, or
+  another such name; a function's parameter holds what its callers pass, a call what the function
+  returns (`rank, world = setup()` by position), in any file of the program (program.py). `% n` does
+  not carry it (`rank % torch.cuda.device_count()` is the single-node tutorial's device, right when
+  every node has the same GPUs); other arithmetic neither. The local rank (`LOCAL_RANK`), a device
+  built from the global rank (`f"cuda:{rank}"`, `"cuda:%d" % rank`, `"cuda:" + str(rank)`,
+  `"cuda:{}".format(rank)`, `torch.device("cuda", rank)`), and a DDP/DataParallel wrapper are
+  followed the same way. Flow-insensitive: any assignment in the scope counts. A process index that
+  `mp.spawn` passes is no rank of torchrun's.
 """
 
 from __future__ import annotations
@@ -24,6 +20,10 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ddpctl.lint.program import Program
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -62,13 +62,7 @@ RANK_NAMES = frozenset(
         "local_process_index",
     }
 )
-MAIN_NAME = re.compile(
-    r"(is_)?(main|master|chief|leader|primary|root|global_zero|world_process_zero|local_process_zero|"
-    r"rank_?zero|rank_?0|local_main|local_master)(_process|_rank|_proc)?",
-    re.IGNORECASE,
-)
 RANK_ZERO_DECORATOR = re.compile(r"rank_?zero|rank_?0|main_process|master_only|on_main", re.IGNORECASE)
-EXITS = frozenset({"exit", "_exit", "quit"})
 # Fields whose values are shared singletons (Load, Store, Add, ...): nothing to walk into.
 _SKIP_FIELDS = frozenset({"ctx", "op", "ops"})
 _SIMPLE = frozenset(
@@ -164,6 +158,9 @@ class Index:
         self._callee: dict[ast.Call, str] = {}
         self._scope_of: dict[ast.AST, ast.AST] = {}  # each node's function (def), or the module
         self._function_guard: dict[FunctionNode, bool | None] = {}
+        self.returns: dict[FunctionNode, list[ast.Return]] = {}
+        self.attr_reads: set[str] = set()  # `X.attr` read, X not self
+        self.program: Program | None = None  # set when the file is read as part of a program
         self._walk()
 
     # ------------------------------------------------------------------ the one pass over the tree
@@ -205,6 +202,11 @@ class Index:
                 for value in (*call.args, *(k.value for k in call.keywords)):
                     if isinstance(value, ast.Name | ast.Attribute):
                         self._site(value, value)
+            elif kind is ast.Attribute:
+                if type(node.ctx) is ast.Load and not (  # type: ignore[attr-defined]
+                    isinstance(node.value, ast.Name) and node.value.id == "self"  # type: ignore[attr-defined]
+                ):
+                    self.attr_reads.add(node.attr)  # type: ignore[attr-defined]
             elif kind is ast.Constant:
                 text = node.value  # type: ignore[attr-defined]
                 if isinstance(text, str) and len(text) < 40:
@@ -219,6 +221,8 @@ class Index:
                     self._bind(node.target, node.value, scope, method)  # type: ignore[attr-defined]
                 elif kind is ast.Import or kind is ast.ImportFrom:
                     self._import(node)  # type: ignore[arg-type]
+                elif kind is ast.Return and isinstance(scope, ast.FunctionDef | ast.AsyncFunctionDef):
+                    self.returns.setdefault(scope, []).append(node)  # type: ignore[arg-type]
             elif kind is ast.NamedExpr:
                 self._bind(node.target, node.value, scope, method)  # type: ignore[attr-defined]
             elif kind is ast.With or kind is ast.AsyncWith:
@@ -266,6 +270,11 @@ class Index:
             if isinstance(value, ast.Tuple | ast.List) and len(value.elts) == len(target.elts):
                 for t, v in zip(target.elts, value.elts):
                     self._bind(t, v, scope, method)
+            elif isinstance(value, ast.Call):  # `rank, world = setup()`: the call's element i
+                for i, t in enumerate(target.elts):
+                    self._bind(
+                        t, ast.copy_location(ast.Subscript(value, ast.Constant(i), ast.Load()), value), scope, method
+                    )
             return
         table = self.assigned
         if isinstance(target, ast.Subscript):
@@ -357,6 +366,8 @@ class Index:
             return frozenset({kind}) if kind else NONE
         if isinstance(expr, ast.Call):
             return self._call_kinds(expr)
+        if isinstance(expr, ast.Subscript):
+            return self._item_kinds(expr)
         if isinstance(expr, ast.JoinedStr):
             head = const_str(expr.values[0]) if expr.values else None
             if head and head.startswith("cuda"):
@@ -381,11 +392,49 @@ class Index:
             return self.kinds(expr.value)
         return NONE
 
+    def _item_kinds(self, expr: ast.Subscript) -> frozenset[str]:
+        """`env["RANK"]` of a dict over `os.environ`, `d["rank"]` of a dict literal, `setup()[0]`."""
+        key = expr.slice.value if isinstance(expr.slice, ast.Constant) else None
+        if key is None:
+            return NONE
+        base = expr.value
+        if isinstance(base, ast.Call) and isinstance(key, int) and self.program is not None:
+            return self.program.return_kinds(self, base, key) or NONE
+        if not isinstance(base, ast.Name) or not isinstance(key, str):
+            return NONE
+        found: set[str] = set()
+        for value in self.values_of(base.id, base)[1]:
+            if self.qualname(value) == "os.environ" or (
+                isinstance(value, ast.Call) and self.qualname(value.func) in ("os.environ.copy", "dict")
+            ):
+                found.add(ENV_KINDS.get(key, ""))
+            elif isinstance(value, ast.DictComp) and self.env_name(value.value) is None:
+                inner = value.value
+                reads_env = isinstance(inner, ast.Subscript | ast.Call) and any(
+                    self.qualname(n) == "os.environ" or self.qualname(n) in ENV_READERS for n in ast.walk(inner)
+                )
+                if reads_env:
+                    found.add(ENV_KINDS.get(key, ""))
+            elif isinstance(value, ast.Dict):
+                for k, v in zip(value.keys, value.values):
+                    if const_str(k) == key:
+                        found |= self.kinds(v)
+        found.discard("")
+        return frozenset(found)
+
     def _call_kinds(self, call: ast.Call) -> frozenset[str]:
         name = self.callee(call)
         last = name.rsplit(".", 1)[-1]
         if last in RANK_CALLS:
             return frozenset({RANK_CALLS[last]})
+        func = call.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "format"
+            and (const_str(func.value) or "").startswith("cuda")
+        ):
+            inner = frozenset().union(*(self.kinds(a) for a in call.args))
+            return frozenset({GLOBAL_DEVICE}) if GLOBAL_RANK in inner else NONE
         if last in WRAPPERS:
             return frozenset({WRAPPER})
         if name in ("int", "str") and len(call.args) == 1:
@@ -394,167 +443,57 @@ class Index:
             inner = frozenset().union(*(self.kinds(a) for a in call.args))
             if GLOBAL_RANK in inner or GLOBAL_DEVICE in inner:
                 return frozenset({GLOBAL_DEVICE})
+            return NONE
+        if self.program is not None:
+            returned = self.program.return_kinds(self, call)
+            if returned is not None:
+                return returned
         return NONE
 
     def _key_kinds(self, key: str, at: ast.AST) -> frozenset[str]:
-        scope, values = self.values_of(key, at)
+        owner = self._param_owner(key, at)
+        if owner is not None:  # a parameter: what its callers pass, and what its function assigns
+            scope, values = id(owner), self.assigned.get((id(owner), key), [])
+        else:
+            scope, values = self.values_of(key, at)
         memo = (scope, key)
         if memo in self._kinds:
             return self._kinds[memo]
         self._kinds[memo] = NONE  # a cycle (x = x + 1) adds nothing
         result = frozenset().union(*(self.kinds(v) for v in values)) if values else NONE
+        if self.program is not None:
+            if owner is not None:
+                result |= self.program.param_kinds(self, owner, key)
+            elif not values and "." in key and not key.startswith("self."):
+                result |= self.program.attr_kinds(key.rsplit(".", 1)[1])
         self._kinds[memo] = result
         return result
 
-    # ------------------------------------------------------------------ rank tests and guards
-    def is_rank_expr(self, expr: ast.AST) -> bool:
-        if self.kinds(expr) & {GLOBAL_RANK, LOCAL_RANK}:
-            return True
-        if isinstance(expr, ast.Name | ast.Attribute):
-            return (last_name(expr) or "").lower() in RANK_NAMES
-        if isinstance(expr, ast.Call):
-            name = self.callee(expr)
-            if name in ("int", "str") and len(expr.args) == 1:
-                return self.is_rank_expr(expr.args[0])
-            return name.rsplit(".", 1)[-1] in (*RANK_CALLS, "get_local_rank")
-        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod):
-            return self.is_rank_expr(expr.left)  # rank % gpus_per_node: the local rank
-        return False
-
-    def _is_main_flag(self, expr: ast.AST) -> bool:
-        name = last_name(expr)
-        return bool(name and MAIN_NAME.fullmatch(name))
-
-    def _single_process(self, expr: ast.AST) -> bool:
-        """`world_size == 1`, `dist.get_world_size() == 1`."""
-        if isinstance(expr, ast.Compare) and len(expr.ops) == 1 and isinstance(expr.ops[0], ast.Eq):
-            side = expr.left if is_const(expr.comparators[0], 1) else expr.comparators[0]
-            if is_const(expr.left, 1) or is_const(expr.comparators[0], 1):
-                name = (last_name(side) or "").lower()
-                return name in ("world_size", "get_world_size", "world", "num_processes")
-        return False
-
-    def _not_distributed(self, operand: ast.AST) -> bool:
-        """The operand of a `not` that means "this is one process": `not distributed`, `not dist.is_initialized()`."""
-        name = (last_name(operand) or "").lower()
-        return "distributed" in name or name in ("is_initialized", "ddp", "use_ddp", "multi_gpu", "multiprocessing")
-
-    def rank0_test(self, test: ast.AST) -> bool:
-        """True where `test` holds only on rank 0 (of the job, or of a node), or in a single process."""
-        if isinstance(test, ast.Compare) and len(test.ops) == 1:
-            left, op, right = test.left, test.ops[0], test.comparators[0]
-            if isinstance(op, ast.Eq) and (is_const(right, 0) and self.is_rank_expr(left)):
-                return True
-            if isinstance(op, ast.Eq) and (is_const(left, 0) and self.is_rank_expr(right)):
-                return True
-            if isinstance(op, ast.Lt) and is_const(right, 1) and self.is_rank_expr(left):
-                return True
-            return self._single_process(test)
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            operand = test.operand
-            return self.is_rank_expr(operand) or self._not_distributed(operand) or self.not_rank0_test(operand)
-        if isinstance(test, ast.BoolOp):
-            if isinstance(test.op, ast.And):
-                return any(self.rank0_test(v) for v in test.values)
-            return all(self.rank0_test(v) for v in test.values)
-        if isinstance(test, ast.Name | ast.Attribute | ast.Call):
-            return self._is_main_flag(test)
-        return False
-
-    def not_rank0_test(self, test: ast.AST) -> bool:
-        """True where `test` holds only off rank 0: `rank != 0`, `rank > 0`, `not is_main`."""
-        if isinstance(test, ast.Compare) and len(test.ops) == 1:
-            left, op, right = test.left, test.ops[0], test.comparators[0]
-            if isinstance(op, ast.NotEq | ast.Gt | ast.IsNot) and is_const(right, 0) and self.is_rank_expr(left):
-                return True
-            if isinstance(op, ast.NotEq) and is_const(left, 0) and self.is_rank_expr(right):
-                return True
-            return isinstance(op, ast.GtE) and is_const(right, 1) and self.is_rank_expr(left)
-        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            return self._is_main_flag(test.operand) or self.rank0_test(test.operand)
-        if isinstance(test, ast.BoolOp):
-            if isinstance(test.op, ast.Or):
-                return any(self.not_rank0_test(v) for v in test.values)
-            return all(self.not_rank0_test(v) for v in test.values)
-        if isinstance(test, ast.Name | ast.Attribute):
-            return self.is_rank_expr(test)  # `if rank:` (nonzero)
-        return False
-
-    def _exits(self, body: list[ast.stmt]) -> bool:
-        last = body[-1] if body else None
-        if isinstance(last, ast.Return | ast.Raise | ast.Continue | ast.Break):
-            return True
-        return isinstance(last, ast.Expr) and isinstance(last.value, ast.Call) and last_name(last.value.func) in EXITS
-
-    def lexically_guarded(self, node: ast.AST) -> bool:
-        """`node` is under a rank-0 test within its own function (or at module level)."""
-        child = node
-        for up in self.ancestors(node):
-            if isinstance(up, ast.If | ast.IfExp):
-                in_body = child is up.body or (isinstance(up.body, list) and any(s is child for s in up.body))
-                in_else = child is up.orelse or (isinstance(up.orelse, list) and any(s is child for s in up.orelse))
-                if in_body and self.rank0_test(up.test):
-                    return True
-                if in_else and self.not_rank0_test(up.test):
-                    return True
-            if isinstance(child, ast.stmt):
-                block = self._block_of(up, child)
-                if block is not None:
-                    for before in block:
-                        if before is child:
-                            break
-                        if (
-                            isinstance(before, ast.If)
-                            and not before.orelse
-                            and self.not_rank0_test(before.test)
-                            and self._exits(before.body)
-                        ):
-                            return True
-            if isinstance(up, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
-                return False
-            child = up
-        return False
-
-    @staticmethod
-    def _block_of(parent: ast.AST, child: ast.stmt) -> list[ast.stmt] | None:
-        for name in ("body", "orelse", "finalbody"):
-            block = getattr(parent, name, None)
-            if isinstance(block, list) and any(s is child for s in block):
-                return block
-        for handler in getattr(parent, "handlers", ()):
-            if any(s is child for s in handler.body):
-                return list(handler.body)
+    def _param_owner(self, key: str, at: ast.AST) -> FunctionNode | None:
+        """The function whose parameter `key` (a plain name) is, where `at` reads it."""
+        if "." in key:
+            return None
+        for up in self.ancestors(at):
+            if isinstance(up, ast.FunctionDef | ast.AsyncFunctionDef):
+                a = up.args
+                if any(p.arg == key for p in (*a.posonlyargs, *a.args, *a.kwonlyargs)):
+                    return up
+                if (id(up), key) in self.assigned:
+                    return None
         return None
 
+    # ------------------------------------------------------------------ guards (guards.py)
     def guard(self, node: ast.AST) -> bool | None:
         """True when `node` runs only on rank 0 (or one process per node), False when it runs on every
-        rank, None when this file cannot tell (its function is called from elsewhere)."""
-        if self.lexically_guarded(node):
-            return True
-        function = self.function_of(node)
-        if function is None:
-            return False
-        return self.function_guard(function)
+        rank, None when the program cannot tell (see guards.py)."""
+        from ddpctl.lint.guards import guard
 
-    def function_guard(self, function: FunctionNode) -> bool | None:
-        if function in self._function_guard:
-            return self._function_guard[function]
-        self._function_guard[function] = None  # recursion: no verdict from itself
-        result: bool | None
-        if any(RANK_ZERO_DECORATOR.search(ast.unparse(d)) for d in function.decorator_list):
-            result = True
-        else:
-            verdicts = [self.guard(s) for s in self.sites_of(function)]
-            if not verdicts:
-                result = None
-            elif any(v is False for v in verdicts):
-                result = False
-            elif all(v is True for v in verdicts):
-                result = True
-            else:
-                result = None
-        self._function_guard[function] = result
-        return result
+        return guard(self, node)
+
+    def is_rank_expr(self, expr: ast.AST) -> bool:
+        from ddpctl.lint.guards import is_rank_expr
+
+        return is_rank_expr(self, expr)
 
     def _inside(self, node: ast.AST, outer: ast.AST) -> bool:
         return any(up is outer for up in self.ancestors(node))

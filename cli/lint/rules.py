@@ -12,7 +12,9 @@ from enum import Enum
 
 
 class Severity(str, Enum):
-    """An error makes `ddpctl lint` exit 1; warnings and info are printed only."""
+    """An error makes `ddpctl lint` exit 1 (and `ddpctl submit` stop): only where the rule is certain
+    the script fails or trains wrong under torchrun. What depends on the configuration is a warning or
+    info, the reason in its message; warnings and info are printed only."""
 
     error = "error"
     warning = "warning"
@@ -23,11 +25,12 @@ class Severity(str, Enum):
 class Rule:
     id: str
     name: str
-    severity: Severity
+    severity: Severity  # the default; a rule whose verdict depends on the job's layout says so in `when`
     finds: str  # what the rule finds, for the docs page
     why: str  # why it is wrong, one line
     fix: str  # what to do, one line: the part after `; ` of each finding
     fixable: bool = False  # `ddpctl lint --fix` rewrites it
+    when: str = ""  # how the severity depends on the job, for the docs page
 
 
 RULES: tuple[Rule, ...] = (
@@ -43,18 +46,23 @@ RULES: tuple[Rule, ...] = (
         "DDP001",
         "device-from-global-rank",
         Severity.error,
-        "the device chosen from the global rank (`dist.get_rank()`, `RANK`) in `torch.cuda.set_device`, "
-        "`.to()`, `.cuda()`, `device_ids`, `output_device`, `device=`, `torch.device(...)`, `f\"cuda:{rank}\"`",
+        "the device chosen from the global rank (`dist.get_rank()`, `RANK`, through names, dicts, attributes, "
+        "parameters and returns) in `torch.cuda.set_device`, `torch.accelerator.set_device_index`, `.to()`, "
+        "`.cuda()`, `device_ids`, `output_device`, `device=`, `torch.device(...)`, a device string built by f-string, "
+        "`%`, `+` or `.format`",
         "the global rank counts every process of the job: on node 1 and later it is past the node's last GPU "
         "(invalid device ordinal), or puts two processes on one GPU",
         'take the device from the local rank, `int(os.environ["LOCAL_RANK"])` (torchrun sets it for each process)',
         fixable=True,
+        when="error for a job of several nodes and for a standalone `ddpctl lint` (which assumes several); "
+        "info for a one-node job, where the global rank is the local rank",
     ),
     Rule(
         "DDP002",
         "local-rank-argument",
         Severity.error,
-        "a `--local_rank`/`--local-rank` argument while nothing reads `LOCAL_RANK` from the environment",
+        "a `--local_rank`/`--local-rank` argument whose value the program reads, while nothing in it reads "
+        "`LOCAL_RANK` from the environment (an argument kept only so the old launcher's flag parses is fine)",
         "torchrun passes no such argument (only the deprecated torch.distributed.launch did): every process "
         "keeps the argument's default",
         'read the local rank from the environment, `int(os.environ["LOCAL_RANK"])`, or default the argument to it',
@@ -84,8 +92,8 @@ RULES: tuple[Rule, ...] = (
         "DDP005",
         "loader-without-distributed-sampler",
         Severity.warning,
-        "a `DataLoader` with no sampler (or a plain one), outside a rank-0 branch, in a file that initialises a "
-        "process group or is linked to one by imports",
+        "a `DataLoader` with no sampler (or a plain one), outside a rank-0 branch, in a program that initialises "
+        "a process group; not over a `Subset` or a dataset sharded by rank by hand",
         "every rank iterates the whole dataset: an epoch trains world-size times on the same samples, and "
         "the ranks see the same batches",
         "pass `sampler=DistributedSampler(dataset)` (and no shuffle=True: the sampler shuffles)",
@@ -102,8 +110,8 @@ RULES: tuple[Rule, ...] = (
         "DDP007",
         "sampler-without-set-epoch",
         Severity.warning,
-        "a shuffling `DistributedSampler` while neither its file nor one linked to it by imports calls "
-        "`set_epoch(epoch)` in a loop or a function",
+        "a shuffling `DistributedSampler` while no file of the program calls `set_epoch(epoch)` in a loop or a "
+        "function",
         "the sampler seeds its shuffle with the epoch it was given: without set_epoch every epoch repeats "
         "the same order",
         "call `sampler.set_epoch(epoch)` (or `loader.sampler.set_epoch(epoch)`) at the start of each epoch",
@@ -112,8 +120,9 @@ RULES: tuple[Rule, ...] = (
         "DDP008",
         "save-on-every-rank",
         Severity.warning,
-        "`torch.save` that runs on every rank (not under a rank-0 test), in a file that initialises a process "
-        "group or is linked to one by imports; a path that names the rank is one file per rank, on purpose",
+        "`torch.save` that runs on every rank under torchrun (no test that implies rank 0 around it, judged "
+        "with WORLD_SIZE > 1 and argparse defaults), in a program that initialises a process group; a path "
+        "that names the rank is one file per rank, on purpose",
         "every rank writes the same file at once: wasted I/O and, on a shared volume, a torn checkpoint",
         "save on rank 0 only (`if dist.get_rank() == 0:`), then `dist.barrier()` before any rank reads it",
     ),
@@ -121,7 +130,8 @@ RULES: tuple[Rule, ...] = (
         "DDP009",
         "wrapper-state-dict",
         Severity.warning,
-        "`torch.save` of the `state_dict()` of a `DistributedDataParallel`/`DataParallel` wrapper",
+        "`torch.save` of the `state_dict()` of a `DistributedDataParallel`/`DataParallel` wrapper, in a "
+        "program that never loads a checkpoint back into such a wrapper",
         "the wrapper prefixes every key with `module.`: the plain model cannot load the checkpoint",
         "save `model.module.state_dict()`",
     ),
@@ -129,7 +139,8 @@ RULES: tuple[Rule, ...] = (
         "DDP010",
         "hard-coded-nccl",
         Severity.warning,
-        'a process group initialised with `backend="nccl"` outside a branch that checks for CUDA',
+        '`backend="nccl"` written in the `init_process_group` call, outside a branch that checks for CUDA, in a '
+        "program that could otherwise run on CPU (no unconditional `torch.cuda.set_device` or `.cuda()`)",
         "nccl needs CUDA GPUs: the same script fails on CPU, in CI and in `ddpctl run --local` (gloo)",
         'choose by device: `"nccl" if torch.cuda.is_available() else "gloo"`',
         fixable=True,
@@ -138,8 +149,9 @@ RULES: tuple[Rule, ...] = (
         "DDP011",
         "download-on-every-rank",
         Severity.warning,
-        "a dataset made with `download=True` on every rank at once: no rank-0 test around it, no barrier "
-        "before it, no `with ...first...():` block (e.g. `main_process_first`); in distributed code, as DDP008",
+        "a dataset made with `download=True` (by keyword, or at its position for a torchvision dataset) on "
+        "every rank at once: no rank-0 test around it, no barrier before it, no `with ...first...():` block "
+        "(e.g. `main_process_first`); in distributed code, as DDP008",
         "every process downloads and unpacks into the same folder at the same time: archives get corrupted, "
         "or fetched once per process",
         "download on (local) rank 0 first, then `dist.barrier()`, then load with download=False on every rank",
@@ -161,6 +173,19 @@ RULES: tuple[Rule, ...] = (
         "DataParallel is one process driving every GPU from threads: slower than DDP even on one machine, "
         "and single-node only; PyTorch recommends DDP",
         "use `DistributedDataParallel` under torchrun (`ddpctl run --local` tries it on CPU)",
+    ),
+    Rule(
+        "DDP014",
+        "every-process-on-one-device",
+        Severity.error,
+        "`DistributedDataParallel` without `device_ids` on a model moved to the default CUDA device "
+        "(`model.cuda()`, `.to(\"cuda\")`), in a program where nothing picks a device from the local rank",
+        "every process of a node runs on cuda:0: they compete for one GPU (or NCCL refuses the duplicate GPU) "
+        "while the others idle",
+        'pick the device from the local rank first: `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))`, '
+        "then `DDP(model, device_ids=[local_rank])`",
+        when="error when the job runs several processes per node, and for a standalone `ddpctl lint` (which "
+        "assumes several); info with one process per node",
     ),
 )
 
