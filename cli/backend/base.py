@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
+from ddpctl.backend.stragglers import straggler_data
 from ddpctl_trainer.protocol import Progress, preflight_line
 
 if TYPE_CHECKING:
@@ -61,6 +62,7 @@ class JobStatus:
     lines: Sequence[tuple[str, str]] = ()  # shown after the progress
     rows: Sequence[NodeRow] = ()
     preflight: Sequence[str] = ()  # rank 0's preflight report, its lines as printed (`protocol.preflight_line`)
+    stragglers: Sequence[str] = ()  # rank 0's straggler lines as printed (`protocol.straggler_line`)
     name_column: str = "POD"  # what a row's name is: a pod, a container, a host
     no_rows: str = "No pods yet."  # what the table says when there are no rows
     data: Mapping[str, Any] = field(default_factory=dict)
@@ -74,7 +76,7 @@ class JobStatus:
 
     def as_dict(self) -> dict[str, Any]:
         """The machine-readable form: the backend's data, with `backend` and `progress` (null when
-        rank 0 has printed none)."""
+        rank 0 has printed none), and rank 0's preflight report and straggler lines when it printed any."""
         progress: dict[str, Any] | None = None
         if self.progress is not None:
             p = self.progress
@@ -92,6 +94,8 @@ class JobStatus:
         out = {"name": self.name, "backend": self.backend.value, **self.data, "progress": progress}
         if self.preflight:
             out["preflight"] = preflight_data(self.preflight)
+        if self.stragglers:
+            out["stragglers"] = straggler_data(self.stragglers)
         return out
 
 

@@ -8,7 +8,8 @@ from enum import Enum
 
 import yaml
 from ddpctl.backend.base import JobStatus, JobSummary
-from ddpctl_trainer.protocol import duration_text, preflight_line
+from ddpctl.backend.stragglers import recovered
+from ddpctl_trainer.protocol import current_stragglers, duration_text, preflight_line
 
 LABEL_WIDTH = 13  # `Name:        ` : kubectl describe's column
 
@@ -49,8 +50,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def status_text(status: JobStatus) -> list[str]:
-    """The lines of `ddpctl status NAME`: the same fields in the same order for every backend,
-    then a row per node."""
+    """The lines of `ddpctl status NAME`: the same fields in the same order for every backend (rank
+    0's preflight report and straggler lines among them), then a row per node."""
     out = [field_line("Name", status.name)]
     out += [field_line(k, v) for k, v in status.head]
     out.append(field_line("Backend", f"{status.backend.value}: {status.where}"))
@@ -61,6 +62,7 @@ def status_text(status: JobStatus) -> list[str]:
         out.append(field_line("Progress", phrase))
     out += [field_line(k, v) for k, v in status.lines]
     out += preflight_lines(status.preflight)
+    out += straggler_lines(status.stragglers)
     if status.rows:
         out.append("")
         out.append(
@@ -95,6 +97,18 @@ def preflight_lines(report: Sequence[str]) -> list[str]:
     indent = " " * LABEL_WIDTH
     out += [indent + ("finding: " if kind == "finding" else "") + body for kind, body in parsed if kind != "verdict"]
     return out
+
+
+def straggler_lines(lines: Sequence[str]) -> list[str]:
+    """The nodes rank 0 names as stragglers now, under `Stragglers:` (`none now` when every one it
+    named recovered), then those that recovered, one line each."""
+    current, back = current_stragglers(lines), recovered(lines)
+    if not current and not back:
+        return []
+    texts = [n.text for n in current] or ["none now"]
+    texts += [f"recovered: {n.text}" for n in back]
+    indent = " " * LABEL_WIDTH
+    return [field_line("Stragglers", texts[0]), *(indent + t for t in texts[1:])]
 
 
 def machine(data: object, as_json: bool) -> str:

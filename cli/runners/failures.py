@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ddpctl.backend.stragglers import stopped_for, stopping_note
 from ddpctl.console import Console, relative_path
 from ddpctl.errors import RuntimeFailure, UsageError
 from ddpctl.runners.restarts import latest_step
@@ -143,10 +144,14 @@ def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -
 
     torchrun's failure report names ranks; a node that died as a whole (a killed agent or
     container) reports nothing, so then the node and the ranks it ran are named. A job the
-    trainer's watchdog stopped is described by its summary: who stopped, where, who waited."""
+    trainer's watchdog stopped is described by its summary: who stopped, where, who waited; one that
+    --stragglers fail stopped, by the node rank 0 named and what to do about it."""
     stalled = stall_reason(state.stall_lines)
     if stalled is not None:
         return f"job {state.name} stalled: {stalled}"
+    straggler = straggler_stop(state, node_code)
+    if straggler is not None:
+        return f"job {state.name} {straggler}"
 
     def secondary(f: Failure) -> bool:
         return _secondary(state, f)
@@ -191,6 +196,16 @@ def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -
         f"job {state.name} failed: rank {primary.rank} (node {primary.node}, local rank {primary.local_rank}) "
         f"{how}{tail}"
     )
+
+
+def straggler_stop(state: JobState, node_code: int) -> str | None:
+    """How --stragglers fail stopped the job (every rank exits EXIT_STRAGGLER after the same step),
+    from rank 0's straggler line (else a rank's error line): the node, and what to do about it;
+    None when the job did not stop for a straggler."""
+    if node_code != protocol.EXIT_STRAGGLER and all(f.code != protocol.EXIT_STRAGGLER for f in state.failures):
+        return None
+    note = stopping_note(state.stragglers, state.last_error.values())
+    return None if note is None else stopped_for(note)
 
 
 def _ranks(ranks: Sequence[int | None]) -> str:

@@ -65,6 +65,7 @@ class RunRecord:
         self.job: JobState | None = None
         self.nodes: dict[int, int | None] = {}  # node -> its exit code (None: running)
         self.preflight: list[str] = []  # the newest start's preflight report (or the one before, until it prints)
+        self.stragglers: list[str] = []  # the newest start's straggler lines (or the one before's, until it prints)
         self._last: tuple[object, ...] = ()
         self._written = 0.0
 
@@ -91,8 +92,12 @@ class RunRecord:
                 record["progress"] = {"line": self.job.progress.text(), "at": self.job.progress_at}
             if self.job.preflight:
                 self.preflight = list(self.job.preflight)
+            if self.job.stragglers:
+                self.stragglers = list(self.job.stragglers)
         if self.preflight:
             record["preflight"] = self.preflight
+        if self.stragglers:
+            record["stragglers"] = self.stragglers
         if self.nodes:
             record["nodeStates"] = [
                 {
@@ -111,7 +116,8 @@ class RunRecord:
         """While a start of the group runs: its nodes and rank 0's progress."""
         self.job = job
         self.nodes = {c.index: c.poll() for c in children}
-        now = (job.attempt, job.progress, len(job.preflight), sorted(self.nodes.items(), key=lambda kv: kv[0]))
+        nodes = sorted(self.nodes.items(), key=lambda kv: kv[0])
+        now = (job.attempt, job.progress, len(job.preflight), len(job.stragglers), nodes)
         if now == self._last or time.monotonic() - self._written < TICK_S:
             return
         self._last = now
@@ -236,6 +242,7 @@ def run_status(run_dir: Path, cwd: Path | None = None) -> JobStatus:
         lines=lines,
         rows=rows,
         preflight=tuple(str(line) for line in record.get("preflight") or ()),
+        stragglers=tuple(str(line) for line in record.get("stragglers") or ()),
         name_column="HOST",
         no_rows="No node has started yet." if _running(record) else "",
         data={**record, "state": state},

@@ -81,6 +81,7 @@ class JobState:
     progress_at: float | None = None  # when it was printed (time.time())
     already_complete: tuple[int, str] | None = None  # (step, checkpoint) of a rerun of a finished job
     preflight: list[str] = field(default_factory=list)  # rank 0's preflight report, its lines as printed
+    stragglers: list[str] = field(default_factory=list)  # rank 0's straggler lines (named, recovered), as printed
     failures: list[Failure] = field(default_factory=list)
     peer_failed_ranks: set[int] = field(default_factory=set)
     last_error: dict[int, str] = field(default_factory=dict)
@@ -114,6 +115,8 @@ class JobState:
             self.stall_lines.append(text)
         if rank == 0 and protocol.preflight_line(text) is not None:
             self.preflight.append(text)
+        if rank == 0 and protocol.straggler_line(text) is not None:
+            self.stragglers.append(text)
         done = ALREADY_COMPLETE.search(text) if rank == 0 else None
         if done:
             self.already_complete = (int(done.group(1)), done.group(2))

@@ -167,3 +167,57 @@ def test_list_text_as_a_kubernetes_list(output: ListFormat) -> None:
     }
     empty = list_text([], output, all_namespaces=False, empty="nothing here")
     assert "nothing here" not in empty  # an empty List, never the table's sentence
+
+
+NAMED_1 = (
+    "[rank 0] ddpctl-trainer: straggler: node 1 (pod job-1, k8s node w2): own work 61.2 ms a step (rank 2), 0.48 x "
+    "the median speed (29.5 ms; tolerance 0.6) for 3 windows of 10 steps, since step 41; avoid it: --avoid-node w2"
+)
+NAMED_3 = (
+    "[rank 0] ddpctl-trainer: straggler: node 3 (pod job-3, k8s node w4): own work 70.0 ms a step (rank 6), 0.42 x "
+    "the median speed (29.5 ms; tolerance 0.6) for 3 windows of 10 steps, since step 61"
+)
+BACK_1 = (
+    "[rank 0] ddpctl-trainer: straggler recovered: node 1 (pod job-1, k8s node w2): back at 0.95 x the median "
+    "speed at step 90"
+)
+
+
+def _body(line: str) -> str:
+    return line.split("] ", 1)[1].split(": ", 2)[2]  # after `[rank 0] ddpctl-trainer: straggler[ recovered]: `
+
+
+@pytest.mark.parametrize(
+    ("lines", "shown"),
+    [
+        ([], []),
+        ([NAMED_1], [f"Stragglers:  {_body(NAMED_1)}"]),
+        # a recovered node is no longer a straggler: it is said briefly, after the current ones
+        ([NAMED_1, NAMED_3, BACK_1], [f"Stragglers:  {_body(NAMED_3)}", f"             recovered: {_body(BACK_1)}"]),
+        ([NAMED_1, BACK_1], ["Stragglers:  none now", f"             recovered: {_body(BACK_1)}"]),
+        # named again after it recovered: current again, not recovered
+        ([NAMED_1, BACK_1, NAMED_1], [f"Stragglers:  {_body(NAMED_1)}"]),
+        # other lines (another rank's, progress) are not straggler lines
+        (["[rank 0] epoch 1/2 step 3/8 loss 2.3", "[rank 0] hello"], []),
+    ],
+)
+def test_status_shows_the_current_stragglers_then_the_recovered_ones(lines: list[str], shown: list[str]) -> None:
+    text = status_text(status(stragglers=lines, lines=[("Age", "3m")]))
+    at = [i for i, line in enumerate(text) if line.startswith("Stragglers:")]
+    if not shown:
+        assert at == []
+        return
+    assert text[at[0] : at[0] + len(shown)] == shown
+    assert text[at[0] - 1] == field_line("Age", "3m"), "after the backend's lines, with the preflight report"
+
+
+def test_status_json_has_the_current_stragglers_and_every_line() -> None:
+    doc = status(stragglers=[NAMED_1, NAMED_3, BACK_1]).as_dict()
+    assert doc["stragglers"] == {
+        "current": [{"node": 3, "text": _body(NAMED_3), "avoid": None}],
+        "recovered": [{"node": 1, "text": _body(BACK_1), "avoid": None}],
+        "lines": [line.removeprefix("[rank 0] ") for line in (NAMED_1, NAMED_3, BACK_1)],
+    }
+    named = status(stragglers=[NAMED_1]).as_dict()["stragglers"]["current"]
+    assert named == [{"node": 1, "text": _body(NAMED_1), "avoid": "w2"}]
+    assert "stragglers" not in status().as_dict()

@@ -355,6 +355,77 @@ def test_node_failed_of_a_stall_ends_with_the_stall_code() -> None:
     assert failed.cause == f"stalled: {STALLED} (exit code 200)"
 
 
+NAMED = (
+    "ddpctl-trainer: straggler: node 1 (pod w-1, k8s node {k8s}): own work 61.2 ms a step (rank 2), 0.48 x the "
+    "median speed (29.5 ms; tolerance 0.6) for 3 windows of 10 steps, since step 41"
+)
+STOPPED = (
+    "ddpctl-trainer: error: straggler: node 1 (pod w-1, k8s node {k8s}) below 0.6 x the median speed since step 41; "
+    "stopping (exit 202, --stragglers fail)"
+)
+TEXT = "node 1 (pod w-1, k8s node {k8s}): own work 61.2 ms a step (rank 2), 0.48 x the median speed (29.5 ms; tolerance 0.6) for 3 windows of 10 steps, since step 41"  # noqa: E501
+
+
+@pytest.mark.parametrize(
+    ("rank0", "errors", "said"),
+    [
+        # a local run: every node on this machine, so no avoid hint; the line names the node
+        (
+            [NAMED.format(k8s="h")],
+            {r: STOPPED.format(k8s="h") for r in range(4)},
+            f"{TEXT.format(k8s='h')}; the other pods ran on k8s node h too, so --avoid-node h would move the whole "
+            "job, not the straggler alone",
+        ),
+        # with an avoid hint (the other pods ran elsewhere): the command to resubmit away from it
+        (
+            [NAMED.format(k8s="w2") + "; avoid it: --avoid-node w2"],
+            {},
+            f"{TEXT.format(k8s='w2')}; resubmit away from it: ddpctl submit ... --avoid-node w2",
+        ),
+        # rank 0's line not seen: the error line names the node
+        (
+            [],
+            {2: STOPPED.format(k8s="w2") + "; resubmit with --avoid-node w2"},
+            "node 1 (pod w-1, k8s node w2) below 0.6 x the median speed since step 41; stopping (exit 202, "
+            "--stragglers fail); resubmit away from it: ddpctl submit ... --avoid-node w2",
+        ),
+        # named, recovered, then named again with the other one: the one not recovered stopped it
+        (
+            [
+                NAMED.format(k8s="h").replace("node 1 (pod w-1", "node 0 (pod w-0"),
+                "ddpctl-trainer: straggler recovered: node 0 (pod w-0, k8s node h): back at 0.95 x the median speed "
+                "at step 80",
+                NAMED.format(k8s="h"),
+            ],
+            {},
+            f"{TEXT.format(k8s='h')}; the other pods ran on k8s node h too",
+        ),
+    ],
+)
+def test_a_job_stopped_for_a_straggler_names_the_node_and_what_to_do(
+    rank0: list[str], errors: dict[int, str], said: str
+) -> None:
+    """--stragglers fail: every rank exits 202 after the same step; the failure names the node rank 0
+    named (the one not recovered since), and the resubmit command with --avoid-node when it has one."""
+    plan = plan_for(JobSpec.from_dict({"name": "w", "nodes": 2, "procsPerNode": 2, "stragglers": {"mode": "fail"}}))
+    failures = [Failure(r // 2, r, r % 2, protocol.EXIT_STRAGGLER, time="10:00:01") for r in range(4)]
+    state = state_of(failures, errors, node_codes={0: 202, 1: 202})
+    for line in rank0:
+        state.on_rank_line(0, line)
+    state.on_rank_line(1, NAMED.format(k8s="x"))  # only rank 0's lines count
+    failed = node_failed(state, 0, 202, plan, "logs in x")
+    assert failed.code == protocol.EXIT_STRAGGLER and not plan.retriable(failed.code)
+    assert failed.message.startswith(f"job w stopped for a straggler (exit 202): {said}"), failed.message
+    assert failed.message.endswith("(exit code 202; logs in x)")
+    assert failed.cause.startswith("stopped for a straggler (exit 202): node ")
+
+
+def test_a_failure_that_is_not_a_straggler_is_described_as_before() -> None:
+    state = state_of([Failure(0, 0, 0, 1)], {0: "ValueError: x"}, node_codes={0: 1})
+    state.on_rank_line(0, NAMED.format(k8s="h"))  # warn: named, but the job failed of something else
+    assert describe_failure(state, 0, 1, range(2)).startswith("job w failed: rank 0 (node 0, local rank 0)")
+
+
 # ------------------------------------------------------------------------------ the last lines
 
 

@@ -126,19 +126,27 @@ def test_each_node_gets_its_pods_env_on_loopback(tmp_path: Path) -> None:
     assert plan.checkpoint_dir == tmp_path.resolve() / "ddp-runs" / "w" / "checkpoints"
 
 
-@pytest.mark.parametrize("mode", ["off", "warn"])
-def test_with_the_preflight_on_each_node_gets_its_pods_name_and_this_machine_as_its_node(
-    tmp_path: Path, mode: str
+@pytest.mark.parametrize(
+    ("preflight", "stragglers"), [("off", "off"), ("warn", "off"), ("off", "warn"), ("off", "fail")]
+)
+def test_with_the_preflight_or_stragglers_on_each_node_gets_its_pods_name_and_this_machine_as_its_node(
+    tmp_path: Path, preflight: str, stragglers: str
 ) -> None:
     """The downward API's fields, resolved here: the pod's name is its hostname in the cluster, and
-    every node runs on this machine (the preflight takes its ranks for ranks that share cores)."""
-    plan = _plan(tmp_path, {"preflight": {"mode": mode}})
+    every node runs on this machine (the preflight takes its ranks for ranks that share cores). The
+    straggler settings reach each node as they reach each pod, off included."""
+    plan = _plan(tmp_path, {"preflight": {"mode": preflight}, "stragglers": {"mode": stragglers}})
     got = [(n.env.get(protocol.POD_NAME_ENV), n.env.get(protocol.NODE_NAME_ENV)) for n in plan.nodes]
-    if mode == "off":
+    assert all(n.env[protocol.STRAGGLERS_ENV] == stragglers for n in plan.nodes)
+    if preflight == stragglers == "off":
         assert got == [(None, None), (None, None)]
+        assert protocol.STRAGGLERS_EVERY_ENV not in plan.nodes[0].env
     else:
         assert got == [("w-0", socket.gethostname()), ("w-1", socket.gethostname())]
+    if preflight == "warn":
         assert plan.nodes[0].env[protocol.PREFLIGHT_ENV] == "warn"
+    if stragglers != "off":
+        assert plan.nodes[1].env[protocol.STRAGGLERS_WINDOWS_ENV] == str(protocol.STRAGGLER_WINDOWS)
 
 
 def test_an_elastic_job_names_which_agent_hosts_the_store(tmp_path: Path) -> None:

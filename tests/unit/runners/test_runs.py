@@ -214,6 +214,43 @@ def test_rank_0s_preflight_report_is_kept_and_status_shows_it(tmp_path: Path, mo
     assert status.as_dict()["preflight"]["findings"] == [REPORT[4].split("finding: ", 1)[1]]
 
 
+STRAGGLER_LINES = [
+    "ddpctl-trainer: straggler: node 1 (pod w-1, k8s node h): own work 61.2 ms a step (rank 1), 0.48 x the median "
+    "speed (29.5 ms; tolerance 0.6) for 3 windows of 10 steps, since step 41",
+    "ddpctl-trainer: straggler: node 0 (pod w-0, k8s node h): own work 70.0 ms a step (rank 0), 0.42 x the median "
+    "speed (29.5 ms; tolerance 0.6) for 3 windows of 10 steps, since step 51",
+    "ddpctl-trainer: straggler recovered: node 1 (pod w-1, k8s node h): back at 0.95 x the median speed at step 90",
+]
+
+
+def test_rank_0s_straggler_lines_are_kept_and_status_shows_the_current_ones(tmp_path: Path, monkeypatch) -> None:
+    """Rank 0's straggler lines, as rank 0 printed them (another rank's are not its): kept in the run
+    record as the preflight report is; status shows the nodes named now and those that recovered."""
+    monkeypatch.setattr(runs, "TICK_S", 0.0)
+    record = _record(tmp_path)
+    job = JobState("w", 2, 2)
+    for line in STRAGGLER_LINES:
+        job.on_rank_line(0, line)
+    job.on_rank_line(1, STRAGGLER_LINES[0])
+    assert job.stragglers == STRAGGLER_LINES
+    record.tick(job, [FakeChild(0, None), FakeChild(1, None)])  # type: ignore[list-item]
+    assert _read(tmp_path)["stragglers"] == STRAGGLER_LINES
+    record.tick(JobState("w", 2, 2, attempt=1), [FakeChild(0, None), FakeChild(1, None)])  # type: ignore[list-item]
+    record.write("running")
+    assert _read(tmp_path)["stragglers"] == STRAGGLER_LINES  # a restart that has printed none keeps them
+    status = run_status(tmp_path / "w", tmp_path)
+    lines = status_text(status)
+    at = lines.index(
+        "Stragglers:  node 0 (pod w-0, k8s node h): own work 70.0 ms a step (rank 0), 0.42 x the median speed "
+        "(29.5 ms; tolerance 0.6) for 3 windows of 10 steps, since step 51"
+    )
+    assert lines[at + 1] == (
+        "             recovered: node 1 (pod w-1, k8s node h): back at 0.95 x the median speed at step 90"
+    )
+    data = status.as_dict()["stragglers"]
+    assert [c["node"] for c in data["current"]] == [0] and data["lines"] == STRAGGLER_LINES
+
+
 @pytest.mark.parametrize(("attempt", "name"), [(0, "node-3.log"), (2, "node-3.restart-2.log")])
 def test_node_log(tmp_path: Path, attempt: int, name: str) -> None:
     assert node_log(tmp_path, 3, attempt) == tmp_path / "logs" / name

@@ -64,6 +64,7 @@ KILLED = Start(NodeFailed(1, 137, "job w failed: node 1 was killed by SIGKILL"))
 USAGE = Start(NodeFailed(0, 2, "job w failed: rank 0 exited with code 2: unknown --model"))
 CRASHED = Start(NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: x"))
 STALLED = Start(NodeFailed(0, 200, "job w stalled: rank 1 waits in all_reduce"))
+STRAGGLER = Start(NodeFailed(0, 202, "job w stopped for a straggler (exit 202): node 1 (pod w-1, k8s node h) ..."))
 AGENT_KILLED = Start(NodeFailed(1, -9, "job w failed: node 1 (rank 1) was killed by SIGKILL"))
 CRASHED_AGAIN = Start(
     NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: y"),
@@ -204,6 +205,11 @@ def test_a_failed_node_restarts_the_whole_group_until_it_succeeds(starts: list[S
         (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [AGENT_KILLED, CRASHED], 1, 1),  # -9 is 137
         (JobSpec(name="w", backoff_limit=3), [STALLED, CRASHED, AGENT_KILLED, KILLED], 137, 3),  # job: all count
         (JobSpec(name="w", backoff_limit=0), [LOST_NODE], 1, 0),  # a lost node needs a restart to be allowed
+        # --stragglers fail: ends the job at once on every target, like a usage error
+        (JobSpec(name="w", backoff_limit=3), [STRAGGLER], 202, 0),
+        (JobSpec(name="w", backoff_limit=3), [KILLED, STRAGGLER], 202, 1),
+        (JobSpec(name="w", target="jobset", backoff_limit=3), [STRAGGLER], 202, 0),
+        (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [STRAGGLER], 202, 0),
     ],
 )
 def test_what_ends_the_job(spec: JobSpec, starts: list[Start], code: int, restarts: int) -> None:
