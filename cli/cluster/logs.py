@@ -24,10 +24,14 @@ from ddpctl.cluster import errors as E
 from ddpctl.cluster.config import Cluster, iter_lines
 from ddpctl.cluster.kinds import POD, Kind
 from ddpctl.errors import ClusterError, DdpctlError
-from ddpctl_trainer.protocol import Progress, parse_progress, parse_rank_line, preflight_line
+from ddpctl_trainer.protocol import Progress, parse_progress, parse_rank_line, preflight_line, straggler_line
 
 PROGRESS_TAIL = 200  # lines of node 0's log searched for rank 0's progress (it reports every --log-every steps)
 PREFLIGHT_HEAD = 1 << 20  # bytes of node 0's log searched for rank 0's preflight report (printed before step 1)
+# Lines of node 0's log searched for rank 0's straggler lines, which come at any step: a bound, so
+# status of a long run reads a few MB at most (20000 lines are ~2 MB, hours of progress lines at the
+# trainer's defaults); a line older than that is not shown (the log itself keeps it).
+STRAGGLER_TAIL = 20000
 
 
 class Output:
@@ -343,6 +347,22 @@ def rank0_preflight(cluster: Cluster, kind: Kind, pods: list[tuple[int | None, d
     lines = text.splitlines() if isinstance(text, str) else []
     found = [line for line in lines if (parse_rank_line(line) or (None, ""))[0] == 0 and preflight_line(line)]
     return found
+
+
+def rank0_stragglers(cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> list[str]:
+    """Rank 0's straggler lines (a node named, a node recovered), read from the last STRAGGLER_TAIL
+    lines of node 0's pod's log; empty when it printed none there, or its log cannot be read."""
+    pod = next((p for rank, p in pods if rank == 0), None)
+    if pod is None:
+        return []
+    name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
+    query = [("container", _container(kind, pod)), ("tailLines", str(STRAGGLER_TAIL))]
+    try:
+        _, text = cluster.call("GET", POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query=query)
+    except DdpctlError:
+        return []
+    lines = text.splitlines() if isinstance(text, str) else []
+    return [line for line in lines if (parse_rank_line(line) or (None, ""))[0] == 0 and straggler_line(line)]
 
 
 def rank0_progress(

@@ -23,12 +23,13 @@ if TYPE_CHECKING:
 
 def job_status(cluster: Cluster, name: str) -> JobStatus:
     """What `ddpctl status NAME` says of a job in the cluster: its state, its pods by node rank and
-    why a node fails or waits, Kueue's admission, a stall, and rank 0's progress."""
+    why a node fails or waits, Kueue's admission, a stall, rank 0's progress, its preflight report
+    and its straggler lines."""
     from ddpctl.cluster import pods as P
     from ddpctl.cluster.admission import admission
     from ddpctl.cluster.apply import find_job
     from ddpctl.cluster.kinds import POD, age, finished
-    from ddpctl.cluster.logs import rank0_preflight, rank0_progress
+    from ddpctl.cluster.logs import rank0_preflight, rank0_progress, rank0_stragglers
 
     ns = cluster.namespace
     kind, job = find_job(cluster, name, ns)
@@ -60,6 +61,7 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
     started = any(P.pod_phase(p) != "Pending" for _, p in pods)
     progress = rank0_progress(cluster, kind, pods) if started else None
     preflight = rank0_preflight(cluster, kind, pods) if started and _checks_on(job) else []
+    stragglers = rank0_stragglers(cluster, kind, pods) if started and stragglers_on(job) else []
     replicas = {r: {p.lower(): c[p] for p in ("Pending", "Running", "Succeeded", "Failed")} for r, c in groups.items()}
     data = {
         "namespace": ns,
@@ -97,6 +99,7 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
             for r in rows
         ],
         preflight=preflight,
+        stragglers=stragglers,
         data=data,
     )
 
@@ -105,6 +108,20 @@ def _checks_on(job: dict[str, Any]) -> bool:
     """Whether the job's pods run the preflight (its variable is in the object's pod templates, where
     each engine keeps them): only then is node 0's log read for the report."""
     return json.dumps(protocol.PREFLIGHT_ENV) in json.dumps(job.get("spec") or {})
+
+
+def stragglers_on(job: dict[str, Any]) -> bool:
+    """Whether the job's pods watch for stragglers: an env entry of its variable, not `off`, in the
+    object's pod templates (or a TrainJob's trainer env): only then is node 0's log read for them."""
+
+    def found(node: Any) -> bool:
+        if isinstance(node, dict):
+            if node.get("name") == protocol.STRAGGLERS_ENV and "value" in node:
+                return str(node["value"]) != "off"
+            return any(found(v) for v in node.values())
+        return isinstance(node, list) and any(found(v) for v in node)
+
+    return found(job.get("spec") or {})
 
 
 def wait_for(cluster: Cluster, name: str, timeout: float | None, say: Callable[[str], None]) -> None:

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ddpctl.backend.stragglers import stopped_for, stopping_note
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.config import Cluster
 from ddpctl.cluster.kinds import EVENT, POD, Kind, finished, job_name_of
@@ -18,7 +19,7 @@ from ddpctl.errors import DdpctlError, RuntimeFailure
 from ddpctl.runners.stall import stall_reason
 from ddpctl_trainer import protocol
 from ddpctl_trainer.protocol import LAUNCHER_MODULE as TRAINER_LAUNCHER
-from ddpctl_trainer.protocol import preflight_line
+from ddpctl_trainer.protocol import StragglerNote, preflight_line
 
 LOG_TAIL = 20
 WAIT_PROBLEMS = (
@@ -256,6 +257,16 @@ def _preflight_finding(
     return (0, findings[0]) if findings else None
 
 
+def _straggler_stop(
+    cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]], lines: list[str]
+) -> StragglerNote | None:
+    """A pod exited EXIT_STRAGGLER: the node rank 0 named, from the tail of node 0's log (else
+    from the failed pod's error line among its last log lines)."""
+    from ddpctl.cluster.logs import rank0_stragglers
+
+    return stopping_note(rank0_stragglers(cluster, kind, pods), lines)
+
+
 def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callable[[str], None]) -> RuntimeFailure:
     """Print why the job failed (the failing pods, their termination reasons, their last log lines)
     and return the one-line error to exit with."""
@@ -273,6 +284,7 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
     first = None
     stalled: tuple[int | None, str] | None = None  # the trainer watchdog's summary, when a pod has it
     preflight: tuple[int | None, str] | None = None  # the preflight's first finding, when a pod printed one
+    straggler: StragglerNote | None = None  # the node --stragglers fail stopped the job for
     for rank, pod, (text, _) in failing[:3]:
         if text.startswith("Unschedulable"):
             msg = scheduler_event(cluster, ns, pod["metadata"]["name"])
@@ -287,6 +299,10 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
         exited = ((main_status(kind, pod).get("state") or {}).get("terminated") or {}).get("exitCode")
         if exited == protocol.EXIT_PREFLIGHT and preflight is None:
             preflight = _preflight_finding(cluster, kind, outcome.pods, say)
+        if exited == protocol.EXIT_STRAGGLER and straggler is None:
+            straggler = _straggler_stop(cluster, kind, outcome.pods, lines)
+            if straggler is not None:
+                say(f"  rank 0 named a straggler: {straggler.text}")
         if lines:
             say(f"  last {len(lines)} log lines of node {rank}:")
             for line in lines:
@@ -302,6 +318,10 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
         return FailedJob(
             f'job "{name}" failed its preflight checks (exit {protocol.EXIT_PREFLIGHT}): {finding}',
             f"`ddpctl logs {name} -n {ns} --rank {rank}` for the report",
+        )
+    if straggler:
+        return FailedJob(
+            f'job "{name}" {stopped_for(straggler)}', f"`ddpctl logs {name} -n {ns} --rank 0` for rank 0's lines"
         )
     if first:
         rank, pod, text = first

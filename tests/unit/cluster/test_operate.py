@@ -177,6 +177,107 @@ def test_status_of_a_job_without_the_preflight_reads_no_report(cli, make_cluster
     )
 
 
+NAMED = (
+    "[rank 0] ddpctl-trainer: straggler: node 1 (pod {pod}, k8s node w2): own work 61.2 ms a step (rank 2), 0.48 x "
+    "the median speed (29.5 ms; tolerance 0.6) for 3 windows of 10 steps, since step 41{avoid}"
+)
+RECOVERED = (
+    "[rank 0] ddpctl-trainer: straggler recovered: node 1 (pod {pod}, k8s node w2): back at 0.95 x the median speed "
+    "at step 90"
+)
+
+
+def _progress(first: int, count: int) -> list[str]:
+    return [f"[rank 0] epoch 1/1 step {s}/9000 loss 2.3012 12.5 samples/s eta 1m05s" for s in range(first, count)]
+
+
+@pytest.mark.parametrize("recovered", [False, True])
+def test_status_shows_rank_0s_stragglers_from_the_tail_of_node_0s_log(cli, make_cluster, recovered: bool):
+    """The default (warn): rank 0 names node 1 mid-run, hundreds of progress lines later than
+    PROGRESS_TAIL reaches; status reads the tail of node 0's log for its straggler lines and shows the
+    node named now (or, once it recovered, says so); -o json has them. Another rank's lines are not
+    rank 0's."""
+    c = make_cluster()
+    submit(cli, c)
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for p in (p0, p1):
+        d.start_container(p, NS)
+    named = NAMED.format(pod=p1, avoid="; avoid it: --avoid-node w2")
+    later = [RECOVERED.format(pod=p1)] if recovered else []
+    d.append_log(p0, *_progress(1, 40), named, *_progress(40, 600), *later, *_progress(600, 700), namespace=NS)
+    d.append_log(p1, "[rank 2] ddpctl-trainer: straggler: node 0 (pod x): not rank 0's", namespace=NS)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    lines = r.out.splitlines()
+    body = named.split("straggler: ", 1)[1]
+    if recovered:
+        at = lines.index("Stragglers:  none now")
+        assert lines[at + 1] == "             recovered: " + RECOVERED.format(pod=p1).split("recovered: ", 1)[1]
+    else:
+        assert f"Stragglers:  {body}" in lines
+    assert "not rank 0's" not in r.out
+    doc = json.loads(cli("status", NAME, *c.args, "-n", NS, "-o", "json").out)
+    current = [] if recovered else [{"node": 1, "text": body, "avoid": "w2"}]
+    assert doc["stragglers"]["current"] == current
+    assert doc["stragglers"]["lines"] == [line.removeprefix("[rank 0] ") for line in [named, *later]]
+    tails = {q.param("tailLines") for q in d.requests_to("GET") if q.path.endswith(f"/pods/{p0}/log")}
+    assert "20000" in tails
+
+
+def test_status_of_a_job_with_stragglers_off_reads_none(cli, make_cluster):
+    c = make_cluster()
+    submit(cli, c, "--stragglers", "off")
+    job = c.double.get("Job", NAME, NS)
+    env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DDP_TRAINER_STRAGGLERS"] == "off"
+    p0, _ = c.double.pod_names_for("Job", NAME, NS)
+    c.double.start_container(p0, NS)
+    c.double.append_log(p0, NAMED.format(pod="x", avoid=""), namespace=NS)  # the user's own code, say
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert "Stragglers:" not in r.out and "stragglers" not in json.loads(
+        cli("status", NAME, *c.args, "-n", NS, "-o", "json").out
+    )
+    tails = {q.param("tailLines") for q in c.double.requests_to("GET") if q.path.endswith(f"/pods/{p0}/log")}
+    assert "20000" not in tails
+
+
+@pytest.mark.parametrize(
+    ("avoid", "advice"),
+    [
+        ("; avoid it: --avoid-node w2", "resubmit away from it: ddpctl submit ... --avoid-node w2"),
+        ("", "the other pods ran on k8s node w2 too, so --avoid-node w2 would move the whole job"),
+    ],
+)
+def test_a_job_stopped_for_a_straggler_names_the_node_and_the_resubmit_command(
+    cli, make_cluster, avoid: str, advice: str
+):
+    """--stragglers fail: every pod exits 202 and the Job's FailJob rule fails it at once; the
+    failure explanation names the node from rank 0's line, with what to do about it."""
+    c = make_cluster()
+    submit(cli, c, "--stragglers", "fail")
+    job = c.double.get("Job", NAME, NS)
+    first = job["spec"]["podFailurePolicy"]["rules"][0]
+    assert (first["action"], first["onExitCodes"]["values"]) == ("FailJob", [2, 202])
+    d = c.double
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for p in (p0, p1):
+        d.start_container(p, NS)
+    named = NAMED.format(pod=p1, avoid=avoid)
+    stop = "ddpctl-trainer: error: [rank {r}] straggler: node 1 (pod x) below 0.6 x the median speed since step 41"
+    d.append_log(p0, *_progress(1, 50), named, stop.format(r=0), namespace=NS)
+    d.append_log(p1, stop.format(r=2), namespace=NS)
+    for p in (p0, p1):
+        d.terminate_container(p, NS, exit_code=202)
+    message = f"Container trainer for pod {NS}/{p0} failed with exit code 202 matching FailJob rule at index 0"
+    d.finish("Job", NAME, NS, succeeded=False, reason="PodFailurePolicy", message=message)
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert r.out.count("Error (exit code 202: stopped for a straggler)") == 2, r.out
+    r = cli("status", NAME, *c.args, "-n", NS, "--wait")
+    text = named.split("straggler: ", 1)[1].removesuffix(avoid)
+    one_error(r, 1, f'job "{NAME}" stopped for a straggler (exit 202): {text}; {advice}', "--rank 0")
+
+
 # --------------------------------------------------------------------------- logs
 
 
