@@ -90,9 +90,11 @@ def test_the_sha256_must_be_one() -> None:
         workspace_secret("j", b"x", "not-a-sha")
 
 
-def test_the_unpacker_ships_as_two_files() -> None:
-    """For an image without ddpctl's trainer: workspace.py and the protocol.py it imports."""
+def test_the_unpacker_ships_as_three_files() -> None:
+    """For an image without ddpctl's trainer: workspace.py, the protocol.py it imports, and the
+    straggler detector a user's own script may import (laid out as ddpctl_trainer by the unpacker)."""
     files = unpacker_files()
-    assert sorted(files) == ["protocol.py", "workspace.py"]
+    assert sorted(files) == ["protocol.py", "stragglers.py", "workspace.py"]
     assert b"def prepare(" in files["workspace.py"]
     assert b"WORKSPACE_ARCHIVE_ENV" in files["protocol.py"]
+    assert b"class Stragglers" in files["stragglers.py"]
