@@ -13,7 +13,8 @@ import ast
 from dataclasses import dataclass
 
 from ddpctl.lint.findings import Finding
-from ddpctl.lint.index import ENV_KINDS, LOCAL_RANK, WRAPPER, Index, dotted, last_name
+from ddpctl.lint.guards import is_rank_expr
+from ddpctl.lint.index import ENV_KINDS, LOCAL_RANK, WRAPPER, Index, const_str, dotted, last_name
 from ddpctl.lint.program import UNKNOWN_LAYOUT, Layout, Program
 from ddpctl.lint.rules import BY_ID, Severity
 from ddpctl.lint.source import Source
@@ -21,7 +22,6 @@ from ddpctl.lint.source import Source
 INIT_CALLS = frozenset({"init_process_group", "init_device_mesh", "init_distributed"})
 LOCAL_ENV = frozenset(name for name, kind in ENV_KINDS.items() if kind == LOCAL_RANK)
 LOCAL_CALLS = frozenset({"get_node_local_rank", "local_process_index"})
-CUDA_CALLS = frozenset({"set_device", "set_device_index", "cuda"})
 
 
 def is_set_epoch(idx: Index, call: ast.Call) -> bool:
@@ -34,16 +34,45 @@ def is_set_epoch(idx: Index, call: ast.Call) -> bool:
     )
 
 
+def _cuda_checked(idx: Index, node: ast.AST) -> bool:
+    """Under an `if` that asks for CUDA itself (`torch.cuda.is_available()`, `device.type == "cuda"`)."""
+    child = node
+    for up in idx.ancestors(node):
+        if isinstance(up, ast.If | ast.IfExp) and child is not up.test:
+            text = ast.unparse(up.test).lower()
+            if "cuda" in text or "is_available" in text or "nccl" in text:
+                return True
+        child = up
+    return False
+
+
+def _needs_cuda(idx: Index, call: ast.Call) -> bool:
+    func = call.func
+    name = last_name(func)
+    if not isinstance(func, ast.Attribute):
+        return False
+    callee = idx.callee(call)
+    if name == "cuda" or (name in ("set_device", "set_device_index") and ("cuda" in callee or "accelerator" in callee)):
+        return True
+    if name == "to" and call.args:
+        target = call.args[0]
+        text = const_str(target) or ""
+        if text.startswith("cuda") or (isinstance(target, ast.JoinedStr) and "cuda" in ast.unparse(target)):
+            return True
+        return isinstance(target, ast.Name | ast.Attribute) and is_rank_expr(idx, target)  # an int: a GPU
+    return False
+
+
 def _uses_cuda_always(idx: Index) -> bool:
-    """`torch.cuda.set_device(...)`, `model.cuda()` outside any check for the device."""
+    """CUDA used with no check for it: `torch.cuda.set_device(...)`, `model.cuda()`, `.to(rank)`,
+    `.to("cuda")`, DDP given device_ids."""
     for call in idx.calls:
-        name = last_name(call.func)
-        if (
-            name in CUDA_CALLS
-            and isinstance(call.func, ast.Attribute)
-            and (name == "cuda" or "cuda" in idx.callee(call) or "accelerator" in idx.callee(call))
-            and not idx.under_cuda_check(call)
-        ):
+        ddp = idx.callee(call).rsplit(".", 1)[-1] in ("DistributedDataParallel", "DDP")
+        given = next((k.value for k in call.keywords if k.arg == "device_ids"), None)
+        uses = (ddp and given is not None and not (isinstance(given, ast.Constant) and given.value is None)) or (
+            _needs_cuda(idx, call)
+        )
+        if uses and not _cuda_checked(idx, call):
             return True
     return False
 

@@ -1,0 +1,1 @@
+# Modelled on a training repository's package marker.

@@ -1,0 +1,11 @@
+# Modelled on dist_utils helpers: the process group and the rank from the environment.
+import os
+
+import torch.distributed as dist
+
+
+def setup():
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    return rank, world_size

@@ -1,0 +1,1 @@
+# Modelled on a package marker.

@@ -1,0 +1,1 @@
+# Modelled on facebookresearch/moco moco/__init__.py: an empty package marker.

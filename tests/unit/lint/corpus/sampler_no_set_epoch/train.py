@@ -1,0 +1,15 @@
+# Modelled on DDP scripts that forget the sampler's epoch.
+import os
+
+import torch
+import torch.distributed as dist
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+local_rank = int(os.environ["LOCAL_RANK"])
+dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+dataset = TensorDataset(torch.randn(64, 4))
+sampler = DistributedSampler(dataset)  # expect: DDP007
+loader = DataLoader(dataset, batch_size=8, sampler=sampler)
+for epoch in range(3):
+    for (batch,) in loader:
+        pass
