@@ -117,6 +117,7 @@ bench: $(STAMP)
 	$(PY) bench/bench_workspace_edit.py
 	$(PY) bench/bench_preflight.py
 	$(PY) bench/bench_preflight_cost.py
+	$(PY) bench/bench_stragglers.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache
