@@ -43,19 +43,34 @@ def lint_command(
     ),
 ) -> int:
     """Check your training script against the DDP recipe; exit 1 on an error (docs/lint-rules.md)."""
-    from ddpctl.lint.api import default_files, lint_sources, read
+    from ddpctl.lint.api import JobContext, default_files, job_context, lint_sources, read
     from ddpctl.lint.files import expand
     from ddpctl.lint.findings import LintResult
 
     cwd = Path.cwd()
     notes: list[str] = []
+    context = JobContext()
     if paths:
         files = expand(paths)
     else:
         from ddpctl.spec.sources import SpecInput
 
-        files, notes = default_files(SpecInput(flags={}, config=config).spec(), cwd)
-    linted = lint_sources(read(files, cwd), files, torchfix) if files else None
+        spec = SpecInput(flags={}, config=config).spec()
+        files, notes = default_files(spec, cwd)
+        context = job_context(spec, cwd)  # the job's PYTHONPATH and layout
+    linted = (
+        lint_sources(
+            read(files, cwd),
+            files,
+            torchfix,
+            cwd=cwd,
+            roots=context.roots,
+            layout=context.layout,
+            module_entry=context.module_entry,
+        )
+        if files
+        else None
+    )
     fixed: list[Fixed] = []
     if linted is not None and fix:
         fixed, linted = linted.fix(torchfix)
