@@ -8,6 +8,10 @@ measured in the same run.
   `torch.load` without `weights_only` added: TorchFix is imported and runs on the marked statement,
   first with an empty cache (`XDG_CACHE_HOME` fresh each run), then with the cache of the run before;
   (3) with `--no-torchfix`.
+- A program of 5,000 lines (a script and four local modules it imports, linted as one program),
+  in-process CPU time without TorchFix; target <= 1 s, and no torch import.
+- The corpus and held-out figures (tools/lint_docs.py's `corpus_figures`): false errors, false
+  warnings per 10 programs, precision and recall per rule, the same table docs/lint-rules.md shows.
 - For scale, TorchFix itself on the whole file, in-process (`TorchChecker`, what its flake8 plugin
   does), the cost ddpctl's pre-filter avoids; fewer rounds, it is slow.
 
@@ -119,12 +123,53 @@ def timed(cmd: list[str], cwd: Path, env: dict[str, str]) -> tuple[float, float,
     return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime), proc
 
 
+def program_timing(lines: int) -> tuple[float, int, bool]:
+    """CPU seconds to lint a `lines`-line program (a script plus four local modules), its line count,
+    and whether torch was imported."""
+    sys.path.insert(0, str(REPO))
+    from ddpctl.lint import lint_paths
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        per = lines // 5
+        names = [f"part{i}" for i in range(4)]
+        for name in names:
+            (cwd / f"{name}.py").write_text(script(per))
+        entry = "".join(f"import {n}\n" for n in names) + script(per)
+        (cwd / "train.py").write_text(entry)
+        total = sum(len((cwd / f).read_text().splitlines()) for f in ["train.py", *(f"{n}.py" for n in names)])
+        start = time.process_time()
+        result = lint_paths([cwd / "train.py"], cwd, use_torchfix=False)
+        spent = time.process_time() - start
+        if len(result.files) != 5 or result.findings:
+            raise SystemExit(f"unexpected lint of the program: {result.files} {[f.text() for f in result.findings]}")
+    return spent, total, "torch" in sys.modules
+
+
+def corpus_report() -> None:
+    sys.path.insert(0, str(REPO))
+    from tools.lint_docs import CORPUS, HELDOUT, _figures_table, corpus_figures
+
+    for name, folder in (("Corpus", CORPUS), ("Held out", HELDOUT)):
+        for line in _figures_table(name, corpus_figures(folder)):
+            print(f"  {line}")
+        print()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--torchfix-runs", type=int, default=3, help="rounds of TorchFix on the whole file")
     parser.add_argument("--lines", type=int, default=2000)
+    parser.add_argument("--program-lines", type=int, default=5000)
     opts = parser.parse_args()
+    spent, total, torch_loaded = program_timing(opts.program_lines)
+    verdict = "met" if spent <= TARGET_S and not torch_loaded else "NOT met"
+    print(
+        f"a {total}-line program (script + 4 local modules): {spent * 1000:.0f} ms CPU, torch imported: "
+        f"{torch_loaded}  target <= 1 s: {verdict}"
+    )
+    corpus_report()
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "cli")], check=True, stdout=subprocess.DEVNULL)
     base_env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE" and not k.startswith("DDPCTL_")}
     with tempfile.TemporaryDirectory() as tmp:
