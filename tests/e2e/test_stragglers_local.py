@@ -60,7 +60,7 @@ def test_fail_stops_every_rank_after_the_same_step_with_202_naming_the_node(tmp_
     assert run.code == protocol.EXIT_STRAGGLER, run.stderr  # `run` exits with the job's code
     assert "slowed" in run.acted, "the job never reached the step the test slows it at: nothing was tested"
     assert run.named() == [1], run.lines
-    assert f"exited with code {protocol.EXIT_STRAGGLER}: straggler: node 1 (pod st-1" in run.stderr, run.stderr
+    assert f"stopped for a straggler (exit {protocol.EXIT_STRAGGLER}): node 1 (pod st-1" in run.stderr, run.stderr
     record = json.loads((tmp_path / "ddp-runs" / "st" / "run.json").read_text())
     assert record["attempt"] == 0, record  # a straggler ends the job: it is not restarted
     assert {n.get("exitCode") for n in record["nodeStates"]} == {protocol.EXIT_STRAGGLER}, record["nodeStates"]
