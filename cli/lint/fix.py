@@ -5,7 +5,8 @@ Only three rules are rewritten, and only at their findings:
 - DDP001 (device from the global rank): the device becomes `LOCAL_DEVICE`, one constant added after
   the imports: `cuda:<LOCAL_RANK>` with CUDA, else the CPU, so the fixed script also runs in
   `ddpctl run --local`. `torch.cuda.set_device(...)` runs only on CUDA, `device_ids`/`output_device`
-  are None on the CPU (as DDP wants there), `.cuda(rank)` becomes `.to(LOCAL_DEVICE)`, a device
+  are None on the CPU (as DDP wants there), `torch.accelerator.set_device_index(...)` takes its
+  index, `.cuda(rank)` becomes `.to(LOCAL_DEVICE)`, a device
   string `f"cuda:{rank}"` becomes `str(LOCAL_DEVICE)`.
 - DDP002 (`--local_rank` argument): its default becomes `LOCAL_RANK` from the environment, so
   torchrun's processes get their local rank and a launcher that passes the argument still works.
@@ -183,13 +184,16 @@ class _Fixer:
             if isinstance(func, ast.Attribute) and func.attr == "cuda":
                 rest = [self.text_of(a) for a in up.args[1:]] + [self.text_of(k) for k in up.keywords]
                 return self.replace(up, f"{self.text_of(func.value)}.to({', '.join([dev, *rest])})")
-            if last_name(func) == "set_device":
+            if last_name(func) in ("set_device", "set_device_index"):
                 return self._set_device(up)
         return None
 
     def _set_device(self, call: ast.Call) -> Edit:
+        """`torch.cuda.set_device(rank)` / `torch.accelerator.set_device_index(rank)`: the local device
+        (its index for the latter), on CUDA only."""
         dev = self.device
-        guarded = f"{self.text_of(call.func)}({dev})"
+        index = last_name(call.func) == "set_device_index"
+        guarded = f"{self.text_of(call.func)}({dev}.index)" if index else f"{self.text_of(call.func)}({dev})"
         stmt = self.idx.statement_of(call)
         alone = isinstance(stmt, ast.Expr) and stmt.value is call and self._own_lines(stmt)
         if stmt is not None and alone:

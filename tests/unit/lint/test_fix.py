@@ -155,3 +155,54 @@ def test_a_file_changed_since_it_was_read_is_not_written(tmp_path: Path) -> None
     done, _ = linted.fix()
     assert not done[0].changed and "edited" in path.read_text()
     assert any("not fixed" in note for note in linted.result.notes)
+
+
+CORPUS = Path(__file__).parent / "corpus"
+
+
+@pytest.mark.parametrize(
+    ("program", "files"),
+    [
+        # the global rank reaches set_device_index, .to and device_ids through a dict over os.environ
+        ("ddp_example_global_rank", ["train.py"]),
+        # the rank comes back from a helper package's setup(): the device use is fixed in the script, and
+        # the helper's hard-coded nccl, which the fixed script no longer needs CUDA for, in the helper
+        ("helper_package_rank", ["mylib/dist_utils.py", "train.py"]),
+    ],
+)
+def test_the_whole_flow_is_fixed_one_diff_per_file_and_lints_clean(
+    cli, tmp_path: Path, program: str, files: list[str]
+) -> None:
+    import shutil
+
+    shutil.copytree(CORPUS / program, tmp_path / program)
+    root = tmp_path / program
+    before = {p: p.read_text() for p in root.rglob("*.py")}
+    done = cli("lint", "--fix", str(root / "train.py"))
+    assert "fixed" in done.err and "nothing was written" not in done.err, done.err
+    changed = sorted(str(p.relative_to(root)) for p, text in before.items() if p.read_text() != text)
+    assert changed == files
+    assert done.out.count("--- a/") == len(files)  # one diff per changed file
+    for p in root.rglob("*.py"):
+        compile(p.read_text(), str(p), "exec")
+    again = cli("lint", str(root / "train.py"))
+    assert "DDP001" not in again.out, again.out
+    assert "set_device_index(LOCAL_DEVICE.index)" in (root / "train.py").read_text() or program != (
+        "ddp_example_global_rank"
+    )
+
+
+def test_a_flow_with_one_use_that_cannot_be_rewritten_is_not_written_at_all(cli, tmp_path: Path) -> None:
+    """All or nothing: a device list of two ranks has no mechanical rewrite, so the `.to(rank)` of the
+    same flow is left as it is too, and the note says why."""
+    script = tmp_path / "train.py"
+    text = (
+        "import os\nimport torch\nimport torch.distributed as dist\nfrom torch import nn\n"
+        "from torch.nn.parallel import DistributedDataParallel as DDP\n\n"
+        'rank = int(os.environ["RANK"])\nmodel = nn.Linear(2, 2).to(rank)\n'
+        "ddp = DDP(model, device_ids=[rank, rank + 1])\n"
+    )
+    script.write_text(text)
+    done = cli("lint", "--fix", str(script))
+    assert script.read_text() == text
+    assert "nothing was written" in done.err, done.err
