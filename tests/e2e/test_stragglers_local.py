@@ -37,7 +37,7 @@ def quota() -> Iterator[CpuQuota]:
 
 
 def test_a_node_slowed_mid_run_is_named_said_to_recover_and_shown_by_status(tmp_path: Path, quota: CpuQuota) -> None:
-    run = run_job(tmp_path, quota, "warn", lift=True)
+    run = run_job(tmp_path, quota, "warn", lift=True, epochs=10)  # 110 steps: named by 60, recovered by 100
     assert run.code == 0, run.stderr
     assert "slowed" in run.acted, "the job never reached the step the test slows it at: nothing was tested"
     assert [(n.kind, n.node) for n in run.notes()] == [("straggler", 1), ("recovered", 1)], run.lines
