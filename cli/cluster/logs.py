@@ -331,38 +331,40 @@ class Follower:
             t.join(1.0)
 
 
-def rank0_preflight(cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> list[str]:
-    """Rank 0's preflight report, read from the head of node 0's pod's log (the trainer prints it
-    right after the rendezvous, before its first step: the first PREFLIGHT_HEAD bytes hold it);
-    empty when that pod printed none, or its log cannot be read (status shows the rest)."""
+def _rank0_lines(
+    cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]], query: list[tuple[str, str]]
+) -> list[str]:
+    """Rank 0's lines of node 0's pod's log (`query`: how much of it); empty when there is no such
+    pod or its log cannot be read (status shows the rest)."""
     pod = next((p for rank, p in pods if rank == 0), None)
     if pod is None:
         return []
     name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
-    query = [("container", _container(kind, pod)), ("limitBytes", str(PREFLIGHT_HEAD))]
     try:
-        _, text = cluster.call("GET", POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query=query)
+        _, text = cluster.call(
+            "GET",
+            POD.path(ns, name, "log"),
+            E.Op("logs", POD, name, ns),
+            query=[("container", _container(kind, pod)), *query],
+        )
     except DdpctlError:
         return []
     lines = text.splitlines() if isinstance(text, str) else []
-    found = [line for line in lines if (parse_rank_line(line) or (None, ""))[0] == 0 and preflight_line(line)]
-    return found
+    return [line for line in lines if (parse_rank_line(line) or (None, ""))[0] == 0]
+
+
+def rank0_preflight(cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> list[str]:
+    """Rank 0's preflight report, read from the head of node 0's pod's log (the trainer prints it
+    right after the rendezvous, before its first step: the first PREFLIGHT_HEAD bytes hold it)."""
+    lines = _rank0_lines(cluster, kind, pods, [("limitBytes", str(PREFLIGHT_HEAD))])
+    return [line for line in lines if preflight_line(line)]
 
 
 def rank0_stragglers(cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> list[str]:
     """Rank 0's straggler lines (a node named, a node recovered), read from the last STRAGGLER_TAIL
-    lines of node 0's pod's log; empty when it printed none there, or its log cannot be read."""
-    pod = next((p for rank, p in pods if rank == 0), None)
-    if pod is None:
-        return []
-    name, ns = pod["metadata"]["name"], pod["metadata"].get("namespace")
-    query = [("container", _container(kind, pod)), ("tailLines", str(STRAGGLER_TAIL))]
-    try:
-        _, text = cluster.call("GET", POD.path(ns, name, "log"), E.Op("logs", POD, name, ns), query=query)
-    except DdpctlError:
-        return []
-    lines = text.splitlines() if isinstance(text, str) else []
-    return [line for line in lines if (parse_rank_line(line) or (None, ""))[0] == 0 and straggler_line(line)]
+    lines of node 0's pod's log."""
+    lines = _rank0_lines(cluster, kind, pods, [("tailLines", str(STRAGGLER_TAIL))])
+    return [line for line in lines if straggler_line(line)]
 
 
 def rank0_progress(
