@@ -134,19 +134,14 @@ class Progress:
             self._bar.close()
             self._bar = None
 
-    def note(self, text: str) -> None:
-        """A line from rank 0 that is always shown (a straggler named), whatever the progress setting."""
-        msg = protocol.rank_prefix(self.rank) + text
-        if self._bar is not None:
-            self._bar.write(msg)
-        else:
-            sys.stdout.write(msg + "\n")
-            sys.stdout.flush()
-
     def line(self, text: str) -> None:
         """A plain line from rank 0, shown unless progress is off."""
         if self._quiet and not self._use_bar:
             return
+        self.note(text)
+
+    def note(self, text: str) -> None:
+        """A line from rank 0 that is always shown (a straggler named), whatever the progress setting."""
         msg = protocol.rank_prefix(self.rank) + text
         if self._bar is not None:
             self._bar.write(msg)
