@@ -47,7 +47,7 @@ def run(
     from ddpctl.cluster.flags import parse_duration
     from ddpctl.manifests import render
     from ddpctl.manifests.output import to_json_list, to_yaml_documents
-    from ddpctl.manifests.workspace import code_not_carried, shipment_of
+    from ddpctl.manifests.workspace import shipment_of
 
     timeout_s = parse_duration(timeout)
     if rank is not None and not follow:
@@ -78,6 +78,7 @@ def run(
                 f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; "
                 "pass --target to choose)"
             )
+        check_code(plan_for(spec), say)
         with shipment_of(plan_for(spec), to_store=False) as shipment:
             if shipment is not None:
                 say(f"ddpctl: {shipment.pack.summary()}")
@@ -103,9 +104,7 @@ def run(
         say(f"ddpctl: built and pushed {image}")
         flags["image"] = image
         base = spec_input._replace(flags=flags)
-    not_carried = code_not_carried(plan_for(base.spec(target="job") if auto else base.spec()))
-    if not_carried:
-        raise UsageError(not_carried)
+    check_code(plan_for(base.spec(target="job") if auto else base.spec()), say)
 
     from ddpctl.cluster import apply as A
     from ddpctl.cluster import discovery
@@ -168,6 +167,26 @@ def run(
         if notice:
             say(notice)
         follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
+
+
+def check_code(plan: Plan, say: Callable[[str], None]) -> None:
+    """Before anything is created: the job's code in this folder is carried to the pods (a
+    workspace, a project image of its current code), or, in the user's own image, the local engine
+    shows it at WORKDIR + the path (not local: said, and not checked). Exit 2 when it is not."""
+    from ddpctl.manifests.workspace import code_in_image, code_not_carried, folder_hash
+
+    problem = code_not_carried(plan)
+    if problem:
+        raise UsageError(problem)
+    wanted = code_in_image(plan)
+    if wanted is None:
+        return
+    from pathlib import Path
+
+    from ddpctl.image.contents import Wanted, check_code_in_image
+
+    for note in check_code_in_image(plan.spec.image, Wanted(*wanted), folder_hash=lambda: folder_hash(Path.cwd())):
+        say(f"ddpctl: {note}")
 
 
 def _ship(shipment: Shipment, dry_run: bool, say: Callable[[str], None]) -> Shipment:

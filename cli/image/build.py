@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -135,9 +135,11 @@ def context_files(context: Path, rules: Sequence[IgnoreRule]) -> list[str]:
     return sorted(files)
 
 
-def content_hash(context: Path, dockerfile: Path, build_args: Mapping[str, str]) -> tuple[str, int]:
-    """sha256 over the context files (path, exec bit, bytes), the Dockerfile and the build args.
-    Returns (hex digest, number of files)."""
+def content_hash(
+    context: Path, dockerfile: Path, build_args: Mapping[str, str], labels: Mapping[str, str] | None = None
+) -> tuple[str, int]:
+    """sha256 over the context files (path, exec bit, bytes), the Dockerfile, the build args and
+    the labels. Returns (hex digest, number of files)."""
     ignore = context / ".dockerignore"
     rules = parse_dockerignore(ignore.read_text()) if ignore.is_file() else []
     files = context_files(context, rules)
@@ -149,6 +151,8 @@ def content_hash(context: Path, dockerfile: Path, build_args: Mapping[str, str])
     digest.update(b"dockerfile\0" + dockerfile.read_bytes())
     for key in sorted(build_args):
         digest.update(f"arg\0{key}={build_args[key]}\0".encode())
+    for key in sorted(labels or {}):
+        digest.update(f"label\0{key}={(labels or {})[key]}\0".encode())
     return digest.hexdigest(), len(files)
 
 
@@ -218,6 +222,7 @@ class BuildPlan:
     build_args: Mapping[str, str]
     extra_tags: tuple[str, ...] = ()
     fixed_tag: str = ""  # the tag, when not the content hash's first HASH_LEN hex (a workspace build's)
+    labels: Mapping[str, str] = field(default_factory=dict)  # --label KEY=VALUE
 
     @property
     def tag(self) -> str:
@@ -234,6 +239,8 @@ class BuildPlan:
             cmd += ["-t", tag]
         for key in sorted(self.build_args):
             cmd += ["--build-arg", f"{key}={self.build_args[key]}"]
+        for key in sorted(self.labels):
+            cmd += ["--label", f"{key}={self.labels[key]}"]
         # A failed step must not leave its intermediate container behind.
         cmd += ["--layers"] if self.builder == "buildah" else ["--force-rm"]
         cmd.append(str(self.context))
@@ -278,6 +285,7 @@ def plan_build(
     latest: bool,
     path: str | None = None,
     tag: str = "",
+    labels: Mapping[str, str] | None = None,
 ) -> BuildPlan:
     """Resolve the builder, files and tag. Reads files; starts nothing."""
     check_builder_name(builder)
@@ -299,9 +307,9 @@ def plan_build(
             raise UsageError(f"--base-image: {base_image!r} is not an image reference")
         args["BASE_IMAGE"] = base_image
     chosen = detect_builder(builder, path)
-    digest, files = content_hash(context, dockerfile, args)
+    digest, files = content_hash(context, dockerfile, args, labels)
     extra = (f"{repo}:latest",) if latest else ()
-    return BuildPlan(chosen, context, dockerfile, repo, digest, files, args, extra, tag)
+    return BuildPlan(chosen, context, dockerfile, repo, digest, files, args, extra, tag, dict(labels or {}))
 
 
 def _stream(

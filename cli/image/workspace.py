@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from ddpctl.errors import UsageError
 from ddpctl.image.build import BuildPlan
+from ddpctl.image.contents import WORKSPACE_LABEL
 from ddpctl.workspace import Pack, pack_workspace
 from ddpctl.workspace.tags import workspace_tag
 from ddpctl_trainer.protocol import WORKSPACE_DIR
@@ -47,7 +48,7 @@ RUN chmod -R a+rX {workdir} && chown 1000:1000 {workdir}
 USER 1000:1000
 WORKDIR {workdir}
 ENV PYTHONPATH={workdir}:/opt/ddpctl
-LABEL io.ddpctl.workspace.sha256="{sha256}"
+LABEL {label}="{sha256}"
 """
 
 DEPS = """\
@@ -112,7 +113,9 @@ def dockerfile_text(base: str, deps: tuple[str, ...], sha256: str, *, owned: boo
     deps_text = DEPS.format(requirements=req) if deps else ""
     if owned:
         return OWNED_DOCKERFILE.format(base=base, deps=deps_text, workdir=WORKSPACE_DIR)
-    return DOCKERFILE.format(base=base, deps=deps_text, archive=ARCHIVE, workdir=WORKSPACE_DIR, sha256=sha256)
+    return DOCKERFILE.format(
+        base=base, deps=deps_text, archive=ARCHIVE, workdir=WORKSPACE_DIR, sha256=sha256, label=WORKSPACE_LABEL
+    )
 
 
 @contextmanager
@@ -201,6 +204,7 @@ def plan_image(
                 build_args=build_args,
                 base_image=base_image,
                 latest=latest,
+                labels={} if builds_the_trainer(folder) else {WORKSPACE_LABEL: folder_code(folder)},
             ),
             None,
         )
@@ -218,6 +222,22 @@ def plan_image(
             tag=ws.tag_suffix,
         )
         yield plan, ws.pack
+
+
+def builds_the_trainer(folder: Path) -> bool:
+    """Whether `folder` is ddpctl's own source, whose Dockerfile builds the trainer image: it carries
+    no user's code, so no label (one would change its ID, and reload it onto nodes, at every edit)."""
+    return (folder / "trainer" / "protocol.py").is_file() and (folder / "cli" / "image" / "build.py").is_file()
+
+
+def folder_code(folder: Path) -> str:
+    """The sha256 `folder` packs to as a workspace (.gitignore, .dockerignore, likely secrets left
+    out): the label an image built from the folder's own Dockerfile carries, so that `submit` can
+    tell an image of the folder's current code from one of an older version."""
+    import os
+
+    with open(os.devnull, "wb") as sink:
+        return pack_workspace(folder, sink, field_name="build").sha256
 
 
 def build_image(spec: JobSpec, *, push: bool = True, echo: Callable[[str], None] | None = None) -> str:

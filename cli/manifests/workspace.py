@@ -12,7 +12,10 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ddpctl.plan import Plan
+from ddpctl.spec.schema import DEFAULT_IMAGE
 from ddpctl.workspace.ship import Shipment, prepare
+
+TRAINER_REPO = DEFAULT_IMAGE.split(":", 1)[0]  # ddpctl-trainer
 
 
 @contextmanager
@@ -62,10 +65,11 @@ def code_file(plan: Plan, cwd: Path) -> Path | None:
 
 
 def code_not_carried(plan: Plan, cwd: Path | None = None) -> str | None:
-    """Why the pods would fail with "No such file": the job's code is in the user's folder, and
-    neither the workspace ships it nor the image was built from this folder's current content
-    (its `ws-` tag names another workspace, or it is not a project image). None when it is
-    carried, or is not in the folder."""
+    """Why the pods would fail with "No such file", as far as is known without a container engine:
+    the job's code is in the user's folder, no workspace ships it, and the image is ddpctl's own
+    trainer image (which holds none of it) or a project image `ddpctl build` tagged for an older
+    version of the folder (its `ws-` tag). None when it is carried, is not in the folder, or the
+    image is the user's own: `submit` looks into that one (`code_in_image`)."""
     from ddpctl.workspace.tags import workspace_of_tag
 
     cwd = (cwd or Path.cwd()).resolve()
@@ -85,11 +89,13 @@ def code_not_carried(plan: Plan, cwd: Path | None = None) -> str | None:
         "with --image"
     )
     if carried is None:
+        if not is_trainer_image(spec.image):
+            return None
         return (
-            f"{rel} is in {cwd}, but the image {spec.image} was not built from this folder and no workspace ships "
-            f'it: the pods would fail with "No such file"; {fixes}'
+            f"{rel} is in {cwd}, but the image {spec.image} is ddpctl's trainer image, which holds none of this "
+            f'folder\'s code, and no workspace ships it: the pods would fail with "No such file"; {fixes}'
         )
-    current = _workspace_hash(cwd)
+    current = folder_hash(cwd)
     if current.startswith(carried):
         return None
     return (
@@ -98,7 +104,35 @@ def code_not_carried(plan: Plan, cwd: Path | None = None) -> str | None:
     )
 
 
-def _workspace_hash(folder: Path) -> str:
+def is_trainer_image(image: str) -> bool:
+    """Whether `image` is ddpctl's trainer image (the spec's default repository, any tag but a
+    project's `ws-` one): known to hold the trainer and none of a user's code."""
+    name = image.split("@", 1)[0]
+    last = name.rsplit("/", 1)[-1]
+    return last.split(":", 1)[0] == TRAINER_REPO
+
+
+def code_in_image(plan: Plan, cwd: Path | None = None) -> tuple[str, str] | None:
+    """(flag, relative path) of the job's code that only the image can answer for: it is in the
+    user's folder, no workspace ships it, and the image is the user's own (not the trainer image,
+    not a `ws-` project image): `submit` looks for WORKDIR + the path in the local image. None for
+    `-m` (a module may be installed anywhere on the image's path) and for absolute paths."""
+    from ddpctl.workspace.tags import workspace_of_tag
+
+    cwd = (cwd or Path.cwd()).resolve()
+    spec = plan.spec
+    if plan.ships_workspace or workspace_of_tag(spec.image) is not None or is_trainer_image(spec.image):
+        return None
+    found = code_file(plan, cwd)
+    if found is None or spec.module:
+        return None
+    if spec.script:
+        return "--script", spec.script
+    rel = next(arg for arg in spec.command if arg.endswith(".py") and (cwd / arg) == found)
+    return "--command", rel
+
+
+def folder_hash(folder: Path) -> str:
     """The sha256 this folder packs to now (what `ddpctl build` puts in a project image's tag)."""
     import os
 

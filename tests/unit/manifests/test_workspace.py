@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from ddpctl.engines import plan_for
 from ddpctl.manifests.render import render_plan
-from ddpctl.manifests.workspace import code_not_carried, shipment_of
+from ddpctl.manifests.workspace import code_in_image, code_not_carried, shipment_of
 from ddpctl.spec import JobSpec
 from ddpctl.spec.schema import TARGETS
 from ddpctl_trainer import protocol
@@ -127,29 +127,44 @@ def test_a_workspace_too_large_for_a_secret_is_exit_2_in_render_naming_submit_wi
 
 
 @pytest.mark.parametrize(
-    "spec, carried",
+    "spec, carried, in_image",
     [
-        ({"script": "train.py"}, False),  # in the folder, in no workspace, and the image is not from it
-        ({"script": "train.py", "workspace": {"dir": "."}}, True),
-        ({"script": "/opt/code/train.py"}, True),  # a path in the image: not ours to judge
-        ({"module": "pkg"}, False),  # pkg/__init__.py is here
-        ({"module": "elsewhere.train"}, True),  # not in the folder: in the image, presumably
-        ({"command": ["torchrun", "train.py"]}, False),
-        ({}, True),  # the built-in trainer: in the image
+        ({"script": "train.py"}, False, None),  # in the folder, in no workspace, and the trainer image lacks it
+        ({"script": "train.py", "workspace": {"dir": "."}}, True, None),
+        ({"script": "/opt/code/train.py"}, True, None),  # a path in the image: not ours to judge
+        ({"module": "pkg"}, False, None),  # pkg/__init__.py is here
+        ({"module": "elsewhere.train"}, True, None),  # not in the folder: in the image, presumably
+        ({"command": ["torchrun", "train.py"]}, False, None),
+        ({}, True, None),  # the built-in trainer: in the image
+        ({"image": "reg.example.com/ddpctl-trainer:v2", "script": "train.py"}, False, None),  # the trainer, elsewhere
+        # the user's own image: never refused without looking; submit looks into it
+        ({"image": "reg.example.com/me/app:v1", "script": "train.py"}, True, ("--script", "train.py")),
+        (
+            {"image": "me/app:v1", "command": ["torchrun", "--nproc-per-node", "2", "train.py"]},
+            True,
+            ("--command", "train.py"),
+        ),
+        ({"image": "me/app:v1", "module": "pkg"}, True, None),  # a module may be installed anywhere
+        ({"image": "me/app:v1", "script": "train.py", "workspace": {"dir": "."}}, True, None),  # shipped
+        ({"image": "me/app:v1", "script": "other.py"}, True, None),  # not here: a path in the image
     ],
 )
-def test_code_in_the_folder_that_nothing_carries_is_said(tmp_path: Path, spec: dict[str, Any], carried: bool) -> None:
-    problem = code_not_carried(plan_for(JobSpec.from_dict(spec)), project(tmp_path))
+def test_code_in_the_folder_that_nothing_carries_is_said(
+    tmp_path: Path, spec: dict[str, Any], carried: bool, in_image: tuple[str, str] | None
+) -> None:
+    plan = plan_for(JobSpec.from_dict(spec))
+    problem = code_not_carried(plan, project(tmp_path))
     assert (problem is None) == carried, problem
     if problem:
         assert '"No such file"' in problem and "--workspace ." in problem and "ddpctl build" in problem
+    assert code_in_image(plan, tmp_path) == in_image
 
 
 def test_a_project_image_carries_the_folder_until_its_code_changes(tmp_path: Path) -> None:
-    from ddpctl.manifests.workspace import _workspace_hash
+    from ddpctl.manifests.workspace import folder_hash
 
     project(tmp_path)
-    image = f"my-project:ws-{_workspace_hash(tmp_path)[:12]}-0123abcd"
+    image = f"my-project:ws-{folder_hash(tmp_path)[:12]}-0123abcd"
     plan = plan_for(JobSpec.from_dict({"script": "train.py", "image": image}))
     assert code_not_carried(plan, tmp_path) is None
     (tmp_path / "helper.py").write_text("X = 2\n")

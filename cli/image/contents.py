@@ -1,0 +1,186 @@
+"""What a local image holds: its ID, WORKDIR and labels, and whether a path is in it.
+
+`submit` asks, before anything is created, whether the file torchrun will run (the image's WORKDIR
+plus `--script`) is in the image, when the image is in the local engine: `image inspect` for its
+ID, WORKDIR and labels, then `create` (a container that is never started, from the local image
+only: nothing is pulled) and `cp` of that one path, answered from a cache by image ID (an ID names
+immutable content), so a second submit of the same image asks the engine once. An image that is
+not local (in a registry only) is not pulled: the caller is told it was not checked, and goes on.
+
+Nothing here imports torch or kubernetes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ddpctl.errors import UsageError
+
+ENGINES = ("docker", "podman")
+WORKSPACE_LABEL = "io.ddpctl.workspace.sha256"  # the folder's code an image `ddpctl build` made carries
+TIMEOUT_S = 60
+
+
+@dataclass(frozen=True)
+class LocalImage:
+    """An image in the local engine, as `image inspect` describes it."""
+
+    engine: str
+    name: str
+    id: str
+    workdir: str  # "/" when the image sets none: where the pod's command runs
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def path_of(self, relative: str) -> str:
+        """Where a relative path given to torchrun or python is found in a container of this image."""
+        return posixpath.normpath(posixpath.join(self.workdir, relative))
+
+
+def local_engine(path: str | None = None) -> str | None:
+    """The first of docker and podman on PATH (None: neither)."""
+    return next((e for e in ENGINES if shutil.which(e, path=path) is not None), None)
+
+
+def _run(argv: list[str], *, keep_stdout: bool = True) -> subprocess.CompletedProcess[bytes] | None:
+    """`argv`'s result (stdout dropped unless `keep_stdout`), None when it could not be run in time."""
+    try:
+        return subprocess.run(
+            argv,
+            stdout=subprocess.PIPE if keep_stdout else subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            timeout=TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+
+
+def inspect(engine: str, image: str) -> LocalImage | None:
+    """The image in `engine`'s local store, or None when it is not there (or the engine does not answer)."""
+    proc = _run([engine, "image", "inspect", "--format", "{{json .}}", image])
+    if proc is None or proc.returncode != 0:
+        return None
+    try:
+        data = json.loads(proc.stdout.decode("utf-8", "replace").splitlines()[0])
+    except (ValueError, IndexError):
+        return None
+    config = data.get("Config") or {}
+    return LocalImage(
+        engine=engine,
+        name=image,
+        id=str(data.get("Id") or ""),
+        workdir=str(config.get("WorkingDir") or "/"),
+        labels={str(k): str(v) for k, v in (config.get("Labels") or {}).items()},
+    )
+
+
+def cache_file() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "ddpctl" / "image-paths.json"
+
+
+def _cached() -> dict[str, bool]:
+    try:
+        data = json.loads(cache_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): bool(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _remember(key: str, present: bool) -> None:
+    from ddpctl.atomic import write_text_atomic
+
+    known = _cached()
+    known[key] = present
+    try:
+        write_text_atomic(cache_file(), json.dumps(known, sort_keys=True, indent=0) + "\n")
+    except OSError:
+        pass  # a cache that cannot be written costs a second look next time, nothing else
+
+
+def has_path(image: LocalImage, path: str) -> bool | None:
+    """Whether the absolute `path` is in the image: a container created (never started) from the
+    local image and `cp` of that path; None when the engine could not say. Cached by image ID."""
+    key = f"{image.id}\0{path}"
+    known = _cached()
+    if image.id and key in known:
+        return known[key]
+    created = _run([image.engine, "create", "--pull", "never", image.id or image.name, "ddpctl-never-started"])
+    if created is None or created.returncode != 0:
+        return None
+    container = created.stdout.decode().strip().splitlines()[-1]
+    try:
+        copied = _run([image.engine, "cp", f"{container}:{path}", "-"], keep_stdout=False)
+    finally:
+        _run([image.engine, "rm", "--force", container])
+    if copied is None:
+        return None
+    # cp answers "Could not find the file" (docker) or "no such file or directory" (podman) for a path not there
+    present = copied.returncode == 0
+    if not present and not _says_missing(copied.stderr):
+        return None
+    if image.id:
+        _remember(key, present)
+    return present
+
+
+def _says_missing(stderr: bytes) -> bool:
+    text = stderr.decode("utf-8", "replace").lower()
+    return "could not find" in text or "no such file" in text or "not found" in text
+
+
+@dataclass(frozen=True)
+class Wanted:
+    """The job's code, as the pods will look for it: the flag that names it and the relative path."""
+
+    flag: str  # --script, --command
+    relative: str  # as given: relative to the image's WORKDIR
+
+
+def check_code_in_image(
+    image: str,
+    wanted: Wanted,
+    *,
+    folder_hash: Callable[[], str],
+    engine: str | None = None,
+) -> list[str]:
+    """What `submit` says of the user's own image before anything is created: notes (not checked:
+    not local; an older version of the folder's code), or UsageError when the local image lacks
+    the file the pods would run (exit 2, naming the image, its WORKDIR and the path looked for)."""
+    chosen = engine or local_engine()
+    if chosen is None:
+        return [f"note: no docker or podman here: whether the image {image} holds {wanted.relative} was not checked"]
+    found = inspect(chosen, image)
+    if found is None:
+        return [
+            f"note: the image {image} is not in the local {chosen} engine: whether it holds {wanted.relative} in "
+            "its WORKDIR was not checked"
+        ]
+    path = found.path_of(wanted.relative)
+    present = has_path(found, path)
+    if present is None:
+        return [f"note: {chosen} could not look into the image {image}: whether it holds {path} was not checked"]
+    if not present:
+        raise UsageError(
+            f"{wanted.flag}: the image {image} has no {path} (its WORKDIR {found.workdir} + {wanted.relative}): the "
+            f'pods would fail with "No such file"; copy the file there in its Dockerfile (COPY . {found.workdir}/), '
+            "pass the path it has in the image, or ship the folder with --workspace ."
+        )
+    carried = found.labels.get(WORKSPACE_LABEL, "")
+    if carried:
+        current = folder_hash()
+        if carried != current:
+            return [
+                f"warning: the image {image} carries an older version of this folder's code (workspace "
+                f"{carried[:12]}, now {current[:12]}): the pods would run the old {wanted.relative}; rebuild it "
+                "(ddpctl build), or ship the folder with --workspace ."
+            ]
+    return []
