@@ -10,7 +10,8 @@ A path is decided, first rule that applies:
    through pathspec: a deeper file wins, and in each file the last matching pattern; a folder that
    is ignored is not entered, so nothing below it can be re-included, as in git), and the root's
    `.dockerignore` (Docker's rules, `dockerignore.py`);
-4. a likely secret (`SECRET_PATTERNS`) is left out, and named in the pack's summary line;
+4. a likely secret (`SECRET_PATTERNS`) is left out, and named in the pack's summary line; so is a
+   link whose target (its path in the workspace) is one;
 5. anything else goes: regular files, and symbolic links whose target stays inside the workspace
    (packed as what they point to: a file's content, a folder's files). A link that leaves the
    workspace, or points nowhere, is a usage error naming it. Sockets, FIFOs and devices are left
@@ -43,6 +44,7 @@ SECRET_PATTERNS: tuple[str, ...] = (
     # environment files, but not their committed templates
     ".env",
     ".env.*",
+    ".envrc",
     "!.env.example",
     "!.env.sample",
     "!.env.template",
@@ -54,6 +56,7 @@ SECRET_PATTERNS: tuple[str, ...] = (
     "*.pfx",
     "*.jks",
     "*.keystore",
+    "*.ppk",
     "id_rsa*",
     "id_dsa*",
     "id_ecdsa*",
@@ -77,6 +80,25 @@ SECRET_PATTERNS: tuple[str, ...] = (
     ".htpasswd",
     "credentials.json",
     "client_secret*.json",
+    "application_default_credentials.json",
+    # the token files of the Hugging Face, Weights & Biases, Databricks and cloud CLIs
+    "**/.huggingface/token",
+    "**/huggingface/token",
+    "**/.config/wandb/",
+    ".databrickscfg",
+    ".oci/",
+    ".s3cfg",
+    ".boto",
+    ".pgpass",
+    # infrastructure state and variables (they hold the credentials they were applied with)
+    "*.tfstate",
+    "*.tfstate.*",
+    "*.tfvars",
+    "!*.tfvars.example",
+    ".terraformrc",
+    "secrets.*",
+    "!secrets.example.*",
+    "!secrets.py",
 )
 
 GITIGNORE = ".gitignore"
@@ -331,10 +353,20 @@ class _Walker:
             walk_anyway = by_docker and is_dir and rules.docker is not None and rules.docker.may_reinclude_below(rel)
             if rules.exclude.matches(path, key) or _git_ignored(ignores, path, key) or (by_docker and not walk_anyway):
                 self._leave_out(entry, rel, kind, is_link, ignores, seen, rules.ignored)
-            elif rules.secrets.matches(path, key):
+            elif rules.secrets.matches(path, key) or (is_link and self._points_at_secret(entry, kind)):
                 self._leave_out(entry, rel, kind, is_link, ignores, seen, rules.secrets_found)
             else:
                 self._take(entry, rel, kind, is_link, ignores, seen, only_includes=False)
+
+    def _points_at_secret(self, entry: os.DirEntry[str], kind: str) -> bool:
+        """Whether a link's target, as a path in the workspace, is a likely secret (or lies in a
+        folder that is one): `config.txt -> .env` is as secret as `.env`. A target outside the
+        workspace is refused when the link is taken."""
+        target = os.path.realpath(entry.path)
+        if not target.startswith(self.root + os.sep):
+            return False
+        rel = os.path.relpath(target, self.root).replace(os.sep, "/")
+        return bool(self.rules.secrets.spec.check_file(rel + "/" if kind == _DIR else rel).include)
 
     def _leave_out(
         self,
