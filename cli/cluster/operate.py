@@ -54,7 +54,9 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
                 **({"lastTermination": f"{last.get('reason')} (exit code {last.get('exitCode')})"} if last else {}),
             }
         )
-    stalled = P.stalled_node(cluster, kind, [(r, p) for r, p in pods if P.pod_problem(kind, p)])
+    failing = [(r, p) for r, p in pods if P.pod_problem(kind, p)]
+    stalled = P.stalled_node(cluster, kind, failing)
+    missing = None if stalled or not failing else P.missing_code_node(cluster, kind, failing)
     queued = admission(cluster, job)
     groups = P.counts(kind, pods)
     state = P.state_of(result, pods)
@@ -77,12 +79,15 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
         ],
         "pods": rows,
         **({"stall": {"node": stalled[0], "summary": stalled[1]}} if stalled else {}),
+        **({"cause": {"node": missing[0], "text": missing[1]}} if missing else {}),
         **({"admission": queued.as_dict()} if queued else {}),
     }
     lines = [("Admission", queued.message)] if queued else []
     lines.append(("Age", age(job["metadata"].get("creationTimestamp"))))
     if stalled:
         lines.append(("Stalled", f"node {stalled[0]} stalled: {stalled[1]}"))
+    if missing:
+        lines.append(("Cause", f"node {missing[0]}: {missing[1]}"))
     return JobStatus(
         name=name,
         backend=Where.cluster,

@@ -224,6 +224,36 @@ def stalled_node(
     return None
 
 
+# What Python says when the pod's command names code the image does not have: a script
+# (`python3 train.py`, torchrun's workers) or a module (`python3 -m pkg.train`).
+_NO_SCRIPT = re.compile(r"can't open file '(?P<path>[^']+)': \[Errno 2\] No such file or directory")
+_NO_MODULE = re.compile(r"Error while finding module specification for '(?P<module>[^']+)'")
+MISSING_FIX = (
+    "COPY it in the image's Dockerfile, pass the path it has in the image, or ship the folder with --workspace ."
+)
+
+
+def missing_code(lines: list[str]) -> str | None:
+    """The one-line cause when a pod's log says its script or module is not in the image; else None."""
+    for line in lines:
+        if found := _NO_SCRIPT.search(line):
+            return f'the image has no {found.group("path")} ("No such file"): {MISSING_FIX}'
+        if found := _NO_MODULE.search(line):
+            return f"the image has no module {found.group('module')} (python -m found nothing): {MISSING_FIX}"
+    return None
+
+
+def missing_code_node(
+    cluster: Cluster, kind: Kind, failing: list[tuple[int | None, dict[str, Any]]]
+) -> tuple[int | None, str] | None:
+    """The first of at most three failed pods whose last log lines say its code is not in the image."""
+    for rank, pod in failing[:3]:
+        cause = missing_code(last_log_lines(cluster, kind, pod))
+        if cause is not None:
+            return rank, cause
+    return None
+
+
 def termination_message(kind: Kind, pod: dict[str, Any]) -> str:
     """What the trainer container wrote to its termination log (its current or last instance)."""
     status = main_status(kind, pod)
@@ -285,6 +315,7 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
     stalled: tuple[int | None, str] | None = None  # the trainer watchdog's summary, when a pod has it
     preflight: tuple[int | None, str] | None = None  # the preflight's first finding, when a pod printed one
     straggler: StragglerNote | None = None  # the node --stragglers fail stopped the job for
+    missing: tuple[int | None, str] | None = None  # the pods' code is not in the image ("No such file")
     for rank, pod, (text, _) in failing[:3]:
         if text.startswith("Unschedulable"):
             msg = scheduler_event(cluster, ns, pod["metadata"]["name"])
@@ -303,6 +334,8 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
             straggler = _straggler_stop(cluster, kind, outcome.pods, lines)
             if straggler is not None:
                 say(f"  rank 0 named a straggler: {straggler.text}")
+        if missing is None and (cause := missing_code(lines)) is not None:
+            missing = (rank, cause)
         if lines:
             say(f"  last {len(lines)} log lines of node {rank}:")
             for line in lines:
@@ -323,6 +356,9 @@ def explain_failure(cluster: Cluster, kind: Kind, outcome: Outcome, say: Callabl
         return FailedJob(
             f'job "{name}" {stopped_for(straggler)}', f"`ddpctl logs {name} -n {ns} --rank 0` for rank 0's lines"
         )
+    if missing:
+        rank, cause = missing
+        return FailedJob(f'job "{name}" failed: node {rank}: {cause}', f"`ddpctl logs {name} -n {ns} --rank {rank}`")
     if first:
         rank, pod, text = first
         return FailedJob(

@@ -9,12 +9,15 @@ from typing import Any
 
 import pytest
 from ddpctl.cluster.kinds import JOB, POD, PYTORCHJOB, job_selector
+from ddpctl.cluster.operate import job_status
 from ddpctl.cluster.pods import (
+    MISSING_FIX,
     Outcome,
     counts,
     explain_failure,
     last_log_lines,
     main_status,
+    missing_code,
     pod_problem,
     ranked,
     scheduler_event,
@@ -270,3 +273,40 @@ def test_explain_failure_without_a_failing_pod_says_the_workloads_reason(submitt
     assert str(error) == (
         f'job "{NAME}" failed: DeadlineExceeded: Job was active longer; see `ddpctl status {NAME} -n {NS}`'
     )
+
+
+@pytest.mark.parametrize(
+    ("line", "cause"),
+    [
+        (
+            "[default0]:/usr/bin/python3: can't open file '/srv/train.py': [Errno 2] No such file or directory",
+            'the image has no /srv/train.py ("No such file")',
+        ),
+        (
+            "/usr/bin/python3: Error while finding module specification for 'mypkg.train' (ModuleNotFoundError: "
+            "No module named 'mypkg')",
+            "the image has no module mypkg.train (python -m found nothing)",
+        ),
+        ("ModuleNotFoundError: No module named 'wandb'", None),  # a missing dependency is not missing code
+        ("FileNotFoundError: [Errno 2] No such file or directory: 'data/train.csv'", None),  # the script's own open()
+    ],
+)
+def test_code_missing_from_the_image_is_told_from_the_pods_log(line: str, cause: str | None) -> None:
+    found = missing_code(["[rank 0] starting", line])
+    assert (found.split(":", 1)[0] if found else None) == cause
+    assert found is None or "--workspace ." in found
+
+
+def test_explain_failure_and_status_name_a_script_the_image_lacks_in_one_line(submitted) -> None:
+    d, cluster = submitted()
+    p0, p1 = d.pod_names_for("Job", NAME, NS)
+    for name in (p0, p1):
+        d.start_container(name, NS)
+        d.append_log(name, "/usr/bin/python3: can't open file '/app/train.py': [Errno 2] No such file or directory",
+                     namespace=NS)  # fmt: skip
+        d.terminate_container(name, NS, exit_code=1)
+    d.finish("Job", NAME, NS, succeeded=False)
+    error = explain_failure(cluster, JOB, _outcome(cluster, d), [].append)
+    assert str(error).startswith(f'job "{NAME}" failed: node 0: the image has no /app/train.py ("No such file"): ')
+    status = job_status(cluster, NAME)
+    assert ("Cause", f'node 0: the image has no /app/train.py ("No such file"): {MISSING_FIX}') in status.lines
