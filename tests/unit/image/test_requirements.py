@@ -1,0 +1,233 @@
+"""ddpctl.image.requirements and the build context `ddpctl build` writes from them, without an
+engine: includes resolved into the context, local paths installed after the code, the dependency
+layer keyed by the requirements alone, and torch pins held against the base image's torch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from ddpctl.errors import UsageError
+from ddpctl.image import requirements as rq
+from ddpctl.image.workspace import (
+    GENERATED_CONSTRAINTS,
+    GENERATED_LOCAL,
+    GENERATED_REQUIREMENTS,
+    dockerfile_text,
+    generated_files,
+    project_requirements,
+    workspace_context,
+)
+
+from tests.support import REPO
+
+
+def project(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(exist_ok=True)
+    (folder / "train.py").write_text("print('step 1')\n")
+    for name, text in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return folder
+
+
+# (files, the dependency layer's lines, constraints, local paths)
+CASES = {
+    "none": ({}, (), (), ()),
+    "plain": ({"requirements.txt": "tqdm==4.66  # progress\n\nnumpy\n"}, ("tqdm==4.66", "numpy"), (), ()),
+    "include": ({"requirements.txt": "-r base.txt\nrich\n", "base.txt": "numpy\n"}, ("numpy", "rich"), (), ()),
+    "include, long form": (
+        {"requirements.txt": "--requirement=base.txt\n", "base.txt": "numpy\n"},
+        ("numpy",),
+        (),
+        (),
+    ),
+    "nested, relative to the including file": (
+        {"requirements.txt": "-r reqs/base.txt\n", "reqs/base.txt": "-r more.txt\nnumpy\n", "reqs/more.txt": "rich\n"},
+        ("rich", "numpy"),
+        (),
+        (),
+    ),
+    "constraints": (
+        {"requirements.txt": "-c constraints.txt\nnumpy\n", "constraints.txt": "numpy<3\n"},
+        ("numpy",),
+        ("numpy<3",),
+        (),
+    ),
+    "an include cycle is read once": (
+        {"requirements.txt": "-r a.txt\n", "a.txt": "-r requirements.txt\nnumpy\n"},
+        ("numpy",),
+        (),
+        (),
+    ),
+    "-e . after the code": ({"requirements.txt": "-e .\nnumpy\n"}, ("numpy",), (), ("-e /workspace",)),
+    "./pkg with extras and markers": (
+        {"requirements.txt": "./pkg[fast] ; python_version > '3'\n", "pkg/setup.py": ""},
+        (),
+        (),
+        ("/workspace/pkg[fast] ; python_version > '3'",),
+    ),
+    "file: paths": (
+        {"requirements.txt": "file:pkg\nmine @ file:./pkg\n", "pkg/setup.py": ""},
+        (),
+        (),
+        ("file:///workspace/pkg", "mine @ file:///workspace/pkg"),
+    ),
+    "continuation and options": (
+        {"requirements.txt": "--index-url https://pypi.example/simple\nnumpy \\\n  >=1.26\n"},
+        ("--index-url https://pypi.example/simple", "numpy >=1.26"),
+        (),
+        (),
+    ),
+    "an editable VCS URL is a dependency": (
+        {"requirements.txt": "-e git+https://example.com/a.git#egg=a\n"},
+        ("-e git+https://example.com/a.git#egg=a",),
+        (),
+        (),
+    ),
+    "pyproject's dependencies": (
+        {"pyproject.toml": '[project]\nname = "x"\ndependencies = ["rich>=13"]\n', "requirements.txt": "numpy\n"},
+        ("numpy", "rich>=13"),
+        (),
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_what_each_step_installs(tmp_path: Path, case: str) -> None:
+    files, install, constraints, local = CASES[case]
+    reqs = project_requirements(project(tmp_path / "p", files))
+    assert (reqs.install, reqs.constraints, reqs.local) == (install, constraints, local)
+
+
+# (files, what the one-line error names)
+REFUSED = {
+    "a missing include": ({"requirements.txt": "numpy\n-r base.txt\n"}, "requirements.txt:2: -r base.txt: no "),
+    "a URL include": ({"requirements.txt": "-r https://example.com/r.txt\n"}, "requirements.txt:1: -r https://"),
+    "an include outside the project": ({"requirements.txt": "-c ../c.txt\n"}, "outside the project folder"),
+    "a missing local path": ({"requirements.txt": "-e ./gone\n"}, "requirements.txt:1: -e ./gone: no ./gone"),
+    "a local path outside the project": ({"requirements.txt": "../other\n"}, "outside the project folder"),
+    "a local path as a constraint": (
+        {"requirements.txt": "-c c.txt\n", "c.txt": "-e .\n"},
+        "c.txt:1: -e .: a local path cannot be a constraint",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED, ids=list(REFUSED))
+def test_what_cannot_be_resolved_is_one_line(tmp_path: Path, case: str) -> None:
+    files, names = REFUSED[case]
+    (tmp_path / "c.txt").write_text("numpy\n")
+    with pytest.raises(UsageError) as err:
+        project_requirements(project(tmp_path / "p", files))
+    assert names in str(err.value) and "\n" not in str(err.value)
+
+
+def test_the_context_holds_the_flattened_files_and_installs_local_paths_after_the_code(tmp_path: Path) -> None:
+    folder = project(
+        tmp_path / "p",
+        {
+            "requirements.txt": "-r base.txt\n-c constraints.txt\n-e .\n",
+            "base.txt": "numpy\n",
+            "constraints.txt": "numpy<3\n",
+            "pyproject.toml": '[project]\nname = "p"\nversion = "0"\n',
+        },
+    )
+    with workspace_context(folder, "ddpctl-base:cpu", {}) as ws:
+        text = ws.dockerfile.read_text()
+        written = {p.name: p.read_text() for p in ws.context.iterdir() if p.suffix == ".txt"}
+    assert written == {
+        GENERATED_REQUIREMENTS: f"-c {GENERATED_CONSTRAINTS}\nnumpy\n",
+        GENERATED_CONSTRAINTS: "numpy<3\n",
+        GENERATED_LOCAL: f"-c {GENERATED_CONSTRAINTS}\n-e /workspace\n",
+    }
+    deps, code, local = (text.index(f"-r /tmp/ddpctl/{GENERATED_REQUIREMENTS}"), text.index("ADD "),
+                         text.index(f"-r /tmp/ddpctl/{GENERATED_LOCAL}"))  # fmt: skip
+    assert deps < code < local < text.index("chown 1000:1000")
+
+
+def test_the_dependency_layer_is_keyed_by_the_requirements_not_the_local_lines(tmp_path: Path) -> None:
+    def deps_layer(requirements: str) -> tuple[str, str]:
+        """The dependency layer's steps and the one file they copy: what its cache key is made of."""
+        reqs = project_requirements(project(tmp_path / "p", {"requirements.txt": requirements, "pkg/setup.py": ""}))
+        return dockerfile_text("b", (), "ab" * 32, reqs=reqs).split("ADD ", 1)[0], generated_files(reqs)[
+            GENERATED_REQUIREMENTS
+        ]
+
+    assert deps_layer("numpy\n-e .\n") == deps_layer("numpy\n./pkg\n")
+    assert deps_layer("numpy\n") != deps_layer("rich\n")
+
+
+def test_an_owned_dockerfile_installs_includes_from_the_copied_folder(tmp_path: Path) -> None:
+    reqs = project_requirements(project(tmp_path / "p", {"requirements.txt": "-r base.txt\n", "base.txt": "x\n"}))
+    text = dockerfile_text("b", reqs.install, "", owned=True, reqs=reqs)
+    assert text.index("COPY --chown=0:0 .") < text.index("cd /workspace && (python3 -m pip install")
+
+
+# (requirement, the base image, its torch as the engine's label names it, refused?)
+PINS = {
+    "a pin the image does not satisfy": ("torch==2.1.0", "ddpctl-trainer:latest", None, True),
+    "a pin the image satisfies": ("torch>=2.4", "ddpctl-trainer:latest", None, False),
+    "~= the image satisfies": ("torch~=2.14.0", "ddpctl-base:cpu", None, False),
+    "< the image does not satisfy": ("torchvision<0.20", "registry.example/ddpctl-trainer:v2", None, True),
+    "a +cpu suffix is ignored": (f"torch=={rq.TORCH_VERSION}+cpu", "ddpctl-trainer:latest", None, False),
+    "a +cu121 suffix on >= is ignored": ("torch>=2.15+cu121", "ddpctl-trainer:latest", None, True),
+    "an unpinned torch": ("torch", "ddpctl-trainer:latest", None, False),
+    "a marker for another platform": ("torch==2.1.0; sys_platform == 'darwin'", "ddpctl-trainer:latest", None, False),
+    "the official image's tag": ("torch==2.14.1", "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", None, True),
+    "a local image's label": ("torch==2.1.0", "me/base:1", "torch 2.3.0+cpu, torchvision 0.18.0", True),
+    "a local image's label, satisfied": ("torch<2.4", "me/base:1", "torch 2.3.0+cpu, torchvision 0.18.0", False),
+}
+
+
+@pytest.mark.parametrize("case", PINS, ids=list(PINS))
+def test_a_torch_pin_against_the_base_image(tmp_path: Path, case: str) -> None:
+    line, base, label, refused = PINS[case]
+    reqs = project_requirements(project(tmp_path / "p", {"requirements.txt": line + "\n"}))
+    asked: list[str] = []
+
+    def look_up(image: str) -> dict[str, str] | None:
+        asked.append(image)
+        return rq.parse_torch_label(label) if label else None
+
+    if refused:
+        with pytest.raises(UsageError) as err:
+            rq.check_torch_pins(reqs, base, look_up=look_up)
+        text = str(err.value)
+        assert "requirements.txt:1" in text and "drop the pin" in text and "--base-image" in text
+    else:
+        assert rq.check_torch_pins(reqs, base, look_up=look_up) == []
+    assert asked == ([base] if label else [])  # ddpctl's own images and the official tags: no engine asked
+
+
+def test_an_unknown_base_torch_is_one_note_and_the_build_goes_on(tmp_path: Path) -> None:
+    reqs = project_requirements(project(tmp_path / "p", {"requirements.txt": "torch==2.1.0\n"}))
+    notes = rq.check_torch_pins(reqs, "me/base:1", look_up=lambda image: None)
+    assert len(notes) == 1 and "not known" in notes[0] and "torch==2.1.0" in notes[0]
+
+
+def test_the_torch_ddpctl_knows_is_the_one_its_images_are_made_with() -> None:
+    pins = dict(
+        line.split("=", 1) for line in (REPO / "scripts" / "torch-version.env").read_text().splitlines() if "=" in line
+    )
+    assert (pins["TORCH_VERSION"], pins["TORCHVISION_VERSION"]) == (rq.TORCH_VERSION, rq.TORCHVISION_VERSION)
+
+
+@pytest.mark.parametrize(
+    ("requirements", "named"),
+    [
+        ("", None),
+        ("tqdm\nnumpy>=1.26\ntorch\n-e .\n", None),
+        ("rich\nwandb==0.17\n", "rich, wandb"),
+        ("torch==2.1.0\n", "torch==2.1.0 (it has"),
+    ],
+)
+def test_what_the_trainer_image_lacks(tmp_path: Path, requirements: str, named: str | None) -> None:
+    folder = project(tmp_path / "p", {"requirements.txt": requirements})
+    warning = rq.trainer_image_lacks(folder, "ddpctl-trainer:latest")
+    if named is None:
+        assert warning is None
+    else:
+        assert warning is not None and named in warning and "ddpctl build" in warning
