@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from ddpctl.commands.options import host_script_warning, spec_options
 from ddpctl.commands.prelint import lint_before_run, no_lint_option
 from ddpctl.spec.sources import SpecInput
+
+if TYPE_CHECKING:
+    from ddpctl.plan import Plan
 
 CLIENT_SIDE_APPLY_LIMIT = 256 * 1024  # kubectl's last-applied annotation: a Secret's data must fit in it
 
@@ -49,7 +53,7 @@ def render_command(
     def say(text: str) -> None:
         typer.echo(text, err=True)
 
-    for warning in (host_script_warning(spec.script), code_not_carried(plan)):
+    for warning in (host_script_warning(spec.script), code_not_carried(plan), _requirements_not_held(plan)):
         if warning:
             say(f"ddpctl: warning: {warning.removeprefix('warning: ')}")
     if plan.plain_command_warning and not explain:
@@ -85,6 +89,17 @@ def render_command(
         return
     text = to_json_list(objects) if output is OutputFormat.json else to_yaml_documents(objects)
     typer.echo(text, nl=False)
+
+
+def _requirements_not_held(plan: Plan) -> str | None:
+    """With --workspace on ddpctl's trainer image: what the folder's requirements ask for that the
+    image does not hold (known without an engine: the image's packages are ddpctl's own)."""
+    from ddpctl.image.requirements import trainer_image_lacks
+    from ddpctl.manifests.workspace import is_trainer_image
+
+    if not plan.ships_workspace or not is_trainer_image(plan.spec.image):
+        return None
+    return trainer_image_lacks((Path.cwd() / str(plan.spec.workspace.dir)).resolve(), plan.spec.image)
 
 
 def register(app: typer.Typer) -> None:

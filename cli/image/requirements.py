@@ -217,6 +217,21 @@ def is_local(text: str, folder: Path) -> bool:
     return body.endswith((".whl", ".zip", ".tar.gz", ".tar.bz2")) and (folder / body).is_file()
 
 
+def pyproject_dependencies(folder: Path) -> tuple[str, ...]:
+    """pyproject.toml's [project] dependencies (none without the file)."""
+    import tomllib
+
+    project = folder / "pyproject.toml"
+    if not project.is_file():
+        return ()
+    try:
+        data = tomllib.loads(project.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise UsageError(f"pyproject.toml: {exc}; fix it, or remove it from the project folder") from None
+    listed = (data.get("project") or {}).get("dependencies") or []
+    return tuple(str(d) for d in listed if isinstance(d, str))
+
+
 def read_requirements(folder: Path, pyproject_deps: tuple[str, ...] = ()) -> Requirements:
     """`folder`'s requirements.txt with its includes, and pyproject.toml's [project] dependencies."""
     folder = folder.resolve()
@@ -343,14 +358,14 @@ def _parsed(lines: tuple[Line, ...]) -> list[tuple[Line, Requirement]]:
     return out
 
 
-def trainer_image_lacks(folder: Path, image: str, pyproject_deps: tuple[str, ...] = ()) -> str | None:
+def trainer_image_lacks(folder: Path, image: str) -> str | None:
     """With --workspace on ddpctl's trainer image: a warning naming what the folder's requirements
     ask for that the image does not hold (packages it lacks, torch pins it does not satisfy), known
     without asking an engine. None when it holds them all (or there are none)."""
     from packaging.utils import canonicalize_name
 
     try:
-        reqs = read_requirements(folder, pyproject_deps)
+        reqs = read_requirements(folder, pyproject_dependencies(folder))
     except (UsageError, OSError, UnicodeDecodeError):
         return None  # `ddpctl build` says what is wrong with them; --workspace installs none of them
     held = {canonicalize_name(n) for n in TRAINER_PACKAGES}

@@ -16,7 +16,6 @@ import hashlib
 import re
 import sys
 import tempfile
-import tomllib
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,7 +25,13 @@ from typing import TYPE_CHECKING
 from ddpctl.errors import UsageError
 from ddpctl.image.build import BuildPlan
 from ddpctl.image.contents import WORKSPACE_LABEL
-from ddpctl.image.requirements import REQUIREMENTS, Requirements, check_torch_pins, read_requirements
+from ddpctl.image.requirements import (
+    REQUIREMENTS,
+    Requirements,
+    check_torch_pins,
+    pyproject_dependencies,
+    read_requirements,
+)
 from ddpctl.workspace import Pack, pack_workspace
 from ddpctl.workspace.tags import workspace_tag
 from ddpctl_trainer.protocol import WORKSPACE_DIR
@@ -103,21 +108,9 @@ class WorkspaceContext:
     tag_suffix: str  # `ws-<workspace>-<rest>`: the tag without the repository
 
 
-def _pyproject_dependencies(folder: Path) -> tuple[str, ...]:
-    project = folder / "pyproject.toml"
-    if not project.is_file():
-        return ()
-    try:
-        data = tomllib.loads(project.read_text(encoding="utf-8"))
-    except tomllib.TOMLDecodeError as exc:
-        raise UsageError(f"pyproject.toml: {exc}; fix it, or remove it from the project folder") from None
-    listed = (data.get("project") or {}).get("dependencies") or []
-    return tuple(str(d) for d in listed if isinstance(d, str))
-
-
 def project_requirements(folder: Path) -> Requirements:
     """requirements.txt (its `-r`/`-c` includes resolved) and pyproject.toml's [project] dependencies."""
-    return read_requirements(folder, _pyproject_dependencies(folder))
+    return read_requirements(folder, pyproject_dependencies(folder))
 
 
 def dependencies(folder: Path) -> tuple[str, ...]:

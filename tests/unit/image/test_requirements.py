@@ -231,3 +231,13 @@ def test_what_the_trainer_image_lacks(tmp_path: Path, requirements: str, named: 
         assert warning is None
     else:
         assert warning is not None and named in warning and "ddpctl build" in warning
+
+
+def test_render_with_a_workspace_warns_of_what_the_trainer_image_lacks(cli, tmp_path: Path) -> None:
+    project(tmp_path, {"requirements.txt": "numpy\nrich>=13\n"})
+    r = cli("render", "--script", "train.py", "--workspace", ".")
+    assert r.code == 0, r.err
+    assert "ddpctl: warning: the image ddpctl-trainer" in r.err and "lacks" in r.err and ": rich " in r.err
+    assert "ddpctl build" in r.err
+    (tmp_path / "requirements.txt").write_text("numpy\n")
+    assert "lacks" not in cli("render", "--script", "train.py", "--workspace", ".").err
