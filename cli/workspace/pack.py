@@ -28,6 +28,7 @@ from typing import BinaryIO
 
 from ddpctl.errors import SpecError, printable
 
+from .scan import Finding, scan
 from .select import File, Selection, select
 
 GZIP_LEVEL = 6  # gzip's and tar czf's default: level 9 costs twice the time for ~1% here
@@ -42,6 +43,7 @@ _MAGIC = b"ustar\x0000"  # POSIX ustar, as Python's tarfile writes the pax forma
 _PAX_NAME = b"././@PaxHeader"
 _ZEROS = bytes(BLOCK)
 _MAX_OCTAL = 8**11  # a size field holds 11 octal digits: a file this large needs a pax record
+# SCAN_LIMIT <= _CHUNK (tested): a file that is scanned is read in one piece
 
 
 def _octal(n: int, digits: int) -> bytes:
@@ -221,12 +223,23 @@ class Pack:
         return line
 
 
-def pack(selection: Selection, out: BinaryIO, *, level: int = GZIP_LEVEL, field_name: str = FIELD) -> Pack:
+def pack(
+    selection: Selection,
+    out: BinaryIO,
+    *,
+    level: int = GZIP_LEVEL,
+    field_name: str = FIELD,
+    scan_keys: bool = True,
+) -> Pack:
     """Write the selection's .tar.gz to `out` (see the module's doc); the file count, sizes and
     sha256 come back. A file that cannot be read, or changes size while it is packed, is a usage
-    error naming it."""
+    error naming it; so is key material in a file that would ship (`scan.py`), unless the file is
+    named in `workspace.include` or `scan_keys` is False (the hash alone is wanted, nothing ships).
+    It is raised once every file was read, so it names them all, and before `pack` returns: the
+    Secret or the upload, which follow it, never happen."""
     sink = _Sink(out, level)
     written: set[str] = set()  # folders in the archive so far: the parents of the files
+    found: list[tuple[str, Finding]] = []
     try:
         for file in selection.files:
             parts = file.path.split("/")
@@ -236,7 +249,7 @@ def pack(selection: Selection, out: BinaryIO, *, level: int = GZIP_LEVEL, field_
                     written.add(folder)
                     sink.write(_member(folder, 0o755, 0, directory=True))
             try:
-                _add_file(sink, file)
+                finding = _add_file(sink, file, scan_keys and not file.named)
             except OSError as exc:
                 problem = f"cannot be read ({exc.strerror})" if exc.strerror else str(exc)
                 raise SpecError(
@@ -244,6 +257,10 @@ def pack(selection: Selection, out: BinaryIO, *, level: int = GZIP_LEVEL, field_
                     f"{printable(file.path)} {problem}",
                     f"fix it, or leave it out with {field_name}.exclude",
                 ) from None
+            if finding is not None:
+                found.append((file.path, finding))
+        if found:
+            raise _key_material(found, field_name)
     except BaseException:
         sink.abandon()
         raise
@@ -260,20 +277,34 @@ def pack(selection: Selection, out: BinaryIO, *, level: int = GZIP_LEVEL, field_
     )
 
 
-def _add_file(sink: _Sink, file: File) -> None:
-    """A file's header, its bytes and their padding. Its size and mode are taken once, when it is
-    opened: a file that changes size while it is read fails, rather than pack a tar that lies."""
+def _key_material(found: list[tuple[str, Finding]], field_name: str) -> SpecError:
+    """The usage error for key material in files that would ship: the first by file, line and
+    kind (never the key), how many more, and the fixes."""
+    path, first = found[0]
+    more = f" (and {len(found) - 1} more: {_names(tuple(p for p, _ in found[1:]))})" if len(found) > 1 else ""
+    return SpecError(
+        field_name,
+        f"{printable(path)}:{first.line} holds {first.kind}{more}, which would ship with the code",
+        "remove it, move it to a Secret referenced with secretEnv, or list the file in "
+        f"{field_name}.include if it is a false alarm",
+    )
+
+
+def _add_file(sink: _Sink, file: File, scan_keys: bool) -> Finding | None:
+    """A file's header, its bytes and their padding, and the key material found in them when
+    `scan_keys` (a file over `SCAN_LIMIT` is not scanned). Its size and mode are taken once, when it
+    is opened: a file that changes size while it is read fails, rather than pack a tar that lies."""
     fd = os.open(file.source, os.O_RDONLY)
     try:
         st = os.fstat(fd)
         size = st.st_size
         header = _member(file.path, 0o755 if st.st_mode & stat.S_IXUSR else 0o644, size, directory=False)
-        if size < _CHUNK:  # most files: one read (which also sees a file that grew) and one write
+        if size <= _CHUNK:  # most files: one read (which also sees a file that grew) and one write
             data = os.read(fd, size + 1)
             if len(data) != size:
                 raise OSError(f"changed while it was packed ({len(data)} bytes read, not {size})")
             sink.write(header + data + _ZEROS[: -size % BLOCK])
-            return
+            return scan(data) if scan_keys else None
         sink.write(header)
         left = size
         while left:
@@ -287,6 +318,7 @@ def _add_file(sink: _Sink, file: File) -> None:
     finally:
         os.close(fd)
     sink.write(_ZEROS[: -size % BLOCK])
+    return None
 
 
 def pack_workspace(
@@ -296,6 +328,8 @@ def pack_workspace(
     include: tuple[str, ...] | list[str] = (),
     *,
     field_name: str = FIELD,
+    scan_keys: bool = True,
 ) -> Pack:
     """`select` then `pack`: the workspace `root` as a .tar.gz written to `out`."""
-    return pack(select(root, exclude, include, field_name=field_name), out, field_name=field_name)
+    selection = select(root, exclude, include, field_name=field_name)
+    return pack(selection, out, field_name=field_name, scan_keys=scan_keys)

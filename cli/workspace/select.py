@@ -11,7 +11,8 @@ A path is decided, first rule that applies:
    is ignored is not entered, so nothing below it can be re-included, as in git), and the root's
    `.dockerignore` (Docker's rules, `dockerignore.py`);
 4. a likely secret (`SECRET_PATTERNS`) is left out, and named in the pack's summary line; so is a
-   link whose target (its path in the workspace) is one;
+   link whose target (its path in the workspace) is one (the content of what goes is scanned for
+   key material when it is packed, `scan.py`, but for the files `include` names);
 5. anything else goes: regular files, and symbolic links whose target stays inside the workspace
    (packed as what they point to: a file's content, a folder's files). A link that leaves the
    workspace, or points nowhere, is a usage error naming it. Sockets, FIFOs and devices are left
@@ -116,6 +117,7 @@ class File:
 
     path: str  # relative to the workspace, `/`-separated
     source: str  # the file to read (a link's target, for a link); its owner's exec bit sets the mode
+    named: bool = False  # named by `workspace.include`: shipped as it is, its content not scanned
 
 
 @dataclass(frozen=True)
@@ -341,7 +343,7 @@ class _Walker:
             # a folder's path and name end with `/`, as pattern matching wants them
             path, key = (rel + "/", name + "/") if is_dir else (rel, name)
             if rules.included(path, key):
-                self._take(entry, rel, kind, is_link, ignores, seen, only_includes=False)
+                self._take(entry, rel, kind, is_link, ignores, seen, only_includes=False, named=True)
                 continue
             if only_includes:
                 if is_dir and rules.reaches_into(rel):
@@ -393,8 +395,10 @@ class _Walker:
         ignores: _Ignores,
         seen: tuple[str, ...],
         only_includes: bool,
+        named: bool = False,
     ) -> None:
-        """Pack `entry` (a file), or walk it (a folder); a link only when it stays inside."""
+        """Pack `entry` (a file), or walk it (a folder); a link only when it stays inside. `named`:
+        an include pattern matches it."""
         source = entry.path
         if is_link:
             source = os.path.realpath(entry.path)
@@ -413,7 +417,7 @@ class _Walker:
                 raise self._fail(rel, "is a symbolic link to a folder above it (a loop)")
             self.walk(source, rel, ignores, only_includes, (*seen, source))
         elif kind == _FILE:
-            self.rules.files.append(File(rel, source))
+            self.rules.files.append(File(rel, source, named))
         elif kind == _OTHER and not only_includes:
             self.rules.special.append(rel)
 
