@@ -45,6 +45,7 @@ SLACK = "xoxb-" + _random(12, string.digits) + "-" + _random(13, string.digits) 
 HUGGING_FACE = "hf_" + _random(34, string.ascii_letters)
 OPENAI = "sk-proj-" + _random(40) + "T3BlbkFJ" + _random(40)
 STRIPE = "sk_live_" + _random(24)
+ANTHROPIC = "sk-ant-api03-" + _random(93, ALNUM + "_-") + "AA"
 GOOGLE = "AIza" + _random(35)
 PUTTY = (
     "PuTTY-User-Key-File-3: ssh-ed25519\nEncryption: none\nComment: me\nPublic-Lines: 2\n"
@@ -94,6 +95,14 @@ CAUGHT = [
     ("llm.py", f'client = OpenAI(api_key="{OPENAI}")\n', 1, "an OpenAI API key", OPENAI),
     ("billing.ini", f"[stripe]\nkey = {STRIPE}\n", 2, "a Stripe live key", STRIPE),
     ("maps.js", f"const KEY = '{GOOGLE}';\n", 1, "a Google API key", GOOGLE),
+    ("agent.toml", f'[llm]\napi_key = "{ANTHROPIC}"\n', 2, "an Anthropic API key", ANTHROPIC),
+    (
+        "k8s/values.yaml",
+        "tls:\r\n  key: |\r\n    " + _pem("EC PRIVATE KEY").replace("\n", "\r\n    "),
+        3,
+        "a private key block",
+        "EC PRIVATE",
+    ),
 ]
 
 
