@@ -294,11 +294,12 @@ def builds_the_trainer(folder: Path) -> bool:
 def folder_code(folder: Path) -> str:
     """The sha256 `folder` packs to as a workspace (.gitignore, .dockerignore, likely secrets left
     out): the label an image built from the folder's own Dockerfile carries, so that `submit` can
-    tell an image of the folder's current code from one of an older version."""
+    tell an image of the folder's current code from one of an older version. Not scanned for keys:
+    the folder's own Dockerfile decides what its image holds, this only names the version."""
     import os
 
     with open(os.devnull, "wb") as sink:
-        return pack_workspace(folder, sink, field_name="build").sha256
+        return pack_workspace(folder, sink, field_name="build", scan_keys=False).sha256
 
 
 def build_image(spec: JobSpec, *, push: bool = True, echo: Callable[[str], None] | None = None) -> str:

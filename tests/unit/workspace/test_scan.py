@@ -209,3 +209,13 @@ def test_nothing_is_made_before_the_scan(tmp_path: Path) -> None:
     root = make_tree(tmp_path / "ws", {"train.py": "x = 1\n", "deploy_notes.txt": _pem()})
     with pytest.raises(SpecError, match=r"deploy_notes\.txt:1"), prepare(root, job="j", namespace="n", labels={}):
         pytest.fail("a Secret was made")
+
+
+def test_the_checks_that_only_name_a_folders_version_do_not_refuse_a_key_in_it(tmp_path: Path) -> None:
+    """The hash of a project image's tag or label (`ddpctl render`/`submit` without --workspace, the
+    label of a build from the folder's own Dockerfile): nothing of the folder ships from there."""
+    from ddpctl.image.workspace import folder_code
+    from ddpctl.manifests.workspace import folder_hash
+
+    root = make_tree(tmp_path / "ws", {"train.py": "x = 1\n", "deploy_notes.txt": _pem()})
+    assert len(folder_hash(root)) == 64 and len(folder_code(root)) == 64
