@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpctl.cluster.flags import DryRun, Format
@@ -178,11 +179,17 @@ def check_code(plan: Plan, say: Callable[[str], None]) -> None:
     problem = code_not_carried(plan)
     if problem:
         raise UsageError(problem)
+    if plan.ships_workspace:
+        from ddpctl.image.requirements import image_lacks
+        from ddpctl.manifests.workspace import is_trainer_image
+
+        folder = (Path.cwd() / str(plan.spec.workspace.dir)).resolve()
+        lacking = image_lacks(folder, plan.spec.image, is_trainer_image(plan.spec.image))
+        if lacking:
+            say(f"ddpctl: warning: {lacking}")
     wanted = code_in_image(plan)
     if wanted is None:
         return
-    from pathlib import Path
-
     from ddpctl.image.contents import Wanted, check_code_in_image
 
     for note in check_code_in_image(plan.spec.image, Wanted(*wanted), folder_hash=lambda: folder_hash(Path.cwd())):

@@ -384,3 +384,31 @@ def trainer_image_lacks(folder: Path, image: str) -> str | None:
         "(--workspace ships code, not packages): build them in with `ddpctl build` in the folder and pass its tag "
         "with --image"
     )
+
+
+def image_lacks(folder: Path, image: str, trainer_image: bool) -> str | None:
+    """`submit --workspace`: what the folder's requirements ask for that `image` does not hold, as
+    a warning. ddpctl's trainer image is known offline (`trainer_image_lacks`); of another image
+    only its torch and torchvision are known (ddpctl's images and pytorch/pytorch tags by name, else
+    the local engine's `io.ddpctl.torch` label), so only their pins are compared. None: nothing to say."""
+    if trainer_image:
+        return trainer_image_lacks(folder, image)
+    try:
+        reqs = read_requirements(folder, pyproject_dependencies(folder))
+    except (UsageError, OSError, UnicodeDecodeError):
+        return None
+    pins = [(line, req) for line, req in _parsed(reqs.named) if req.name.lower() in CHECKED and str(req.specifier)]
+    if not pins:
+        return None
+    versions = known_torch(image) or local_torch(image) or {}
+    wrong = [
+        f"{req.name}{req.specifier} (it has {versions[req.name.lower()]})"
+        for _line, req in pins
+        if req.name.lower() in versions and not allows(str(req.specifier), versions[req.name.lower()])
+    ]
+    if not wrong:
+        return None
+    return (
+        f"the image {image} does not satisfy the workspace's requirements: {', '.join(wrong)} (--workspace ships "
+        "code, not packages): build an image with them (`ddpctl build`) and pass its tag with --image"
+    )

@@ -241,3 +241,20 @@ def test_render_with_a_workspace_warns_of_what_the_trainer_image_lacks(cli, tmp_
     assert "ddpctl build" in r.err
     (tmp_path / "requirements.txt").write_text("numpy\n")
     assert "lacks" not in cli("render", "--script", "train.py", "--workspace", ".").err
+
+
+@pytest.mark.parametrize(
+    ("image", "trainer", "requirements", "named"),
+    [
+        ("ddpctl-trainer:latest", True, "rich\n", "rich"),  # the trainer image: every package is known
+        ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", False, "torch>=2.6\nrich\n", "torch>=2.6 (it has 2.5.1)"),
+        ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", False, "torch>=2.4\nrich\n", None),  # only torch is known
+        ("registry.invalid/me/app:v1", False, "torch==2.1.0\n", None),  # not local, no label: nothing known
+    ],
+)
+def test_what_submit_says_an_image_lacks_for_a_workspace(
+    tmp_path: Path, image: str, trainer: bool, requirements: str, named: str | None
+) -> None:
+    folder = project(tmp_path / "p", {"requirements.txt": requirements})
+    warning = rq.image_lacks(folder, image, trainer)
+    assert (warning is None) == (named is None) and (named is None or named in (warning or "")), warning
