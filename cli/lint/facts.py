@@ -69,12 +69,17 @@ def _uses_cuda_always(idx: Index) -> bool:
     for call in idx.calls:
         ddp = idx.callee(call).rsplit(".", 1)[-1] in ("DistributedDataParallel", "DDP")
         given = next((k.value for k in call.keywords if k.arg == "device_ids"), None)
-        uses = (ddp and given is not None and not (isinstance(given, ast.Constant) and given.value is None)) or (
-            _needs_cuda(idx, call)
-        )
+        uses = (ddp and given is not None and not _none_somewhere(given)) or _needs_cuda(idx, call)
         if uses and not _cuda_checked(idx, call):
             return True
     return False
+
+
+def _none_somewhere(value: ast.AST) -> bool:
+    """`device_ids=None`, or `[dev] if on_cuda else None` (what `--fix` writes): no GPU on the CPU path."""
+    if isinstance(value, ast.Constant) and value.value is None:
+        return True
+    return isinstance(value, ast.IfExp) and (_none_somewhere(value.body) or _none_somewhere(value.orelse))
 
 
 def _loads_into_wrapper(idx: Index) -> bool:

@@ -27,7 +27,8 @@ def test_the_fixed_script_trains_under_run_local(tmp_path: Path) -> None:
 
     linted = _ddpctl("lint", "train.py", cwd=tmp_path, extra_env=env)
     assert linted.returncode == 1
-    assert {"DDP001", "DDP002", "DDP010"} <= {line.split()[1] for line in linted.stdout.splitlines()}
+    # its nccl is no finding yet: as written the script needs CUDA anyway; the device fix uncovers it
+    assert {line.split()[1] for line in linted.stdout.splitlines()} >= {"DDP001", "DDP002"}
 
     fixed = _ddpctl("lint", "--fix", "train.py", cwd=tmp_path, extra_env=env)
     assert fixed.stdout.startswith("--- a/train.py\n+++ b/train.py\n"), fixed.stdout

@@ -206,3 +206,15 @@ def test_a_flow_with_one_use_that_cannot_be_rewritten_is_not_written_at_all(cli,
     done = cli("lint", "--fix", str(script))
     assert script.read_text() == text
     assert "nothing was written" in done.err, done.err
+
+
+def test_the_device_fix_uncovers_the_nccl_the_script_no_longer_needs(cli, tmp_path: Path) -> None:
+    """As written the fixture needs CUDA (its nccl is no finding); once its device comes from the
+    local rank with a CPU fallback (`device_ids=[...] if ... else None`), its nccl is fixed in the
+    same run, so it trains under `ddpctl run --local` (tests/e2e/test_lint_fix.py)."""
+    script = tmp_path / "train.py"
+    script.write_text((FIXTURES / "fixable_train.py").read_text())
+    assert "DDP010" not in cli("lint", str(script)).out
+    done = cli("lint", "--fix", str(script))
+    assert "fixed 7 finding(s) in 1 file(s)" in done.err, done.err
+    assert 'backend="nccl" if torch.cuda.is_available() else "gloo"' in script.read_text()
