@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import MutableMapping, Sequence
+from typing import Any
 
 from . import workspace
 from .protocol import (
@@ -85,11 +86,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         code = exit_code_for([f.exitcode for f in failures])
         print(f"{LAUNCHER_TAG}workers failed; exit {code}", file=sys.stderr, flush=True)
         return code
-    except SignalException as exc:
-        code = 128 + int(exc.sigval)
-        print(f"{LAUNCHER_STOPPED_BY}{exc.sigval.name}; exit {code}", file=sys.stderr, flush=True)
+    except Exception as exc:
+        # torchrun's agent turns the signal into SignalException; when it lands in the few bytecodes
+        # before a timing decorator of torch's has set its start time, that decorator's `finally`
+        # raises UnboundLocalError over it: the signal is then this exception's context.
+        signalled = _signal_of(exc, SignalException)
+        if signalled is None:
+            raise
+        code = 128 + int(signalled.sigval)
+        print(f"{LAUNCHER_STOPPED_BY}{signalled.sigval.name}; exit {code}", file=sys.stderr, flush=True)
         return code
     return 0
+
+
+def _signal_of(exc: BaseException | None, kind: type[Exception]) -> Any:
+    """The `kind` (torchrun's SignalException) that `exc` is, or was raised while handling; else None."""
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, kind):
+            return exc
+        exc, seen = exc.__context__, seen + 1
+    return None
 
 
 if __name__ == "__main__":

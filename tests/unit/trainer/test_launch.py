@@ -26,3 +26,48 @@ from ddpctl_trainer.launch import exit_code_for
 def test_launcher_exit_code_keeps_the_reason(codes: list[int], expected: int) -> None:
 
     assert exit_code_for(codes) == expected
+
+
+def _torch_timing_decorator_hit_by(signal_exc: BaseException) -> None:
+    """What torch's elastic `prof` decorator does when the signal lands before its start time is
+    set: its `finally` raises UnboundLocalError while the SignalException is being handled."""
+    try:
+        raise signal_exc
+    finally:
+        raise UnboundLocalError("cannot access local variable 'start' where it is not associated with a value")
+
+
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_a_sigterm_to_the_agent_is_143_even_when_torch_masks_it(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], wrapped: bool
+) -> None:
+    import signal
+
+    import torch.distributed.run as torchrun
+    from ddpctl_trainer import launch
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    exc = SignalException("got SIGTERM", sigval=signal.SIGTERM)
+
+    def run(args: object) -> None:
+        if wrapped:
+            _torch_timing_decorator_hit_by(exc)
+        raise exc
+
+    monkeypatch.setattr(torchrun, "run", run)
+    monkeypatch.setattr(torchrun, "parse_args", lambda argv: argv)
+    assert launch.main(["train.py"]) == 143
+    assert "ddpctl-trainer.launch: stopped by SIGTERM; exit 143" in capsys.readouterr().err
+
+
+def test_any_other_error_of_the_agent_is_not_taken_for_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch.distributed.run as torchrun
+    from ddpctl_trainer import launch
+
+    def run(args: object) -> None:
+        raise RuntimeError("the rendezvous failed")
+
+    monkeypatch.setattr(torchrun, "run", run)
+    monkeypatch.setattr(torchrun, "parse_args", lambda argv: argv)
+    with pytest.raises(RuntimeError, match="rendezvous"):
+        launch.main(["train.py"])
