@@ -102,8 +102,17 @@ def said(out: str) -> list[str]:
 
 
 def _node_images(kube: RealCluster) -> list[str]:
-    node = kube.get("node", NODE)
-    return sorted(n for image in node["status"].get("images") or [] for n in image.get("names") or [])
+    """The images in the real node's containerd (where `cluster load` imports them), read from the
+    runtime itself: the Node object's status lists a new image only when the kubelet next reports
+    it, which can be minutes after the load, so two reads of it can differ with nothing loaded."""
+    code = (
+        "from cluster import binaries; from cluster.node.containerd import ctr; "
+        "print(ctr(binaries.real_node(), 'images', 'ls', '-q'))"
+    )
+    r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
+                       env={**os.environ, "HOME": HOME}, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    return sorted(r.stdout.split())
 
 
 def _archive_names(kube: RealCluster, ns: str) -> list[str]:
