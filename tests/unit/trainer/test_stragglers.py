@@ -271,13 +271,20 @@ def test_the_cuda_path_reads_events_once_a_window_less_the_buffer_broadcast() ->
     assert clock.take() == 0.0  # a new window
 
 
-def test_the_cpu_path_times_to_the_step_end_without_a_hook() -> None:
+def test_the_cpu_path_times_to_the_step_end_without_a_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No bucket stamp (no DDP, or a script's own comm hook): the step is timed to its `stop`; the
+    clock is this process's perf_counter, given here."""
+    import ddpctl_trainer.stragglers as module
+
+    times = iter([10.0, 10.25, 20.0, 20.5])
+    monkeypatch.setattr(module.time, "perf_counter", lambda: next(times))
     clock = StepClock("cpu")
-    clock.start()
-    clock.stop()
-    clock.stop()  # a second stop without a start adds nothing
-    took = clock.take()
-    assert 0.0 <= took < 0.1 and clock.take() == 0.0
+    clock.start()  # 10.0
+    clock.stop()  # 10.25
+    clock.stop()  # a second stop without a start adds nothing (and reads no clock)
+    clock.start()  # 20.0
+    clock.stop()  # 20.5
+    assert clock.take() == pytest.approx((0.25 + 0.5) / 2) and clock.take() == 0.0
 
 
 @pytest.fixture
