@@ -139,21 +139,31 @@ def straggler_line(text: str) -> StragglerNote | None:
     body = found[1] if found else text
     for kind, tag in (("straggler", STRAGGLER_TAG), ("recovered", STRAGGLER_RECOVERED_TAG)):
         if body.startswith(tag):
-            rest = body[len(tag) :].rstrip()
-            node, avoid = _STRAGGLER_NODE.match(rest), _STRAGGLER_AVOID.search(rest)
-            return StragglerNote(kind, int(node.group(1)) if node else None, rest, avoid.group(1) if avoid else None)
+            return straggler_note(kind, body[len(tag) :])
     return None
 
 
-def current_stragglers(lines: Iterable[str]) -> list[StragglerNote]:
-    """The nodes named as stragglers and not recovered since, in the order they were named, from
+def straggler_note(kind: str, text: str) -> StragglerNote:
+    """The note of a straggler line's text after its tag (or of the trainer's error line under
+    `--stragglers fail`, after `straggler: `): the node rank it names, its avoid hint."""
+    rest = text.rstrip()
+    node, avoid = _STRAGGLER_NODE.match(rest), _STRAGGLER_AVOID.search(rest)
+    return StragglerNote(kind, int(node.group(1)) if node else None, rest, avoid.group(1) if avoid else None)
+
+
+def latest_stragglers(lines: Iterable[str]) -> list[StragglerNote]:
+    """Each node's latest straggler line (named or recovered), in the order of those lines, from
     rank 0's lines (any other line is skipped)."""
-    named: dict[int | None, StragglerNote] = {}
+    latest: dict[int | None, StragglerNote] = {}
     for note in filter(None, map(straggler_line, lines)):
-        named.pop(note.node, None)
-        if note.kind == "straggler":
-            named[note.node] = note
-    return list(named.values())
+        latest.pop(note.node, None)
+        latest[note.node] = note
+    return list(latest.values())
+
+
+def current_stragglers(lines: Iterable[str]) -> list[StragglerNote]:
+    """The nodes named as stragglers and not recovered since, in the order they were named."""
+    return [n for n in latest_stragglers(lines) if n.kind == "straggler"]
 
 
 # Kubernetes keeps this file's text as the container's termination message, on the pod object,

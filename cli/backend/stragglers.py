@@ -11,13 +11,18 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from ddpctl_trainer import protocol
-from ddpctl_trainer.protocol import StragglerNote, current_stragglers, parse_rank_line, straggler_line
+from ddpctl_trainer.protocol import (
+    StragglerNote,
+    current_stragglers,
+    latest_stragglers,
+    parse_rank_line,
+    straggler_line,
+    straggler_note,
+)
 
 RESUBMIT = "ddpctl submit ..."  # the user's own command line, which no object keeps
 _AVOID_HINT = re.compile(r";\s*(?:avoid it: |resubmit with )--avoid-node \S+\s*$")
-_AVOID = re.compile(r"--avoid-node (\S+)\s*$")
 _K8S_NODE = re.compile(r"\bk8s node ([^\s,;)]+)")
-_NODE = re.compile(r"^node (\d+)\b")
 # The trainer's error line under --stragglers fail, after its tag and `[rank R] `: `straggler: node 1
 # (pod P, k8s node K) below ...; stopping (exit 202, --stragglers fail)[; resubmit with --avoid-node K]`
 _STOPPED = f"{protocol.ERROR_TAG}straggler: "
@@ -30,11 +35,7 @@ def notes(lines: Iterable[str]) -> list[StragglerNote]:
 
 def recovered(lines: Sequence[str]) -> list[StragglerNote]:
     """The nodes whose latest line says they recovered, in the order they did."""
-    latest: dict[int | None, StragglerNote] = {}
-    for note in notes(lines):
-        latest.pop(note.node, None)
-        latest[note.node] = note
-    return [n for n in latest.values() if n.kind == "recovered"]
+    return [n for n in latest_stragglers(lines) if n.kind == "recovered"]
 
 
 def straggler_data(lines: Sequence[str]) -> dict[str, Any]:
@@ -64,11 +65,7 @@ def stopping_note(lines: Sequence[str], errors: Iterable[str] = ()) -> Straggler
     for error in errors:
         body = (parse_rank_line(error) or (0, error))[1]
         if body.startswith(_STOPPED):
-            text = body[len(_STOPPED) :].rstrip()
-            node, avoid = _NODE.match(text), _AVOID.search(text)
-            return StragglerNote(
-                "straggler", int(node.group(1)) if node else None, text, avoid.group(1) if avoid else None
-            )
+            return straggler_note("straggler", body[len(_STOPPED) :])
     return None
 
 
