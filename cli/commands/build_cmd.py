@@ -14,7 +14,7 @@ def build_command(
         None,
         "--repo",
         help="Image repository; the tag is the content hash (default: the repository of DDPCTL_IMAGE / ddp.yaml's "
-        "image, else ddpctl-trainer, or in a project without a Dockerfile the folder's name).",
+        "image, else the folder's name; ddpctl-trainer only in ddpctl's own source, which builds the trainer).",
     ),
     base_image: str | None = typer.Option(
         None,

@@ -249,28 +249,33 @@ def plan_image(
 ) -> Iterator[tuple[BuildPlan, Pack | None]]:
     """The build of a folder: from its Dockerfile (or --file) as it always was, else its code on
     the trainer image (a generated Dockerfile, the packed workspace as the context; its Pack comes
-    with the plan). `repo` None: the spec's repository, else, for a project, the folder's name.
+    with the plan). `repo` None: the spec's repository, else the folder's name (the trainer's
+    repository only for ddpctl's own source, and never for a user's folder, Dockerfile or not).
     The plan is valid inside the `with` (a project's context is a temporary folder)."""
     from ddpctl.image.build import DEFAULT_REPO, check_builder_name, plan_build
 
     check_builder_name(builder)
     folder = (context or (dockerfile.parent if dockerfile is not None else Path.cwd())).resolve()
+    trainer = builds_the_trainer(folder)
+    # a user's image never takes the trainer's repository: submit would refuse it as the trainer
+    # image, and --latest would overwrite the base of every later build
+    ours = DEFAULT_REPO if trainer else default_repo(folder)
+    chosen = repo or (spec_repo if spec_repo and (trainer or spec_repo != DEFAULT_REPO) else ours)
     if dockerfile is not None or (folder / "Dockerfile").is_file():
         yield (
             plan_build(
                 builder=builder,
                 dockerfile=dockerfile,
                 context=context,
-                repo=repo or spec_repo or DEFAULT_REPO,
+                repo=chosen,
                 build_args=build_args,
                 base_image=base_image,
                 latest=latest,
-                labels={} if builds_the_trainer(folder) else {WORKSPACE_LABEL: folder_code(folder)},
+                labels={} if trainer else {WORKSPACE_LABEL: folder_code(folder)},
             ),
             None,
         )
         return
-    chosen = repo or (spec_repo if spec_repo and spec_repo != DEFAULT_REPO else default_repo(folder))
     with workspace_context(folder, base_image, build_args) as ws:
         plan = plan_build(
             builder=builder,
