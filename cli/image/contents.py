@@ -177,7 +177,7 @@ def check_code_in_image(
     carried = found.labels.get(WORKSPACE_LABEL, "")
     if carried:
         current = folder_hash()
-        if carried != current:
+        if current and carried != current:
             return [
                 f"warning: the image {image} carries an older version of this folder's code (workspace "
                 f"{carried[:12]}, now {current[:12]}): the pods would run the old {wanted.relative}; rebuild it "

@@ -271,7 +271,7 @@ def plan_image(
                 build_args=build_args,
                 base_image=base_image,
                 latest=latest,
-                labels={} if trainer else {WORKSPACE_LABEL: folder_code(folder)},
+                labels=_code_label(folder, trainer),
             ),
             None,
         )
@@ -290,6 +290,11 @@ def plan_image(
         yield plan, ws.pack
 
 
+def _code_label(folder: Path, trainer: bool) -> dict[str, str]:
+    code = "" if trainer else folder_code(folder)
+    return {WORKSPACE_LABEL: code} if code else {}
+
+
 def builds_the_trainer(folder: Path) -> bool:
     """Whether `folder` is ddpctl's own source, whose Dockerfile builds the trainer image: it carries
     no user's code, so no label (one would change its ID, and reload it onto nodes, at every edit)."""
@@ -299,12 +304,12 @@ def builds_the_trainer(folder: Path) -> bool:
 def folder_code(folder: Path) -> str:
     """The sha256 `folder` packs to as a workspace (.gitignore, .dockerignore, likely secrets left
     out): the label an image built from the folder's own Dockerfile carries, so that `submit` can
-    tell an image of the folder's current code from one of an older version. Not scanned for keys:
-    the folder's own Dockerfile decides what its image holds, this only names the version."""
-    import os
+    tell an image of the folder's current code from one of an older version. Never a reason for a
+    build to fail (`version_of`: links that leave the folder are left out of it, nothing is
+    compressed or scanned); "" (no label) when the folder cannot be read."""
+    from ddpctl.workspace import version_of
 
-    with open(os.devnull, "wb") as sink:
-        return pack_workspace(folder, sink, field_name="build", scan_keys=False).sha256
+    return version_of(folder)
 
 
 def build_image(spec: JobSpec, *, push: bool = True, echo: Callable[[str], None] | None = None) -> str:

@@ -96,8 +96,8 @@ def code_not_carried(plan: Plan, cwd: Path | None = None) -> str | None:
             f'folder\'s code, and no workspace ships it: the pods would fail with "No such file"; {fixes}'
         )
     current = folder_hash(cwd)
-    if current.startswith(carried):
-        return None
+    if not current or current.startswith(carried):
+        return None  # the current version cannot be named (the folder cannot be read): nothing to compare
     return (
         f"the image {spec.image} carries an older version of this folder's code (workspace {carried}, now "
         f"{current[:12]}): the pods would run the old {rel}; {fixes}"
@@ -133,11 +133,9 @@ def code_in_image(plan: Plan, cwd: Path | None = None) -> tuple[str, str] | None
 
 
 def folder_hash(folder: Path) -> str:
-    """The sha256 this folder packs to now (what `ddpctl build` puts in a project image's tag); its
-    files' contents are not scanned for keys: nothing ships from here."""
-    import os
+    """The sha256 this folder packs to now (what `ddpctl build` puts in a project image's tag),
+    computed without compressing or scanning it, and never failing for a link that leaves the
+    folder or points nowhere (`version_of`); "" when the folder cannot be read."""
+    from ddpctl.workspace import version_of
 
-    from ddpctl.workspace import pack_workspace
-
-    with open(os.devnull, "wb") as sink:
-        return pack_workspace(folder, sink, scan_keys=False).sha256
+    return version_of(folder)

@@ -13,7 +13,17 @@ kubernetes client, no spec (the caller passes what the spec says).
 
 from __future__ import annotations
 
-from .pack import Pack, pack, pack_workspace, size_text
+from .pack import Pack, pack, pack_workspace, size_text, version_of
 from .select import SECRET_PATTERNS, File, Selection, select
 
-__all__ = ["SECRET_PATTERNS", "File", "Pack", "Selection", "pack", "pack_workspace", "select", "size_text"]
+__all__ = [
+    "SECRET_PATTERNS",
+    "File",
+    "Pack",
+    "Selection",
+    "pack",
+    "pack_workspace",
+    "select",
+    "size_text",
+    "version_of",
+]

@@ -29,7 +29,7 @@ from typing import BinaryIO
 from ddpctl.errors import SpecError, printable
 
 from .scan import Finding, scan
-from .select import File, Selection, select
+from .select import File, Selection, leave_out_with, select
 
 GZIP_LEVEL = 6  # gzip's and tar czf's default: level 9 costs twice the time for ~1% here
 _SHOWN = 5  # names of left-out paths the summary line shows, per reason
@@ -107,20 +107,26 @@ def _member(path: str, mode: int, size: int, directory: bool) -> bytes:
 class _Sink:
     """The tar's byte stream: hashed, counted and compressed into `out` as it is written, by a
     thread of its own (zlib and hashlib let go of the GIL), in chunks: while it compresses one, the
-    caller reads the next files, as `tar | gzip` does in two processes."""
+    caller reads the next files, as `tar | gzip` does in two processes. `out` None: hashed only."""
 
-    def __init__(self, out: BinaryIO, level: int) -> None:
+    def __init__(self, out: BinaryIO | None, level: int) -> None:
         self.counted = _Counter(out)
-        self.gzip = gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=self.counted, mtime=0)
+        self.gzip = (
+            gzip.GzipFile(filename="", mode="wb", compresslevel=level, fileobj=self.counted, mtime=0)
+            if out is not None
+            else None
+        )
         self.sha = hashlib.sha256()
         self.size = 0
         self.buffer = bytearray()
         self.chunks: queue.Queue[bytes | None] = queue.Queue(maxsize=4)
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._compress, name="workspace-gzip", daemon=True)
-        self.thread.start()
+        if self.gzip is not None:
+            self.thread.start()
 
     def _compress(self) -> None:
+        assert self.gzip is not None  # the thread is started only with a gzip stream
         while (chunk := self.chunks.get()) is not None:
             if self.error is None:
                 try:
@@ -137,7 +143,10 @@ class _Sink:
     def flush(self) -> None:
         if self.buffer:
             self.size += len(self.buffer)
-            self.chunks.put(bytes(self.buffer))
+            if self.gzip is None:
+                self.sha.update(self.buffer)
+            else:
+                self.chunks.put(bytes(self.buffer))
             self.buffer = bytearray()
 
     def close(self) -> None:
@@ -148,27 +157,30 @@ class _Sink:
         self.abandon()
         if self.error is not None:
             raise self.error
-        self.gzip.close()
+        if self.gzip is not None:
+            self.gzip.close()
 
     def abandon(self) -> None:
         """Stop the thread (after a failure, or at the end)."""
-        self.chunks.put(None)
-        self.thread.join()
+        if self.gzip is not None:
+            self.chunks.put(None)
+            self.thread.join()
 
 
 class _Counter:
     """Counts what goes to `out` (the compressed size), without needing `out.tell()`."""
 
-    def __init__(self, out: BinaryIO) -> None:
+    def __init__(self, out: BinaryIO | None) -> None:
         self.out = out
         self.size = 0
 
     def write(self, data: bytes) -> int:
         self.size += len(data)
-        return self.out.write(data)
+        return self.out.write(data) if self.out is not None else len(data)
 
     def flush(self) -> None:
-        self.out.flush()
+        if self.out is not None:
+            self.out.flush()
 
 
 def size_text(n: int) -> str:
@@ -255,7 +267,7 @@ def pack(
                 raise SpecError(
                     field_name,
                     f"{printable(file.path)} {problem}",
-                    f"fix it, or leave it out with {field_name}.exclude",
+                    f"fix it, or leave it out with {leave_out_with(field_name)}",
                 ) from None
             if finding is not None:
                 found.append((file.path, finding))
@@ -285,8 +297,12 @@ def _key_material(found: list[tuple[str, Finding]], field_name: str) -> SpecErro
     return SpecError(
         field_name,
         f"{printable(path)}:{first.line} holds {first.kind}{more}, which would ship with the code",
-        "remove it, move it to a Secret referenced with secretEnv, or list the file in "
-        f"{field_name}.include if it is a false alarm",
+        "remove it, move it to a Secret referenced with secretEnv, or, if it is a false alarm, "
+        + (
+            "own the build (ddpctl build --write-dockerfile)"
+            if field_name == "build"
+            else f"list the file in {field_name}.include"
+        ),
     )
 
 
@@ -319,6 +335,49 @@ def _add_file(sink: _Sink, file: File, scan_keys: bool) -> Finding | None:
         os.close(fd)
     sink.write(_ZEROS[: -size % BLOCK])
     return None
+
+
+def version_of(root: Path | str) -> str:
+    """The sha256 the folder `root` packs to as a workspace (`pack_workspace`'s), computed without
+    compressing or scanning it: what names the version of a folder's code (a project image's tag,
+    the label of an image built from the folder's own Dockerfile). It never fails for a path: a link
+    that leaves the folder or points nowhere, and a file that cannot be read, are left out of it
+    (the folder's own Dockerfile decides what its image holds; this only names the version). ""
+    when the folder cannot be read at all (it is missing, a pattern is not valid)."""
+    try:
+        selection = select(root, lenient=True)
+    except SpecError:
+        return ""
+    sink = _Sink(None, GZIP_LEVEL)
+    written: set[str] = set()
+    for file in selection.files:
+        try:
+            fd = os.open(file.source, os.O_RDONLY)
+        except OSError:
+            continue  # unreadable: not part of the version
+        try:
+            parts = file.path.split("/")
+            for depth in range(1, len(parts)):
+                folder = "/".join(parts[:depth])
+                if folder not in written:
+                    written.add(folder)
+                    sink.write(_member(folder, 0o755, 0, directory=True))
+            st = os.fstat(fd)
+            sink.write(_member(file.path, 0o755 if st.st_mode & stat.S_IXUSR else 0o644, st.st_size, directory=False))
+            left = st.st_size
+            while left > 0:
+                data = os.read(fd, min(left, _CHUNK))
+                if not data:
+                    break
+                sink.write(data)
+                left -= len(data)
+            sink.write(bytes(left) + _ZEROS[: -st.st_size % BLOCK])  # a file that shrank: padded, not a failure
+        except OSError:
+            return ""  # a file that failed half-read (a disk error): no version to name
+        finally:
+            os.close(fd)
+    sink.close()
+    return sink.sha.hexdigest()
 
 
 def pack_workspace(

@@ -15,8 +15,9 @@ A path is decided, first rule that applies:
    key material when it is packed, `scan.py`, but for the files `include` names);
 5. anything else goes: regular files, and symbolic links whose target stays inside the workspace
    (packed as what they point to: a file's content, a folder's files). A link that leaves the
-   workspace, or points nowhere, is a usage error naming it. Sockets, FIFOs and devices are left
-   out (`not a file`).
+   workspace, or points nowhere, is a usage error naming it (`lenient`: left out, as is what
+   cannot be read; for a hash that only names a folder's version). Sockets, FIFOs and devices are
+   left out (`not a file`).
 
 Only the `.gitignore` files inside the workspace count, not those above it, `.git/info/exclude` or
 a user's global excludes file: the same folder packs the same on every machine. Folders go in the
@@ -129,6 +130,12 @@ class Selection:
     secrets: tuple[str, ...] = ()  # left out as likely secrets (a folder ends with `/`)
     ignored: tuple[str, ...] = ()  # left out by .gitignore, .dockerignore or workspace.exclude
     special: tuple[str, ...] = ()  # sockets, FIFOs, devices: not files
+
+
+def leave_out_with(field_name: str) -> str:
+    """Where a path is left out: the spec's `workspace.exclude`; `ddpctl build` (field `build`),
+    which has no such key, reads the folder's .dockerignore."""
+    return ".dockerignore" if field_name == "build" else f"{field_name}.exclude"
 
 
 def path_key(path: str) -> tuple[str, ...]:
@@ -244,9 +251,13 @@ def select(
     include: Sequence[str] = (),
     *,
     field_name: str = "workspace",
+    lenient: bool = False,
 ) -> Selection:
     """The files of the workspace `root` (see the module's doc). `field_name` names the spec key in
-    errors (a link leaving the workspace, a file that cannot be read, a bad pattern)."""
+    errors (a link leaving the workspace, a file that cannot be read, a bad pattern). `lenient`:
+    what would be such an error for a path (a link that leaves, points nowhere or loops, a folder
+    that cannot be read, a name that is not UTF-8) leaves the path out instead: nothing ships, the
+    selection only names the folder's version."""
     given = Path(root)
     try:
         real_root = given.resolve(strict=True)
@@ -275,7 +286,9 @@ def select(
         secrets=_Spec(SECRET_PATTERNS, "SECRET_PATTERNS"),
         docker=docker,
     )
-    _Walker(real_root, rules, field_name).walk(str(real_root), "", (), only_includes=False, seen=(str(real_root),))
+    _Walker(real_root, rules, field_name, lenient).walk(
+        str(real_root), "", (), only_includes=False, seen=(str(real_root),)
+    )
     return Selection(
         root=real_root,
         files=tuple(rules.files),
@@ -303,13 +316,16 @@ def _kind(entry: os.DirEntry[str], is_link: bool) -> str:
 
 
 class _Walker:
-    def __init__(self, root: Path, rules: _Rules, field_name: str) -> None:
+    def __init__(self, root: Path, rules: _Rules, field_name: str, lenient: bool = False) -> None:
         self.root = str(root)
         self.rules = rules
         self.field = field_name
+        self.lenient = lenient
 
     def _fail(self, rel: str, problem: str, fix: str = "") -> SpecError:
-        return SpecError(self.field, f"{printable(rel)} {problem}", fix or f"leave it out with {self.field}.exclude")
+        return SpecError(
+            self.field, f"{printable(rel)} {problem}", fix or f"leave it out with {leave_out_with(self.field)}"
+        )
 
     def walk(self, real_dir: str, rel_dir: str, ignores: _Ignores, only_includes: bool, seen: tuple[str, ...]) -> None:
         """One folder: `real_dir` on disk is `rel_dir` in the archive. `only_includes`: inside a
@@ -326,6 +342,8 @@ class _Walker:
             with os.scandir(real_dir) as it:
                 entries = sorted(it, key=lambda e: e.name)
         except OSError as exc:
+            if self.lenient:
+                return
             raise self._fail(rel_dir or ".", f"cannot be read ({exc.strerror})") from None
         for entry in entries:
             name = entry.name
@@ -336,6 +354,8 @@ class _Walker:
                 try:
                     rel.encode("utf-8")
                 except UnicodeEncodeError:
+                    if self.lenient:
+                        continue
                     raise self._fail(rel, "has a name that is not UTF-8", "rename it, or leave it out") from None
             is_link = entry.is_symlink()
             kind = _kind(entry, is_link)
@@ -402,18 +422,25 @@ class _Walker:
         source = entry.path
         if is_link:
             source = os.path.realpath(entry.path)
+            outside = source != self.root and not source.startswith(self.root + os.sep)
+            if self.lenient and (outside or kind == _BROKEN):
+                return
             if source != self.root and not source.startswith(self.root + os.sep):
                 raise self._fail(
                     rel,
                     f"is a symbolic link to {printable(source)}, outside the workspace",
-                    f"copy what it points to into the workspace, or leave it out with {self.field}.exclude",
+                    f"copy what it points to into the folder, or leave it out with {leave_out_with(self.field)}",
                 )
             if kind == _BROKEN:
                 raise self._fail(
-                    rel, "is a symbolic link to nothing", f"remove it, or leave it out with {self.field}.exclude"
+                    rel,
+                    "is a symbolic link to nothing",
+                    f"remove it, or leave it out with {leave_out_with(self.field)}",
                 )
         if kind == _DIR:
             if any(source == s or s.startswith(source + os.sep) for s in seen):
+                if self.lenient:
+                    return
                 raise self._fail(rel, "is a symbolic link to a folder above it (a loop)")
             self.walk(source, rel, ignores, only_includes, (*seen, source))
         elif kind == _FILE:

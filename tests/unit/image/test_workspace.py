@@ -97,3 +97,43 @@ def test_the_dependencies_of_a_project(
     if pyproject is not None:
         (tmp_path / "pyproject.toml").write_text(pyproject)
     assert dependencies(tmp_path) == found
+
+
+def test_a_link_out_of_the_folder_or_to_nothing_never_fails_the_build_for_the_label(
+    tmp_path: Path, docker_on_path
+) -> None:
+    """The folder's own Dockerfile decides what its image holds; the label only names the version,
+    and such links are left out of it (the build itself sends what .dockerignore lets through)."""
+    folder = own_project(tmp_path / "app")
+    before = folder_code(folder)
+    (folder / "data").symlink_to(tmp_path)  # a dataset folder linked in from elsewhere
+    (folder / "stale.txt").symlink_to(folder / "gone.txt")
+    labels, _argv, on_trainer = _plan(folder, docker_on_path)
+    assert not on_trainer and labels == {WORKSPACE_LABEL: before}
+
+
+def test_a_project_image_tag_is_compared_whatever_links_the_folder_holds(tmp_path: Path) -> None:
+    from ddpctl.engines import plan_for
+    from ddpctl.manifests.workspace import code_not_carried, folder_hash
+    from ddpctl.spec import JobSpec
+
+    folder = own_project(tmp_path / "app")
+    image = f"app:ws-{folder_hash(folder)[:12]}-0123abcd"
+    (folder / "stale.txt").symlink_to(folder / "gone.txt")
+    plan = plan_for(JobSpec.from_dict({"script": "train.py", "image": image}))
+    assert code_not_carried(plan, folder) is None
+
+
+def test_a_build_without_a_dockerfile_names_a_fix_that_exists(tmp_path: Path) -> None:
+    """The packed build refuses a link out of the folder (it would not be in the image), naming
+    .dockerignore: `ddpctl build` has no `build.exclude`."""
+    from ddpctl.errors import SpecError
+    from ddpctl.image.workspace import workspace_context
+
+    folder = tmp_path / "app"
+    folder.mkdir()
+    (folder / "train.py").write_text("print('step 1')\n")
+    (folder / "data").symlink_to(tmp_path)
+    with pytest.raises(SpecError) as raised, workspace_context(folder, None, {}):
+        pass
+    assert "leave it out with .dockerignore" in str(raised.value) and "build.exclude" not in str(raised.value)

@@ -210,3 +210,47 @@ def test_an_empty_workspace_is_a_valid_empty_tar(tmp_path: Path) -> None:
     assert result.files == 0
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         assert tar.getmembers() == []
+
+
+# ------------------------------------------------------------------ a folder's version, not packed
+
+
+def test_the_version_of_a_folder_is_the_sha256_it_packs_to_without_gzip(tmp_path: Path, monkeypatch) -> None:
+    """`version_of` names what `pack_workspace` names (a project image's tag is compared with it)
+    and compresses nothing: gzip is not even reachable."""
+    from ddpctl.workspace import version_of
+
+    root = make_tree(tmp_path / "ws", {**TREE, "big.bin": os.urandom((1 << 20) + 7), ".env": "K=v"})
+    packed, _ = _packed(root)
+
+    def no_gzip(*args: object, **kwargs: object) -> None:
+        raise AssertionError("version_of compressed something")
+
+    monkeypatch.setattr(gzip, "GzipFile", no_gzip)
+    assert version_of(root) == packed.sha256
+    (root / "train.py").write_text("import helpers  # edited\n")
+    assert version_of(root) != packed.sha256
+
+
+def test_the_version_leaves_out_links_that_leave_the_folder_or_point_nowhere(tmp_path: Path) -> None:
+    """What `select` refuses for a path that would ship (a link out of the folder, to nothing, or
+    back up: a loop) is left out of the version, which never fails for it."""
+    from ddpctl.workspace import version_of
+
+    outside = tmp_path / "outside.txt"
+    outside.write_text("not the project's\n")
+    plain = make_tree(tmp_path / "plain", {"train.py": "x", "pkg/a.py": "y"})
+    linked = make_tree(
+        tmp_path / "linked",
+        {
+            "train.py": "x",
+            "pkg/a.py": "y",
+            "out.txt": Link(str(outside)),
+            "gone.txt": Link("missing.txt"),
+            "pkg/up": Link(".."),
+        },
+    )
+    with pytest.raises(SpecError):
+        select(linked)
+    assert version_of(linked) == version_of(plain) != ""
+    assert version_of(tmp_path / "no-such-folder") == ""
