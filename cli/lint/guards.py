@@ -10,7 +10,9 @@ torchrun the flag keeps its argparse default (False), so the test is true on eve
   name such as `rank`, `global_rank`, `local_rank`, `gpu_id`, `dist.get_rank()`, `rank % n`), a
   main-process flag or helper (`is_main`, `is_master`, `accelerator.is_main_process`,
   `trainer.is_global_zero`, `utils.is_main_process()`, or a function of the program that returns a
-  rank-0 test), and a name assigned one. `rank != 0`, `rank > 0` and `if rank:` hold off rank 0. The
+  rank-0 test), and a name assigned one. `RANK in {-1, 0}` (YOLOv5's guard) is one too: under torchrun
+  the rank is never -1, so only 0 can match; but `args.local_rank in [-1, 0]` keeps its argparse
+  default (-1) under torchrun and is true on every rank. `rank != 0`, `rank > 0` and `if rank:` hold off rank 0. The
   local rank counts: one writer per node is PyTorch's multi-node tutorial's choice for node-local
   storage.
 - **torchrun's environment**: `WORLD_SIZE > 1`, so `world_size == 1` is false and `world_size > 1`
@@ -151,6 +153,33 @@ def _constant(idx: Index, expr: ast.AST) -> tuple[bool, object]:
     return False, None
 
 
+def _membership(idx: Index, left: ast.AST, right: ast.AST) -> Truth:
+    """`rank in {-1, 0}`: under torchrun the rank is >= 0, so only the non-negative members count;
+    a flag torchrun never passes keeps its default instead (`args.local_rank in [-1, 0]` is true)."""
+    if not isinstance(right, ast.Set | ast.List | ast.Tuple):
+        return UNKNOWN
+    members = [_int(e) for e in right.elts]
+    if any(m is None for m in members):
+        return UNKNOWN
+    program = idx.program
+    flag: ast.AST | None = None
+    if program is not None:
+        key = dotted(left)
+        values = idx.values_of(key, left)[1] if isinstance(left, ast.Name) and key else []
+        flag = left if program.argument(left) is not None else None
+        if flag is None and len(values) == 1 and program.argument(values[0]) is not None:
+            flag = values[0]  # `local_rank = opt.local_rank`
+    if flag is not None:
+        known, value = _constant(idx, flag)
+        return (TRUE if value in members else FALSE) if known else UNKNOWN
+    if not is_rank_expr(idx, left):
+        return UNKNOWN
+    reachable = {m for m in members if m is not None and m >= 0}
+    if not reachable:
+        return FALSE
+    return RANK0 if reachable == {0} else UNKNOWN
+
+
 def _compare(idx: Index, test: ast.Compare, depth: int) -> Truth:
     if len(test.ops) != 1:
         return UNKNOWN
@@ -159,6 +188,9 @@ def _compare(idx: Index, test: ast.Compare, depth: int) -> Truth:
         if const_str(left) in LAUNCHER_ENV:
             return TRUE if isinstance(op, ast.In) else FALSE
         return UNKNOWN
+    if isinstance(op, ast.In | ast.NotIn):
+        verdict = _membership(idx, left, right)
+        return verdict.negate() if isinstance(op, ast.NotIn) else verdict
     for a, b, o in ((left, right, op), (right, left, _FLIP.get(type(op), op))):
         value = _int(b)
         if value is None:

@@ -15,9 +15,13 @@ import torch.distributed as dist
 p = argparse.ArgumentParser()
 p.add_argument("--multiprocessing-distributed", action="store_true")
 p.add_argument("--gpu", default=None, type=int)
+p.add_argument("--local_rank", default=-1, type=int)
 args = p.parse_args()
 rank = dist.get_rank()
 local_rank = int(os.environ["LOCAL_RANK"])
+RANK = int(os.getenv("RANK", -1))
+LOCAL_RANK = int(os.getenv("LOCAL_RANK", -1))
+legacy_rank = args.local_rank
 is_master = rank == 0
 def is_main_process():
     return dist.get_rank() == 0
@@ -41,6 +45,15 @@ CASES = [
     ("'WORLD_SIZE' in os.environ", False, True),
     ("args.gpu is not None", True, False),
     ("epoch > 3", False, False),
+    ("RANK in {-1, 0}", True, False),
+    ("LOCAL_RANK in [-1, 0]", True, False),
+    ("local_rank in (-1, 0)", True, False),
+    ("RANK not in {-1, 0}", False, True),
+    ("RANK in {-1}", True, False),
+    ("rank in [0, 1]", False, False),
+    ("args.local_rank in [-1, 0]", False, True),
+    ("args.local_rank not in [-1, 0]", True, False),
+    ("legacy_rank in [-1, 0]", False, True),
 ]
 
 
