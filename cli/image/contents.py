@@ -37,6 +37,7 @@ class LocalImage:
     id: str
     workdir: str  # "/" when the image sets none: where the pod's command runs
     labels: dict[str, str] = field(default_factory=dict)
+    env: tuple[str, ...] = ()  # KEY=VALUE, as the image sets them (PATH says where its Python is)
 
     def path_of(self, relative: str) -> str:
         """Where a relative path given to torchrun or python is found in a container of this image."""
@@ -79,6 +80,7 @@ def inspect(engine: str, image: str) -> LocalImage | None:
         id=str(data.get("Id") or ""),
         workdir=str(config.get("WorkingDir") or "/"),
         labels={str(k): str(v) for k, v in (config.get("Labels") or {}).items()},
+        env=tuple(str(e) for e in (config.get("Env") or ())),
     )
 
 
@@ -142,7 +144,11 @@ class Wanted:
     """The job's code, as the pods will look for it: the flag that names it and the relative path."""
 
     flag: str  # --script, --command
-    relative: str  # as given: relative to the image's WORKDIR
+    relative: str  # as given: relative to the image's WORKDIR, or absolute
+
+    @property
+    def where(self) -> str:
+        return self.relative if self.relative.startswith("/") else f"{self.relative} in its WORKDIR"
 
 
 def check_code_in_image(
@@ -161,14 +167,20 @@ def check_code_in_image(
     found = inspect(chosen, image)
     if found is None:
         return [
-            f"note: the image {image} is not in the local {chosen} engine: whether it holds {wanted.relative} in "
-            "its WORKDIR was not checked"
+            f"note: the image {image} is not in the local {chosen} engine: whether it holds {wanted.where} was "
+            "not checked"
         ]
     path = found.path_of(wanted.relative)
     present = has_path(found, path)
     if present is None:
         return [f"note: {chosen} could not look into the image {image}: whether it holds {path} was not checked"]
     if not present:
+        if wanted.relative.startswith("/"):
+            raise UsageError(
+                f'{wanted.flag}: the image {image} has no {path}: the pods would fail with "No such file"; copy the '
+                "file there in its Dockerfile, pass the path it has in the image, or ship the folder with "
+                "--workspace . and a relative path"
+            )
         raise UsageError(
             f"{wanted.flag}: the image {image} has no {path} (its WORKDIR {found.workdir} + {wanted.relative}): the "
             f'pods would fail with "No such file"; copy the file there in its Dockerfile (COPY . {found.workdir}/), '

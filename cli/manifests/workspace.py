@@ -112,24 +112,23 @@ def is_trainer_image(image: str) -> bool:
     return last.split(":", 1)[0] == TRAINER_REPO
 
 
-def code_in_image(plan: Plan, cwd: Path | None = None) -> tuple[str, str] | None:
-    """(flag, relative path) of the job's code that only the image can answer for: it is in the
-    user's folder, no workspace ships it, and the image is the user's own (not the trainer image,
-    not a `ws-` project image): `submit` looks for WORKDIR + the path in the local image. None for
-    `-m` (a module may be installed anywhere on the image's path) and for absolute paths."""
+def code_in_image(plan: Plan) -> tuple[str, str] | None:
+    """(flag, path as given) of the job's code that only the image can answer for: no workspace
+    ships it and the image is the user's own (not the trainer image, not a `ws-` project image):
+    `submit` looks for WORKDIR + the path (an absolute path as given) in the local image, whether
+    or not the file is also in the current folder. `--script`, else the first `.py` a `--command`
+    names; None for `-m` (a module may be installed anywhere on the image's path)."""
     from ddpctl.workspace.tags import workspace_of_tag
 
-    cwd = (cwd or Path.cwd()).resolve()
     spec = plan.spec
     if plan.ships_workspace or workspace_of_tag(spec.image) is not None or is_trainer_image(spec.image):
         return None
-    found = code_file(plan, cwd)
-    if found is None or spec.module:
-        return None
     if spec.script:
         return "--script", spec.script
-    rel = next(arg for arg in spec.command if arg.endswith(".py") and (cwd / arg) == found)
-    return "--command", rel
+    if spec.module or plan.uses_trainer:
+        return None
+    named = next((arg for arg in spec.command if arg.endswith(".py") and not arg.startswith("-")), None)
+    return ("--command", named) if named else None
 
 
 def folder_hash(folder: Path) -> str:

@@ -146,7 +146,16 @@ def test_a_workspace_too_large_for_a_secret_is_exit_2_in_render_naming_submit_wi
         ),
         ({"image": "me/app:v1", "module": "pkg"}, True, None),  # a module may be installed anywhere
         ({"image": "me/app:v1", "script": "train.py", "workspace": {"dir": "."}}, True, None),  # shipped
-        ({"image": "me/app:v1", "script": "other.py"}, True, None),  # not here: a path in the image
+        # looked for whether or not the file is here: WORKDIR + the path, an absolute one as given
+        ({"image": "me/app:v1", "script": "other.py"}, True, ("--script", "other.py")),
+        ({"image": "me/app:v1", "script": "/opt/code/train.py"}, True, ("--script", "/opt/code/train.py")),
+        (
+            {"image": "me/app:v1", "command": ["python", "/srv/run.py", "--cfg", "c.py"]},
+            True,
+            ("--command", "/srv/run.py"),
+        ),
+        ({"image": "me/app:v1", "command": ["python", "-c", "print(1)"]}, True, None),
+        ({"image": "me/app:ws-0123456789ab-0123abcd", "script": "/abs.py"}, True, None),  # a project image
     ],
 )
 def test_code_in_the_folder_that_nothing_carries_is_said(
@@ -157,7 +166,7 @@ def test_code_in_the_folder_that_nothing_carries_is_said(
     assert (problem is None) == carried, problem
     if problem:
         assert '"No such file"' in problem and "--workspace ." in problem and "ddpctl build" in problem
-    assert code_in_image(plan, tmp_path) == in_image
+    assert code_in_image(plan) == in_image
 
 
 def test_a_project_image_carries_the_folder_until_its_code_changes(tmp_path: Path) -> None:

@@ -1,0 +1,63 @@
+"""What `submit` reads from a user's own image in the local engine, against a fake engine
+(fake_engine.py): whether the file torchrun will run is there (WORKDIR + --script, an absolute
+path as given) whatever the current folder holds, which packages it lacks for a workspace's
+requirements, and its torch. The real engine's answers are in test_contents.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.unit.image.fake_engine import FakeEngine
+
+SUBMIT = ("submit", "--dry-run=client", "--no-lint", "--target", "job")
+
+
+@pytest.mark.parametrize(
+    ("args", "here", "path"),
+    [
+        (["--script", "train.py"], False, "/app/train.py"),  # not in this folder: looked for all the same
+        (["--script", "train.py"], True, "/app/train.py"),
+        (["--script", "/opt/code/train.py"], False, "/opt/code/train.py"),  # absolute: as given
+        (["--command", "python /srv/run.py"], False, "/srv/run.py"),
+    ],
+)
+def test_a_local_image_without_the_file_is_exit_2_whatever_this_folder_holds(
+    cli, fake_engine: FakeEngine, tmp_path: Path, args: list[str], here: bool, path: str
+) -> None:
+    fake_engine.add("me/app:v1", {"/app/other.py": "x"}, workdir="/app")
+    if here:
+        (tmp_path / "train.py").write_text("print('step 1')\n")
+    r = cli(*SUBMIT, "--image", "me/app:v1", *args)
+    assert r.code == 2, r.err
+    assert r.err.startswith(f"ddpctl: error: {args[0]}: the image me/app:v1 has no {path}"), r.err
+    assert '"No such file"' in r.err and len(r.err.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "args", [["--script", "train.py"], ["--script", "/opt/code/train.py"], ["--command", "python /srv/run.py"]]
+)
+def test_a_local_image_with_the_file_goes(cli, fake_engine: FakeEngine, args: list[str]) -> None:
+    files = {"/app/train.py": "x", "/opt/code/train.py": "x", "/srv/run.py": "x"}
+    fake_engine.add("me/app:v1", files, workdir="/app")
+    r = cli(*SUBMIT, "--image", "me/app:v1", *args)
+    assert r.code == 0, r.err
+    assert "created (dry run)" in r.out and "has no" not in r.err
+
+
+def test_an_image_only_in_a_registry_is_said_not_checked_in_one_line(cli, fake_engine: FakeEngine) -> None:
+    r = cli(*SUBMIT, "--image", "reg.example.com/me/app:v1", "--script", "/opt/code/train.py")
+    assert r.code == 0, r.err
+    assert (
+        "ddpctl: note: the image reg.example.com/me/app:v1 is not in the local docker engine: whether it holds "
+        "/opt/code/train.py was not checked"
+    ) in r.err
+    assert fake_engine.calls("create") == []
+
+
+def test_the_trainer_image_and_project_images_are_not_looked_into(cli, fake_engine: FakeEngine) -> None:
+    for image in ("ddpctl-trainer:latest", "app:ws-0123456789ab-0123abcd"):
+        r = cli(*SUBMIT, "--image", image, "--script", "/opt/code/train.py")
+        assert r.code == 0, r.err
+    assert fake_engine.calls() == []
