@@ -184,9 +184,8 @@ def check_code(plan: Plan, say: Callable[[str], None]) -> None:
         from ddpctl.manifests.workspace import is_trainer_image
 
         folder = (Path.cwd() / str(plan.spec.workspace.dir)).resolve()
-        lacking = image_lacks(folder, plan.spec.image, is_trainer_image(plan.spec.image))
-        if lacking:
-            say(f"ddpctl: warning: {lacking}")
+        for said in image_lacks(folder, plan.spec.image, is_trainer_image(plan.spec.image)):
+            say(f"ddpctl: {said}")
     wanted = code_in_image(plan)
     if wanted is None:
         return

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import posixpath
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -196,3 +197,186 @@ def check_code_in_image(
                 "(ddpctl build), or ship the folder with --workspace ."
             ]
     return []
+
+
+# --------------------------------------------------------------------------------------------
+# What Python packages a local image holds: its site-packages' distribution names
+# --------------------------------------------------------------------------------------------
+
+LIST_TIMEOUT_S = 300  # a site-packages of CUDA wheels streams gigabytes through `cp`, once per image ID
+_SITE = re.compile(r"^lib/(python3(?:\.\d+)?)/(site|dist)-packages/?$")
+_DIST = re.compile(r"^(?P<name>[^/-]+)(?:-(?P<version>[^/-]+))?(?:-py\d[^/]*)?\.(?:dist-info|egg-info|egg-link)/?$")
+_VERSION = re.compile(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*['"]([^'"]+)['"]""", re.MULTILINE)
+
+
+def prefixes(image: LocalImage) -> list[str]:
+    """Where the image's Pythons may live, best first: the environments its PATH names (a venv's,
+    conda's bin), VIRTUAL_ENV and CONDA_PREFIX, then /usr/local and /usr."""
+    env = dict(e.split("=", 1) for e in image.env if "=" in e)
+    found = [env.get("VIRTUAL_ENV", ""), env.get("CONDA_PREFIX", "")]
+    bins = [p.rstrip("/") for p in env.get("PATH", "").split(":")]
+    found += [posixpath.dirname(p) for p in bins if p.endswith("/bin")]
+    found += ["/usr/local", "/usr"]
+    return [p for p in dict.fromkeys(posixpath.normpath(p) for p in found if p.startswith("/")) if p != "/"]
+
+
+class _Container:
+    """A container created (never started) from a local image, to copy paths out of; removed on exit."""
+
+    def __init__(self, image: LocalImage) -> None:
+        self.image = image
+        self.id = ""
+
+    def __enter__(self) -> _Container | None:
+        created = _run([self.image.engine, "create", "--pull", "never", self.image.id or self.image.name, "never"])
+        if created is None or created.returncode != 0:
+            return None
+        self.id = created.stdout.decode().strip().splitlines()[-1]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.id:
+            _run([self.image.engine, "rm", "--force", self.id])
+
+    def read(self, path: str) -> bytes | None:
+        """The bytes of the file `path` (None: not there, or not a file)."""
+        import io
+        import tarfile
+
+        proc = _run([self.image.engine, "cp", f"{self.id}:{path}", "-"])
+        if proc is None or proc.returncode != 0:
+            return None
+        try:
+            with tarfile.open(fileobj=io.BytesIO(proc.stdout), mode="r:") as tar:
+                member = tar.next()
+                f = tar.extractfile(member) if member is not None and member.isfile() else None
+                return f.read() if f is not None else None
+        except tarfile.TarError:
+            return None
+
+    def walk(self, path: str, keep: Callable[[str], bool | None]) -> bool:
+        """Stream `cp` of the folder `path` (entries named from its last part down, in the engine's
+        order: by name, a folder before its contents), calling `keep` with each entry's name; `keep`
+        answering None stops the stream (and the copy). False: the engine could not copy it."""
+        import tarfile
+        import threading
+
+        argv = [self.image.engine, "cp", f"{self.id}:{path}", "-"]
+        try:
+            proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+        except OSError:
+            return False
+        timer = threading.Timer(LIST_TIMEOUT_S, proc.kill)
+        timer.start()
+        assert proc.stdout is not None
+        complete = True
+        try:
+            with tarfile.open(fileobj=proc.stdout, mode="r|", bufsize=1 << 20) as tar:
+                while (member := tar.next()) is not None:
+                    tar.members.clear()  # type: ignore[attr-defined]  # a stream of many entries: keep none
+                    if keep(member.name.rstrip("/") + ("/" if member.isdir() else "")) is None:
+                        complete = False
+                        break
+        except tarfile.TarError:
+            pass  # nothing (the path is not there) or a stream cut short: said by the exit code
+        finally:
+            if not complete:
+                proc.kill()
+            proc.stdout.close()
+            code = proc.wait()
+            timer.cancel()
+        return not complete or code == 0
+
+
+def _site_dirs(box: _Container) -> list[str]:
+    """The site-packages (and Debian's dist-packages) folders under the image's prefixes."""
+    found: list[str] = []
+    for prefix in prefixes(box.image):
+        found += _sites_under(box, prefix)
+    return list(dict.fromkeys(found))
+
+
+def _sites_under(box: _Container, prefix: str) -> list[str]:
+    """`prefix`/lib/python3*/{site,dist}-packages: lib/ is streamed by name until its python3*
+    folders are passed, and stops at the first entry inside a site folder (what is below it is
+    listed by `installed`): the standard library is read past, not the packages."""
+    here: list[str] = []
+
+    def keep(name: str) -> bool | None:
+        parts = name.rstrip("/").split("/")
+        if len(parts) >= 2 and parts[1] > "python3" and not parts[1].startswith("python3"):
+            return None  # past python3*: lib/ is sent by name
+        if _SITE.match(name):
+            here.append(name.rstrip("/"))
+            return True
+        if here and len(parts) > 3 and name.startswith(here[-1] + "/"):
+            return None
+        return True
+
+    box.walk(f"{prefix}/lib", keep)
+    return [f"{prefix}/{rel}" for rel in here]
+
+
+def _packages_in(box: _Container, site: str) -> dict[str, str]:
+    from packaging.utils import canonicalize_name
+
+    held: dict[str, str] = {}
+
+    def keep(name: str) -> bool:
+        parts = name.rstrip("/").split("/")
+        if len(parts) == 2:
+            match = _DIST.match(parts[1] + ("/" if name.endswith("/") else ""))
+            if match:
+                held.setdefault(canonicalize_name(match.group("name")), match.group("version") or "")
+        return True
+
+    box.walk(site, keep)
+    return held
+
+
+def _facts_file() -> Path:
+    return cache_file().with_name("image-packages.json")
+
+
+def _cached_facts(key: str) -> dict[str, str] | None:
+    try:
+        data = json.loads(_facts_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    value = data.get(key) if isinstance(data, dict) else None
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
+
+
+def _remember_facts(key: str, value: dict[str, str]) -> None:
+    from ddpctl.atomic import write_text_atomic
+
+    try:
+        data = json.loads(_facts_file().read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        data = {}
+    data = data if isinstance(data, dict) else {}
+    data[key] = value
+    try:
+        write_text_atomic(_facts_file(), json.dumps(data, sort_keys=True, indent=0) + "\n")
+    except OSError:
+        pass  # not cached: the next look asks the engine again
+
+
+def installed(image: LocalImage) -> dict[str, str] | None:
+    """{canonical name: version ("" when its folder names none)} of the Python distributions in
+    the image's site-packages, read from their `*.dist-info`/`*.egg-info` folders' names by `cp`
+    out of a container created (never started) from the local image; cached by image ID. None: the
+    engine could not say."""
+    key = f"{image.id}\0packages"
+    if image.id and (known := _cached_facts(key)) is not None:
+        return known
+    with _Container(image) as box:
+        if box is None:
+            return None
+        held: dict[str, str] = {}
+        for site in _site_dirs(box):
+            for name, version in _packages_in(box, site).items():
+                held.setdefault(name, version)
+    if image.id:
+        _remember_facts(key, held)
+    return held

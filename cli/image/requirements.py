@@ -386,29 +386,63 @@ def trainer_image_lacks(folder: Path, image: str) -> str | None:
     )
 
 
-def image_lacks(folder: Path, image: str, trainer_image: bool) -> str | None:
+def image_lacks(folder: Path, image: str, trainer_image: bool) -> list[str]:
     """`submit --workspace`: what the folder's requirements ask for that `image` does not hold, as
-    a warning. ddpctl's trainer image is known offline (`trainer_image_lacks`); of another image
-    only its torch and torchvision are known (ddpctl's images and pytorch/pytorch tags by name, else
-    the local engine's `io.ddpctl.torch` label), so only their pins are compared. None: nothing to say."""
+    notes and warnings ("warning: ...", "note: ..."). ddpctl's trainer image is known offline
+    (`trainer_image_lacks`); another image is looked into when it is in the local engine: the
+    names of its site-packages' distributions (`installed`, cached by image ID) and their versions,
+    so every package it lacks is named, and a torch or torchvision pin it does not satisfy. An image
+    only in a registry is not pulled: one note says it was not checked. Empty: nothing to say."""
     if trainer_image:
-        return trainer_image_lacks(folder, image)
+        lacks = trainer_image_lacks(folder, image)
+        return [f"warning: {lacks}"] if lacks else []
     try:
         reqs = read_requirements(folder, pyproject_dependencies(folder))
     except (UsageError, OSError, UnicodeDecodeError):
-        return None
-    pins = [(line, req) for line, req in _parsed(reqs.named) if req.name.lower() in CHECKED and str(req.specifier)]
-    if not pins:
-        return None
-    versions = known_torch(image) or local_torch(image) or {}
-    wrong = [
-        f"{req.name}{req.specifier} (it has {versions[req.name.lower()]})"
-        for _line, req in pins
-        if req.name.lower() in versions and not allows(str(req.specifier), versions[req.name.lower()])
+        return []  # `ddpctl build` says what is wrong with them; --workspace installs none of them
+    wanted = _parsed(reqs.named)
+    if not wanted:
+        return []
+    from ddpctl.image.contents import inspect, installed, local_engine
+
+    engine = local_engine()
+    found = inspect(engine, image) if engine else None
+    if found is None:
+        where = f"in the local {engine} engine" if engine else "local (no docker or podman here)"
+        by_name = known_torch(image)  # a pytorch/pytorch tag's torch is known without the image
+        pins = _lacking([(line, req) for line, req in wanted if req.name.lower() in CHECKED], by_name or {})
+        wrong = [p for p in pins if " (it has " in p]
+        said = [
+            f"warning: the image {image} does not satisfy the workspace's requirements: {', '.join(wrong)} "
+            "(--workspace ships code, not packages): build an image with them (`ddpctl build`) and pass its "
+            "tag with --image"
+        ]
+        return (said if wrong else []) + [
+            f"note: the image {image} is not {where}: whether it holds the workspace's requirements was not checked"
+        ]
+    held = installed(found)
+    if held is None:
+        return [f"note: {engine} could not look into the image {image}: its packages were not checked"]
+    lacking = _lacking(wanted, held)
+    if not lacking:
+        return []
+    return [
+        f"warning: the image {image} lacks what the workspace's requirements ask for: {', '.join(lacking)} "
+        "(--workspace ships code, not packages): build an image with them (`ddpctl build`) and pass its tag "
+        "with --image"
     ]
-    if not wrong:
-        return None
-    return (
-        f"the image {image} does not satisfy the workspace's requirements: {', '.join(wrong)} (--workspace ships "
-        "code, not packages): build an image with them (`ddpctl build`) and pass its tag with --image"
-    )
+
+
+def _lacking(wanted: list[tuple[Line, Requirement]], held: dict[str, str]) -> list[str]:
+    """The requirements `held` ({canonical name: version}) does not satisfy, as they are named:
+    a package it lacks by its name, a version it does not allow with the version it has."""
+    from packaging.utils import canonicalize_name
+
+    lacking: list[str] = []
+    for _line, req in wanted:
+        have = held.get(canonicalize_name(req.name))
+        if have is None:
+            lacking.append(req.name)
+        elif have and str(req.specifier) and not allows(str(req.specifier), have):
+            lacking.append(f"{req.name}{req.specifier} (it has {have})")
+    return list(dict.fromkeys(lacking))

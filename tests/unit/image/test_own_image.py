@@ -61,3 +61,19 @@ def test_the_trainer_image_and_project_images_are_not_looked_into(cli, fake_engi
         r = cli(*SUBMIT, "--image", image, "--script", "/opt/code/train.py")
         assert r.code == 0, r.err
     assert fake_engine.calls() == []
+
+
+def test_submit_workspace_names_the_packages_a_local_image_lacks(cli, fake_engine: FakeEngine, tmp_path) -> None:
+    files = {
+        "/usr/local/lib/python3.12/site-packages/torch-2.6.0.dist-info/METADATA": "x",
+        "/usr/local/lib/python3.12/site-packages/numpy-2.1.0.dist-info/METADATA": "x",
+    }
+    fake_engine.add("me/app:v1", files, workdir="/app", env=["PATH=/usr/local/bin:/usr/bin"])
+    (tmp_path / "train.py").write_text("print('step 1')\n")
+    (tmp_path / "requirements.txt").write_text("torch>=2.4\nnumpy\nwandb\ntransformers==4.44\n")
+    r = cli(*SUBMIT, "--image", "me/app:v1", "--script", "train.py", "--workspace", ".")
+    assert r.code == 0, r.err
+    assert (
+        "ddpctl: warning: the image me/app:v1 lacks what the workspace's requirements ask for: wandb, transformers "
+        "(--workspace ships code, not packages)"
+    ) in r.err, r.err

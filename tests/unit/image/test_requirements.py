@@ -244,17 +244,72 @@ def test_render_with_a_workspace_warns_of_what_the_trainer_image_lacks(cli, tmp_
 
 
 @pytest.mark.parametrize(
-    ("image", "trainer", "requirements", "named"),
+    ("image", "requirements", "said"),
     [
-        ("ddpctl-trainer:latest", True, "rich\n", "rich"),  # the trainer image: every package is known
-        ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", False, "torch>=2.6\nrich\n", "torch>=2.6 (it has 2.5.1)"),
-        ("pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime", False, "torch>=2.4\nrich\n", None),  # only torch is known
-        ("registry.invalid/me/app:v1", False, "torch==2.1.0\n", None),  # not local, no label: nothing known
+        ("ddpctl-trainer:latest", "rich\n", ["warning: the image ddpctl-trainer:latest lacks", ": rich "]),
+        # in the local engine: every package it lacks by name, a version it does not allow with its own
+        (
+            "me/app:v1",
+            "rich\ntqdm\nnumpy>=2\ntorch>=2.6\n",
+            [
+                "warning: the image me/app:v1 lacks",
+                ": rich, numpy>=2 (it has 1.26.4), torch>=2.6 (it has 2.5.1+cu124) ",
+            ],
+        ),
+        ("me/app:v1", "tqdm>=4\nPyYAML\ntorch\nlocal-pkg\n", []),  # all held, names compared as pip does
+        # only in a registry: one note; a pytorch/pytorch tag's torch is known by its name
+        (
+            "reg.example.com/me/app:v1",
+            "rich\n",
+            [
+                "note: the image reg.example.com/me/app:v1 is not in the local docker engine: whether it holds the "
+                "workspace's requirements was not checked"
+            ],
+        ),
+        (
+            "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime",
+            "torch>=2.6\n",
+            ["warning: the image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime does not", "(it has 2.5.1)", "note: "],
+        ),
     ],
 )
 def test_what_submit_says_an_image_lacks_for_a_workspace(
-    tmp_path: Path, image: str, trainer: bool, requirements: str, named: str | None
+    tmp_path: Path, fake_engine, image: str, requirements: str, said: list[str]
 ) -> None:
+    fake_engine.add("me/app:v1", IMAGE_FILES, env=["PATH=/opt/conda/bin:/usr/local/sbin:/usr/bin"])
     folder = project(tmp_path / "p", {"requirements.txt": requirements})
-    warning = rq.image_lacks(folder, image, trainer)
-    assert (warning is None) == (named is None) and (named is None or named in (warning or "")), warning
+    lines = rq.image_lacks(folder, image, image.startswith("ddpctl-trainer"))
+    text = "\n".join(lines)
+    assert all(part in text for part in said) and bool(lines) == bool(said), lines
+    assert len(lines) <= 2 and all("\n" not in line for line in lines)
+
+
+# an image's file system: conda's Python, a Debian one, and the packages' metadata folders' names
+IMAGE_FILES = {
+    "/opt/conda/lib/libz.so": "x",
+    "/opt/conda/lib/python3.11/os.py": "x",
+    "/opt/conda/lib/python3.11/site-packages/torch/__init__.py": "x",
+    "/opt/conda/lib/python3.11/site-packages/torch/version.py": "__version__ = '2.5.1+cu124'\ncuda = '12.4'\n",
+    "/opt/conda/lib/python3.11/site-packages/torch-2.5.1+cu124.dist-info/METADATA": "x",
+    "/opt/conda/lib/python3.11/site-packages/tqdm-4.66.5.dist-info/METADATA": "x",
+    "/opt/conda/lib/python3.11/site-packages/numpy-1.26.4.dist-info/METADATA": "x",
+    "/opt/conda/lib/python3.11/site-packages/PyYAML-6.0.1-py3.11.egg-info/PKG-INFO": "x",
+    "/opt/conda/lib/python3.11/site-packages/local_pkg.egg-link": "/src",
+    "/opt/conda/lib/zz-after/x": "x",
+    "/usr/lib/python3/dist-packages/six-1.16.0.egg-info": "x",
+}
+
+
+def test_an_images_packages_are_read_once_per_image_id(tmp_path: Path, fake_engine) -> None:
+    from ddpctl.image.contents import inspect, installed
+
+    fake_engine.add("me/app:v1", IMAGE_FILES, env=["PATH=/opt/conda/bin:/usr/bin"])
+    found = inspect("docker", "me/app:v1")
+    assert found is not None
+    held = installed(found)
+    assert held == {
+        "local-pkg": "", "numpy": "1.26.4", "pyyaml": "6.0.1", "six": "1.16.0", "torch": "2.5.1+cu124",
+        "tqdm": "4.66.5",
+    }  # fmt: skip
+    creates = len(fake_engine.calls("create"))
+    assert installed(found) == held and len(fake_engine.calls("create")) == creates == 1
