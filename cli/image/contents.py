@@ -380,3 +380,29 @@ def installed(image: LocalImage) -> dict[str, str] | None:
     if image.id:
         _remember_facts(key, held)
     return held
+
+
+def torch_versions(image: LocalImage) -> dict[str, str]:
+    """{"torch": ..., "torchvision": ...} as the image's torch/version.py and
+    torchvision/version.py say (`__version__`, local suffix kept), by `cp` of those two files from
+    its site-packages; cached by image ID. Empty: not found, or the engine could not say."""
+    key = f"{image.id}\0torch"
+    if image.id and (known := _cached_facts(key)) is not None:
+        return known
+    versions: dict[str, str] = {}
+    with _Container(image) as box:
+        if box is None:
+            return {}
+        for site in _site_dirs(box):
+            for name in ("torch", "torchvision"):
+                if name in versions:
+                    continue
+                text = box.read(f"{site}/{name}/version.py")
+                match = _VERSION.search(text.decode("utf-8", "replace")) if text is not None else None
+                if match:
+                    versions[name] = match.group(1)
+            if "torch" in versions:
+                break
+    if image.id:
+        _remember_facts(key, versions)
+    return versions

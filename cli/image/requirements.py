@@ -11,7 +11,9 @@ errors naming the file and line.
 A pin of torch or torchvision that the base image's version does not satisfy is refused: pip would
 replace the image's torch (a multi-GB download, and an ABI the image's other wheels were not built
 for). ddpctl's own images' torch is known here (scripts/torch-version.env; a test holds them equal);
-another image's is its `io.ddpctl.torch` label in the local engine, asked only when there is a pin.
+another image's is read from the local engine, asked only when there is a pin: its `io.ddpctl.torch`
+label, else the `__version__` of its torch/version.py and torchvision/version.py, copied out of a
+container created (never started) from it and cached by image ID (`contents.torch_versions`).
 
 Nothing here imports torch or kubernetes; `packaging` is imported where a version is compared.
 """
@@ -280,13 +282,16 @@ def known_torch(image: str) -> dict[str, str] | None:
 
 
 def local_torch(image: str) -> dict[str, str] | None:
-    """The torch a local image's `io.ddpctl.torch` label names; None when the image is not local or has none."""
-    from ddpctl.image.contents import inspect, local_engine
+    """The torch (and torchvision) of a local image: its `io.ddpctl.torch` label, else what its
+    torch/version.py and torchvision/version.py say; None when the image is not local or holds no
+    torch that can be read."""
+    from ddpctl.image.contents import inspect, local_engine, torch_versions
 
     engine = local_engine()
     found = inspect(engine, image) if engine else None
-    label = found.labels.get(TORCH_LABEL, "") if found else ""
-    return parse_torch_label(label) or None
+    if found is None:
+        return None
+    return parse_torch_label(found.labels.get(TORCH_LABEL, "")) or torch_versions(found) or None
 
 
 def _public(version: str) -> str:
@@ -324,8 +329,8 @@ def check_torch_pins(
         have = versions.get(name)
         if have is None:
             notes.append(
-                f"note: the {name} of the base image {base} is not known (no {TORCH_LABEL} label in the local "
-                f"engine): {line.where}'s {line.text} was not checked against it"
+                f"note: the {name} of the base image {base} is not known (it is not in the local engine, or holds "
+                f"no {name}/version.py ddpctl found): {line.where}'s {line.text} was not checked against it"
             )
             continue
         if not allows(str(req.specifier), have):

@@ -4,6 +4,7 @@ layer keyed by the requirements alone, and torch pins held against the base imag
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -313,3 +314,44 @@ def test_an_images_packages_are_read_once_per_image_id(tmp_path: Path, fake_engi
     }  # fmt: skip
     creates = len(fake_engine.calls("create"))
     assert installed(found) == held and len(fake_engine.calls("create")) == creates == 1
+
+
+@pytest.mark.parametrize(
+    ("image", "pin", "refused"),
+    [
+        ("me/base:1", "torch==2.1.0", "torch==2.1.0, but the base image me/base:1 has torch 2.5.1+cu124"),
+        ("me/base:1", "torch>=2.5", None),  # the local suffix is ignored
+        ("me/base:1", "torchvision<0.20", "torchvision<0.20, but the base image me/base:1 has torchvision 0.20.1"),
+        ("me/labelled:1", "torch==2.1.0", "has torch 2.14.1"),  # our label first: nothing copied out
+    ],
+)
+def test_a_local_base_images_torch_is_read_from_its_files(
+    tmp_path: Path, fake_engine, image: str, pin: str, refused: str | None
+) -> None:
+    site = "/usr/local/lib/python3.11/site-packages"
+    fake_engine.add(
+        "me/base:1",
+        {
+            f"{site}/torch/version.py": "from typing import Optional\n__version__ = '2.5.1+cu124'\ngit_version = 'x'\n",
+            f"{site}/torchvision/version.py": "__version__ = '0.20.1'\n",
+        },
+        env=["PATH=/usr/local/bin:/usr/bin"],
+    )
+    fake_engine.add("me/labelled:1", {}, labels={rq.TORCH_LABEL: "torch 2.14.1, torchvision 0.29.1"})
+    reqs = rq.read_requirements(project(tmp_path / "p", {"requirements.txt": pin + "\n"}))
+    if refused is None:
+        assert rq.check_torch_pins(reqs, image) == []
+    else:
+        with pytest.raises(UsageError, match=re.escape(refused)):
+            rq.check_torch_pins(reqs, image)
+    if image == "me/labelled:1":
+        assert fake_engine.calls("create") == []
+
+
+def test_a_local_image_without_torch_is_a_note_and_its_answer_is_cached(tmp_path: Path, fake_engine) -> None:
+    fake_engine.add("me/slim:1", {"/usr/local/lib/python3.11/os.py": "x"})
+    reqs = rq.read_requirements(project(tmp_path / "p", {"requirements.txt": "torch==2.1.0\n"}))
+    for _ in range(2):
+        notes = rq.check_torch_pins(reqs, "me/slim:1")
+        assert len(notes) == 1 and "torch of the base image me/slim:1 is not known" in notes[0]
+    assert len(fake_engine.calls("create")) == 1
