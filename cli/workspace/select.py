@@ -86,6 +86,7 @@ SECRET_PATTERNS: tuple[str, ...] = (
     # the token files of the Hugging Face, Weights & Biases, Databricks and cloud CLIs
     "**/.huggingface/token",
     "**/huggingface/token",
+    "**/huggingface/stored_tokens",
     "**/.config/wandb/",
     ".databrickscfg",
     ".oci/",
@@ -96,6 +97,7 @@ SECRET_PATTERNS: tuple[str, ...] = (
     "*.tfstate",
     "*.tfstate.*",
     "*.tfvars",
+    "*.tfvars.json",
     "!*.tfvars.example",
     ".terraformrc",
     "secrets.*",
