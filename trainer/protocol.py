@@ -301,6 +301,8 @@ STRAGGLERS_EVERY_ENV = flag_env("--stragglers-every")
 STRAGGLERS_WINDOWS_ENV = flag_env("--stragglers-windows")
 NODE_NAME_ENV = "DDP_NODE_NAME"
 POD_NAME_ENV = "DDP_POD_NAME"
+# A pod's node group (the spec's nodeGroups[].name): the straggler detector compares like with like.
+NODE_GROUP_ENV = "DDP_NODE_GROUP"
 # Node groups: each group is its own Indexed Job whose completion index starts at 0, so the pod
 # carries its group's first node rank, and node rank = offset + JOB_COMPLETION_INDEX.
 NODE_RANK_OFFSET_ENV = "PET_NODE_RANK_OFFSET"

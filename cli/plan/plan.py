@@ -444,6 +444,7 @@ class Plan:
         env.update(self.fabric.env)
         env.update(self.preflight_env)
         env.update(self.stragglers_env)
+        env.update(self.group_env(group))
         env.update(spec.env)
         return dict(sorted(env.items()))
 
@@ -512,6 +513,14 @@ class Plan:
             env[protocol.STRAGGLERS_EVERY_ENV] = number_text(watch.every)
             env[protocol.STRAGGLERS_WINDOWS_ENV] = number_text(watch.windows)
         return env
+
+    def group_env(self, group: NodeGroup) -> dict[str, str]:
+        """`group`'s name for the straggler detector, with node groups and the detector on: it
+        compares a node with the nodes of its own group (an A100 node with A100 nodes, not with L4
+        nodes of as many processes)."""
+        if not (self.spec.node_groups and self.spec.stragglers.on):
+            return {}
+        return {protocol.NODE_GROUP_ENV: group.name}
 
     @property
     def downward_env(self) -> dict[str, str]:

@@ -162,7 +162,28 @@ def _stragglers() -> dict[str, Any]:
     downward = [e for e in view(plan)["env"] if "fieldRef" in e.get("valueFrom", {})]
     if downward != _preflight()["downward"] or any("fieldRef" in e.get("valueFrom", {}) for e in view(off)["env"]):
         raise ValueError(f"with stragglers on, the pods' downward-API env is {downward}, not the preflight's: teach it")
-    return {"defaults": part_dict(Stragglers()), "env": {key: by_value[value] for key, value in keys.items()}}
+    return {
+        "defaults": part_dict(Stragglers()),
+        "env": {key: by_value[value] for key, value in keys.items()},
+        "groupEnv": _group_env(),
+    }
+
+
+def _group_env() -> str:
+    """The variable that carries a pod's node-group name with node groups and the detector on
+    (Plan.group_env), the one that differs by group and is absent with the detector off."""
+    groups = {"nodeGroups": group_list(("zalpha", 1, 0), ("zbeta", 2, 0))}
+    on, off = plan_of(groups), plan_of({**groups, "stragglers": {"mode": "off"}})
+    found = set()
+    for group, other in zip(on.spec.groups, off.spec.groups):
+        env, quiet = on.container_env(group), off.container_env(other)
+        found.add(frozenset(k for k, v in env.items() if v == group.name and k not in quiet))
+    uniform = plan_of({})
+    if len(found) != 1 or len(names := next(iter(found))) != 1 or uniform.group_env(uniform.spec.groups[0]):
+        raise ValueError(
+            f"the pods' node-group name is not one variable set only with groups and the detector: {found}"
+        )
+    return next(iter(names))
 
 
 def pod_parts() -> dict[str, Any]:

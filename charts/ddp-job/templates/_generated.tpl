@@ -142,7 +142,8 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
         "tolerance": "DDP_TRAINER_STRAGGLERS_TOLERANCE",
         "every": "DDP_TRAINER_STRAGGLERS_EVERY",
         "windows": "DDP_TRAINER_STRAGGLERS_WINDOWS"
-      }
+      },
+      "groupEnv": "DDP_NODE_GROUP"
     }
   },
   "pod": {

@@ -460,7 +460,7 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $gv := deepCopy $view -}}
 {{- $names := dict "name" $name "group" $g.name -}}
 {{- $wired := (include "ddp-job.fill" (list $W.env (mergeOverwrite (deepCopy $wiringArgs) (dict "nproc" $g.nproc "offset" $g.offset))) | fromJson).v -}}
-{{- $genv := mergeOverwrite $wired $env $userEnv -}}
+{{- $genv := mergeOverwrite $wired $env (ternary (dict $S.groupEnv $g.name) dict (and $grouped $watch)) $userEnv -}}
 {{- $envList := list -}}
 {{- if $W.nodeRankEntry -}}{{- $envList = append $envList $G.pod.nodeRankEntry -}}{{- end -}}
 {{- if or $checks $watch -}}

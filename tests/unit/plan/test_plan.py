@@ -332,3 +332,19 @@ def test_avoided_nodes_join_every_required_node_affinity_term(
     plan = planned({"affinity": affinity, "avoidNodes": ["gpu-3", "gpu-7"]})
     assert plan.affinity == expected
     assert dict(plan.spec.affinity) == affinity  # the spec is left as it was
+
+
+@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob"])
+def test_each_pod_carries_its_node_group_for_the_straggler_detector(target: str) -> None:
+    """Two groups of as many processes a node (A100 and L4 nodes): each pod gets its group's name,
+    so that the detector compares a node with its own group's; not without groups or detector."""
+    groups = [{"name": "a100", "nodes": 1, "gpusPerNode": 4}, {"name": "l4", "nodes": 2, "gpusPerNode": 4}]
+    plan = planned({"target": target, "nodeGroups": groups})
+    assert [plan.container_env(g)["DDP_NODE_GROUP"] for g in plan.spec.groups] == ["a100", "l4"]
+    assert [plan.node_env(n)["DDP_NODE_GROUP"] for n in plan.nodes] == ["a100", "l4", "l4"]  # run --local's too
+    off = planned({"target": target, "nodeGroups": groups, "stragglers": {"mode": "off"}})
+    assert not any("DDP_NODE_GROUP" in off.container_env(g) for g in off.spec.groups)
+    uniform = planned({"target": target, "nodes": 2})
+    assert "DDP_NODE_GROUP" not in uniform.container_env(uniform.spec.groups[0])
+    mine = planned({"target": target, "nodeGroups": groups, "env": {"DDP_NODE_GROUP": "x"}})
+    assert {mine.container_env(g)["DDP_NODE_GROUP"] for g in mine.spec.groups} == {"x"}  # the user's env wins
