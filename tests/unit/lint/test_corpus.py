@@ -1,5 +1,6 @@
 """The corpus: small programs written here, each reproducing a pattern of a public training script
-(its first comment names the repository and file it was modelled on), linted as a program, with
+(its first comment, `# Modelled on owner/repo[@commit] path`, names the public repository and file
+whose pattern it reproduces), linted as a program, with
 every finding expected at the line its `# expect: RULE` comment marks, in whichever file of the
 program it is. Any other finding, or a missing one, fails. The held-out programs (heldout/) were
 kept out while the rules were tuned; they are checked the same way, as their own test."""
@@ -16,7 +17,7 @@ HERE = Path(__file__).parent
 CORPUS = HERE / "corpus"
 HELDOUT = HERE / "heldout"
 EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)$")
-MODELLED = re.compile(r"^# Modelled on \S")
+MODELLED = re.compile(r"^# Modelled on [\w.-]+/[\w.-]+(@[0-9a-f]{7,40})? [\w./-]+\.(py|rst)\b")
 
 
 def programs(folder: Path) -> list[str]:

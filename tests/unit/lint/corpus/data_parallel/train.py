@@ -1,4 +1,4 @@
-# Modelled on pytorch/examples-era single-machine multi-GPU scripts with nn.DataParallel.
+# Modelled on pytorch/examples@77f55b9 imagenet/main.py: nn.DataParallel on one machine.
 import torch
 from torch import nn
 

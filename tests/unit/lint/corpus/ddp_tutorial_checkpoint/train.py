@@ -1,5 +1,5 @@
-# Modelled on PyTorch's DDP tutorial (ddp_tutorial demo_checkpoint): the wrapper's own state_dict,
-# saved on rank 0 and loaded back into the same wrapper.
+# Modelled on pytorch/tutorials intermediate_source/ddp_tutorial.rst (demo_checkpoint): the wrapper's own
+# state_dict, saved on rank 0 and loaded back into the same wrapper.
 import os
 import tempfile
 

@@ -1,4 +1,5 @@
-# Modelled on a pattern seen in pytorch/examples-style scripts: torch.device built with str.format.
+# Modelled on binbinao/physicsnemo-from-zero-to-one ch07_drivaernet_optim/train_gpu.py: a device string
+# built from dist.get_rank() (there an f-string, here str.format).
 import torch
 import torch.distributed as dist
 from torch import nn

@@ -1,4 +1,5 @@
-# Modelled on Lightning Fabric's examples (fabric/image_classifier): Fabric sets up the processes.
+# Modelled on Lightning-AI/pytorch-lightning examples/fabric/image_classifier/train_fabric.py: Fabric
+# sets up the processes.
 import torch
 from lightning.fabric import Fabric
 from torch.utils.data import DataLoader, TensorDataset

@@ -1,4 +1,5 @@
-# Modelled on FSDP conversions that kept the optimizer where the single-GPU script built it.
+# Modelled on intelligent-machine-learning/dlrover model_zoo/pytorch/nanogpt/train.py (before its PR 585):
+# the optimizer built where the single-GPU script built it, before the FSDP wrap.
 import os
 
 import torch

@@ -1,4 +1,5 @@
-# Modelled on scripts whose save guard reads `not args.distributed or rank == 0`.
+# Modelled on pytorch/examples@7efb79e imagenet/main.py: the save guard reads
+# `not args.distributed or args.rank == 0`.
 import argparse
 import os
 

@@ -1,4 +1,4 @@
-# Modelled on a checkpoint helper module: it saves whatever it is given.
+# Modelled on pytorch/examples@77f55b9 imagenet/main.py save_checkpoint: it saves whatever it is given.
 import torch
 
 

@@ -1,4 +1,5 @@
-# Modelled on detectron2-style scripts: a checkpoint helper called under the main-process test.
+# Modelled on pytorch/examples@77f55b9 imagenet/main.py: the checkpoint helper called under a rank test
+# (here a true rank-0 test, and the helper in its own module).
 import os
 
 import checkpoint

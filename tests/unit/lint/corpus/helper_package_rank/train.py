@@ -1,4 +1,5 @@
-# Modelled on training repositories with a dist_utils helper package: setup() returns the rank.
+# Modelled on openai/gpt-oss gpt_oss/torch/utils.py: the caller puts the model on the device named by the
+# global rank a package helper returned.
 import torch
 from mylib.dist_utils import setup
 from torch import nn

@@ -1,4 +1,5 @@
-# Modelled on a checkpoint helper module; the finding is reported here, where torch.save is.
+# Modelled on Tramac/awesome-semantic-segmentation-pytorch scripts/train.py save_checkpoint; the finding is
+# reported here, where torch.save is.
 import torch
 
 

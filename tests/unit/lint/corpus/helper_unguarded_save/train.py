@@ -1,4 +1,5 @@
-# Modelled on scripts that call their checkpoint helper on every rank.
+# Modelled on Tramac/awesome-semantic-segmentation-pytorch scripts/train.py: its checkpoint helper called on
+# every rank.
 import os
 
 import torch

@@ -1,4 +1,5 @@
-# Modelled on DDP conversions that kept the single-process DataLoader.
+# Modelled on binbinao/physicsnemo-from-zero-to-one ch07_drivaernet_optim/train_gpu.py: a DDP script that
+# kept the single-process DataLoader(shuffle=True).
 import os
 
 import torch

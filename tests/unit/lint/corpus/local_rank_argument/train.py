@@ -1,4 +1,5 @@
-# Modelled on scripts written for torch.distributed.launch: the local rank only from --local_rank.
+# Modelled on ultralytics/yolov5@4102fcc9a train.py (torch.distributed.launch era): the local rank only
+# from --local_rank.
 import argparse
 
 import torch

@@ -1,4 +1,5 @@
-# Modelled on a repository checked out without one of its modules: a note, not a crash.
+# Modelled on facebookresearch/detr main.py, its local packages imported, checked out without one of its
+# modules: a note, not a crash.
 import os
 
 import torch

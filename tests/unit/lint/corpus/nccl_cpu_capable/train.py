@@ -1,4 +1,5 @@
-# Modelled on scripts that choose the device by CUDA's presence but hard-code nccl.
+# Modelled on bshall/hubert train.py: nccl written into init_process_group (it fails where NCCL is absent);
+# here the device is otherwise chosen by CUDA's presence.
 import os
 
 import torch

@@ -1,4 +1,5 @@
-# Modelled on distributed CIFAR-10 scripts that pass torchvision's arguments by position.
+# Modelled on pytorch/examples@e69bec7 distributed/dcgan/main.py: CIFAR-10 downloaded on every rank (there
+# by keyword, here torchvision's arguments by position).
 import os
 
 import torch

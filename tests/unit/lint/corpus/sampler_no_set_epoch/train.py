@@ -1,4 +1,4 @@
-# Modelled on DDP scripts that forget the sampler's epoch.
+# Modelled on kekmodel/FixMatch-pytorch train.py: a DistributedSampler whose set_epoch is never called.
 import os
 
 import torch

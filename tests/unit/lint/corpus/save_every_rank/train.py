@@ -1,4 +1,4 @@
-# Modelled on minimal DDP scripts that save at the end without a rank test.
+# Modelled on kakaobrain/scrl trainer/trainer.py _save_checkpoint: the save runs without a rank test.
 import os
 
 import torch

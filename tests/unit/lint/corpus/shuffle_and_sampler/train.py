@@ -1,4 +1,4 @@
-# Modelled on a DDP conversion that kept shuffle=True next to the new sampler.
+# Modelled on ultralytics/yolov3@cd51e113 train.py: shuffle=True kept next to the new DistributedSampler.
 import os
 
 import torch

@@ -1,4 +1,5 @@
-# Modelled on PyTorch's DDP tutorial demo_basic started by mp.spawn: the spawn index is the device.
+# Modelled on pytorch/tutorials intermediate_source/ddp_tutorial.rst (demo_basic started by mp.spawn):
+# the spawn index is the device.
 import os
 
 import torch

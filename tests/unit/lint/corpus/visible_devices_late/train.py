@@ -1,4 +1,4 @@
-# Modelled on scripts that pick GPUs by setting CUDA_VISIBLE_DEVICES after importing torch.
+# Modelled on hust-linyi/MedISeg NetworkTrainer/train.py: CUDA_VISIBLE_DEVICES set after torch is imported.
 import os
 
 import torch

@@ -1,4 +1,5 @@
-# Modelled on DDP scripts that save the wrapper's keys for a plain model to load later.
+# Modelled on whai362/pan_pp.pytorch train.py: the wrapper's state_dict saved for a plain model to load
+# (there DataParallel, here DDP).
 import os
 
 import torch

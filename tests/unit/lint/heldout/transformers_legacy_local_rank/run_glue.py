@@ -1,4 +1,4 @@
-# Modelled on huggingface/transformers' older examples (run_glue.py before the Trainer): the local
+# Modelled on huggingface/transformers@0287d264 examples/run_glue.py (before the Trainer): the local
 # rank read from --local_rank only, which torchrun never passes.
 import argparse
 

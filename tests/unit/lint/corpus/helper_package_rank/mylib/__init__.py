@@ -1,1 +1,1 @@
-# Modelled on a training repository's package marker.
+# Modelled on openai/gpt-oss gpt_oss/torch/__init__.py: the package marker of the helper below.

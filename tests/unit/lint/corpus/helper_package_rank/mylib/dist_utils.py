@@ -1,4 +1,5 @@
-# Modelled on dist_utils helpers: the process group and the rank from the environment.
+# Modelled on openai/gpt-oss gpt_oss/torch/utils.py init_distributed: the process group and the rank
+# from RANK, returned to the caller.
 import os
 
 import torch.distributed as dist

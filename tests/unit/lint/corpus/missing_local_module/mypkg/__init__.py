@@ -1,1 +1,1 @@
-# Modelled on a package marker.
+# Modelled on facebookresearch/detr util/__init__.py: a local package marker.

@@ -1,3 +1,3 @@
-# Modelled on a helper module that is present.
+# Modelled on facebookresearch/detr util/misc.py: a helper module that is present.
 def run(fn):
     return fn
