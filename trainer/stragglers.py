@@ -9,10 +9,15 @@ of a window of ``every`` steps, and every ``every`` steps the ranks gather their
 all-gather, no other synchronisation) and judge them identically:
 
 * **The unit is the node**, its figure its slowest rank's (one slow GPU holds its whole node back).
-* **Like with like**: a node is compared with the nodes of the same size (processes per node),
-  against their median; of an even count the faster middle value, because slowness is one-sided
-  (with two nodes the faster is the reference). A node alone in its size (uneven node groups: one
-  4-GPU and one 3-GPU node) is compared with its own best share of the job's median so far.
+* **Like with like**: a node is compared with the nodes of its node group (``protocol.NODE_GROUP_ENV``,
+  the spec's ``nodeGroups[].name``; without it, the nodes of as many processes), against their
+  median; of an even count the faster middle value, because slowness is one-sided (with two nodes
+  the faster is the reference). A node alone in its group (one A100 node beside L4 nodes) is
+  compared with its own usual pace: the median of its past windows, both of its own time and of
+  its share of the job's median, and it is slow only when it is slow by both (so the job's other
+  nodes slowing and recovering, or the whole job slowing, does not name it). Its past windows are
+  those it was within the tolerance; a node slow from its first window has no pace of its own to
+  fall from, and the preflight is what names it.
 * **Named**: a node below ``tolerance`` x the reference speed for ``windows`` windows in a row;
   **recovered**: a named node back within it for as many windows. Rank 0 prints one line for each
   (``protocol.STRAGGLER_TAG``, ``STRAGGLER_RECOVERED_TAG``), naming the node rank, its pod, its
@@ -33,14 +38,21 @@ file beside ``protocol.py``, so a user's own script can use it in any image:
             loss = loss_fn(model(x), y); loss.backward(); optimizer.step(); optimizer.zero_grad()
 
 Under ``fail`` the ``with`` block raises ``SystemExit(202)`` on every rank after the same step.
+
+Only a DDP model's steps can be timed this way. Under FSDP (its all-gathers and reduce-scatters run
+inside forward and backward, with no hook that marks when a rank's own work is done) or when the
+script registered a DDP comm hook of its own, every rank would time the slowest one: then the
+detector is off, and rank 0 says so once (``Stragglers.unwatched``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import statistics
 import sys
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -51,6 +63,7 @@ except ImportError:  # a lone file beside protocol.py (the workspace's Secret sh
     import protocol  # type: ignore[no-redef, import-not-found]
 
 MODES: tuple[str, ...] = ("off", "warn", "fail")  # what the trainer runs (the spec's `replace` needs pod recovery)
+HISTORY = 50  # the past windows a node alone in its group is judged against (its own pace)
 
 
 class StragglerStop(Exception):
@@ -114,13 +127,23 @@ def config_from_env(env: Mapping[str, str] | None = None) -> StragglerConfig:
 
 @dataclass(frozen=True)
 class Seat:
-    """Where one rank runs: its node rank, the pod and Kubernetes node, the node's process count."""
+    """Where one rank runs: its node rank, the pod and Kubernetes node, the node's process count
+    and node group (None without node groups)."""
 
     rank: int
     node: int
     pod: str
     k8s_node: str | None = None
     nproc: int = 1
+    group: str | None = None
+
+    @property
+    def peers(self) -> tuple[str, str | int]:
+        """What a node is compared with: its node group's other nodes, else those of as many processes."""
+        return ("group", self.group) if self.group else ("nproc", self.nproc)
+
+    def alone(self) -> str:
+        return f"group {self.group}" if self.group else f"its size ({self.nproc} processes a node)"
 
     def where(self) -> str:
         """`node 1 (pod ddp-1, k8s node w2)`: the shape of the preflight's findings."""
@@ -133,13 +156,15 @@ class Seat:
 
 def my_seat(env: Mapping[str, str] | None = None) -> Seat:
     """This process's seat, from torchrun's env and the downward API's (``protocol.POD_NAME_ENV``,
-    ``NODE_NAME_ENV``): the pod name falls back to the host name, as the preflight's does."""
+    ``NODE_NAME_ENV``) and the spec's (``NODE_GROUP_ENV``): the pod name falls back to the host
+    name, as the preflight's does."""
     env = os.environ if env is None else env
     rank = int(env.get("RANK", "0") or 0)
     local_world = max(int(env.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
     node = int(env.get("GROUP_RANK", "") or rank // local_world)
     pod = env.get(protocol.POD_NAME_ENV) or env.get("HOSTNAME") or os.uname().nodename
-    return Seat(rank, node, pod, env.get(protocol.NODE_NAME_ENV) or None, local_world)
+    group = env.get(protocol.NODE_GROUP_ENV, "").strip() or None
+    return Seat(rank, node, pod, env.get(protocol.NODE_NAME_ENV) or None, local_world, group)
 
 
 @dataclass(frozen=True)
@@ -163,7 +188,11 @@ class _NodeState:
     within: int = 0  # windows in a row within it
     first_below: int = 0  # the first step of the first of those windows
     named: bool = False
-    best: float = 0.0  # a lone node's best share of the job's reference so far
+    against: str = "the median speed"  # what it was named against
+    # a node alone in its group: its past windows within the tolerance, its own seconds a step and
+    # its share of the job's reference
+    own: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
+    shares: deque[float] = field(default_factory=lambda: deque(maxlen=HISTORY))
 
 
 def reference(values: Sequence[float]) -> float:
@@ -205,20 +234,29 @@ class Judge:
         if len(figures) < 2:
             return []
         overall = reference([t for t, _ in figures.values()])
-        sizes: dict[int, list[int]] = {}
+        kinds: dict[tuple[str, str | int], list[int]] = {}
         for node in figures:
-            sizes.setdefault(self.nodes[node][0].nproc, []).append(node)
+            kinds.setdefault(self.nodes[node][0].peers, []).append(node)
         out: list[Verdict] = []
         for node, (t, rank) in sorted(figures.items()):
-            peers = sizes[self.nodes[node][0].nproc]
+            seat = self.nodes[node][0]
+            peers = kinds[seat.peers]
             st = self.state[node]
             if len(peers) >= 2:
                 ref = reference([figures[p][0] for p in peers])
-                share, against = ref / t, ("the median speed", fmt_ms(ref))
-            else:  # alone in its size: against its own best share of the job's reference
+                of = f" of group {seat.group}" if seat.group else ""
+                share, against = ref / t, (f"the median speed{of}", fmt_ms(ref))
+            else:  # alone in its group: against its own usual pace
                 raw = overall / t
-                st.best = max(st.best, raw)
-                share, against = raw / st.best, ("its own best pace", "alone in its node size")
+                if st.own:
+                    usual = statistics.median(st.own)
+                    share = max(usual / t, raw / statistics.median(st.shares))
+                else:
+                    usual, share = t, 1.0  # its first window: no pace of its own yet
+                against = ("its usual speed", f"{fmt_ms(usual)}, alone in {seat.alone()}")
+                if share >= self.cfg.tolerance:
+                    st.own.append(t)
+                    st.shares.append(raw)
             verdict = self._update(node, st, share, first_step, last_step, t, rank, against)
             if verdict is not None:
                 out.append(verdict)
@@ -241,7 +279,7 @@ class Judge:
                 st.first_below = first
             st.below, st.within = st.below + 1, 0
             if not st.named and st.below >= self.cfg.windows:
-                st.named = True
+                st.named, st.against = True, against[0]
                 avoid = self._avoid(node)
                 text = (
                     f"{seat.where()}: own work {fmt_ms(t)} a step (rank {rank}), {share:.2f} x {against[0]} "
@@ -269,7 +307,7 @@ class Judge:
         seat = self.nodes[verdict.node][0]
         st = self.state[verdict.node]
         text = (
-            f"straggler: {seat.where()} below {self.cfg.tolerance:g} x the median speed since step {st.first_below}; "
+            f"straggler: {seat.where()} below {self.cfg.tolerance:g} x {st.against} since step {st.first_below}; "
             f"stopping (exit {protocol.EXIT_STRAGGLER}, --stragglers fail)"
         )
         return f"{text}; resubmit with --avoid-node {verdict.avoid}" if verdict.avoid else text
@@ -345,16 +383,24 @@ class StepClock:
         values = [max(span(a, b) - sum(span(w0, w1) for w0, w1 in waits), 0.0) for a, b, waits in steps]
         return sum(values) / len(values)
 
-    def hook(self, model: Any) -> bool:
+    def hook(self, model: Any) -> str | None:
         """Stamp a DDP ``model`` (through ``torch.compile``'s ``_orig_mod``): its gradient buckets
         (a comm hook that then runs DDP's default all-reduce) and the buffer broadcast its forward
-        starts with; False when ``model`` is no DDP or already has a comm hook."""
+        starts with. None when it is stamped; else why this rank's own work cannot be timed (no
+        model, FSDP, no DDP, a comm hook of the script's own), and nothing is hooked."""
+        if model is None:
+            return "no model was given to time (Stragglers(model) takes the DDP-wrapped model)"
         from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
         from torch.nn.parallel import DistributedDataParallel
 
         ddp = getattr(model, "_orig_mod", model)
+        if _is_fsdp(ddp):
+            return (
+                "FSDP runs its collectives inside forward and backward, and nothing marks when a rank's "
+                "own work is done (only DDP's steps are timed per rank)"
+            )
         if not isinstance(ddp, DistributedDataParallel):
-            return False
+            return f"the model is a {type(ddp).__name__}, not DDP: nothing marks when a rank's own work is done"
 
         def stamped(state: Any, bucket: Any) -> Any:
             self.ready()
@@ -363,12 +409,18 @@ class StepClock:
         stamped.__annotations__ = {}  # DDP reads them: a string (postponed) annotation is refused
         try:
             ddp.register_comm_hook(ddp.process_group, stamped)
-        except RuntimeError:  # the script registered its own: its steps are timed to their end
-            return False
+        except RuntimeError:  # DDP takes one comm hook: the script registered its own
+            return "the script registered a DDP comm hook of its own, and DDP takes only one"
         ddp.register_forward_pre_hook(lambda module, args: self.wait_begins())
         ddp.module.register_forward_pre_hook(lambda module, args: self.wait_ends())
         self.hooked = True
-        return True
+        return None
+
+
+def _is_fsdp(model: Any) -> bool:
+    """FSDP2's ``fully_shard`` module or FSDP1's wrapper, by class name (where they live moved
+    between torch versions)."""
+    return any(c.__name__ in ("FSDPModule", "FullyShardedDataParallel") for c in type(model).__mro__)
 
 
 # ------------------------------------------------------------------------------------ the detector
@@ -377,8 +429,9 @@ class StepClock:
 @dataclass
 class Stragglers:
     """The detector: a clock per step, a gather and a judgement every ``every`` steps, rank 0's
-    lines. ``model``: the DDP-wrapped model (None: steps timed to their end). ``group``: the
-    process group to gather on (a gloo one under NCCL; made when needed)."""
+    lines. ``model``: the DDP-wrapped model; when its ranks' own work cannot be timed (FSDP, no
+    DDP, the script's own comm hook) the detector is off, ``unwatched`` says why and rank 0 prints
+    it once. ``group``: the process group to gather on (a gloo one under NCCL; made when needed)."""
 
     model: Any = None
     cfg: StragglerConfig | None = None
@@ -401,8 +454,18 @@ class Stragglers:
         if self.device_type is None:
             self.device_type = _device_type(self.model)
         self.clock = StepClock(self.device_type)
-        if self.active and self.model is not None:
-            self.clock.hook(self.model)
+        self.unwatched: str | None = None  # why the detector is off though asked for
+        if self.active:
+            self.unwatched = self.clock.hook(self.model)
+            if self.unwatched is not None:  # every rank would time the slowest: judge nothing
+                self.active = False
+                if self.rank == 0:
+                    print(
+                        f"{protocol.WARNING_TAG}{protocol.rank_prefix(0)}stragglers are not watched "
+                        f"(--stragglers {self.cfg.mode}): {self.unwatched}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         self._first: int | None = None
 
     def begin(self) -> None:

@@ -104,9 +104,10 @@ class Trainer:
         self.beacon = Beacon()  # where this rank is, for the stall watchdog (trainer/watchdog.py)
         self.meter = Meter(device)  # loss sum, correct, samples since the last report (this rank)
         self.view = TrainerView(self)  # what every step hook is given
-        # each step's own work, judged across the ranks (DDP's comm hook stamps its gradients' readiness)
+        # each step's own work, judged across the ranks (DDP's comm hook stamps its gradients'
+        # readiness); off, said once by rank 0, where a rank's own work cannot be timed (FSDP)
         self.stragglers = Stragglers(
-            model if cfg.strategy == "ddp" else None,
+            model,
             straggler_config(cfg),
             device_type=device.type,
             echo=progress.note,

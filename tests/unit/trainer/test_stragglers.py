@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 import torch
@@ -36,12 +36,16 @@ from tests.support.trainer import agent_command, clean_env, free_port, start, wa
 CFG = StragglerConfig(mode="warn", tolerance=0.6, every=10, windows=3)
 
 
-def seats(*nprocs: int, k8s: Sequence[str | None] | None = None) -> list[Seat]:
-    """One seat per rank: node i runs nprocs[i] ranks, in pod job-i on Kubernetes node k8s[i]."""
+def seats(
+    *nprocs: int, k8s: Sequence[str | None] | None = None, groups: Sequence[str | None] | None = None
+) -> list[Seat]:
+    """One seat per rank: node i runs nprocs[i] ranks, in pod job-i on Kubernetes node k8s[i], in
+    node group groups[i] (none by default)."""
     out, rank = [], 0
     for node, n in enumerate(nprocs):
         for _ in range(n):
-            out.append(Seat(rank, node, f"job-{node}", (k8s or [f"w{i}" for i in range(len(nprocs))])[node], n))
+            k8s_node = (k8s or [f"w{i}" for i in range(len(nprocs))])[node]
+            out.append(Seat(rank, node, f"job-{node}", k8s_node, n, (groups or [None] * len(nprocs))[node]))
             rank += 1
     return out
 
@@ -115,19 +119,63 @@ def test_the_judge(
     assert run(Judge(cfg, seats(*nprocs)), windows) == expected
 
 
-def test_uneven_groups_compare_like_with_like() -> None:
+BASE = [0.20] * 8 + [0.10] * 3  # nodes of 4, 4 and 3 processes: the 3-process node twice as fast per rank
+SLOW_LONE = [0.20] * 8 + [0.10, 0.10, 0.30]
+SLOW_PEER = [0.20] * 4 + [0.20, 0.20, 0.45, 0.20] + [0.10] * 3
+PEERS_SLOW = [0.50] * 8 + [0.10] * 3  # both 4-process nodes slow together: no straggler among them
+
+
+@pytest.mark.parametrize(
+    ("windows", "expected"),
+    [
+        pytest.param([BASE] * 5, [], id="healthy-names-nobody"),
+        pytest.param([BASE] * 5 + [SLOW_LONE] * 3, [(7, "straggler", 2)], id="the-lone-node-slows-against-its-pace"),
+        pytest.param([BASE, *[SLOW_PEER] * 3], [(3, "straggler", 1)], id="a-node-slows-against-its-peer"),
+        pytest.param(
+            [BASE] * 3 + [PEERS_SLOW] * 2 + [BASE] * 5, [], id="its-peers-slow-and-recover-the-lone-node-is-not-named"
+        ),
+        pytest.param([BASE] + [PEERS_SLOW] * 2 + [BASE] * 5, [], id="the-same-after-one-window"),
+        pytest.param([BASE] * 3 + [[0.40] * 8 + [0.20] * 3] * 5, [], id="the-whole-job-slows-nobody-is-named"),
+        pytest.param([BASE] * 3 + [SLOW_LONE] * 3 + [BASE] * 3, [(5, "straggler", 2), (8, "recovered", 2)], id="back"),
+        # a node alone in its group that is slow from its first window has no faster pace of its own
+        pytest.param([[0.20] * 8 + [0.30] * 3] * 5, [], id="slow-from-the-start-is-the-preflights"),
+    ],
+)
+def test_uneven_groups_compare_like_with_like(windows: list[list[float]], expected: list[tuple[int, str, int]]) -> None:
     """4-process and 3-process nodes: on CPU the 4-process ones are slower per rank, always; only a
     node that slows against its peers of the same size (or, alone in its size, against its own
-    pace) is named."""
-    layout = seats(4, 4, 3)  # ranks 0-3 node 0, 4-7 node 1, 8-10 node 2
-    base = [0.20] * 8 + [0.10] * 3
-    judge = Judge(CFG, layout)
-    assert run(judge, [base] * 5) == []  # the 3-process node is twice as fast: nobody is slow
-    slow_lone = [0.20] * 8 + [0.10, 0.10, 0.30]
-    assert run(judge, [slow_lone] * 3) == [(2, "straggler", 2)]
-    judge = Judge(CFG, layout)
-    slow_peer = [0.20] * 4 + [0.20, 0.20, 0.45, 0.20] + [0.10] * 3
-    assert run(judge, [base, *[slow_peer] * 3]) == [(3, "straggler", 1)]
+    usual pace: the median of its past windows, by its own time and by its share of the job's
+    median) is named."""
+    assert run(Judge(CFG, seats(4, 4, 3)), windows) == expected
+
+
+def test_the_lone_nodes_line_says_its_usual_pace() -> None:
+    judge = Judge(CFG, seats(4, 4, 3, groups=["l4", "l4", "a100"]))
+    run(judge, [BASE] * 5)
+    verdicts = [v for i in range(3) for v in judge.window(51 + 10 * i, 60 + 10 * i, dict(enumerate(SLOW_LONE)))]
+    assert [v.text for v in verdicts] == [
+        "node 2 (pod job-2, k8s node w2): own work 300 ms a step (rank 10), 0.33 x its usual speed (100 ms, "
+        "alone in group a100; tolerance 0.6) for 3 windows of 10 steps, since step 51; avoid it: --avoid-node w2"
+    ]
+    assert judge.failure(verdicts[0]).startswith("straggler: node 2 (pod job-2, k8s node w2) below 0.6 x its usual")
+
+
+A100, L4 = [0.10] * 8, [0.25] * 8  # two nodes of each, 4 processes a node: an L4 step takes 2.5 times as long
+
+
+def test_node_groups_of_as_many_processes_are_compared_within_their_group() -> None:
+    """Two A100 and two L4 nodes at 4 processes each: by processes alone the L4 nodes are 0.4 of the
+    median and named; by node group nobody is, until an L4 node slows against the other."""
+    healthy = [A100 + L4] * 4
+    assert run(Judge(CFG, seats(4, 4, 4, 4)), healthy) == [(2, "straggler", 2), (2, "straggler", 3)]
+    groups = ["a100", "a100", "l4", "l4"]
+    fail = StragglerConfig("fail", 0.6, 10, 3)
+    assert run(Judge(fail, seats(4, 4, 4, 4, groups=groups)), healthy * 3) == []
+    judge = Judge(fail, seats(4, 4, 4, 4, groups=groups))
+    slow = A100 + [0.25] * 4 + [0.25, 0.55, 0.25, 0.25]
+    run(judge, healthy)
+    (v,) = [v for i in range(3) for v in judge.window(41 + 10 * i, 50 + 10 * i, dict(enumerate(slow)))]
+    assert v.node == 3 and "0.45 x the median speed of group l4 (250 ms; tolerance 0.6)" in v.text
 
 
 def test_the_line_names_node_pod_k8s_node_figure_and_step_and_the_cli_parses_it() -> None:
@@ -232,6 +280,7 @@ def test_a_seat_comes_from_torchruns_env_and_the_downward_api() -> None:
     }
     assert my_seat(env) == Seat(5, 2, "job-2", "w7", 2)
     assert my_seat({"RANK": "3", "LOCAL_WORLD_SIZE": "2", "HOSTNAME": "h"}) == Seat(3, 1, "h", None, 2)
+    assert my_seat({**env, protocol.NODE_GROUP_ENV: "l4"}) == Seat(5, 2, "job-2", "w7", 2, "l4")
 
 
 # ------------------------------------------------------------------------------------ the clock
@@ -302,14 +351,65 @@ def test_the_ddp_hooks_stamp_the_buckets_and_the_broadcast(one_process_group: No
         torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
     )
     clock = StepClock("cpu")
-    assert clock.hook(model) and clock.hooked
+    assert clock.hook(model) is None and clock.hooked
     clock.start()
     model(torch.randn(8, 4)).sum().backward()
     assert clock._ready is not None and len(clock._waits) == 1 and clock._waits[0][1] is not None
     clock.stop()
     assert clock.take() > 0.0
-    assert not StepClock("cpu").hook(model)  # a second comm hook is refused: its steps are timed to their end
-    assert not StepClock("cpu").hook(torch.nn.Linear(2, 2))  # no DDP
+    second = StepClock("cpu")
+    assert "comm hook of its own" in (second.hook(model) or "") and not second.hooked  # DDP takes one
+    assert "a Linear, not DDP" in (StepClock("cpu").hook(torch.nn.Linear(2, 2)) or "")
+    assert "no model" in (StepClock("cpu").hook(None) or "")
+
+
+def _fsdp(module: torch.nn.Module) -> torch.nn.Module:
+    try:
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:  # torch < 2.6
+        from torch.distributed._composable.fsdp import fully_shard
+    fully_shard(module)
+    return module
+
+
+def _with_own_hook(module: torch.nn.Module) -> torch.nn.Module:
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+    ddp = torch.nn.parallel.DistributedDataParallel(module)
+    ddp.register_comm_hook(None, default_hooks.allreduce_hook)
+    return ddp
+
+
+@pytest.mark.parametrize(
+    ("wrap", "why"),
+    [
+        pytest.param(_fsdp, "FSDP runs its collectives inside forward and backward", id="fsdp"),
+        pytest.param(lambda m: torch.compile(_fsdp(m)), "FSDP runs", id="fsdp-compiled"),
+        pytest.param(_with_own_hook, "the script registered a DDP comm hook of its own", id="own-comm-hook"),
+        pytest.param(lambda m: None, "no model was given", id="no-model"),
+    ],
+)
+def test_where_a_ranks_own_work_cannot_be_timed_rank_0_says_so_once_and_the_detector_is_off(
+    one_process_group: None,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    wrap: Callable[[torch.nn.Module], Any],
+    why: str,
+) -> None:
+    """Under FSDP or a script's own comm hook every rank would time the slowest rank's step: nobody
+    could ever be named, so nothing is judged, and rank 0 says why instead of watching silently."""
+    model = wrap(torch.nn.Linear(4, 4))
+    monkeypatch.setattr(dist, "get_world_size", lambda group=None: 2)  # as if it had a peer
+    watch = Stragglers(model, StragglerConfig("warn", 0.6, 1, 1))
+    assert not watch.active and watch.unwatched is not None and watch.unwatched.startswith(why)
+    monkeypatch.setattr(watch, "_gather", lambda mine: pytest.fail("an unwatched detector gathered"))
+    for _ in range(3):
+        with watch.step():
+            pass
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        f"ddpctl-trainer: warning: [rank 0] stragglers are not watched (--stragglers warn): {watch.unwatched}"
+    ]
 
 
 def test_a_one_process_job_is_not_judged(one_process_group: None) -> None:
