@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from ddpctl.plan import Plan
 
 # What a C++ runtime prints before SIGABRT when a process exits with threads still running; with
-# torch.distributed, a script that ends without destroy_process_group() (gloo's threads).
+# torch.distributed, gloo's threads of a process group still alive at interpreter exit: never
+# destroyed, or held by a DDP model that is a module global (its reducer keeps the group).
 _UNJOINED_THREAD = "terminate called without an active exception"
 # A rank's error that says only that its peer went away: the connection to it broke (gloo, c10d).
 _LOST_PEER_ERROR = re.compile(
@@ -183,7 +184,8 @@ def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -
     elif error and _UNJOINED_THREAD in error:
         how += (
             f' ("{_UNJOINED_THREAD}" at exit: the process group was still alive; '
-            "end the script with torch.distributed.destroy_process_group())"
+            "end the script with torch.distributed.destroy_process_group(), with the DDP model already "
+            "gone: train inside a function, as PyTorch's DDP tutorial does)"
         )
     others = [f for f in state.failures if f.rank is not None and f.rank != primary.rank]
     lost = sorted({f.rank for f in others if f.rank is not None and _lost_peer(state, f)})

@@ -226,7 +226,8 @@ def test_the_after_finishing_note_names_each_rank_and_its_signal() -> None:
             state_of([Failure(0, 1, 1, -6)], {1: "terminate called without an active exception"}), 0, 1, range(2),
             'job w failed: rank 1 (node 0, local rank 1) was killed by SIGABRT ("terminate called without an active '
             'exception" at exit: the process group was still alive; end the script with '
-            "torch.distributed.destroy_process_group())",
+            "torch.distributed.destroy_process_group(), with the DDP model already gone: train inside a "
+            "function, as PyTorch's DDP tutorial does)",
             id="a-script-without-destroy_process_group",
         ),
     ],
