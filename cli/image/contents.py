@@ -26,6 +26,7 @@ from ddpctl.errors import UsageError
 
 ENGINES = ("docker", "podman")
 WORKSPACE_LABEL = "io.ddpctl.workspace.sha256"  # the folder's code an image `ddpctl build` made carries
+FOLDER_LABEL = "io.ddpctl.workspace.folder"  # which folder that was: `folder_id` of its path
 TIMEOUT_S = 60
 
 
@@ -43,6 +44,15 @@ class LocalImage:
     def path_of(self, relative: str) -> str:
         """Where a relative path given to torchrun or python is found in a container of this image."""
         return posixpath.normpath(posixpath.join(self.workdir, relative))
+
+
+def folder_id(folder: Path) -> str:
+    """A folder's identity in an image's label: a hash of its absolute path (the path itself, a
+    user's home among it, stays on the machine), so that `submit` compares the label with the
+    version of the folder that was built, wherever below it it runs."""
+    import hashlib
+
+    return hashlib.sha256(str(folder.resolve()).encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def local_engine(path: str | None = None) -> str | None:
@@ -156,7 +166,7 @@ def check_code_in_image(
     image: str,
     wanted: Wanted,
     *,
-    folder_hash: Callable[[], str],
+    folder_hash: Callable[[dict[str, str]], str],
     engine: str | None = None,
 ) -> list[str]:
     """What `submit` says of the user's own image before anything is created: notes (not checked:
@@ -189,7 +199,7 @@ def check_code_in_image(
         )
     carried = found.labels.get(WORKSPACE_LABEL, "")
     if carried:
-        current = folder_hash()
+        current = folder_hash(found.labels)  # "": the folder built is not here to compare
         if current and carried != current:
             return [
                 f"warning: the image {image} carries an older version of this folder's code (workspace "

@@ -292,7 +292,14 @@ def plan_image(
 
 def _code_label(folder: Path, trainer: bool) -> dict[str, str]:
     code = "" if trainer else folder_code(folder)
-    return {WORKSPACE_LABEL: code} if code else {}
+    return {WORKSPACE_LABEL: code, **folder_identity(folder)} if code else {}
+
+
+def folder_identity(folder: Path) -> dict[str, str]:
+    """The label that says which folder the code label's hash is of (`folder_id`)."""
+    from ddpctl.image.contents import FOLDER_LABEL, folder_id
+
+    return {FOLDER_LABEL: folder_id(folder)}
 
 
 def builds_the_trainer(folder: Path) -> bool:

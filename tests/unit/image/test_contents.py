@@ -51,7 +51,7 @@ def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def check(image: str, relative: str = "train.py") -> list[str]:
-    return check_code_in_image(image, Wanted("--script", relative), folder_hash=lambda: CURRENT, engine="docker")
+    return check_code_in_image(image, Wanted("--script", relative), folder_hash=lambda labels: CURRENT, engine="docker")
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_an_image_not_in_the_local_engine_is_said_not_checked_and_goes() -> None
 
 def test_without_docker_or_podman_it_is_said_not_checked(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # neither engine is on it
-    said = check_code_in_image("me/app:v1", Wanted("--script", "train.py"), folder_hash=lambda: CURRENT)
+    said = check_code_in_image("me/app:v1", Wanted("--script", "train.py"), folder_hash=lambda labels: CURRENT)
     assert said == ["note: no docker or podman here: whether the image me/app:v1 holds train.py was not checked"]
 
 

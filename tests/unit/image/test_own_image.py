@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from ddpctl.image.contents import WORKSPACE_LABEL
 
 from tests.unit.image.fake_engine import FakeEngine
 
@@ -77,3 +78,32 @@ def test_submit_workspace_names_the_packages_a_local_image_lacks(cli, fake_engin
         "ddpctl: warning: the image me/app:v1 lacks what the workspace's requirements ask for: wandb, transformers "
         "(--workspace ships code, not packages)"
     ) in r.err, r.err
+
+
+def test_the_older_version_is_the_built_folders(cli, fake_engine: FakeEngine, tmp_path: Path, monkeypatch) -> None:
+    """The label names the folder `ddpctl build` hashed; submit in a subfolder compares it with
+    that folder, not with the subfolder (which would always differ)."""
+    from ddpctl.image.workspace import folder_identity
+    from ddpctl.manifests.workspace import folder_hash
+
+    project = tmp_path / "project"  # not tmp_path: the fake engine's log is there
+    (project / "sub").mkdir(parents=True)
+    (project / "train.py").write_text("print('step 1')\n")
+    labels = {WORKSPACE_LABEL: folder_hash(project), **folder_identity(project)}
+    fake_engine.add(
+        "me/app:v1",
+        {"/app/train.py": "x", "/app/sub/train.py": "x", "/app/project/train.py": "x"},
+        workdir="/app",
+        labels=labels,
+    )
+    for where in (project, project / "sub"):
+        monkeypatch.chdir(where)
+        r = cli(*SUBMIT, "--image", "me/app:v1", "--script", "train.py")
+        assert r.code == 0 and "older version" not in r.err, r.err
+    monkeypatch.chdir(project)
+    (project / "train.py").write_text("print('step 2')\n")
+    r = cli(*SUBMIT, "--image", "me/app:v1", "--script", "train.py")
+    assert r.code == 0 and "carries an older version of this folder's code" in r.err, r.err
+    monkeypatch.chdir(tmp_path)  # above the folder built: not it, nothing to compare with, nothing said
+    r = cli(*SUBMIT, "--image", "me/app:v1", "--script", "project/train.py")
+    assert r.code == 0 and "older version" not in r.err, r.err

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from ddpctl.image.contents import WORKSPACE_LABEL
-from ddpctl.image.workspace import dependencies, dockerfile_text, folder_code, plan_image
+from ddpctl.image.workspace import dependencies, dockerfile_text, folder_code, folder_identity, plan_image
 
 from tests.support import REPO
 
@@ -49,14 +49,16 @@ def test_an_image_built_from_a_folders_own_dockerfile_carries_its_code_hash(tmp_
     folder = own_project(tmp_path / "app")
     labels, argv, on_trainer = _plan(folder, docker_on_path)
     assert not on_trainer
-    assert labels == {WORKSPACE_LABEL: folder_code(folder)}
-    assert f"{WORKSPACE_LABEL}={folder_code(folder)}" == argv[argv.index("--label") + 1]
+    assert labels == {WORKSPACE_LABEL: folder_code(folder), **folder_identity(folder)}  # the code, and whose
+    assert f"{WORKSPACE_LABEL}={folder_code(folder)}" in argv and argv[argv.index("--label") + 1] in (
+        f"{k}={v}" for k, v in labels.items()
+    )
     before = folder_code(folder)
     (folder / ".env").write_text("TOKEN=y\n")  # a likely secret: not code, not in the hash
     assert folder_code(folder) == before
     (folder / "train.py").write_text("print('step 2')\n")
     assert folder_code(folder) != before
-    assert _plan(folder, docker_on_path)[0] == {WORKSPACE_LABEL: folder_code(folder)}
+    assert _plan(folder, docker_on_path)[0] == {WORKSPACE_LABEL: folder_code(folder), **folder_identity(folder)}
 
 
 def test_the_label_is_part_of_the_tag(tmp_path: Path) -> None:
@@ -109,7 +111,7 @@ def test_a_link_out_of_the_folder_or_to_nothing_never_fails_the_build_for_the_la
     (folder / "data").symlink_to(tmp_path)  # a dataset folder linked in from elsewhere
     (folder / "stale.txt").symlink_to(folder / "gone.txt")
     labels, _argv, on_trainer = _plan(folder, docker_on_path)
-    assert not on_trainer and labels == {WORKSPACE_LABEL: before}
+    assert not on_trainer and labels == {WORKSPACE_LABEL: before, **folder_identity(folder)}
 
 
 def test_a_project_image_tag_is_compared_whatever_links_the_folder_holds(tmp_path: Path) -> None:
