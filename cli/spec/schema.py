@@ -38,8 +38,10 @@ STRAGGLER_MODES = protocol.STRAGGLER_MODES
 # A straggler mode the spec names but does not take yet: (problem, fix).
 STRAGGLER_REFUSED: dict[str, tuple[str, str]] = {
     "replace": (
-        "replace needs recovery: pod (only the straggler's pod replaced), which ddpctl does not offer yet",
-        f"use fail: the job ends with exit {protocol.EXIT_STRAGGLER} naming the node; resubmit with --avoid-node NODE",
+        "replace needs recovery: pod (pod-level recovery: only the straggler's pod is replaced), which is not "
+        "available yet",
+        f"use --stragglers fail (stragglers.mode: fail): the job ends with exit {protocol.EXIT_STRAGGLER} naming the "
+        "node; resubmit with --avoid-node NODE",
     ),
 }
 FABRICS = protocol.FABRICS
