@@ -112,5 +112,7 @@ def parse(path: Path, display: str, text: str) -> Source:
         raise UsageError(f"{where}: syntax error: {exc.msg}; fix it, then lint again") from None
     except ValueError as exc:  # e.g. a NUL byte
         raise UsageError(f"{display}: cannot parse it ({exc})") from None
+    except (RecursionError, MemoryError):  # nesting deeper than Python's parser can build
+        raise UsageError(f"{display}: nested too deeply to parse; split the expression, then lint again") from None
     lines = split_lines(text)
     return Source(path, display, text, lines, tree, parse_ignores(lines))

@@ -71,6 +71,40 @@ def test_a_file_that_does_not_parse_is_exit_2_naming_its_line(cli, tmp_path: Pat
     assert "Traceback" not in result.err
 
 
+def test_a_syntax_error_in_a_followed_module_is_one_located_line(cli, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("import helpers\n\nhelpers.run()\n")
+    (tmp_path / "helpers.py").write_text("def run(:\n    pass\n")
+    result = cli("lint", "train.py")
+    assert result.code == 2
+    assert result.err.startswith("ddpctl: error: helpers.py:1:9: syntax error: ")
+    assert len(result.err.strip().splitlines()) == 1 and "Traceback" not in result.err
+
+
+def test_an_unreadable_followed_module_names_its_path(cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A permission error, simulated: the suite may run as root, who reads every file."""
+    (tmp_path / "train.py").write_text("import helpers\n")
+    (tmp_path / "helpers.py").write_text("x = 1\n")
+    read_bytes = Path.read_bytes
+
+    def refuse(path: Path) -> bytes:
+        if path.name == "helpers.py":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_bytes(path)
+
+    monkeypatch.setattr(Path, "read_bytes", refuse)
+    result = cli("lint", "train.py")
+    assert result.code == 2
+    assert result.err.strip() == "ddpctl: error: helpers.py: cannot read it (Permission denied)"
+
+
+def test_nesting_too_deep_to_parse_is_exit_2_naming_the_file(cli, tmp_path: Path) -> None:
+    (tmp_path / "train.py").write_text("x = " + "a+" * 20000 + "a\n")
+    result = cli("lint", "train.py")
+    assert result.code == 2
+    assert result.err.startswith("ddpctl: error: train.py: nested too deeply to parse; ")
+    assert "internal error" not in result.err
+
+
 def test_json_for_tools(cli, tmp_path: Path) -> None:
     _copy(tmp_path, "article_style.py")
     result = cli("lint", "-o", "json", "train.py")
