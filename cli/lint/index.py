@@ -261,9 +261,10 @@ class Index:
                     self.imports[top] = top
             return
         module = "." * node.level + (node.module or "")
+        joint = module if module.endswith(".") or not module else module + "."  # `from . import x`: `.x`
         for alias in node.names:
             if alias.name != "*":
-                self.imports[alias.asname or alias.name] = f"{module}.{alias.name}" if module else alias.name
+                self.imports[alias.asname or alias.name] = joint + alias.name
 
     def _bind(self, target: ast.expr, value: ast.expr, scope: ast.AST, method: tuple[ast.ClassDef, str] | None) -> None:
         if isinstance(target, ast.Tuple | ast.List):

@@ -1,15 +1,17 @@
 """What the checks take for a rank-0 guard and for a global rank, one small script per case.
 
 The guard cases are read through DDP008 (torch.save on every rank), the rank cases through DDP001
-(the device from the global rank): each script says whether its last statement is flagged."""
+(the device from the global rank): each script says whether its last statement is flagged. Then
+`Index` alone, on one file: names, where a value comes from, scopes, sites and CUDA checks."""
 
 from __future__ import annotations
 
+import ast
 import textwrap
 from pathlib import Path
 
 import pytest
-from ddpctl.lint import lint_paths
+from ddpctl.lint import index, lint_paths
 
 GUARD_PRELUDE = """\
 import io
@@ -137,3 +139,122 @@ def test_a_device_built_from_the_global_rank_is_reported_where_it_is_built(tmp_p
         """
     )
     assert _lint(tmp_path, source, "DDP001") == [7]
+
+
+# ---------------------------------------------------------------------------- Index, one file alone
+
+
+def _expr(idx: index.Index, text: str) -> ast.expr:
+    """The last expression statement's value whose source is `text`."""
+    found = [n.value for n in ast.walk(idx.tree) if isinstance(n, ast.Expr) and ast.unparse(n.value) == text]
+    assert found, text
+    return found[-1]
+
+
+def test_names_read_as_their_imports() -> None:
+    idx = index.Index(
+        ast.parse(
+            "import torch.distributed as dist\nimport os\nfrom torch.distributed import get_rank as gr\n"
+            "from . import helpers\ndist.get_rank()\ngr()\nos.environ.get('RANK')\nf().g()\n"
+        )
+    )
+    assert idx.imports == {
+        "dist": "torch.distributed",
+        "os": "os",
+        "gr": "torch.distributed.get_rank",
+        "helpers": ".helpers",
+    }
+    assert sorted(idx.callee(c) for c in idx.calls) == [
+        "f",
+        "g",  # the method of a call's result: only its last name
+        "os.environ.get",
+        "torch.distributed.get_rank",
+        "torch.distributed.get_rank",
+    ]
+    assert idx.env_name(_expr(idx, "os.environ.get('RANK')")) == "RANK"
+
+
+@pytest.mark.parametrize(
+    "source,expr,kinds",
+    [
+        ("import os\nr = int(os.environ['RANK'])\nr", "r", {index.GLOBAL_RANK}),
+        ("import os\nr = os.getenv('LOCAL_RANK')\nr", "r", {index.LOCAL_RANK}),
+        ("import os\nenv = {k: os.environ[k] for k in ('RANK',)}\nenv['RANK']", "env['RANK']", {index.GLOBAL_RANK}),
+        ("import os\nd = {'rank': int(os.environ['RANK'])}\nd['rank']", "d['rank']", {index.GLOBAL_RANK}),
+        ("import torch.distributed as dist\nr = dist.get_rank()\nf'cuda:{r}'", "f'cuda:{r}'", {index.GLOBAL_DEVICE}),
+        (
+            "import torch.distributed as dist\n'cuda:%d' % dist.get_rank()",
+            "'cuda:%d' % dist.get_rank()",
+            {index.GLOBAL_DEVICE},
+        ),
+        (
+            "import torch\nimport torch.distributed as d\ntorch.device('cuda', d.get_rank())",
+            "torch.device('cuda', d.get_rank())",
+            {index.GLOBAL_DEVICE},
+        ),
+        ("import torch\nr = torch.distributed.get_rank() % 8\nr", "r", set()),
+        ("import torch\nw = torch.nn.parallel.DistributedDataParallel(m)\nw", "w", {index.WRAPPER}),
+        ("w = DataParallel(m)\nu = w.module if hasattr(w, 'module') else w\nu", "u", set()),
+        ("x = 1\nx = x + 1\nx", "x", set()),  # a cycle adds nothing
+    ],
+)
+def test_where_a_value_comes_from_in_one_file(source: str, expr: str, kinds: set[str]) -> None:
+    idx = index.Index(ast.parse(source))
+    assert idx.kinds(_expr(idx, expr)) == kinds
+
+
+def test_scopes_values_and_sites() -> None:
+    idx = index.Index(
+        ast.parse(
+            "x = 1\n"
+            "class T:\n    def __init__(self):\n        self.r = 2\n"
+            "    def f(self):\n        self.r\n        self.save()\n"
+            "    def save(self):\n        pass\n"
+            "def g():\n    x = 3\n    for i in range(2):\n        x\n    return x\n"
+            "g()\nx\n"
+        )
+    )
+    (g,) = idx.functions["g"]
+    (save,) = idx.functions["save"]
+    reads = [n for n in ast.walk(idx.tree) if isinstance(n, ast.Name) and n.id == "x" and isinstance(n.ctx, ast.Load)]
+    inner, outer = (next(n for n in reads if n.lineno == line) for line in (13, 16))
+    assert idx.function_of(inner) is g and idx.function_of(outer) is None
+    assert [ast.unparse(v) for v in idx.values_of("x", inner)[1]] == ["3"]
+    assert [ast.unparse(v) for v in idx.values_of("x", outer)[1]] == ["1"]
+    self_r = _expr(idx, "self.r")
+    assert [ast.unparse(v) for v in idx.values_of("self.r", self_r)[1]] == ["2"]
+    assert idx.in_loop_or_function(inner) and not idx.in_loop_or_function(outer)
+    assert [ast.unparse(s) for s in idx.sites_of(g)] == ["g()"]
+    assert [ast.unparse(s) for s in idx.sites_of(save)] == ["self.save()"]
+    assert idx.statement_of(inner) is idx.parent[inner]
+    assert g.returns is None and [ast.unparse(r) for r in idx.returns[g]] == ["return x"]
+
+
+@pytest.mark.parametrize(
+    "source,checked",
+    [
+        ("if torch.cuda.is_available():\n    m.cuda()", True),
+        ("if args.device == 'gpu':\n    m.cuda()", True),
+        ("m = m.cuda() if use_cuda else m", True),
+        ("if epoch > 3:\n    m.cuda()", False),
+        ("if m.cuda():\n    pass", False),  # the test itself is no branch
+    ],
+)
+def test_what_is_under_a_cuda_check(source: str, checked: bool) -> None:
+    idx = index.Index(ast.parse(source))
+    (call,) = [c for c in idx.calls if index.last_name(c.func) == "cuda"]
+    assert idx.under_cuda_check(call) is checked
+
+
+def test_the_small_helpers() -> None:
+    call = ast.parse("f(a, b, *rest, key=k, **more)", mode="eval").body
+    assert isinstance(call, ast.Call)
+    assert index.dotted(ast.parse("self.model.net", mode="eval").body) == "self.model.net"
+    assert index.dotted(ast.parse("f().x", mode="eval").body) is None
+    assert index.last_name(ast.parse("ctx.is_main()", mode="eval").body) == "is_main"
+    assert index.const_str(ast.Constant("s")) == "s" and index.const_str(ast.Constant(1)) is None
+    assert index.is_const(ast.Constant(True), True) and not index.is_const(ast.Constant(1), True)
+    assert ast.unparse(index.arg(call, "key") or ast.Pass()) == "k"
+    assert ast.unparse(index.arg(call, "second", 1) or ast.Pass()) == "b"
+    assert index.arg(call, "third", 2) is None  # at or after *rest: not known
+    assert index.has_star_kwargs(call)
