@@ -14,13 +14,14 @@ comparison of whole jobs is too noisy on a shared 2-core machine to show 1 %):
   vote alone (two real gloo processes on loopback), plus the judgement, divided by `every`.
 
 Detection and false alarms, through `ddpctl run --local` (3 nodes x 1 process): node 1 slowed from
-outside after step 30 (a CPU quota of --cpus on its processes, tests/support/stragglers.py) under
-`--stragglers fail` (the run ends when it is named), interleaved with healthy runs under `warn`
-(11 windows each): detection is the slowed runs that named node 1, and only it, within windows + 1
-windows of the slowdown; false alarms are the healthy runs that named anyone. Needs root for the
-cgroup. Usage:
+outside after step 30 to about half speed (a CPU quota on its processes of --share of the CPU they
+were measured to use from step 10 to 30, tests/support/stragglers.py; --cpus gives a fixed quota
+instead) under `--stragglers fail` (the run ends when it is named), interleaved with healthy runs
+under `warn` (11 windows each): detection is the slowed runs that named node 1, and only it, within
+windows + 1 windows of the slowdown, each with the figure its line reports; false alarms are the
+healthy runs that named anyone. Needs root for the cgroup. Usage:
 
-    python bench/bench_stragglers.py [--slowed 5] [--healthy 10] [--cpus 0.08] [--json out.json]
+    python bench/bench_stragglers.py [--slowed 5] [--healthy 10] [--share 0.5 | --cpus C] [--json out.json]
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ def _ddp_step_seconds(steps: int, blocks: int) -> tuple[float, float]:
             model = torch.nn.parallel.DistributedDataParallel(build_model("convnet", 10))
             clocks[on] = StepClock("cpu")
             if on:
-                assert clocks[on].hook(model)
+                assert clocks[on].hook(model) is None
             models[on] = (model, torch.optim.SGD(model.parameters(), lr=0.01))
         x, y = torch.randn(32, 3, 32, 32), torch.randint(0, 10, (32,))
         times: dict[bool, list[float]] = {False: [], True: []}
@@ -134,7 +135,9 @@ def vote_seconds(rounds: int = 400) -> dict[str, float]:
     return value
 
 
-def detection(slowed: int, healthy: int, cpus: float, every: int, windows: int) -> dict[str, Any]:
+def detection(
+    slowed: int, healthy: int, share: float | None, cpus: float | None, every: int, windows: int
+) -> dict[str, Any]:
     """Slowed (fail) and healthy (warn) local runs, interleaved."""
     results: dict[str, list[dict[str, Any]]] = {"slowed": [], "healthy": []}
     order = ["healthy"] * healthy
@@ -146,7 +149,7 @@ def detection(slowed: int, healthy: int, cpus: float, every: int, windows: int) 
             cwd = Path(tmp) / f"{kind}-{i}"
             if kind == "slowed":
                 with CpuQuota(None) as quota:
-                    run = run_job(cwd, quota, "fail", cpus=cpus, epochs=12)
+                    run = run_job(cwd, quota, "fail", cpus=cpus or 0.0, share=None if cpus else share, epochs=12)
             else:
                 run = run_job(cwd, None, "warn", epochs=10)
             named = run.named()
@@ -154,6 +157,9 @@ def detection(slowed: int, healthy: int, cpus: float, every: int, windows: int) 
             if kind == "slowed":
                 at = run.acted.get("slowed")
                 row["slowed_at"] = at
+                row["used_cpus"] = None if run.used is None else round(run.used, 3)
+                row["quota_cpus"] = None if run.cpus is None else round(run.cpus, 3)
+                row["figures"] = run.figures()
                 row["since"] = since(run.lines[0]) if run.lines else None
                 # the window it was named at ends at since + windows x every - 1
                 row["named_within_windows"] = (
@@ -175,7 +181,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--slowed", type=int, default=5)
     parser.add_argument("--healthy", type=int, default=10)
-    parser.add_argument("--cpus", type=float, default=0.08)
+    parser.add_argument("--share", type=float, default=0.5, help="slow node 1 to this share of its measured CPU use")
+    parser.add_argument("--cpus", type=float, help="slow node 1 to this fixed CPU quota instead")
     parser.add_argument("--steps", type=int, default=40, help="steps per cost block")
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--json", type=Path)
@@ -207,14 +214,18 @@ def main() -> int:
     if reason is not None:
         print(f"detection: not measured ({reason})")
     elif args.slowed or args.healthy:
-        runs = detection(args.slowed, args.healthy, args.cpus, every, windows)
+        runs = detection(args.slowed, args.healthy, args.share, args.cpus, every, windows)
         caught = sum(r["ok"] for r in runs["slowed"])
         alarms = sum(not r["ok"] for r in runs["healthy"])
         out.update(runs)
         out["detected"], out["false_alarms"] = caught, alarms
+        figures = [f for r in runs["slowed"] for f in r["figures"]]
+        used = [r["used_cpus"] for r in runs["slowed"] if r["used_cpus"] is not None]
+        slowed_to = f"{args.cpus} CPU" if args.cpus else f"{args.share} x its measured CPU use ({used} CPU)"
         print(
-            f"detection: {caught}/{len(runs['slowed'])} slowed runs named node 1 (only) within {windows} + 1 windows "
-            f"(target 5/5); false alarms: {alarms}/{len(runs['healthy'])} healthy runs (target 0)"
+            f"detection: node 1 slowed to {slowed_to}: {caught}/{len(runs['slowed'])} slowed runs named node 1 (only) "
+            f"within {windows} + 1 windows (target 5/5), at {figures} x the median; "
+            f"false alarms: {alarms}/{len(runs['healthy'])} healthy runs (target 0)"
         )
     if args.json:
         args.json.write_text(json.dumps(out, indent=2) + "\n")

@@ -2,7 +2,9 @@
 the ddpctl trainer) whose node 1 joins a cgroup with no limit when its process group comes up
 (tests/support/slow_node/sitecustomize.py); the CPU quota is tightened when rank 0's progress line
 passes a step (as a lowered pod CPU limit slows a pod), and lifted again once the node is named
-(if asked). It acts on the job's own lines only, never on sleeps. Shared by
+(if asked). The quota is a fixed share of a CPU (`cpus`), or a share of what the node's processes
+were measured to use before (`share`: 0.5 halves the node's speed however many cores the machine
+has and whatever else runs on it). It acts on the job's own lines only, never on sleeps. Shared by
 tests/e2e/test_stragglers_local.py and bench/bench_stragglers.py.
 """
 
@@ -12,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,6 +35,12 @@ class SlowedRun:
     stderr: str
     acted: dict[str, int] = field(default_factory=dict)  # `slowed` / `lifted`: the step at which the quota changed
     last_step: int = 0
+    used: float | None = None  # with `share`: the CPUs node 1 used before it was slowed (CPU seconds a second)
+    cpus: float | None = None  # the quota it was slowed to
+
+    def figures(self) -> list[float]:
+        """The figure each line naming a node reports (its share of the median, or of its pace)."""
+        return [float(m.group(1)) for m in (re.search(r"\), (\d+\.\d+) x ", line) for line in self.lines) if m]
 
     def notes(self) -> list[protocol.StragglerNote]:
         return [n for n in map(protocol.straggler_line, self.lines) if n is not None]
@@ -46,20 +55,34 @@ def since(line: str) -> int:
     return int(found.group(1))
 
 
+def cpu_seconds(pids: list[int]) -> float:
+    """The CPU time (user + system) the processes `pids` have used so far; 0 for one that is gone."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def run_job(
     cwd: Path,
     quota: CpuQuota | None,
     mode: str,
     *,
     cpus: float = 0.08,
+    share: float | None = None,
+    measure_from: int = 10,
     slow_from: int = 30,
     lift: bool = False,
     epochs: int = 12,
     name: str = "st",
     timeout: float = 300,
 ) -> SlowedRun:
-    """Run the job (node 1 slowed to `cpus` after step `slow_from` when `quota` is given; lifted once
-    named when `lift`)."""
+    """Run the job (node 1 slowed to `cpus` after step `slow_from` when `quota` is given, or to `share`
+    of the CPUs it used from step `measure_from` to `slow_from`; lifted once named when `lift`)."""
     cwd.mkdir(parents=True, exist_ok=True)
     env = ddpctl_env()
     if quota is not None:
@@ -74,6 +97,7 @@ def run_job(
     args += ["--color", "never", "--stragglers", mode, "--", "--epochs", str(epochs), "--log-every", "5"]
     err = cwd / "stderr.txt"
     out = SlowedRun(0, [], "")
+    measured: tuple[float, float] | None = None  # (CPU seconds, monotonic seconds) at measure_from
     with err.open("w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
@@ -85,8 +109,14 @@ def run_job(
                 if found:
                     epoch, in_epoch, per_epoch = (int(g) for g in found.groups())
                     out.last_step = (epoch - 1) * per_epoch + in_epoch
+                    if quota is not None and share is not None and measured is None and out.last_step >= measure_from:
+                        measured = (cpu_seconds(quota.pids()), time.monotonic())
                     if quota is not None and out.last_step >= slow_from and "slowed" not in out.acted:
+                        if share is not None and measured is not None:
+                            out.used = (cpu_seconds(quota.pids()) - measured[0]) / (time.monotonic() - measured[1])
+                            cpus = share * out.used
                         quota.limit(cpus)
+                        out.cpus = cpus
                         out.acted["slowed"] = out.last_step
                 note = protocol.straggler_line(line.rstrip("\n"))
                 if note is not None and line.startswith(protocol.rank_prefix(0)):
