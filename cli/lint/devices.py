@@ -7,39 +7,17 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 
-from ddpctl.lint.facts import Project, finding, origin, short
+from ddpctl.lint.facts import Project, device_sinks, finding, origin, short
 from ddpctl.lint.findings import Finding
-from ddpctl.lint.index import GLOBAL_DEVICE, GLOBAL_RANK, LOCAL_RANK, Index, const_str, dotted, keyword, last_name
+from ddpctl.lint.index import GLOBAL_DEVICE, GLOBAL_RANK, Index, const_str, dotted, keyword, last_name
 from ddpctl.lint.program import _dest
 from ddpctl.lint.rules import Severity
 from ddpctl.lint.source import Source
 
 LOCAL_RANK_FLAGS = frozenset({"--local_rank", "--local-rank"})
 DDP_WRAPS = frozenset({"DistributedDataParallel", "DDP"})
-SET_DEVICE = frozenset({"set_device", "set_device_index"})
 
 # ---------------------------------------------------------------------------------------- DDP001
-
-
-def device_sinks(idx: Index, call: ast.Call) -> Iterator[tuple[ast.expr, str]]:
-    """The arguments of `call` that name a device, and how the call reads (for the message)."""
-    name = idx.callee(call)
-    last = name.rsplit(".", 1)[-1]
-    func = call.func
-    if last in SET_DEVICE and call.args and ("cuda" in name or "accelerator" in name or name == last):
-        yield (
-            call.args[0],
-            "torch.accelerator.set_device_index" if last == "set_device_index" else "torch.cuda.set_device",
-        )
-    if isinstance(func, ast.Attribute) and func.attr in ("to", "cuda") and call.args:
-        yield call.args[0], f".{func.attr}()"
-    for kw in call.keywords:
-        if kw.arg == "device_ids":
-            values = kw.value.elts if isinstance(kw.value, ast.List | ast.Tuple) else [kw.value]
-            for value in values:
-                yield value, "device_ids"
-        elif kw.arg in ("output_device", "device", "map_location"):
-            yield kw.value, f"{kw.arg}="
 
 
 def _builds_device(expr: ast.AST) -> bool:
@@ -148,28 +126,6 @@ def arg_backend(call: ast.Call) -> ast.expr | None:
 # ---------------------------------------------------------------------------------------- DDP014
 
 
-def _per_process(idx: Index, expr: ast.AST, depth: int = 0) -> bool:
-    """A device chosen per process: from the local rank, or `rank % n`."""
-    if LOCAL_RANK in idx.kinds(expr):
-        return True
-    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod):
-        return True
-    if isinstance(expr, ast.Call) and expr.args and last_name(expr.func) in ("int", "device"):
-        return any(_per_process(idx, a, depth + 1) for a in expr.args)
-    key = dotted(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
-    if key and depth < 3:
-        return any(_per_process(idx, v, depth + 1) for v in idx.values_of(key, expr)[1])
-    return False
-
-
-def chooses_local_device(idx: Index) -> bool:
-    for call in idx.calls:
-        for expr, _ in device_sinks(idx, call):
-            if _per_process(idx, expr):
-                return True
-    return False
-
-
 def _cuda_target(idx: Index, expr: ast.AST | None) -> bool:
     """`"cuda"`, `torch.device("cuda")`, or a name holding one."""
     if expr is None:
@@ -209,11 +165,8 @@ def _on_cuda(idx: Index, model: ast.AST, scope: ast.AST | None) -> bool:
 
 
 def one_device(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
-    if project.reads_local_rank or not project.distributed:
-        return
-    program = project.program
-    if program is not None and any(chooses_local_device(m.idx) for m in program.modules):
-        return
+    if not project.distributed or project.local_device:
+        return  # a local-rank read that picks no device (a print, a log line) does not count
     several = project.layout.multi_process
     for call in idx.calls:
         if idx.callee(call).rsplit(".", 1)[-1] not in DDP_WRAPS or not call.args:

@@ -3,13 +3,15 @@
 The rules judge a file with the program it belongs to: the script and every local module it
 imports (program.py). `Project` says whether the program initialises a process group (the sampler,
 save and download rules apply only then), calls `set_epoch`, reads the local rank from the
-environment, loads a checkpoint back into a DDP wrapper, or uses CUDA with no check for it, and
-what the job's layout is (a rule's severity can depend on it).
+environment, picks a device from the local rank (a device use given it, not a mere read), loads a
+checkpoint back into a DDP wrapper, or uses CUDA with no check for it, and what the job's layout is
+(a rule's severity can depend on it).
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ddpctl.lint.findings import Finding
@@ -22,6 +24,76 @@ from ddpctl.lint.source import Source
 INIT_CALLS = frozenset({"init_process_group", "init_device_mesh", "init_distributed"})
 LOCAL_ENV = frozenset(name for name, kind in ENV_KINDS.items() if kind == LOCAL_RANK)
 LOCAL_CALLS = frozenset({"get_node_local_rank", "local_process_index"})
+
+
+SET_DEVICE = frozenset({"set_device", "set_device_index"})
+
+
+def device_sinks(idx: Index, call: ast.Call) -> Iterator[tuple[ast.expr, str]]:
+    """The arguments of `call` that name a device, and how the call reads (for the message)."""
+    name = idx.callee(call)
+    last = name.rsplit(".", 1)[-1]
+    func = call.func
+    if last in SET_DEVICE and call.args and ("cuda" in name or "accelerator" in name or name == last):
+        yield (
+            call.args[0],
+            "torch.accelerator.set_device_index" if last == "set_device_index" else "torch.cuda.set_device",
+        )
+    if isinstance(func, ast.Attribute) and func.attr in ("to", "cuda") and call.args:
+        yield call.args[0], f".{func.attr}()"
+    for kw in call.keywords:
+        if kw.arg == "device_ids":
+            values = kw.value.elts if isinstance(kw.value, ast.List | ast.Tuple) else [kw.value]
+            for value in values:
+                yield value, "device_ids"
+        elif kw.arg in ("output_device", "device", "map_location"):
+            yield kw.value, f"{kw.arg}="
+
+
+def _per_process(idx: Index, expr: ast.AST, depth: int = 0) -> bool:
+    """A device chosen per process: from the local rank (`local_rank`, `f"cuda:{local_rank}"`,
+    `torch.device("cuda", local_rank)`, ...), or `rank % n`."""
+    if depth > 4:
+        return False
+    if LOCAL_RANK in idx.kinds(expr):
+        return True
+    deeper = depth + 1
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod):
+        if const_str(expr.left) is None:
+            return True  # `rank % n`: one device per process on a node
+        return _per_process(idx, expr.right, deeper)  # `"cuda:%d" % local_rank`
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+        return _per_process(idx, expr.left, deeper) or _per_process(idx, expr.right, deeper)
+    if isinstance(expr, ast.JoinedStr):
+        return any(_per_process(idx, v.value, deeper) for v in expr.values if isinstance(v, ast.FormattedValue))
+    if isinstance(expr, ast.Tuple | ast.List):
+        return any(_per_process(idx, e, deeper) for e in expr.elts)
+    if isinstance(expr, ast.Call) and expr.args and last_name(expr.func) in ("int", "str", "device", "format"):
+        return any(_per_process(idx, a, deeper) for a in expr.args)
+    key = dotted(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
+    if key:
+        return any(_per_process(idx, v, deeper) for v in idx.values_of(key, expr)[1])
+    return False
+
+
+def picks_local_device(idx: Index) -> bool:
+    """A device use (`set_device`, `.to`, `.cuda`, `device_ids`, `device=`, ...) given a device chosen
+    per process, or `CUDA_VISIBLE_DEVICES` set from the local rank; a read of the local rank that
+    picks no device (a print, a log line) is not one."""
+    for call in idx.calls:
+        for expr, _ in device_sinks(idx, call):
+            if _per_process(idx, expr):
+                return True
+    for target in idx.subscript_stores:
+        statement = idx.statement_of(target)
+        if (
+            isinstance(statement, ast.Assign)
+            and idx.qualname(target.value) == "os.environ"
+            and const_str(target.slice) == "CUDA_VISIBLE_DEVICES"
+            and _per_process(idx, statement.value)
+        ):
+            return True
+    return False
 
 
 def is_set_epoch(idx: Index, call: ast.Call) -> bool:
@@ -100,6 +172,7 @@ class Project:
     layout: Layout = UNKNOWN_LAYOUT
     cuda_always: bool = False  # it uses CUDA with no check for it: gloo would not make it run on CPU
     loads_into_wrapper: bool = False  # a DDP wrapper's load_state_dict: its own checkpoint comes back
+    local_device: bool = False  # a device use is given a device chosen per process (picks_local_device)
 
     @classmethod
     def of(cls, program: Program, layout: Layout = UNKNOWN_LAYOUT) -> Project:
@@ -115,6 +188,7 @@ class Project:
             layout,
             any(_uses_cuda_always(idx) for idx in indexes),
             any(_loads_into_wrapper(idx) for idx in indexes),
+            any(picks_local_device(idx) for idx in indexes),
         )
 
 

@@ -179,7 +179,9 @@ RULES: tuple[Rule, ...] = (
         "every-process-on-one-device",
         Severity.error,
         "`DistributedDataParallel` without `device_ids` on a model moved to the default CUDA device "
-        "(`model.cuda()`, `.to(\"cuda\")`), in a program where nothing picks a device from the local rank",
+        "(`model.cuda()`, `.to(\"cuda\")`), in a program where no device use (`set_device`, `.to`, `.cuda`, "
+        "`device_ids`, `device=`, `CUDA_VISIBLE_DEVICES`) is given the local rank or `rank % n` (a read of the local "
+        "rank that picks no device, such as a print, does not count)",
         "every process of a node runs on cuda:0: they compete for one GPU (or NCCL refuses the duplicate GPU) "
         "while the others idle",
         'pick the device from the local rank first: `torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))`, '

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from ddpctl.lint import facts, program
-from ddpctl.lint.index import GLOBAL_RANK, LOCAL_RANK, last_name
+from ddpctl.lint.index import GLOBAL_RANK, LOCAL_RANK, Index, last_name
 from ddpctl.lint.program import UNKNOWN_LAYOUT, Layout
 from ddpctl.lint.rules import BY_ID, Severity
 
@@ -75,9 +75,24 @@ def test_the_facts_of_a_program_come_from_every_file_of_it(tmp_path: Path) -> No
         Layout(2, 8),
     )
     assert project.distributed and project.set_epoch and project.reads_local_rank and project.loads_into_wrapper
-    assert not project.cuda_always
+    assert not project.cuda_always and not project.local_device  # the local rank read, no device given it
     assert project.layout == Layout(2, 8)
     assert project.program is not None and len(project.program.modules) == 2
+
+
+@pytest.mark.parametrize(
+    "helper,local",
+    [
+        ("def setup():\n    torch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n", True),
+        ("def setup():\n    return torch.device('cuda', int(os.environ['LOCAL_RANK']))\n", False),  # not used
+        ("def setup():\n    print(os.environ['LOCAL_RANK'])\n", False),
+        ("def setup():\n    os.environ['CUDA_VISIBLE_DEVICES'] = str(os.environ['LOCAL_RANK'])\n", True),
+        ("def setup():\n    os.environ['CUDA_VISIBLE_DEVICES'] = '0'\n", False),
+    ],
+)
+def test_a_device_picked_from_the_local_rank_in_any_file(tmp_path: Path, helper: str, local: bool) -> None:
+    files = {"train.py": "import helpers\nhelpers.setup()\n", "helpers.py": "import os, torch\n" + helper}
+    assert _project(tmp_path, files).local_device is local
 
 
 def test_a_bare_script_has_none_of_the_facts(tmp_path: Path) -> None:
@@ -160,3 +175,26 @@ def test_origin_says_where_a_name_or_a_parameter_got_its_rank(tmp_path: Path) ->
     assert param is not None
     assert facts.origin(idx, param, GLOBAL_RANK) == " (a parameter of place, given it at train.py:6)"
     assert facts.origin(idx, read, LOCAL_RANK) == ""
+
+
+@pytest.mark.parametrize(
+    "call,sinks",
+    [
+        ("torch.cuda.set_device(d)", [("d", "torch.cuda.set_device")]),
+        ("torch.accelerator.set_device_index(d)", [("d", "torch.accelerator.set_device_index")]),
+        ("m.to(d)", [("d", ".to()")]),
+        ("m.cuda(d)", [("d", ".cuda()")]),
+        ("m.cuda()", []),
+        (
+            "DDP(m, device_ids=[d, e], output_device=o)",
+            [("d", "device_ids"), ("e", "device_ids"), ("o", "output_device=")],
+        ),
+        ("torch.zeros(2, device=d)", [("d", "device=")]),
+        ("torch.load(p, map_location=d)", [("d", "map_location=")]),
+        ("obj.set_device(d)", []),  # some other object's set_device
+    ],
+)
+def test_the_arguments_that_name_a_device(call: str, sinks: list[tuple[str, str]]) -> None:
+    idx = Index(ast.parse("import torch\n" + call + "\n"))
+    node = idx.tree.body[1].value  # type: ignore[attr-defined]
+    assert [(ast.unparse(e), where) for e, where in facts.device_sinks(idx, node)] == sinks
