@@ -118,26 +118,59 @@ def _cuda_checked(idx: Index, node: ast.AST) -> bool:
     return False
 
 
+def _cuda_string(expr: ast.AST) -> bool:
+    """A string that names a CUDA device: `"cuda"`, `"cuda:1"`, `f"cuda:{i}"`, `"cuda:%d" % i`,
+    `"cuda:" + str(i)`, `"cuda:{}".format(i)`."""
+    text = const_str(expr)
+    if text is not None:
+        return text.startswith("cuda")
+    if isinstance(expr, ast.JoinedStr):
+        return bool(expr.values) and (const_str(expr.values[0]) or "").startswith("cuda")
+    if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mod | ast.Add):
+        return (const_str(expr.left) or "").startswith("cuda")
+    if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr == "format":
+        return (const_str(expr.func.value) or "").startswith("cuda")
+    return False
+
+
+def _cuda_device(idx: Index, expr: ast.AST, depth: int = 0) -> bool:
+    """`expr` is always a CUDA device: a CUDA device string, `torch.device("cuda...")` or
+    `torch.device("cuda", i)`, or a name every assignment of which (none under a CUDA check) is one.
+    A name with no assignment here (`args.device`, an argparse default) is not known to be one."""
+    if depth > 4:
+        return False
+    if _cuda_string(expr):
+        return True
+    if isinstance(expr, ast.Call) and idx.callee(expr) == "torch.device" and expr.args:
+        return _cuda_device(idx, expr.args[0], depth + 1)
+    key = dotted(expr) if isinstance(expr, ast.Name | ast.Attribute) else None
+    if key:
+        values = idx.values_of(key, expr)[1]
+        return bool(values) and all(not _cuda_checked(idx, v) and _cuda_device(idx, v, depth + 1) for v in values)
+    return False
+
+
 def _needs_cuda(idx: Index, call: ast.Call) -> bool:
+    """`call` fails without CUDA: `.cuda()`, `torch.cuda.set_device`, `.to(rank)` (an int: a GPU), or a
+    device use (`.to`, `device=`, `device_ids`, `map_location=`, ...) given a CUDA device."""
     func = call.func
     name = last_name(func)
-    if not isinstance(func, ast.Attribute):
-        return False
-    callee = idx.callee(call)
-    if name == "cuda" or (name in ("set_device", "set_device_index") and ("cuda" in callee or "accelerator" in callee)):
-        return True
-    if name == "to" and call.args:
-        target = call.args[0]
-        text = const_str(target) or ""
-        if text.startswith("cuda") or (isinstance(target, ast.JoinedStr) and "cuda" in ast.unparse(target)):
+    if isinstance(func, ast.Attribute):
+        callee = idx.callee(call)
+        if name == "cuda" or (
+            name in ("set_device", "set_device_index") and ("cuda" in callee or "accelerator" in callee)
+        ):
             return True
-        return isinstance(target, ast.Name | ast.Attribute) and is_rank_expr(idx, target)  # an int: a GPU
-    return False
+        if name == "to" and call.args:
+            target = call.args[0]
+            if isinstance(target, ast.Name | ast.Attribute) and is_rank_expr(idx, target):
+                return True
+    return any(_cuda_device(idx, expr) for expr, _ in device_sinks(idx, call))
 
 
 def _uses_cuda_always(idx: Index) -> bool:
     """CUDA used with no check for it: `torch.cuda.set_device(...)`, `model.cuda()`, `.to(rank)`,
-    `.to("cuda")`, DDP given device_ids."""
+    `.to("cuda")`, `.to(device)` of `device = torch.device(f"cuda:{i}")`, DDP given device_ids."""
     for call in idx.calls:
         ddp = idx.callee(call).rsplit(".", 1)[-1] in ("DistributedDataParallel", "DDP")
         given = next((k.value for k in call.keywords if k.arg == "device_ids"), None)

@@ -140,7 +140,9 @@ RULES: tuple[Rule, ...] = (
         "hard-coded-nccl",
         Severity.warning,
         '`backend="nccl"` written in the `init_process_group` call, outside a branch that checks for CUDA, in a '
-        "program that could otherwise run on CPU (no unconditional `torch.cuda.set_device` or `.cuda()`)",
+        "program that could otherwise run on CPU (no unconditional `torch.cuda.set_device`, `.cuda()`, nor device use "
+        'given a CUDA device: `"cuda:%d" % i`, an f-string or `.format`, `torch.device("cuda...")`, or a name '
+        "always holding one)",
         "nccl needs CUDA GPUs: the same script fails on CPU, in CI and in `ddpctl run --local` (gloo)",
         'choose by device: `"nccl" if torch.cuda.is_available() else "gloo"`',
         fixable=True,

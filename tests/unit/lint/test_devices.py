@@ -20,6 +20,10 @@ ONE_DEVICE = (
     "m = torch.nn.Linear(2, 2)\nm.cuda()\nm = torch.nn.parallel.DistributedDataParallel(m)\n"
 )
 
+NCCL = (
+    "import os, torch\nimport torch.distributed as dist\ndist.init_process_group('nccl')\nm = torch.nn.Linear(2, 2)\n"
+)
+
 # (case, script, layout, rule, severity or None for no finding)
 CASES = [
     ("global rank, standalone", GLOBAL, Layout(), "DDP001", Severity.error),
@@ -142,6 +146,78 @@ CASES = [
         Layout(),
         "DDP010",
         None,
+    ),
+    (
+        "nccl and a device string built by %",
+        NCCL + "m.to('cuda:%d' % dist.get_rank())\n",
+        Layout(),
+        "DDP010",
+        None,
+    ),
+    (
+        "nccl and a device string in a name",
+        NCCL + "device = 'cuda'\nm.to(device)\n",
+        Layout(),
+        "DDP010",
+        None,
+    ),
+    (
+        "nccl and torch.device built by f-string",
+        NCCL + "lr = int(os.environ['LOCAL_RANK'])\ndevice = torch.device(f'cuda:{lr}')\nm = m.to(device)\n",
+        Layout(),
+        "DDP010",
+        None,
+    ),
+    (
+        "nccl and torch.device('cuda', i)",
+        NCCL + "lr = int(os.environ['LOCAL_RANK'])\nx = torch.zeros(2, device=torch.device('cuda', lr))\n",
+        Layout(),
+        "DDP010",
+        None,
+    ),
+    (
+        "nccl and a device built by format, kept by self",
+        NCCL + "class T:\n    def __init__(self, r):\n        self.dev = 'cuda:{}'.format(r)\n"
+        "    def fit(self, m):\n        return m.to(self.dev)\n",
+        Layout(),
+        "DDP010",
+        None,
+    ),
+    (
+        "nccl and a device string built by +",
+        NCCL + "m.to('cuda:' + os.environ['LOCAL_RANK'])\n",
+        Layout(),
+        "DDP010",
+        None,
+    ),
+    (
+        "nccl and a device chosen by CUDA's presence",
+        NCCL + "device = 'cuda' if torch.cuda.is_available() else 'cpu'\nm.to(device)\n",
+        Layout(),
+        "DDP010",
+        Severity.warning,
+    ),
+    (
+        "nccl and a CUDA device assigned only under a CUDA check",
+        NCCL + "device = 'cpu'\nif torch.cuda.is_available():\n    device = 'cuda'\nm.to(device)\n",
+        Layout(),
+        "DDP010",
+        Severity.warning,
+    ),
+    (
+        "nccl and a device from a command-line argument",
+        NCCL + "import argparse\np = argparse.ArgumentParser()\np.add_argument('--device', default='cuda')\n"
+        "args = p.parse_args()\nm.to(torch.device(args.device))\n",
+        Layout(),
+        "DDP010",
+        Severity.warning,
+    ),
+    (
+        "nccl and a CPU device string",
+        NCCL + "m.to('cpu')\nx = torch.zeros(2, device='cpu')\n",
+        Layout(),
+        "DDP010",
+        Severity.warning,
     ),
     (
         "nccl in a CPU-capable script",
