@@ -174,7 +174,7 @@ def check_code(plan: Plan, say: Callable[[str], None]) -> None:
     """Before anything is created: the job's code in this folder is carried to the pods (a
     workspace, a project image of its current code), or, in the user's own image, the local engine
     shows it at WORKDIR + the path (not local: said, and not checked). Exit 2 when it is not."""
-    from ddpctl.manifests.workspace import built_folder_version, code_in_image, code_not_carried
+    from ddpctl.manifests.workspace import code_in_image, code_not_carried
 
     problem = code_not_carried(plan)
     if problem:
@@ -189,7 +189,7 @@ def check_code(plan: Plan, say: Callable[[str], None]) -> None:
     wanted = code_in_image(plan)
     if wanted is None:
         return
-    from ddpctl.image.contents import Wanted, check_code_in_image
+    from ddpctl.image.contents import Wanted, built_folder_version, check_code_in_image
 
     for note in check_code_in_image(plan.spec.image, Wanted(*wanted), folder_hash=built_folder_version):
         say(f"ddpctl: {note}")

@@ -7,7 +7,7 @@ for a Secret is a usage error there; `submit` sends it to the store (`Plan.works
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -129,20 +129,6 @@ def code_in_image(plan: Plan) -> tuple[str, str] | None:
         return None
     named = next((arg for arg in spec.command if arg.endswith(".py") and not arg.startswith("-")), None)
     return ("--command", named) if named else None
-
-
-def built_folder_version(labels: Mapping[str, str], cwd: Path | None = None) -> str:
-    """The current version (`folder_hash`) of the folder an image's labels say it was built from:
-    the current folder or the one above it that `folder_id` names (a build with --context .., a
-    submit from a subfolder); "" when it is neither (built elsewhere: nothing to compare). An
-    image labelled before the folder was named: the current folder's."""
-    from ddpctl.image.contents import FOLDER_LABEL, folder_id
-
-    cwd = (cwd or Path.cwd()).resolve()
-    wanted = labels.get(FOLDER_LABEL, "")
-    if not wanted:
-        return folder_hash(cwd)
-    return next((folder_hash(f) for f in (cwd, *cwd.parents) if folder_id(f) == wanted), "")
 
 
 def folder_hash(folder: Path) -> str:
