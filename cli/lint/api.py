@@ -7,11 +7,14 @@ lint_workspace(cwd)                    # the folder's Python files
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from ddpctl.errors import RuntimeFailure
 from ddpctl.lint import checks, files, program, source, torchfix
 from ddpctl.lint.facts import Project
 from ddpctl.lint.findings import Finding, LintResult
@@ -59,6 +62,64 @@ def _unchanged_utf8(src: source.Source) -> bool:
         return False
 
 
+def _stage(path: Path, text: str) -> Path:
+    """`text` in a temp file next to `path`, with `path`'s mode, flushed to disk: ready to rename."""
+    mode = path.stat().st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return Path(tmp)
+
+
+def write_all(changes: Sequence[tuple[source.Source, str]]) -> str | None:
+    """Write every file's new text, or none: each text is compiled (`compile`, which also refuses what
+    parses but cannot run, such as `break` outside a loop), then staged in a temp file in the file's
+    own folder; only when every one is staged, and every file still holds what was read, are they
+    renamed over the files. On a failure the temps are removed and nothing is written (a rename that
+    fails half-way puts back the files already renamed). Returns why nothing was written, or None."""
+    from ddpctl.atomic import write_text_atomic
+
+    for src, text in changes:
+        try:
+            compile(text, str(src.path), "exec", dont_inherit=True)
+        except (SyntaxError, ValueError) as exc:
+            raise RuntimeFailure(
+                f"internal error: the fixed {src.display} would not compile ({exc}); nothing written"
+            ) from None
+    staged: list[tuple[source.Source, Path]] = []
+    renamed: list[source.Source] = []
+    current = changes[0][0] if changes else None
+    try:
+        for current, text in changes:
+            staged.append((current, _stage(current.path, text)))
+        for src, _ in staged:
+            if not _unchanged_utf8(src):
+                return f"{src.display} changed while it was being fixed"
+        for current, tmp in staged:
+            os.replace(tmp, current.path)
+            renamed.append(current)
+    except OSError as exc:
+        failed = f"could not write {current.display if current else '?'} ({exc.strerror or exc})"
+        undone = []
+        for src in renamed:
+            try:
+                write_text_atomic(src.path, src.text)
+            except OSError:
+                undone.append(src.display)
+        return failed + (f", and could not put back {', '.join(undone)}" if undone else "")
+    finally:
+        for _, tmp in staged:
+            tmp.unlink(missing_ok=True)
+    return None
+
+
 class Linted:
     """Sources, their indexes and findings, kept for --fix, and how they were read (to read them again)."""
 
@@ -74,8 +135,7 @@ class Linted:
         """Rewrite the fixable findings in every file of the program, all or nothing: each file's text
         is fixed in memory and the program linted again (a fix can uncover another: a script that no
         longer needs CUDA then shows its hard-coded nccl), until none of the fixed rules is left; only
-        then, and when every file is as it was read, is anything written, one file at a time."""
-        from ddpctl.atomic import write_text_atomic
+        then, and when every file is as it was read, is anything written (`write_all`)."""
         from ddpctl.lint.fix import FIXED_RULES, Fixed, fix
 
         for src in self.sources:
@@ -103,11 +163,16 @@ class Linted:
         if left:
             return self._refuse(left[0], use_torchfix)
         results = []
+        changes = []
         for src in current.sources:
             before = original.get(src.path, src)
             results.append(Fixed(before, src.text, fixed=fixed_of.get(src.path, [])))
             if src.text != before.text:
-                write_text_atomic(src.path, src.text)
+                changes.append((before, src.text))
+        failed = write_all(changes)
+        if failed:
+            self.result.notes.append(f"not fixed: {failed}; nothing was written")
+            return [Fixed(s, s.text) for s in self.sources], self
         return results, current
 
     def _refuse(self, first: Finding, use_torchfix: bool) -> tuple[list[Fixed], Linted]:

@@ -15,6 +15,12 @@ Only three rules are rewritten, and only at their findings:
 `import os` / `import torch` are added when the file lacks them. Each edit replaces the exact source
 span ast gives (no reformatting); everything else stays byte for byte. The result must parse, or
 nothing is written. libcst is not needed: the edits are few and their spans exact.
+
+The files of a program are written all or nothing: every fixed text must compile (`compile`, which
+also refuses what parses but cannot run), each is staged in a temp file in its own folder, and only
+when all are staged, and no file changed since it was read, are they renamed over the files. On a
+failure (a full disk, a read-only folder) no file is changed, the temps are removed, and a note
+says why.
 """
 
 from __future__ import annotations

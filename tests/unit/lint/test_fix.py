@@ -7,9 +7,11 @@ second run changes nothing."""
 from __future__ import annotations
 
 import difflib
+import os
 from pathlib import Path
 
 import pytest
+from ddpctl.errors import RuntimeFailure
 from ddpctl.lint import api
 from ddpctl.lint.fix import FIXED_RULES, fix
 
@@ -218,3 +220,79 @@ def test_the_device_fix_uncovers_the_nccl_the_script_no_longer_needs(cli, tmp_pa
     done = cli("lint", "--fix", str(script))
     assert "fixed 7 finding(s) in 1 file(s)" in done.err, done.err
     assert 'backend="nccl" if torch.cuda.is_available() else "gloo"' in script.read_text()
+
+
+def _two_file_fix(tmp_path: Path) -> tuple[Path, dict[Path, str], api.Linted]:
+    """The helper package program: --fix changes two files, mylib/dist_utils.py and train.py."""
+    import shutil
+
+    root = tmp_path / "helper_package_rank"
+    shutil.copytree(CORPUS / "helper_package_rank", root)
+    before = {p: p.read_text() for p in root.rglob("*.py")}
+    linted = api.lint_sources(api.read([root / "train.py"], root), [root / "train.py"], False, cwd=root)
+    return root, before, linted
+
+
+def _left_behind(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*.tmp"))
+
+
+def test_both_files_of_a_fix_are_written_when_nothing_fails(tmp_path: Path) -> None:
+    root, before, linted = _two_file_fix(tmp_path)
+    done, _ = linted.fix(use_torchfix=False)
+    changed = sorted(str(p.relative_to(root)) for p, text in before.items() if p.read_text() != text)
+    assert changed == ["mylib/dist_utils.py", "train.py"] and sum(d.changed for d in done) == 2
+    assert _left_behind(root) == []
+
+
+def test_a_failure_staging_the_second_file_writes_neither(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, before, linted = _two_file_fix(tmp_path)
+    real = os.fsync
+    calls: list[int] = []
+
+    def fsync(fd: int) -> None:
+        calls.append(fd)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        real(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    done, after = linted.fix(use_torchfix=False)
+    assert {p: p.read_text() for p in before} == before
+    assert _left_behind(root) == [] and not any(d.changed for d in done)
+    assert any("No space left on device" in n and "nothing was written" in n for n in after.result.notes)
+
+
+def test_a_failure_renaming_the_second_file_puts_the_first_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, before, linted = _two_file_fix(tmp_path)
+    real = os.replace
+    calls: list[str] = []
+
+    def replace(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+        calls.append(str(dst))
+        if len(calls) == 2:
+            raise PermissionError(13, "Permission denied")
+        real(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    done, after = linted.fix(use_torchfix=False)
+    assert len(calls) >= 2  # the first file was renamed over, then put back
+    assert {p: p.read_text() for p in before} == before
+    assert _left_behind(root) == [] and not any(d.changed for d in done)
+    assert any("Permission denied" in n for n in after.result.notes)
+
+
+def test_a_fixed_text_that_parses_but_does_not_compile_is_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ddpctl.lint.fix as fix_module
+
+    root, before, linted = _two_file_fix(tmp_path)
+    real = fix_module.apply
+    monkeypatch.setattr(fix_module, "apply", lambda text, edits: real(text, edits) + "break\n")  # parses
+    with pytest.raises(RuntimeFailure, match="would not compile"):
+        linted.fix(use_torchfix=False)
+    assert {p: p.read_text() for p in before} == before
+    assert _left_behind(root) == []
