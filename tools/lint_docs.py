@@ -61,7 +61,7 @@ def corpus_figures(folder: Path) -> dict[str, object]:
 
     from ddpctl.lint import lint_paths
 
-    expect = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)$")
+    expect = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+?)\s*(\(missed\))?$")  # a held-out miss is still a mark
     per_rule: dict[str, list[int]] = {}
     false_errors = false_warnings = programs = 0
     for each in sorted(p for p in folder.iterdir() if p.is_dir()):
@@ -165,7 +165,9 @@ def render() -> str:
         "Each program of `tests/unit/lint/corpus/` reproduces a pattern of a public training script (its",
         "first comment names the repository, commit where known, and file); `heldout/` holds programs kept",
         "out while the rules were tuned. Every finding is compared with the program's `# expect: RULE`",
-        "marks (the corpus test holds them exact; bench/bench_lint.py prints the same figures):",
+        "marks (the corpus test holds them exact; bench/bench_lint.py prints the same figures). A held-out",
+        "mark `# expect: RULE (missed)` is a finding the rules should make and do not, left as it was",
+        "measured rather than tuned away: it counts as missed below.",
         "",
         *_figures_table("Corpus", corpus_figures(CORPUS)),
         "",

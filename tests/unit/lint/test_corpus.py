@@ -3,7 +3,10 @@
 whose pattern it reproduces), linted as a program, with
 every finding expected at the line its `# expect: RULE` comment marks, in whichever file of the
 program it is. Any other finding, or a missing one, fails. The held-out programs (heldout/) were
-kept out while the rules were tuned; they are checked the same way, as their own test."""
+kept out while the rules were tuned; they are checked the same way, as their own test, except that a
+mark `# expect: RULE (missed)` is a finding the rules should make there and do not: it counts as a
+miss in the figures (tools/lint_docs.py), and the test holds that it is still missed, so a rule that
+starts to find it must have its mark changed. The corpus has no such marks."""
 
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from ddpctl.lint import Severity, lint_paths
 HERE = Path(__file__).parent
 CORPUS = HERE / "corpus"
 HELDOUT = HERE / "heldout"
-EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+)$")
+EXPECT = re.compile(r"#\s*expect:\s*([A-Z0-9, ]+?)\s*(\(missed\))?$")
 MODELLED = re.compile(r"^# Modelled on [\w.-]+/[\w.-]+(@[0-9a-f]{7,40})? [\w./-]+\.(py|rst)\b")
 
 
@@ -24,12 +27,12 @@ def programs(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else []
 
 
-def expected(folder: Path) -> list[tuple[str, int, str]]:
+def expected(folder: Path, only_missed: bool = False) -> list[tuple[str, int, str]]:
     marks = []
     for path in sorted(folder.rglob("*.py")):
         for number, line in enumerate(path.read_text().splitlines(), start=1):
             match = EXPECT.search(line)
-            if match:
+            if match and (match.group(2) or not only_missed):
                 rel = str(path.relative_to(folder))
                 marks.extend((rel, number, rule.strip()) for rule in match.group(1).split(","))
     return sorted(marks)
@@ -42,12 +45,14 @@ def found(folder: Path) -> list[tuple[str, int, str]]:
 
 @pytest.mark.parametrize("name", programs(CORPUS))
 def test_a_corpus_program_finds_what_it_marks_and_nothing_else(name: str) -> None:
+    assert expected(CORPUS / name, only_missed=True) == []
     assert found(CORPUS / name) == expected(CORPUS / name)
 
 
 @pytest.mark.parametrize("name", programs(HELDOUT))
 def test_a_held_out_program_finds_what_it_marks_and_nothing_else(name: str) -> None:
-    assert found(HELDOUT / name) == expected(HELDOUT / name)
+    missed = set(expected(HELDOUT / name, only_missed=True))
+    assert found(HELDOUT / name) == [m for m in expected(HELDOUT / name) if m not in missed]
 
 
 def test_the_corpus_is_big_enough_and_says_where_each_program_comes_from() -> None:
