@@ -69,7 +69,7 @@ cluster-build:
 	else echo "note: no Go here: the cluster tests (tests/e2e/cluster) will skip; install Go 1.26+ to run them"; fi
 
 ## cluster: start the test cluster (a real control plane, kwok GPU nodes, the engines' controllers);
-## its commands are `python -m cluster up|down|status|nodes N|load REF`, from this folder
+## its commands are `python -m cluster up|down|status|nodes N|load REF...`, from this folder
 cluster: $(STAMP) cluster-build
 	$(PY) -m cluster up
 

@@ -9,6 +9,6 @@ skipped without it. Webhooks are served by the managers themselves on 127.0.0.1 
 (pki); every webhook configuration and conversion webhook points at its `url` (manifests). State
 lives in .cluster/ (or $DDPCTL_CLUSTER_DIR); ports start at $DDPCTL_CLUSTER_PORT_BASE (settings).
 
-The commands: `python -m cluster up|down|status|nodes N|load REF` (cli), from the clone's root.
+The commands: `python -m cluster up|down|status|nodes N|load REF...` (cli), from the clone's root.
 Not part of ddpctl: neither imports the other.
 """

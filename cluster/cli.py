@@ -4,7 +4,7 @@
     python -m cluster down       stop everything, remove its state: no process or file left running
     python -m cluster status     which components run (exit 1 when one does not)
     python -m cluster nodes N    N simulated GPU nodes (8 at start), e.g. 64 for a scale test
-    python -m cluster load REF   copy an image of the local Docker engine to the real node
+    python -m cluster load REF.. copy images of the local Docker engine to the real node (one stream)
 
 `down` and `status` need nothing but the standard library (`make cluster-down` runs them with the
 system's python3 when the venv is gone): the installers, which read YAML, are imported by `up`.
@@ -20,7 +20,7 @@ from cluster import binaries, control_plane
 from cluster.kube import Cluster
 from cluster.node import layout as node_layout
 from cluster.node import lifecycle as node
-from cluster.node.containerd import load_image
+from cluster.node.containerd import load_images
 from cluster.pki import make_pki, write_kubeconfig
 from cluster.procs import fail, log, port_open, running, stop
 from cluster.settings import BASE, PORTS, STATE
@@ -86,9 +86,9 @@ def nodes(count: int) -> None:
     kwok.set_kwok_nodes(Cluster(bin=STATE / "bin", kubeconfig=STATE / "kubeconfig"), count)
 
 
-def load(ref: str) -> None:
-    took = load_image(ref)
-    log(f"{ref}: {'already on the real node' if not took else f'loaded in {took:.0f} s'}")
+def load(refs: list[str]) -> None:
+    took = load_images(refs)
+    log(f"{' '.join(refs)}: {'already on the real node' if not took else f'loaded in {took:.0f} s'}")
 
 
 def positive(text: str) -> int:
@@ -110,7 +110,9 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("down", help="stop everything and remove its state")
     sub.add_parser("status", help="which components run")
     sub.add_parser("nodes", help="grow or shrink the simulated GPU nodes").add_argument("count", type=positive)
-    sub.add_parser("load", help="copy a local Docker image to the real node").add_argument("ref")
+    sub.add_parser("load", help="copy local Docker images to the real node (shared layers sent once)").add_argument(
+        "ref", nargs="+"
+    )
     return p
 
 

@@ -103,37 +103,48 @@ def containerd(bin_: Path) -> None:
 
 def has_image(listing: str, ref: str, image_id: str) -> bool:
     """`ctr images ls` lists `ref` (or docker.io/library/`ref`, as an import names it) as the
-    Docker image `image_id` (our import label carries it)."""
-    for line in listing.splitlines():
-        name = line.split(" ", 1)[0]
-        if (name == ref or name.endswith("/" + ref)) and image_id in line:
-            return True
-    return False
+    Docker image `image_id` (our label carries it)."""
+    lines = {line.split(" ", 1)[0]: line for line in listing.splitlines()}
+    return any(image_id in lines[name] for name in names_of(list(lines), ref))
 
 
-def load_image(ref: str) -> float:
-    """`docker save REF | ctr images import`: the node's containerd gets an image of the local Docker
-    engine (no registry here). Returns the seconds it took; a no-op when the same image is there."""
+def load_images(refs: list[str]) -> float:
+    """`docker save REF... | ctr images import`: the node's containerd gets images of the local
+    Docker engine (no registry here). Images that share layers are saved together, so a layer is
+    streamed once however many of them hold it. Returns the seconds it took; a no-op for the
+    images already there (the same Docker image ID, which our label records)."""
     bin_ = binaries.real_node()
     if not running("containerd"):
         fail("the real node is not running: start it with `make cluster`")
-    inspect = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True,
-                             text=True, check=False)  # fmt: skip
-    if inspect.returncode:
-        fail(f"image {ref} is not in the local Docker engine ({inspect.stderr.strip()})")
-    image_id = inspect.stdout.strip()
-    if has_image(ctr(bin_, "images", "ls"), ref, image_id):
+    ids: dict[str, str] = {}
+    for ref in dict.fromkeys(refs):
+        inspect = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", ref], capture_output=True,
+                                 text=True, check=False)  # fmt: skip
+        if inspect.returncode:
+            fail(f"image {ref} is not in the local Docker engine ({inspect.stderr.strip()})")
+        ids[ref] = inspect.stdout.strip()
+    listing = ctr(bin_, "images", "ls")
+    missing = [ref for ref, image_id in ids.items() if not has_image(listing, ref, image_id)]
+    if not missing:
         return 0.0
     t0 = time.monotonic()
-    save = subprocess.Popen(["docker", "save", ref], stdout=subprocess.PIPE)
+    save = subprocess.Popen(["docker", "save", *missing], stdout=subprocess.PIPE)
     try:
         # the layers stay unpacked as snapshots; their tar blobs would only double the disk used
-        label = f"ddpctl.io/docker-id={image_id}"
-        ctr(bin_, "images", "import", "--local", "--discard-unpacked-layers", "--label", label, "-", input_=save.stdout)
+        ctr(bin_, "images", "import", "--local", "--discard-unpacked-layers", "-", input_=save.stdout)
     finally:
         if save.stdout:
             save.stdout.close()
         save.wait()
     if save.returncode:
-        fail(f"docker save {ref} failed (exit {save.returncode})")
+        fail(f"docker save {' '.join(missing)} failed (exit {save.returncode})")
+    names = ctr(bin_, "images", "ls", "-q").split()
+    for ref in missing:  # each image its own ID: an import's --label would give all of them one
+        for name in names_of(names, ref):
+            ctr(bin_, "images", "label", name, f"ddpctl.io/docker-id={ids[ref]}")
     return time.monotonic() - t0
+
+
+def names_of(names: list[str], ref: str) -> list[str]:
+    """The names containerd lists for `ref`: itself, or docker.io/library/`ref` as an import names it."""
+    return [name for name in names if name == ref or name.endswith("/" + ref)]

@@ -25,7 +25,8 @@ from tests.support import REPO
         (["down"], {"command": "down"}),
         (["status"], {"command": "status"}),
         (["nodes", "64"], {"command": "nodes", "count": 64}),
-        (["load", "ddpctl-trainer:3f2a"], {"command": "load", "ref": "ddpctl-trainer:3f2a"}),
+        (["load", "ddpctl-trainer:3f2a"], {"command": "load", "ref": ["ddpctl-trainer:3f2a"]}),
+        (["load", "a:1", "b:2"], {"command": "load", "ref": ["a:1", "b:2"]}),
     ],
 )
 def test_commands_and_their_arguments(argv: list[str], parsed: dict[str, object]) -> None:
