@@ -17,7 +17,7 @@ pytest_plugins = ["tests.support.kube_api_double.fixtures"]
 
 # Fixtures that build or run containers: a test using one is a `docker` test even if its marker is
 # forgotten, so `make test-fast` (-m "not docker") never waits for an image build.
-DOCKER_FIXTURES = frozenset({"trainer_image", "docker_job"})
+DOCKER_FIXTURES = frozenset({"trainer_image", "docker_job", "node_images"})
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -22,10 +22,9 @@ from typing import Any
 
 import pytest
 
-from tests.support import REPO, skip_unless
-from tests.support.cluster import RealCluster, cluster_command, wait_until
-from tests.support.docker import BASE_IMAGE, docker_works, image_present
+from tests.support.cluster import RealCluster, wait_until
 from tests.support.models.faults import env_flags, hold_at, plugin_env
+from tests.support.node_images import NodeImages
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -41,29 +40,10 @@ RESTART_ARGS = [
 JOB_TIMEOUT = 600
 
 
-def _build(*args: str) -> str:
-    r = subprocess.run(
-        [sys.executable, "-m", "ddpctl", "build", "--quiet", "--no-latest", *args],
-        cwd=REPO, capture_output=True, text=True, timeout=1800, check=False,
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-    return r.stdout.strip()
-
-
-@pytest.fixture(scope="module")
-def node_image(real_cluster: RealCluster) -> str:
-    """The user image, on the real node (built and loaded once; both steps are no-ops when cached)."""
-    ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
-    state = real_cluster.kubectl("get", "node", NODE, "-o", ready, check=False).stdout.strip()
-    skip_unless(state == "True", f"the real node {NODE} (root, runc and the CNI plugins: make cluster)")
-    skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
-    skip_unless(image_present(BASE_IMAGE), f"the CPU base image {BASE_IMAGE} (bash scripts/make-base-image.sh)")
-    trainer = _build("--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test")
-    user = _build("--base-image", trainer, "--repo", "ddpctl-user-test", "--file",
-                  "tests/e2e/cluster/user-image.Dockerfile", "--context", "tests/support/models")  # fmt: skip
-    r = cluster_command("load", user)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return user
+@pytest.fixture
+def node_image(node_images: NodeImages) -> str:
+    """The user image, on the real node (built and loaded once a session: tests/support/node_images.py)."""
+    return node_images.user
 
 
 @pytest.fixture

@@ -22,9 +22,10 @@ from typing import Any
 
 import pytest
 
-from tests.support import REPO, skip_unless
+from tests.support import REPO
 from tests.support.cluster import RealCluster
-from tests.support.docker import BASE_IMAGE, docker_works, image_present, local_images
+from tests.support.docker import local_images
+from tests.support.node_images import HOME, NodeImages, load
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -57,28 +58,10 @@ def _build(*args: str, cwd: Path = REPO) -> str:
     return str(r.stdout.strip())
 
 
-HOME = os.environ.get("HOME", "/root")  # before the `kube` fixture moves it: the cluster's binary cache is there
-
-
-def _load(image: str) -> None:
-    r = subprocess.run(
-        [sys.executable, "-m", "cluster", "load", image], cwd=REPO, capture_output=True, text=True,
-        env={**os.environ, "HOME": HOME},
-    )  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:]
-
-
-@pytest.fixture(scope="module")
-def trainer_image(real_cluster: RealCluster) -> str:
-    """The trainer image on the CPU base, on the real node."""
-    ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
-    state = real_cluster.kubectl("get", "node", NODE, "-o", ready, check=False).stdout.strip()
-    skip_unless(state == "True", f"the real node {NODE} (root, runc and the CNI plugins: make cluster)")
-    skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
-    skip_unless(image_present(BASE_IMAGE), f"the CPU base image {BASE_IMAGE} (bash scripts/make-base-image.sh)")
-    image = _build("--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test")
-    _load(image)
-    return image
+@pytest.fixture
+def trainer_image(node_images: NodeImages) -> str:
+    """The trainer image on the CPU base, on the real node (once a session: tests/support/node_images.py)."""
+    return node_images.trainer
 
 
 @pytest.fixture
@@ -132,7 +115,7 @@ def test_built_in_then_edited_and_shipped_without_a_rebuild(
     ns = restricted
     image = _build("--base-image", trainer_image, cwd=project)
     assert image.startswith("my-project:ws-"), image
-    _load(image)
+    load(image)
     job = ["-n", ns, "--nodes", "2", "--procs", "1", "--gpus", "0", "--image", image, *ON_NODE, "--script", "train.py"]
     built = _ddpctl("submit", "--name", "built", *job, "--follow", cwd=project)
     assert built.returncode == 0, built.stderr[-3000:] + built.stdout[-3000:]
@@ -199,22 +182,10 @@ def test_a_corrupted_archive_fails_the_job_without_a_retry_and_status_names_it(
 
 
 @pytest.fixture
-def store_image(trainer_image: str, tmp_path: Path) -> str:
-    """The trainer image with the object store client (obstore's wheel, from this machine: no image
-    build reaches an index here), for a workspace fetched from S3, as checkpoints in a store need."""
-    wheels = tmp_path / "wheels"
-    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(wheels), "obstore==0.12.1"],
-                       capture_output=True, text=True)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-2000:]
-    (wheels / "Dockerfile").write_text(
-        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nUSER 0\nCOPY *.whl /tmp/wheels/\n"
-        "RUN python3 -m pip install --no-index --break-system-packages /tmp/wheels/*.whl 2>/dev/null "
-        "|| python3 -m pip install --no-index /tmp/wheels/*.whl\nUSER 1000:1000\n"
-    )
-    image = _build("--base-image", trainer_image, "--repo", "ddpctl-store-test", "--context", str(wheels),
-                   "--file", str(wheels / "Dockerfile"))  # fmt: skip
-    _load(image)
-    return image
+def store_image(node_images: NodeImages) -> str:
+    """The trainer image with the object store client, for a workspace fetched from S3, as
+    checkpoints in a store need."""
+    return node_images.store
 
 
 @pytest.fixture

@@ -1,0 +1,78 @@
+"""The images the real-node tests run, built once a session and loaded onto the real node together.
+
+A load streams the whole image (`docker save`, ~6 GB with PyPI's torch) into the node's containerd,
+~80 s here whatever the node already holds; images loaded together share that stream, so the three
+that the real-node tests use cost one load, not three.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, skip_unless
+from tests.support.cluster import RealCluster
+from tests.support.docker import BASE_IMAGE, docker_works, image_present
+
+NODE = "ddpctl-real-node"
+HOME = os.environ.get("HOME", "/root")  # before a test's `kube` fixture moves it: the cluster's cache is there
+
+
+@dataclass(frozen=True)
+class NodeImages:
+    trainer: str  # the trainer image on the CPU base (`ddpctl build` of this clone)
+    user: str  # a user's own image on it: tests/e2e/cluster/user-image.Dockerfile (WORKDIR /app)
+    store: str  # the trainer image with the object store client, for a workspace fetched from S3
+
+
+def build(*args: str, cwd: Path = REPO) -> str:
+    r = subprocess.run(
+        [sys.executable, "-m", "ddpctl", "build", "--quiet", "--no-latest", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=1800, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.strip()
+
+
+def load(*images: str) -> None:
+    """`python -m cluster load IMAGE...`: one stream for all of them, a no-op for those there."""
+    r = subprocess.run(
+        [sys.executable, "-m", "cluster", "load", *images], cwd=REPO, capture_output=True, text=True,
+        env={**os.environ, "HOME": HOME}, check=False,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+
+
+def store_image(trainer: str, folder: Path) -> str:
+    """The trainer image plus obstore's wheel (from this machine: no image build reaches an index)."""
+    r = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-d", str(folder), "obstore==0.12.1"],
+                       capture_output=True, text=True, check=False)  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    (folder / "Dockerfile").write_text(
+        "ARG BASE_IMAGE\nFROM ${BASE_IMAGE}\nUSER 0\nCOPY *.whl /tmp/wheels/\n"
+        "RUN python3 -m pip install --no-index --break-system-packages /tmp/wheels/*.whl 2>/dev/null "
+        "|| python3 -m pip install --no-index /tmp/wheels/*.whl\nUSER 1000:1000\n"
+    )
+    return build("--base-image", trainer, "--repo", "ddpctl-store-test", "--context", str(folder),
+                 "--file", str(folder / "Dockerfile"))  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def node_images(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> NodeImages:
+    """Built (cached by Docker) and loaded once for the session."""
+    ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
+    state = real_cluster.kubectl("get", "node", NODE, "-o", ready, check=False).stdout.strip()
+    skip_unless(state == "True", f"the real node {NODE} (root, runc and the CNI plugins: make cluster)")
+    skip_unless(docker_works(), "a running Docker engine (bash scripts/install-docker.sh)")
+    skip_unless(image_present(BASE_IMAGE), f"the CPU base image {BASE_IMAGE} (bash scripts/make-base-image.sh)")
+    trainer = build("--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test")
+    user = build("--base-image", trainer, "--repo", "ddpctl-user-test", "--file",
+                 "tests/e2e/cluster/user-image.Dockerfile", "--context", "tests/support/models")  # fmt: skip
+    images = NodeImages(trainer, user, store_image(trainer, tmp_path_factory.mktemp("wheels")))
+    load(images.trainer, images.user, images.store)
+    return images
