@@ -254,12 +254,7 @@ def pack(
     found: list[tuple[str, Finding]] = []
     try:
         for file in selection.files:
-            parts = file.path.split("/")
-            for depth in range(1, len(parts)):
-                folder = "/".join(parts[:depth])
-                if folder not in written:
-                    written.add(folder)
-                    sink.write(_member(folder, 0o755, 0, directory=True))
+            _add_parents(sink, written, file.path)
             try:
                 finding = _add_file(sink, file, scan_keys and not file.named)
             except OSError as exc:
@@ -337,6 +332,16 @@ def _add_file(sink: _Sink, file: File, scan_keys: bool) -> Finding | None:
     return None
 
 
+def _add_parents(sink: _Sink, written: set[str], path: str) -> None:
+    """The folders above `path` not in the archive yet (`written`), each once, before the file."""
+    parts = path.split("/")
+    for depth in range(1, len(parts)):
+        folder = "/".join(parts[:depth])
+        if folder not in written:
+            written.add(folder)
+            sink.write(_member(folder, 0o755, 0, directory=True))
+
+
 def version_of(root: Path | str) -> str:
     """The sha256 the folder `root` packs to as a workspace (`pack_workspace`'s), computed without
     compressing or scanning it: what names the version of a folder's code (a project image's tag,
@@ -356,12 +361,7 @@ def version_of(root: Path | str) -> str:
         except OSError:
             continue  # unreadable: not part of the version
         try:
-            parts = file.path.split("/")
-            for depth in range(1, len(parts)):
-                folder = "/".join(parts[:depth])
-                if folder not in written:
-                    written.add(folder)
-                    sink.write(_member(folder, 0o755, 0, directory=True))
+            _add_parents(sink, written, file.path)
             st = os.fstat(fd)
             sink.write(_member(file.path, 0o755 if st.st_mode & stat.S_IXUSR else 0o644, st.st_size, directory=False))
             left = st.st_size
