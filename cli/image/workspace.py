@@ -303,9 +303,16 @@ def folder_identity(folder: Path) -> dict[str, str]:
 
 
 def builds_the_trainer(folder: Path) -> bool:
-    """Whether `folder` is ddpctl's own source, whose Dockerfile builds the trainer image: it carries
-    no user's code, so no label (one would change its ID, and reload it onto nodes, at every edit)."""
-    return (folder / "trainer" / "protocol.py").is_file() and (folder / "cli" / "image" / "build.py").is_file()
+    """Whether `folder` is the trainer image's build context (ddpctl's own source, or a copy of what
+    its Dockerfile takes: the Dockerfile and trainer/): it carries no user's code, so no label (one
+    would change its ID, and reload it onto nodes, at every edit)."""
+    if not (folder / "trainer" / "protocol.py").is_file():
+        return False
+    try:
+        dockerfile = (folder / "Dockerfile").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return "trainer/ /opt/ddpctl/ddpctl_trainer/" in dockerfile
 
 
 def folder_code(folder: Path) -> str:

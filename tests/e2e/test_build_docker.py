@@ -220,8 +220,8 @@ def test_a_failed_build_is_one_line_with_the_log_tail_and_leaves_no_container(tm
     result = _ddpctl("build", "--quiet", cwd=tmp_path)
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("ddpctl: error:")]
-    # step 2 of 3: the engine counts the label ddpctl adds to name the folder's code as a step of its own
-    assert len(errors) == 1 and "docker build of Dockerfile at step 2/3 (RUN echo" in errors[0], result.stderr
+    # step 2 of 4: the engine counts each label ddpctl adds (the folder's code version, which folder) as a step
+    assert len(errors) == 1 and "docker build of Dockerfile at step 2/4 (RUN echo" in errors[0], result.stderr
     assert "failed (exit code" in errors[0]
     assert "  | " in result.stderr and "boom: compiler exploded" in result.stderr  # the tail, even with --quiet
     assert _containers() - before == set()
