@@ -100,19 +100,21 @@ def cache_file() -> Path:
     return Path(base) / "ddpctl" / "image-paths.json"
 
 
-def _cached() -> dict[str, bool]:
+def _cached() -> dict[str, object]:
+    """What was learnt of local images, by image ID: whether a path is there (a bool), the packages
+    and torch versions it holds (a dict)."""
     try:
         data = json.loads(cache_file().read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {str(k): bool(v) for k, v in data.items()} if isinstance(data, dict) else {}
+    return {str(k): v for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def _remember(key: str, present: bool) -> None:
+def _remember(key: str, value: bool | dict[str, str]) -> None:
     from ddpctl.atomic import write_text_atomic
 
     known = _cached()
-    known[key] = present
+    known[key] = value
     try:
         write_text_atomic(cache_file(), json.dumps(known, sort_keys=True, indent=0) + "\n")
     except OSError:
@@ -123,17 +125,13 @@ def has_path(image: LocalImage, path: str) -> bool | None:
     """Whether the absolute `path` is in the image: a container created (never started) from the
     local image and `cp` of that path; None when the engine could not say. Cached by image ID."""
     key = f"{image.id}\0{path}"
-    known = _cached()
-    if image.id and key in known:
-        return known[key]
-    created = _run([image.engine, "create", "--pull", "never", image.id or image.name, "ddpctl-never-started"])
-    if created is None or created.returncode != 0:
-        return None
-    container = created.stdout.decode().strip().splitlines()[-1]
-    try:
-        copied = _run([image.engine, "cp", f"{container}:{path}", "-"], keep_stdout=False)
-    finally:
-        _run([image.engine, "rm", "--force", container])
+    known = _cached().get(key)
+    if image.id and isinstance(known, bool):
+        return known
+    with _Container(image) as box:
+        if box is None:
+            return None
+        copied = _run([image.engine, "cp", f"{box.id}:{path}", "-"], keep_stdout=False)
     if copied is None:
         return None
     # cp answers "Could not find the file" (docker) or "no such file or directory" (podman) for a path not there
@@ -238,7 +236,8 @@ class _Container:
         self.id = ""
 
     def __enter__(self) -> _Container | None:
-        created = _run([self.image.engine, "create", "--pull", "never", self.image.id or self.image.name, "never"])
+        image = self.image.id or self.image.name
+        created = _run([self.image.engine, "create", "--pull", "never", image, "ddpctl-never-started"])
         if created is None or created.returncode != 0:
             return None
         self.id = created.stdout.decode().strip().splitlines()[-1]
@@ -327,7 +326,8 @@ def _sites_under(box: _Container, prefix: str) -> list[str]:
     return [f"{prefix}/{rel}" for rel in here]
 
 
-def _packages_in(box: _Container, site: str) -> dict[str, str]:
+def _packages_in(box: _Container, site: str) -> dict[str, str] | None:
+    """{canonical name: version} of the distributions in `site`; None when the copy failed."""
     from packaging.utils import canonicalize_name
 
     held: dict[str, str] = {}
@@ -340,36 +340,12 @@ def _packages_in(box: _Container, site: str) -> dict[str, str]:
                 held.setdefault(canonicalize_name(match.group("name")), match.group("version") or "")
         return True
 
-    box.walk(site, keep)
-    return held
-
-
-def _facts_file() -> Path:
-    return cache_file().with_name("image-packages.json")
+    return held if box.walk(site, keep) else None
 
 
 def _cached_facts(key: str) -> dict[str, str] | None:
-    try:
-        data = json.loads(_facts_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    value = data.get(key) if isinstance(data, dict) else None
+    value = _cached().get(key)
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else None
-
-
-def _remember_facts(key: str, value: dict[str, str]) -> None:
-    from ddpctl.atomic import write_text_atomic
-
-    try:
-        data = json.loads(_facts_file().read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        data = {}
-    data = data if isinstance(data, dict) else {}
-    data[key] = value
-    try:
-        write_text_atomic(_facts_file(), json.dumps(data, sort_keys=True, indent=0) + "\n")
-    except OSError:
-        pass  # not cached: the next look asks the engine again
 
 
 def installed(image: LocalImage) -> dict[str, str] | None:
@@ -384,11 +360,14 @@ def installed(image: LocalImage) -> dict[str, str] | None:
         if box is None:
             return None
         held: dict[str, str] = {}
+        complete = True
         for site in _site_dirs(box):
-            for name, version in _packages_in(box, site).items():
+            listed = _packages_in(box, site)
+            complete = complete and listed is not None
+            for name, version in (listed or {}).items():
                 held.setdefault(name, version)
-    if image.id:
-        _remember_facts(key, held)
+    if image.id and complete:  # a listing cut short (the engine failed, the time ran out) is not kept
+        _remember(key, held)
     return held
 
 
@@ -414,7 +393,7 @@ def torch_versions(image: LocalImage) -> dict[str, str]:
             if "torch" in versions:
                 break
     if image.id:
-        _remember_facts(key, versions)
+        _remember(key, versions)
     return versions
 
 

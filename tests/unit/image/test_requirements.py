@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ddpctl.errors import UsageError
@@ -314,6 +315,26 @@ def test_an_images_packages_are_read_once_per_image_id(tmp_path: Path, fake_engi
     }  # fmt: skip
     creates = len(fake_engine.calls("create"))
     assert installed(found) == held and len(fake_engine.calls("create")) == creates == 1
+
+
+def test_a_listing_cut_short_is_not_cached(tmp_path: Path, fake_engine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A copy of a site folder that failed (the engine's error, the time limit) says nothing of the
+    image for good: the next look asks the engine again."""
+    from ddpctl.image import contents
+
+    real_walk = contents._Container.walk
+
+    def cut_short(self: contents._Container, path: str, keep: Any) -> bool:
+        real_walk(self, path, keep)
+        return not path.endswith("site-packages")
+
+    monkeypatch.setattr(contents._Container, "walk", cut_short)
+    fake_engine.add("me/app:v1", IMAGE_FILES, env=["PATH=/opt/conda/bin:/usr/bin"])
+    found = contents.inspect("docker", "me/app:v1")
+    assert found is not None
+    assert contents.installed(found) == {"six": "1.16.0"}  # what could be read: the dist-packages
+    contents.installed(found)
+    assert len(fake_engine.calls("create")) == 2
 
 
 @pytest.mark.parametrize(
