@@ -398,14 +398,14 @@ def torch_versions(image: LocalImage) -> dict[str, str]:
 
 
 def built_folder_version(labels: Mapping[str, str], cwd: Path | None = None) -> str:
-    """The current version (`folder_hash`) of the folder an image's labels say it was built from:
+    """The current version (`version_of`) of the folder an image's labels say it was built from:
     the current folder or the one above it that `folder_id` names (a build with --context .., a
     submit from a subfolder); "" when it is neither (built elsewhere: nothing to compare). An
     image labelled before the folder was named: the current folder's."""
-    from ddpctl.manifests.workspace import folder_hash
+    from ddpctl.workspace import version_of
 
     cwd = (cwd or Path.cwd()).resolve()
     wanted = labels.get(FOLDER_LABEL, "")
     if not wanted:
-        return folder_hash(cwd)
-    return next((folder_hash(f) for f in (cwd, *cwd.parents) if folder_id(f) == wanted), "")
+        return version_of(cwd)
+    return next((version_of(f) for f in (cwd, *cwd.parents) if folder_id(f) == wanted), "")

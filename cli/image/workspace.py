@@ -291,7 +291,11 @@ def plan_image(
 
 
 def _code_label(folder: Path, trainer: bool) -> dict[str, str]:
-    code = "" if trainer else folder_code(folder)
+    """The labels an image built from `folder`'s own Dockerfile carries: the version of the folder's
+    code (`version_of`; none when it cannot be read) and which folder; none for the trainer's."""
+    from ddpctl.workspace import version_of
+
+    code = "" if trainer else version_of(folder)
     return {WORKSPACE_LABEL: code, **folder_identity(folder)} if code else {}
 
 
@@ -313,17 +317,6 @@ def builds_the_trainer(folder: Path) -> bool:
     except OSError:
         return False
     return "trainer/ /opt/ddpctl/ddpctl_trainer/" in dockerfile
-
-
-def folder_code(folder: Path) -> str:
-    """The sha256 `folder` packs to as a workspace (.gitignore, .dockerignore, likely secrets left
-    out): the label an image built from the folder's own Dockerfile carries, so that `submit` can
-    tell an image of the folder's current code from one of an older version. Never a reason for a
-    build to fail (`version_of`: links that leave the folder are left out of it, nothing is
-    compressed or scanned); "" (no label) when the folder cannot be read."""
-    from ddpctl.workspace import version_of
-
-    return version_of(folder)
 
 
 def build_image(spec: JobSpec, *, push: bool = True, echo: Callable[[str], None] | None = None) -> str:

@@ -95,7 +95,9 @@ def code_not_carried(plan: Plan, cwd: Path | None = None) -> str | None:
             f"{rel} is in {cwd}, but the image {spec.image} is ddpctl's trainer image, which holds none of this "
             f'folder\'s code, and no workspace ships it: the pods would fail with "No such file"; {fixes}'
         )
-    current = folder_hash(cwd)
+    from ddpctl.workspace import version_of
+
+    current = version_of(cwd)
     if not current or current.startswith(carried):
         return None  # the current version cannot be named (the folder cannot be read): nothing to compare
     return (
@@ -129,12 +131,3 @@ def code_in_image(plan: Plan) -> tuple[str, str] | None:
         return None
     named = next((arg for arg in spec.command if arg.endswith(".py") and not arg.startswith("-")), None)
     return ("--command", named) if named else None
-
-
-def folder_hash(folder: Path) -> str:
-    """The sha256 this folder packs to now (what `ddpctl build` puts in a project image's tag),
-    computed without compressing or scanning it, and never failing for a link that leaves the
-    folder or points nowhere (`version_of`); "" when the folder cannot be read."""
-    from ddpctl.workspace import version_of
-
-    return version_of(folder)

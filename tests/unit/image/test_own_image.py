@@ -84,12 +84,12 @@ def test_the_older_version_is_the_built_folders(cli, fake_engine: FakeEngine, tm
     """The label names the folder `ddpctl build` hashed; submit in a subfolder compares it with
     that folder, not with the subfolder (which would always differ)."""
     from ddpctl.image.workspace import folder_identity
-    from ddpctl.manifests.workspace import folder_hash
+    from ddpctl.workspace import version_of
 
     project = tmp_path / "project"  # not tmp_path: the fake engine's log is there
     (project / "sub").mkdir(parents=True)
     (project / "train.py").write_text("print('step 1')\n")
-    labels = {WORKSPACE_LABEL: folder_hash(project), **folder_identity(project)}
+    labels = {WORKSPACE_LABEL: version_of(project), **folder_identity(project)}
     fake_engine.add(
         "me/app:v1",
         {"/app/train.py": "x", "/app/sub/train.py": "x", "/app/project/train.py": "x"},

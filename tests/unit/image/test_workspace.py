@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 from ddpctl.image.contents import WORKSPACE_LABEL
-from ddpctl.image.workspace import dependencies, dockerfile_text, folder_code, folder_identity, plan_image
+from ddpctl.image.workspace import dependencies, dockerfile_text, folder_identity, plan_image
+from ddpctl.workspace import version_of
 
 from tests.support import REPO
 
@@ -49,16 +50,16 @@ def test_an_image_built_from_a_folders_own_dockerfile_carries_its_code_hash(tmp_
     folder = own_project(tmp_path / "app")
     labels, argv, on_trainer = _plan(folder, docker_on_path)
     assert not on_trainer
-    assert labels == {WORKSPACE_LABEL: folder_code(folder), **folder_identity(folder)}  # the code, and whose
-    assert f"{WORKSPACE_LABEL}={folder_code(folder)}" in argv and argv[argv.index("--label") + 1] in (
+    assert labels == {WORKSPACE_LABEL: version_of(folder), **folder_identity(folder)}  # the code, and whose
+    assert f"{WORKSPACE_LABEL}={version_of(folder)}" in argv and argv[argv.index("--label") + 1] in (
         f"{k}={v}" for k, v in labels.items()
     )
-    before = folder_code(folder)
+    before = version_of(folder)
     (folder / ".env").write_text("TOKEN=y\n")  # a likely secret: not code, not in the hash
-    assert folder_code(folder) == before
+    assert version_of(folder) == before
     (folder / "train.py").write_text("print('step 2')\n")
-    assert folder_code(folder) != before
-    assert _plan(folder, docker_on_path)[0] == {WORKSPACE_LABEL: folder_code(folder), **folder_identity(folder)}
+    assert version_of(folder) != before
+    assert _plan(folder, docker_on_path)[0] == {WORKSPACE_LABEL: version_of(folder), **folder_identity(folder)}
 
 
 def test_the_label_is_part_of_the_tag(tmp_path: Path) -> None:
@@ -107,7 +108,7 @@ def test_a_link_out_of_the_folder_or_to_nothing_never_fails_the_build_for_the_la
     """The folder's own Dockerfile decides what its image holds; the label only names the version,
     and such links are left out of it (the build itself sends what .dockerignore lets through)."""
     folder = own_project(tmp_path / "app")
-    before = folder_code(folder)
+    before = version_of(folder)
     (folder / "data").symlink_to(tmp_path)  # a dataset folder linked in from elsewhere
     (folder / "stale.txt").symlink_to(folder / "gone.txt")
     labels, _argv, on_trainer = _plan(folder, docker_on_path)
@@ -116,11 +117,12 @@ def test_a_link_out_of_the_folder_or_to_nothing_never_fails_the_build_for_the_la
 
 def test_a_project_image_tag_is_compared_whatever_links_the_folder_holds(tmp_path: Path) -> None:
     from ddpctl.engines import plan_for
-    from ddpctl.manifests.workspace import code_not_carried, folder_hash
+    from ddpctl.manifests.workspace import code_not_carried
     from ddpctl.spec import JobSpec
+    from ddpctl.workspace import version_of
 
     folder = own_project(tmp_path / "app")
-    image = f"app:ws-{folder_hash(folder)[:12]}-0123abcd"
+    image = f"app:ws-{version_of(folder)[:12]}-0123abcd"
     (folder / "stale.txt").symlink_to(folder / "gone.txt")
     plan = plan_for(JobSpec.from_dict({"script": "train.py", "image": image}))
     assert code_not_carried(plan, folder) is None

@@ -170,10 +170,10 @@ def test_code_in_the_folder_that_nothing_carries_is_said(
 
 
 def test_a_project_image_carries_the_folder_until_its_code_changes(tmp_path: Path) -> None:
-    from ddpctl.manifests.workspace import folder_hash
+    from ddpctl.workspace import version_of
 
     project(tmp_path)
-    image = f"my-project:ws-{folder_hash(tmp_path)[:12]}-0123abcd"
+    image = f"my-project:ws-{version_of(tmp_path)[:12]}-0123abcd"
     plan = plan_for(JobSpec.from_dict({"script": "train.py", "image": image}))
     assert code_not_carried(plan, tmp_path) is None
     (tmp_path / "helper.py").write_text("X = 2\n")

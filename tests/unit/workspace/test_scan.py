@@ -214,8 +214,7 @@ def test_nothing_is_made_before_the_scan(tmp_path: Path) -> None:
 def test_the_checks_that_only_name_a_folders_version_do_not_refuse_a_key_in_it(tmp_path: Path) -> None:
     """The hash of a project image's tag or label (`ddpctl render`/`submit` without --workspace, the
     label of a build from the folder's own Dockerfile): nothing of the folder ships from there."""
-    from ddpctl.image.workspace import folder_code
-    from ddpctl.manifests.workspace import folder_hash
+    from ddpctl.workspace import version_of
 
     root = make_tree(tmp_path / "ws", {"train.py": "x = 1\n", "deploy_notes.txt": _pem()})
-    assert len(folder_hash(root)) == 64 and len(folder_code(root)) == 64
+    assert len(version_of(root)) == 64
