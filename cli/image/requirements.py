@@ -414,9 +414,8 @@ def image_lacks(folder: Path, image: str, trainer_image: bool) -> list[str]:
     found = inspect(engine, image) if engine else None
     if found is None:
         where = f"in the local {engine} engine" if engine else "local (no docker or podman here)"
-        by_name = known_torch(image)  # a pytorch/pytorch tag's torch is known without the image
-        pins = _lacking([(line, req) for line, req in wanted if req.name.lower() in CHECKED], by_name or {})
-        wrong = [p for p in pins if " (it has " in p]
+        by_name = known_torch(image) or {}  # a pytorch/pytorch tag's torch is known without the image
+        wrong = _lacking([(line, req) for line, req in wanted if req.name.lower() in by_name], by_name)
         said = [
             f"warning: the image {image} does not satisfy the workspace's requirements: {', '.join(wrong)} "
             "(--workspace ships code, not packages): build an image with them (`ddpctl build`) and pass its "
