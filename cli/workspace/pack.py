@@ -348,7 +348,8 @@ def version_of(root: Path | str) -> str:
     the label of an image built from the folder's own Dockerfile). It never fails for a path: a link
     that leaves the folder or points nowhere, and a file that cannot be read, are left out of it
     (the folder's own Dockerfile decides what its image holds; this only names the version). ""
-    when the folder cannot be read at all (it is missing, a pattern is not valid)."""
+    when the folder cannot be read at all (it is missing, a pattern is not valid) or a file changes
+    while it is read."""
     try:
         selection = select(root, lenient=True)
     except SpecError:
@@ -356,26 +357,13 @@ def version_of(root: Path | str) -> str:
     sink = _Sink(None, GZIP_LEVEL)
     written: set[str] = set()
     for file in selection.files:
-        try:
-            fd = os.open(file.source, os.O_RDONLY)
-        except OSError:
+        if not os.access(file.source, os.R_OK):
             continue  # unreadable: not part of the version
+        _add_parents(sink, written, file.path)
         try:
-            _add_parents(sink, written, file.path)
-            st = os.fstat(fd)
-            sink.write(_member(file.path, 0o755 if st.st_mode & stat.S_IXUSR else 0o644, st.st_size, directory=False))
-            left = st.st_size
-            while left > 0:
-                data = os.read(fd, min(left, _CHUNK))
-                if not data:
-                    break
-                sink.write(data)
-                left -= len(data)
-            sink.write(bytes(left) + _ZEROS[: -st.st_size % BLOCK])  # a file that shrank: padded, not a failure
+            _add_file(sink, file, scan_keys=False)
         except OSError:
-            return ""  # a file that failed half-read (a disk error): no version to name
-        finally:
-            os.close(fd)
+            return ""  # it changed or failed while read: no version to name
     sink.close()
     return sink.sha.hexdigest()
 
