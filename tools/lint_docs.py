@@ -173,6 +173,10 @@ def render() -> str:
         "",
         *_figures_table("Held out", corpus_figures(HELDOUT)),
         "",
+        "A held-out program is weak evidence where its source shares a template the corpus was tuned on:",
+        "`heldout/simsiam_pretrain` (facebookresearch/simsiam) is built like imagenet/main.py and moco's",
+        "main_moco.py, so its DDP014 and DDP008 say little about code of another shape.",
+        "",
         *PUBLIC_SCRIPTS,
     ]
     out += ["", "## How the rules read code", "", _body(program.__doc__), "", _body(index.__doc__)]
