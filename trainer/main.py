@@ -28,6 +28,8 @@ from .protocol import (
     EXIT_STALLED,
     EXIT_STRAGGLER,
     EXIT_USAGE,
+    STOPPED_BY_SECOND_SIGTERM,
+    STOPPED_BY_SIGTERM,
 )
 from .watchdog import stalling
 
@@ -60,10 +62,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Terminated:  # also when it lands while an error is being reported
         if stop.requested():  # the second signal: the checkpoint in progress is abandoned
             print_error(
-                "stopped by a second SIGTERM before the checkpoint was written; the previous one is kept", rank[0]
+                f"{STOPPED_BY_SECOND_SIGTERM} before the checkpoint was written; the previous one is kept", rank[0]
             )
         else:
-            print_error("stopped by SIGTERM", rank[0])
+            print_error(STOPPED_BY_SIGTERM, rank[0])
         return EXIT_PREEMPTED  # 128 + SIGTERM, as death by the signal would be
     finally:
         _armed = False

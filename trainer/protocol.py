@@ -62,11 +62,16 @@ CAUSED_BY_A_PEER: tuple[int, ...] = (EXIT_PEER_LOST, EXIT_PREEMPTED)
 # pkg/util/train IsRetryableExitCode): SIGINT, SIGKILL, SIGUSR1 (user-defined retryable), SIGTERM.
 KUBEFLOW_RETRYABLE: tuple[int, ...] = (EXIT_INTERRUPTED, EXIT_KILLED, EXIT_PEER_LOST, EXIT_PREEMPTED)
 
+# The error line a trainer rank prints when SIGTERM stopped it (torchrun's agent passing on a stop,
+# or a preemption), alone or followed by where it stopped: no failure of its own.
+STOPPED_BY_SIGTERM = "stopped by SIGTERM"
+STOPPED_BY_SECOND_SIGTERM = "stopped by a second SIGTERM"
+
 _MEANINGS = {
     EXIT_USAGE: "usage error",
     EXIT_KILLED: "killed by SIGKILL",
     EXIT_PEER_LOST: "lost a peer",
-    EXIT_PREEMPTED: "stopped by SIGTERM",
+    EXIT_PREEMPTED: STOPPED_BY_SIGTERM,
     EXIT_STALLED: "stalled",
     EXIT_PREFLIGHT: "failed its preflight checks",
     EXIT_STRAGGLER: "stopped for a straggler",

@@ -47,6 +47,7 @@ from .data import DataBundle
 from .dist import DistContext
 from .errors import Preempted, StoreError, Straggling, TrainerError, TrainerFailure, is_peer_lost, peer_lost
 from .metrics import Meter, MetricsLog, Progress
+from .protocol import STOPPED_BY_SIGTERM
 from .stragglers import Stragglers
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
@@ -386,15 +387,13 @@ class Trainer:
             saved=failed is None,
         )
         self.metrics.close()
-        who = "SIGTERM" if stop.requested() else "SIGTERM to another rank"
+        who = STOPPED_BY_SIGTERM if stop.requested() else f"{STOPPED_BY_SIGTERM} to another rank"
         if failed is not None:
             raise Preempted(
-                f"stopped by {who} after step {self.step}; its checkpoint could not be stored ({failed}), the next "
+                f"{who} after step {self.step}; its checkpoint could not be stored ({failed}), the next "
                 "start resumes from the newest complete one"
             )
-        raise Preempted(
-            f"stopped by {who} after step {self.step}; checkpoint {path} written, the next start resumes there"
-        )
+        raise Preempted(f"{who} after step {self.step}; checkpoint {path} written, the next start resumes there")
 
     def stop_for_straggler(self, message: str) -> NoReturn:
         """``--stragglers fail``: every rank stops after this step, with a checkpoint of it (the

@@ -63,10 +63,16 @@ def _lost_peer(state: JobState, f: Failure) -> bool:
 
 
 def _own_error(state: JobState, f: Failure) -> bool:
-    """The rank printed an error of its own (not that it lost a peer): it failed by itself, even if
-    torchrun then stopped it with SIGTERM before it could exit with its own code."""
+    """The rank printed an error of its own (not that it lost a peer, nor the trainer's line that
+    SIGTERM stopped it): it failed by itself, even if torchrun then stopped it with SIGTERM before it
+    could exit with its own code."""
     error = state.last_error.get(f.rank) if f.rank is not None else None
-    return error is not None and not _lost_peer(state, f) and PREEMPTED_AGENT not in error
+    return (
+        error is not None
+        and not _lost_peer(state, f)
+        and PREEMPTED_AGENT not in error
+        and not _short_error(error).startswith((protocol.STOPPED_BY_SIGTERM, protocol.STOPPED_BY_SECOND_SIGTERM))
+    )
 
 
 def _secondary(state: JobState, f: Failure) -> bool:

@@ -277,6 +277,23 @@ def test_a_crashed_rank_that_torchrun_stopped_on_its_way_out_is_still_the_cause(
     assert failure_signature(stopped, 1, 138) == failure_signature(state(1), 1, 1)
 
 
+@pytest.mark.parametrize(
+    "line", [protocol.STOPPED_BY_SIGTERM, f"{protocol.STOPPED_BY_SIGTERM} to another rank after step 4; checkpoint x"]
+)
+def test_a_rank_the_trainer_says_sigterm_stopped_is_not_the_cause(line: str) -> None:
+    """Rank 3 raised; torchrun's stop reached rank 1 on the other node, whose trainer said it was
+    stopped by SIGTERM and exited 143, and whose report came first: the crash is the cause."""
+    state = state_of(
+        [Failure(0, 1, 1, 143, time="10:00:01", root_cause=True), Failure(1, 3, 1, 1, time="10:00:02")],
+        {1: f"{ERROR}[rank 1] {line}", 3: f"{ERROR}[rank 3] unexpected ValueError: boom"},
+    )
+    assert root_cause(state) == Failure(1, 3, 1, 1, time="10:00:02")
+    assert describe_failure(state, 1, 1, range(2, 4)) == (
+        "job w failed: rank 3 (node 1, local rank 1) exited with code 1: unexpected ValueError: boom; "
+        "rank 1 stopped after it"
+    )
+
+
 def test_a_preempted_agents_line_is_no_error_of_the_rank() -> None:
     """A rank whose last line is the launcher's `stopped by SIGTERM` took part in the stop."""
     state = state_of([Failure(0, 0, 0, -15), Failure(1, 2, 0, 1)], {0: PREEMPTED_AGENT, 2: "OSError: disk"})
