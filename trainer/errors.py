@@ -25,6 +25,7 @@ from .protocol import (
     EXIT_STRAGGLER,
     EXIT_USAGE,
     OBJECT_STORE_SECRET_ENV,
+    TERMINATION_LOG,
     rank_prefix,
 )
 
@@ -92,6 +93,21 @@ def print_error(message: str, rank: int | None = None) -> None:
     label = "" if rank is None else rank_prefix(rank)
     sys.stderr.write(f"{ERROR_TAG}{label}{message}\n")
     sys.stderr.flush()
+
+
+def keep_as_termination_message(lines: list[str], path: str = TERMINATION_LOG) -> None:
+    """Write why the job stopped where Kubernetes keeps it in the pod's status (one write, whole),
+    where the file exists, i.e. in a Kubernetes container; elsewhere the runners have every node's
+    output anyway. Every rank of a pod writes the same lines, so they outlive a pod whose logs go
+    with it (the Job controller deletes a failed job's other pods, node 0's, whose rank printed
+    them, among them)."""
+    if not os.path.exists(path):
+        return
+    try:
+        with open(path, "w") as f:
+            f.write("\n".join(lines)[-4000:] + "\n")  # the kubelet keeps at most 4096 bytes
+    except OSError:
+        pass
 
 
 _QUERY = re.compile(r"(https?://[^\s?]+)\?\S*")  # presigned URLs and SAS tokens carry secrets in the query

@@ -17,6 +17,7 @@ from .errors import (
     TrainerFailure,
     failure_reason,
     from_distributed_stack,
+    keep_as_termination_message,
     print_error,
 )
 from .protocol import (
@@ -134,6 +135,8 @@ def _run(argv: Sequence[str] | None, label: list[int | None]) -> int:
         # one exits, so the rank that would have printed it for the node may be gone before it could.
         per_node = exc.exit_code == EXIT_PREEMPTED
         once = exc.exit_code in (EXIT_PREFLIGHT, EXIT_STRAGGLER)
+        if once:  # every pod keeps the verdict: status reads it even after node 0's pod is gone
+            keep_as_termination_message([str(exc)])
         if once and rank not in (None, 0):
             return exc.exit_code
         if not per_node or int(os.environ.get("LOCAL_RANK", "0") or 0) == 0:

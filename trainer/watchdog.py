@@ -34,12 +34,12 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from .errors import keep_as_termination_message
 from .protocol import (
     EXIT_STALLED,
     PROG,
     STALL_SUMMARY_FIRST,
     STALL_SUMMARY_TAG,
-    TERMINATION_LOG,
     WARNING_TAG,
     rank_prefix,
 )
@@ -297,7 +297,7 @@ class Watchdog:
         summary = self._wait_for("summary", deadline)
         if summary is None:
             return self._wait_for("printed", deadline) is not None
-        _keep_as_termination_message(summary["lines"])
+        keep_as_termination_message(summary["lines"])
         if summary["reporter"] == self.rank:
             # a moment for log shippers (torchrun's tee) to pass on the other ranks' dumps first
             self._stop.wait(min(self.interval, 1.0))
@@ -354,20 +354,6 @@ class Watchdog:
                 return json.loads(raw) if raw.startswith(b"{") else raw
             time.sleep(self.interval / 4)
         return None
-
-
-def _keep_as_termination_message(lines: list[str], path: str = TERMINATION_LOG) -> None:
-    """Every rank of a pod writes the same summary (one write each, whole): where the file exists,
-    i.e. in a Kubernetes container; elsewhere the runners have every node's output anyway. The
-    summary then outlives a pod whose logs go with it (the Job controller deletes a failed job's
-    other pods, node 0's, whose rank printed the summary, among them)."""
-    if not os.path.exists(path):
-        return
-    try:
-        with open(path, "w") as f:
-            f.write("\n".join(lines)[-4000:] + "\n")  # the kubelet keeps at most 4096 bytes
-    except OSError:
-        pass
 
 
 def connect_store(world_size: int, restart_count: int, env: Mapping[str, str] | None = None) -> Store:

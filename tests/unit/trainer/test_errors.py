@@ -21,6 +21,7 @@ from ddpctl_trainer.errors import (
     failed_collective,
     failure_reason,
     is_peer_lost,
+    keep_as_termination_message,
     peer_lost,
     print_error,
     scrub,
@@ -226,3 +227,16 @@ def test_scrub_removes_secrets_query_strings_and_debug_dumps() -> None:
 )
 def test_without_userinfo(url: str, bare: str) -> None:
     assert without_userinfo(url) == bare
+
+
+def test_a_termination_message_is_kept_where_kubernetes_gives_one(tmp_path) -> None:
+    """In a container the kubelet mounts /dev/termination-log: what it is given goes there whole (and
+    stays on the pod object); where the file does not exist nothing is created."""
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    keep_as_termination_message(["ddpctl-trainer: stalled: a", "ddpctl-trainer: stalled: b"], str(log))
+    assert log.read_text() == "ddpctl-trainer: stalled: a\nddpctl-trainer: stalled: b\n"
+    keep_as_termination_message(["x" * 5000], str(log))
+    assert len(log.read_text()) <= 4096
+    keep_as_termination_message(["a"], str(tmp_path / "absent"))
+    assert not (tmp_path / "absent").exists()

@@ -8,7 +8,7 @@ import pytest
 import torch
 from ddpctl_trainer import main as trainer_main
 from ddpctl_trainer.config import parse_args, validate_for_world
-from ddpctl_trainer.errors import CheckpointError, Preempted, UsageError, peer_lost
+from ddpctl_trainer.errors import CheckpointError, Preempted, Straggling, UsageError, peer_lost
 
 GLOO_RESET = (
     "[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:545] Read error [127.0.0.1]:12174: "
@@ -157,3 +157,32 @@ def test_the_preflight_runs_before_anything_is_built_and_fail_exits_201(
     lines = [x for x in err.splitlines() if x.startswith("ddpctl-trainer: error:")]
     assert [x[: len(e)] for x, e in zip(lines, errors)] == errors and len(lines) == len(errors), err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(("env", "printed"), [({}, 1), (RANK_1_OF_2, 0)], ids=["rank-0", "rank-1-of-2"])
+def test_every_rank_keeps_a_straggler_stop_as_its_termination_message(
+    env: dict[str, str], printed: int, tmp_path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only rank 0 prints why --stragglers fail stopped the job, but every rank writes it where
+    Kubernetes keeps it on the pod: the Job controller may delete node 0's pod, and its log with it."""
+    import functools
+
+    from ddpctl_trainer import dist, errors, trainer
+
+    why = "straggler: node 1 (pod sg-1-x, k8s node n1) below 0.6 x the median since step 12; stopping (exit 202)"
+
+    def stops_for_a_straggler(*args: object) -> None:
+        raise Straggling(why)
+
+    log = tmp_path / "termination-log"
+    log.write_text("")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setattr(dist, "setup", lambda *a, **kw: torch.device("cpu"))
+    monkeypatch.setattr(trainer, "run_trainer", stops_for_a_straggler)
+    keep = functools.partial(errors.keep_as_termination_message, path=str(log))
+    monkeypatch.setattr(trainer_main, "keep_as_termination_message", keep)
+    assert trainer_main.main(["--model", "convnet", "--synthetic-samples", "8"]) == 202
+    assert log.read_text() == why + "\n"
+    err = capsys.readouterr().err
+    assert len([x for x in err.splitlines() if x.startswith("ddpctl-trainer: error:")]) == printed, err

@@ -247,18 +247,3 @@ def test_a_store_gone_after_the_summary_leaves_the_summary_the_last_word() -> No
     printed = [o.getvalue() for o in outs]
     assert STALL_SUMMARY_TAG in printed[0] and "could not agree" not in "".join(printed), printed
     assert not any(STALL_SUMMARY_TAG in text for text in printed[1:]), printed
-
-
-def test_the_summary_is_kept_as_the_termination_message_where_kubernetes_gives_one(tmp_path) -> None:
-    """In a container the kubelet mounts /dev/termination-log: the summary goes there whole (and
-    stays on the pod object); where the file does not exist nothing is created."""
-    from ddpctl_trainer.watchdog import _keep_as_termination_message
-
-    log = tmp_path / "termination-log"
-    log.write_text("")
-    _keep_as_termination_message(["ddpctl-trainer: stalled: a", "ddpctl-trainer: stalled: b"], str(log))
-    assert log.read_text() == "ddpctl-trainer: stalled: a\nddpctl-trainer: stalled: b\n"
-    _keep_as_termination_message(["x" * 5000], str(log))
-    assert len(log.read_text()) <= 4096
-    _keep_as_termination_message(["a"], str(tmp_path / "absent"))
-    assert not (tmp_path / "absent").exists()
