@@ -1,5 +1,6 @@
 """Run the preflight as a multi-node job on loopback, one node optionally slowed by a CPU quota
-(tests/support/cpu_quota.py); for the preflight's tests and its benchmark.
+(tests/support/cpu_quota.py) and behind a slowed link (tests/support/slow_link.py); for the
+preflight's tests and its benchmark.
 
 Each node is an agent (torchrun, or ddpctl's launcher) with static rendezvous on 127.0.0.1, as
 each pod's is on a cluster (the wiring of ``tests.support.trainer.static_node_command``). The
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cpu_quota import CpuQuota
+from tests.support.slow_link import SlowLink
 from tests.support.trainer import agent_command, clean_env, free_port, start, wait_all
 
 ENTRY = "ddpctl_trainer.preflight"
@@ -70,10 +72,12 @@ def run_preflight(
     launcher: str = "torch.distributed.run",
     env: dict[str, str] | None = None,
     timeout: float = 300,
+    link_mbit: float | None = None,
 ) -> PreflightRun:
     """One preflight job; with ``slow_node``, that node's
     agent and workers share ``cpus`` CPUs from the moment its process group is up
-    (tests/support/slow_worker.py) until it is torn down."""
+    (tests/support/slow_worker.py) until it is torn down, and with ``link_mbit`` too, the node runs
+    behind a link of that rate each way."""
     workdir.mkdir(parents=True, exist_ok=True)
     report = workdir / "report.json"
     report.unlink(missing_ok=True)
@@ -83,19 +87,31 @@ def run_preflight(
     flags = [*args, "--preflight-json", str(report)]
     t0 = time.perf_counter()
     throttled = 0.0
+    link = SlowLink(link_mbit) if slow_node is not None and link_mbit is not None else None
     procs = []
     if quota is not None:
         quota.__enter__()
     try:
+        if link is not None:
+            link.__enter__()
         for node in range(nnodes):
             entry = ["-m", *module, *flags]
             if quota is not None and node == slow_node:
                 entry = ["-m", SLOW, str(quota.procs_file), *module, *flags]
-            procs.append(start(agent_command(node, nnodes, nproc, port, entry, launcher), workdir, clean_env(env)))
+            if link is None:
+                cmd, node_env = agent_command(node, nnodes, nproc, port, entry, launcher), clean_env(env)
+            else:
+                cmd = agent_command(node, nnodes, nproc, port, entry, launcher, master_addr=link.host_ip)
+                behind = node == slow_node
+                node_env = clean_env({**(env or {}), **(link.node_env if behind else link.host_env)})
+                cmd = link.wrap(cmd) if behind else cmd
+            procs.append(start(cmd, workdir, node_env))
         outs = wait_all(procs, timeout=timeout)
         if quota is not None:
             throttled = quota.throttled()[1]
     finally:
+        if link is not None:
+            link.__exit__(None, None, None)
         if quota is not None:
             quota.__exit__(None, None, None)
     seconds = time.perf_counter() - t0

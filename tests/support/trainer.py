@@ -157,11 +157,17 @@ def kill_tree(tag: str) -> list[int]:
 
 
 def agent_command(
-    node: int, nnodes: int, nproc: int, port: int | str, entry: Sequence[str], launcher: str = "torch.distributed.run"
+    node: int,
+    nnodes: int,
+    nproc: int,
+    port: int | str,
+    entry: Sequence[str],
+    launcher: str = "torch.distributed.run",
+    master_addr: str = "127.0.0.1",
 ) -> list[str]:
     """Node ``node``'s torchrun agent (or ``ddpctl_trainer.launch``) running ``entry`` (``-m MODULE
-    ARGS``) in each worker, wired by hand with the static rendezvous on loopback, as each pod's
-    torchrun is on a cluster."""
+    ARGS``) in each worker, wired by hand with the static rendezvous on loopback (or ``master_addr``),
+    as each pod's torchrun is on a cluster."""
     return [
         PY,
         "-m",
@@ -173,7 +179,7 @@ def agent_command(
         "--nproc-per-node",
         str(nproc),
         "--master-addr",
-        "127.0.0.1",
+        master_addr,
         "--master-port",
         str(port),
         *entry,

@@ -1,5 +1,7 @@
 """The preflight as a job: torchrun agents as nodes on loopback (gloo), one node slowed by a CPU
-quota in a cgroup (tests/support/cpu_quota.py, joined once the process group is up).
+quota in a cgroup (tests/support/cpu_quota.py, joined once the process group is up), and, to be slow
+on the network too, put behind a rate-limited link (tests/support/slow_link.py): a CPU quota alone
+leaves a node's gloo transfers at 0.6-0.7 x its peers' (measured here), not below the tolerance.
 
 The slowed node gets 0.05 CPU for its agent and workers together (a CFS quota of 5 ms per 100 ms);
 a healthy rank, running alone, gets whatever this shared machine leaves it (20-100 % of a core
@@ -13,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import skip_unless
+from tests.support import skip_unless, slow_link
 from tests.support.cpu_quota import unavailable
 from tests.support.preflight import named_nodes, node_figures, run_preflight
 from tests.support.trainer import PROG_PREFIX
@@ -21,6 +23,7 @@ from tests.support.trainer import PROG_PREFIX
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 SLOW_CPUS = 0.05
+SLOW_LINK_MBIT = 400  # healthy pairs here reach 7-11 Gbit/s of bus bandwidth
 
 
 def _need_cgroups() -> None:
@@ -92,10 +95,20 @@ def test_a_slow_node_fails_the_job_with_the_preflight_exit_code(tmp_path: Path) 
 
 def test_four_nodes_pair_and_re_pair_to_find_the_slow_one(tmp_path: Path) -> None:
     """4 nodes x 1 process, node 2 slowed: named for its compute and, through the node pairs
-    (sub-groups), for its network: re-paired with fast nodes, it stays slow. (Healthy pairs on one
-    shared host are noisy: only the slow node is asserted.)"""
+    (sub-groups), for its network behind a slowed link: re-paired with fast nodes, it stays slow.
+    (Healthy pairs on one shared host are noisy: only the slow node is asserted.)"""
     _need_cgroups()
-    run = run_preflight(tmp_path, nnodes=4, nproc=1, args=["--preflight", "warn"], slow_node=2, cpus=SLOW_CPUS)
+    reason = slow_link.unavailable()
+    skip_unless(reason is None, f"slowing a node's network needs a namespace and tc: {reason}")
+    run = run_preflight(
+        tmp_path,
+        nnodes=4,
+        nproc=1,
+        args=["--preflight", "warn"],
+        slow_node=2,
+        cpus=SLOW_CPUS,
+        link_mbit=SLOW_LINK_MBIT,
+    )
     assert run.codes == [0, 0, 0, 0], run.explain()
     findings = run.report["findings"]
     assert [f["nodes"] for f in findings if f["kind"] == "slow node"] == [[2]], run.explain()
