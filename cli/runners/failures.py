@@ -32,6 +32,8 @@ _UNJOINED_THREAD = "terminate called without an active exception"
 _LOST_PEER_ERROR = re.compile(
     r"connection reset by peer|connection closed by peer|broken pipe|got 0 bytes", re.IGNORECASE
 )
+# torch's own prefix of a rank's traceback line (`[rank3]: `), not the trainer's `[rank 3] `.
+_TORCH_RANK = re.compile(r"^\[rank\d+\]: ")
 # Deaths at interpreter exit after the work was done: gloo's teardown can abort (pytorch/pytorch#179291).
 _TEARDOWN_SIGNALS = (-6, -11)  # SIGABRT, SIGSEGV
 
@@ -221,8 +223,11 @@ def _ranks(ranks: Sequence[int | None]) -> str:
 
 
 def _short_error(line: str) -> str:
-    """The error a rank printed, without torch's `[rankR]: ` or the trainer's `ddpctl-trainer: error: [rank R] `."""
-    line = re.sub(rf"^(\[rank\d+\]: )?({re.escape(protocol.ERROR_TAG)})?(\[rank \d+\] )?", "", line.strip())
+    """The error a rank printed, without torch's `[rankR]: ` or the trainer's `ddpctl-trainer: error: [rank R] `
+    (read by protocol.parse_rank_line)."""
+    line = _TORCH_RANK.sub("", line.strip())
+    ours = protocol.parse_rank_line(line)
+    line = (ours[1] if ours else line).removeprefix(protocol.ERROR_TAG)
     return line if len(line) <= 300 else line[:297] + "..."
 
 

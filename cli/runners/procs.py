@@ -28,12 +28,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+from ddpctl_trainer import protocol
+
 PR_SET_CHILD_SUBREAPER = 36
 # The marker a local run has torchrun put before each worker's line (its --log-line-prefix-template),
 # so that the runner can tell the rank; in the node's log file it is written as `[rank R] `.
 RANK_MARK = "@@ddpctl-rank="
 RANK_LINE = re.compile(re.escape(RANK_MARK) + r"(\d+)@@(.*)$")
-_TRAINER_PREFIX = re.compile(r"^\[rank (\d+)\] ")
 _ANY_MARK = re.compile(re.escape(RANK_MARK) + r"\d+@@")
 
 
@@ -46,16 +47,14 @@ def split_rank_line(text: str) -> tuple[int, str] | None:
     # torchrun may join a line's prefix to the end of the one before (a line written in two parts):
     # a marker is never the worker's own text
     rank, rest = int(match.group(1)), _ANY_MARK.sub("", match.group(2))
-    dup = _TRAINER_PREFIX.match(rest)
-    if dup and int(dup.group(1)) == rank:
-        rest = rest[dup.end() :]
+    rest = rest.removeprefix(protocol.rank_prefix(rank))
     return rank, rest
 
 
 def log_line(text: str) -> str:
     """A line as the node's log file keeps it: a worker's marker replaced by `[rank R] `."""
     found = split_rank_line(text)
-    return text if found is None else f"[rank {found[0]}] {found[1]}"
+    return text if found is None else protocol.rank_prefix(found[0]) + found[1]
 
 
 # --------------------------------------------------------------------------------------------
