@@ -32,7 +32,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from ddpctl.workspace import pack, select
+from ddpctl.workspace.pack import pack
+from ddpctl.workspace.select import select
 
 TARGET = 1.5
 

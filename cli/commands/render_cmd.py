@@ -94,11 +94,12 @@ def render_command(
 def _requirements_not_held(plan: Plan) -> str | None:
     """With --workspace on ddpctl's trainer image: what the folder's requirements ask for that the
     image does not hold (known without an engine: the image's packages are ddpctl's own)."""
-    from ddpctl.image.requirements import trainer_image_lacks
     from ddpctl.manifests.workspace import is_trainer_image
 
     if not plan.ships_workspace or not is_trainer_image(plan.spec.image):
         return None
+    from ddpctl.image.requirements import trainer_image_lacks
+
     return trainer_image_lacks((Path.cwd() / str(plan.spec.workspace.dir)).resolve(), plan.spec.image)
 
 

@@ -402,7 +402,7 @@ def built_folder_version(labels: Mapping[str, str], cwd: Path | None = None) -> 
     the current folder or the one above it that `folder_id` names (a build with --context .., a
     submit from a subfolder); "" when it is neither (built elsewhere: nothing to compare). An
     image labelled before the folder was named: the current folder's."""
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     cwd = (cwd or Path.cwd()).resolve()
     wanted = labels.get(FOLDER_LABEL, "")

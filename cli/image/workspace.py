@@ -32,7 +32,7 @@ from ddpctl.image.requirements import (
     pyproject_dependencies,
     read_requirements,
 )
-from ddpctl.workspace import Pack, pack_workspace
+from ddpctl.workspace.pack import Pack, pack_workspace
 from ddpctl.workspace.tags import workspace_tag
 from ddpctl_trainer.protocol import WORKSPACE_DIR
 
@@ -204,7 +204,7 @@ def write_owned_dockerfile(folder: Path, base_image: str | None) -> list[Path]:
     """--write-dockerfile: a Dockerfile (and, when there is none, a .dockerignore that keeps git
     and the likely secrets out) in `folder`, for a user who wants to own the build."""
     from ddpctl.atomic import write_text_atomic
-    from ddpctl.workspace import SECRET_PATTERNS
+    from ddpctl.workspace.select import SECRET_PATTERNS
 
     dockerfile = folder / "Dockerfile"
     if dockerfile.exists():
@@ -293,7 +293,7 @@ def plan_image(
 def _code_label(folder: Path, trainer: bool) -> dict[str, str]:
     """The labels an image built from `folder`'s own Dockerfile carries: the version of the folder's
     code (`version_of`; none when it cannot be read) and which folder; none for the trainer's."""
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     code = "" if trainer else version_of(folder)
     return {WORKSPACE_LABEL: code, **folder_identity(folder)} if code else {}

@@ -10,10 +10,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ddpctl.plan import Plan
 from ddpctl.spec.schema import DEFAULT_IMAGE
-from ddpctl.workspace.ship import Shipment, prepare
+
+if TYPE_CHECKING:
+    from ddpctl.workspace.ship import Shipment
 
 TRAINER_REPO = DEFAULT_IMAGE.split(":", 1)[0]  # ddpctl-trainer
 
@@ -27,6 +30,8 @@ def shipment_of(plan: Plan, *, cwd: Path | None = None, to_store: bool) -> Itera
     if not plan.ships_workspace:
         yield None
         return
+    from ddpctl.workspace.ship import prepare  # the packer and pathspec: only for a job that ships its folder
+
     ws = spec.workspace
     root = (cwd or Path.cwd()) / str(ws.dir)
     fix = (
@@ -95,7 +100,7 @@ def code_not_carried(plan: Plan, cwd: Path | None = None) -> str | None:
             f"{rel} is in {cwd}, but the image {spec.image} is ddpctl's trainer image, which holds none of this "
             f'folder\'s code, and no workspace ships it: the pods would fail with "No such file"; {fixes}'
         )
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     current = version_of(cwd)
     if not current or current.startswith(carried):

@@ -8,22 +8,7 @@ to an object store, content-addressed (`upload`). In each pod, `ddpctl_trainer.w
 it, checks the sha256 and unpacks it into an emptyDir before torchrun starts.
 
 Standard library, pathspec (git's rules) and, for an object store only, obstore: no torch, no
-kubernetes client, no spec (the caller passes what the spec says).
+kubernetes client, no spec (the caller passes what the spec says). Import what you use from its
+module (`ddpctl.workspace.pack`, `.select`, ...): this package imports nothing, so `render` of a job
+that ships no folder never loads the packer or pathspec.
 """
-
-from __future__ import annotations
-
-from .pack import Pack, pack, pack_workspace, size_text, version_of
-from .select import SECRET_PATTERNS, File, Selection, select
-
-__all__ = [
-    "SECRET_PATTERNS",
-    "File",
-    "Pack",
-    "Selection",
-    "pack",
-    "pack_workspace",
-    "select",
-    "size_text",
-    "version_of",
-]

@@ -210,6 +210,25 @@ def test_cli_never_imports_torch_or_kubernetes(tmp_path: Path, argv: list[str]) 
     assert "HEAVY=\n" in proc.stderr
 
 
+@pytest.mark.parametrize(("argv", "packs"), [(["render"], False), (["render", "--workspace", "."], True)])
+def test_render_loads_the_packer_only_for_a_job_that_ships_its_folder(
+    tmp_path: Path, argv: list[str], packs: bool
+) -> None:
+    """The packer and pathspec (git's rules) cost `render` a quarter of its start: loaded on use."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    probe = (
+        "import sys\n"
+        "from ddpctl.app import main\n"
+        f"code = main({argv!r})\n"
+        "loaded = sorted(m for m in ('pathspec', 'ddpctl.workspace.pack') if m in sys.modules)\n"
+        "sys.stderr.write('LOADED=' + ','.join(loaded) + '\\n')\n"
+        "sys.exit(code)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert ("LOADED=ddpctl.workspace.pack,pathspec\n" if packs else "LOADED=\n") in proc.stderr, proc.stderr
+
+
 def test_console_script_runs(tmp_path: Path) -> None:
     exe = Path(sys.executable).with_name("ddpctl")
     proc = subprocess.run([str(exe), "render", "--explain"], capture_output=True, text=True, cwd=tmp_path)

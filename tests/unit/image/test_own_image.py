@@ -84,7 +84,7 @@ def test_the_older_version_is_the_built_folders(cli, fake_engine: FakeEngine, tm
     """The label names the folder `ddpctl build` hashed; submit in a subfolder compares it with
     that folder, not with the subfolder (which would always differ)."""
     from ddpctl.image.workspace import folder_identity
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     project = tmp_path / "project"  # not tmp_path: the fake engine's log is there
     (project / "sub").mkdir(parents=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from ddpctl.image.contents import WORKSPACE_LABEL
 from ddpctl.image.workspace import dependencies, dockerfile_text, folder_identity, plan_image
-from ddpctl.workspace import version_of
+from ddpctl.workspace.pack import version_of
 
 from tests.support import REPO
 
@@ -119,7 +119,7 @@ def test_a_project_image_tag_is_compared_whatever_links_the_folder_holds(tmp_pat
     from ddpctl.engines import plan_for
     from ddpctl.manifests.workspace import code_not_carried
     from ddpctl.spec import JobSpec
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     folder = own_project(tmp_path / "app")
     image = f"app:ws-{version_of(folder)[:12]}-0123abcd"

@@ -170,7 +170,7 @@ def test_code_in_the_folder_that_nothing_carries_is_said(
 
 
 def test_a_project_image_carries_the_folder_until_its_code_changes(tmp_path: Path) -> None:
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     project(tmp_path)
     image = f"my-project:ws-{version_of(tmp_path)[:12]}-0123abcd"

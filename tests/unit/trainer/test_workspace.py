@@ -15,8 +15,8 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from ddpctl.workspace import pack_workspace
 from ddpctl.workspace.inline import unpacker_files
+from ddpctl.workspace.pack import pack_workspace
 from ddpctl.workspace.upload import upload
 from ddpctl_trainer import protocol
 from ddpctl_trainer import workspace as ws

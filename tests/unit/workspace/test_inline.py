@@ -8,7 +8,6 @@ import io
 from pathlib import Path
 
 import pytest
-from ddpctl.workspace import pack_workspace
 from ddpctl.workspace.inline import (
     INLINE_LIMIT,
     SHA256_ANNOTATION,
@@ -18,6 +17,7 @@ from ddpctl.workspace.inline import (
     unpacker_files,
     workspace_secret,
 )
+from ddpctl.workspace.pack import pack_workspace
 from ddpctl_trainer.protocol import WORKSPACE_ARCHIVE_KEY
 
 from tests.support.k8s_schemas import validate_core

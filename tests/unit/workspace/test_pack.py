@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from ddpctl.errors import SpecError
-from ddpctl.workspace import Pack, pack, pack_workspace, select, size_text
-from ddpctl.workspace.pack import _member
+from ddpctl.workspace.pack import Pack, _member, pack, pack_workspace, size_text
+from ddpctl.workspace.select import select
 
 from tests.unit.workspace.trees import Exec, Link, Tree, make_tree
 
@@ -218,7 +218,7 @@ def test_an_empty_workspace_is_a_valid_empty_tar(tmp_path: Path) -> None:
 def test_the_version_of_a_folder_is_the_sha256_it_packs_to_without_gzip(tmp_path: Path, monkeypatch) -> None:
     """`version_of` names what `pack_workspace` names (a project image's tag is compared with it)
     and compresses nothing: gzip is not even reachable."""
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     root = make_tree(tmp_path / "ws", {**TREE, "big.bin": os.urandom((1 << 20) + 7), ".env": "K=v"})
     packed, _ = _packed(root)
@@ -235,7 +235,7 @@ def test_the_version_of_a_folder_is_the_sha256_it_packs_to_without_gzip(tmp_path
 def test_the_version_leaves_out_links_that_leave_the_folder_or_point_nowhere(tmp_path: Path) -> None:
     """What `select` refuses for a path that would ship (a link out of the folder, to nothing, or
     back up: a loop) is left out of the version, which never fails for it."""
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     outside = tmp_path / "outside.txt"
     outside.write_text("not the project's\n")

@@ -15,8 +15,7 @@ from pathlib import Path
 
 import pytest
 from ddpctl.errors import SpecError, UsageError
-from ddpctl.workspace import pack_workspace
-from ddpctl.workspace.pack import _CHUNK
+from ddpctl.workspace.pack import _CHUNK, pack_workspace
 from ddpctl.workspace.scan import BINARY_PROBE, SCAN_LIMIT, SERVICE_ACCOUNT, scan
 from ddpctl.workspace.ship import prepare
 
@@ -214,7 +213,7 @@ def test_nothing_is_made_before_the_scan(tmp_path: Path) -> None:
 def test_the_checks_that_only_name_a_folders_version_do_not_refuse_a_key_in_it(tmp_path: Path) -> None:
     """The hash of a project image's tag or label (`ddpctl render`/`submit` without --workspace, the
     label of a build from the folder's own Dockerfile): nothing of the folder ships from there."""
-    from ddpctl.workspace import version_of
+    from ddpctl.workspace.pack import version_of
 
     root = make_tree(tmp_path / "ws", {"train.py": "x = 1\n", "deploy_notes.txt": _pem()})
     assert len(version_of(root)) == 64

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from ddpctl.errors import SpecError
-from ddpctl.workspace import SECRET_PATTERNS, select
+from ddpctl.workspace.select import SECRET_PATTERNS, select
 
 from tests.support import skip_unless
 from tests.unit.workspace.trees import Exec, Link, Tree, make_tree
