@@ -33,13 +33,16 @@ def pidfile(name: str) -> Path:
 
 
 def running(name: str) -> int | None:
-    """The pid of the component when its process is alive, else None."""
+    """The pid of the component when its process is alive, else None. A zombie is not alive: the
+    components outlive `cluster up`, so init reaps them, and an init that reaps every second or two
+    (as this sandbox's does) made each stop wait that long."""
     try:
         pid = int(pidfile(name).read_text())
         os.kill(pid, 0)
-    except (OSError, ValueError):
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, ValueError, IndexError):
         return None
-    return pid
+    return None if state == "Z" else pid
 
 
 def start(name: str, argv: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> None:

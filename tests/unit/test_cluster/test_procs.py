@@ -72,6 +72,22 @@ def test_a_missing_garbled_or_dead_pidfile_means_not_running(state: Path, pidfil
     assert not procs.pidfile("x").exists()
 
 
+def test_a_component_that_exited_but_is_not_reaped_yet_is_not_running(state: Path) -> None:
+    """A zombie (exited, its parent not yet waiting for it: init, for a component) still answers
+    kill(pid, 0); `running` must not count it, or every stop waits for init's next reaping."""
+    child = subprocess.Popen(["true"])
+    (state / "run").mkdir()
+    procs.pidfile("x").write_text(str(child.pid))
+    try:
+        deadline = time.monotonic() + 10  # until it has exited: its stat says Z, and it stays so
+        while "Z" not in Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1][:3]:
+            assert time.monotonic() < deadline, "true did not exit"
+            time.sleep(0.01)
+        assert procs.running("x") is None
+    finally:
+        child.wait()
+
+
 def test_waiting_returns_once_the_check_holds_and_retries_what_is_not_up_yet(state: Path) -> None:
     answers = iter([OSError("refused"), False, True])
 
