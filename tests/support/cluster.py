@@ -60,8 +60,11 @@ def cluster_command(*args: str, timeout: float | None = None) -> subprocess.Comp
     )
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def real_cluster() -> Iterator[RealCluster]:
+    """The test cluster, up for the tests of the package that asks for it (tests/e2e/cluster) and
+    stopped after its last one when started here: idle, it would take ~7 % of a core from every
+    test after it."""
     skip_unless(
         shutil.which("go") is not None or (STATE / "bin").exists(),
         "the cluster tests build Kubernetes from Go modules: install Go 1.26+ (then `make cluster`)",
