@@ -1,8 +1,10 @@
 """The images the real-node tests run, built once a session and loaded onto the real node together.
 
 A load streams the whole image (`docker save`, ~6 GB with PyPI's torch) into the node's containerd,
-~80 s here whatever the node already holds; images loaded together share that stream, so the three
-that the real-node tests use cost one load, not three.
+~80 s here whatever the node already holds (`docker save` alone takes ~52 s); images loaded together
+share that stream, so the four that the real-node tests use cost one load, not four. The fourth is a
+user's project built by `ddpctl build` in its folder (no Dockerfile): the test of building, editing
+and shipping it starts from the folder and image made here.
 """
 
 from __future__ import annotations
@@ -28,6 +30,33 @@ class NodeImages:
     trainer: str  # the trainer image on the CPU base (`ddpctl build` of this clone)
     user: str  # a user's own image on it: tests/e2e/cluster/user-image.Dockerfile (WORKDIR /app)
     store: str  # the trainer image with the object store client, for a workspace fetched from S3
+    project: str  # `ddpctl build` in `project_dir` (no Dockerfile) on the trainer image: my-project:ws-...
+    project_dir: Path  # that folder (PROJECT_FILES), for the one test that edits it afterwards
+
+
+# A user's project: train.py (DDP over gloo) importing a local helper module whose constant every
+# rank prints, and a .env file that must never leave the folder.
+TRAIN = """\
+import os
+
+import torch.distributed as dist
+
+import helper
+
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} of {dist.get_world_size()} says {helper.CONSTANT} in {os.getcwd()}", flush=True)
+dist.destroy_process_group()
+"""
+PROJECT_FILES = {"train.py": TRAIN, "helper.py": "CONSTANT = 'first'\n", ".env": "TOKEN=never-shipped\n"}
+
+
+def write_project(parent: Path) -> Path:
+    """The project in `parent`/my-project (the folder's name is the image's repository)."""
+    folder = parent / "my-project"
+    folder.mkdir()
+    for name, text in PROJECT_FILES.items():
+        (folder / name).write_text(text)
+    return folder
 
 
 def build(*args: str, cwd: Path = REPO) -> str:
@@ -62,9 +91,9 @@ def store_image(trainer: str, folder: Path) -> str:
                  "--file", str(folder / "Dockerfile"))  # fmt: skip
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def node_images(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFactory) -> NodeImages:
-    """Built (cached by Docker) and loaded once for the session."""
+    """Built (cached by Docker) and loaded once, for the package of real-node tests."""
     ready = "jsonpath={.status.conditions[?(@.type=='Ready')].status}"
     state = real_cluster.kubectl("get", "node", NODE, "-o", ready, check=False).stdout.strip()
     skip_unless(state == "True", f"the real node {NODE} (root, runc and the CNI plugins: make cluster)")
@@ -73,6 +102,9 @@ def node_images(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFact
     trainer = build("--base-image", BASE_IMAGE, "--repo", "ddpctl-trainer-test")
     user = build("--base-image", trainer, "--repo", "ddpctl-user-test", "--file",
                  "tests/e2e/cluster/user-image.Dockerfile", "--context", "tests/support/models")  # fmt: skip
-    images = NodeImages(trainer, user, store_image(trainer, tmp_path_factory.mktemp("wheels")))
-    load(images.trainer, images.user, images.store)
+    project_dir = write_project(tmp_path_factory.mktemp("project"))
+    project = build("--base-image", trainer, cwd=project_dir)
+    store = store_image(trainer, tmp_path_factory.mktemp("wheels"))
+    images = NodeImages(trainer, user, store, project, project_dir)
+    load(images.trainer, images.user, images.store, images.project)
     return images

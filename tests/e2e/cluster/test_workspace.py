@@ -3,8 +3,8 @@ a project image (`ddpctl build` in a folder without a Dockerfile), then edited a
 `--workspace` and the same image, on every engine and with node groups; a corrupted archive; a
 workspace too large for a Secret, in a real S3 server the pods reach on the node's bridge.
 
-The project: train.py (DDP over gloo) importing a local helper module whose constant every rank
-prints, and a .env file that must never leave the folder.
+The project (tests/support/node_images.py): train.py (DDP over gloo) importing a local helper module
+whose constant every rank prints, and a .env file that must never leave the folder.
 """
 
 from __future__ import annotations
@@ -25,24 +25,13 @@ import pytest
 from tests.support import REPO
 from tests.support.cluster import RealCluster
 from tests.support.docker import local_images
-from tests.support.node_images import HOME, NodeImages, load
+from tests.support.node_images import HOME, NodeImages, write_project
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 NODE = "ddpctl-real-node"
 GATEWAY = "10.88.0.1"  # the real node's bridge: pods reach the host there (cluster/node/layout.py)
 ON_NODE = ["--node-selector", "node.ddpctl.io/real=true", "--toleration", "node.ddpctl.io/real=true:NoSchedule"]
-TRAIN = """\
-import os
-
-import torch.distributed as dist
-
-import helper
-
-dist.init_process_group("gloo")
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} says {helper.CONSTANT} in {os.getcwd()}", flush=True)
-dist.destroy_process_group()
-"""
 
 
 def _ddpctl(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> Any:
@@ -50,12 +39,6 @@ def _ddpctl(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: f
         [sys.executable, "-m", "ddpctl", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
-
-
-def _build(*args: str, cwd: Path = REPO) -> str:
-    r = _ddpctl("build", "--quiet", "--no-latest", *args, cwd=cwd, timeout=1800)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return str(r.stdout.strip())
 
 
 @pytest.fixture
@@ -72,12 +55,7 @@ def restricted(kube: RealCluster, namespace: str) -> str:
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    folder = tmp_path / "my-project"
-    folder.mkdir()
-    (folder / "train.py").write_text(TRAIN)
-    (folder / "helper.py").write_text("CONSTANT = 'first'\n")
-    (folder / ".env").write_text("TOKEN=never-shipped\n")
-    return folder
+    return write_project(tmp_path)
 
 
 def said(out: str) -> list[str]:
@@ -107,15 +85,15 @@ def _archive_names(kube: RealCluster, ns: str) -> list[str]:
 
 
 def test_built_in_then_edited_and_shipped_without_a_rebuild(
-    kube: RealCluster, restricted: str, trainer_image: str, project: Path
+    kube: RealCluster, restricted: str, node_images: NodeImages
 ) -> None:
-    """`ddpctl build` in the folder (no Dockerfile), loaded onto the node: every rank prints the
-    constant. Edit it, `submit --workspace .` with the same image: every rank prints the new value,
-    and no image was built or loaded. The Secret holds no .env; `delete` leaves no archive object."""
+    """`ddpctl build` in the folder (no Dockerfile), loaded onto the node with the session's other
+    images (one stream: tests/support/node_images.py): every rank prints the constant. Edit it,
+    `submit --workspace .` with the same image: every rank prints the new value, and no image was
+    built or loaded. The Secret holds no .env; `delete` leaves no archive object."""
     ns = restricted
-    image = _build("--base-image", trainer_image, cwd=project)
+    image, project = node_images.project, node_images.project_dir
     assert image.startswith("my-project:ws-"), image
-    load(image)
     job = ["-n", ns, "--nodes", "2", "--procs", "1", "--gpus", "0", "--image", image, *ON_NODE, "--script", "train.py"]
     built = _ddpctl("submit", "--name", "built", *job, "--follow", cwd=project)
     assert built.returncode == 0, built.stderr[-3000:] + built.stdout[-3000:]
