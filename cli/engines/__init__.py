@@ -29,9 +29,14 @@ def engine_for(target: str) -> Engine:
     return ENGINES[target]
 
 
+def engine_of(plan: Plan) -> Engine:
+    """The whole engine of a plan (the Plan itself sees only the part it derives from)."""
+    return ENGINES[plan.spec.target]
+
+
 def plan_for(spec: JobSpec) -> Plan:
     """The spec's Plan on its target's engine (a SpecError when the engine cannot run the spec)."""
     return ENGINES[spec.target].plan(spec)
 
 
-__all__ = ["AUTO_PREFERENCE", "ENGINES", "TARGETS", "Engine", "WorkloadKind", "engine_for", "plan_for"]
+__all__ = ["AUTO_PREFERENCE", "ENGINES", "TARGETS", "Engine", "WorkloadKind", "engine_for", "engine_of", "plan_for"]

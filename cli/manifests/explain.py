@@ -7,6 +7,7 @@ import textwrap
 from typing import TYPE_CHECKING
 
 from ddpctl.console import plural
+from ddpctl.engines import engine_of
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.plan import Plan
 from ddpctl.spec.fabrics import ENFORCE_LABEL
@@ -33,7 +34,7 @@ def _topology_lines(plan: Plan) -> list[str]:
     requests = [(g.name, spec.topology_of(g)) for g in spec.groups]
     if not any(t for _, t in requests):
         return []
-    group = plan.engine.podset_group(plan)
+    group = engine_of(plan).podset_group(plan)
     if len(requests) == 1:
         text = requests[0][1].describe()
     else:
@@ -105,7 +106,7 @@ def _preflight_lines(plan: Plan) -> list[str]:
         + f"; costs {cost} per start (one pod per machine; pods that share one take turns)"
     )
     if checks.mode == "fail":
-        text += f"; exit {protocol.EXIT_PREFLIGHT} on a finding: {plan.engine.preflight_failure(plan)}"
+        text += f"; exit {protocol.EXIT_PREFLIGHT} on a finding: {engine_of(plan).preflight_failure(plan)}"
     else:
         text += "; findings are reported, training goes on"
     return _wrapped("  preflight:          ", text)
@@ -126,7 +127,7 @@ def _stragglers_lines(plan: Plan) -> list[str]:
     if not plan.uses_trainer:
         text += " (your script opts in with ddpctl_trainer.stragglers; its pods get these settings)"
     if watch.mode == "fail":
-        what = plan.engine.straggler_failure(plan)
+        what = engine_of(plan).straggler_failure(plan)
         text += f"; exit {protocol.EXIT_STRAGGLER} on every rank when a node is named: {what}"
     else:
         text += "; training goes on"
@@ -163,7 +164,7 @@ def _wrapped(label: str, text: str, width: int = 110) -> list[str]:
 def explain(plan: Plan, shipment: Shipment | None = None, *, lint: str | None = None) -> str:
     """The layout in words; `shipment`, the workspace the job ships (what, where, what was left
     out); `lint`, what `ddpctl lint` found of the job's script before the run."""
-    spec, engine = plan.spec, plan.engine
+    spec, engine = plan.spec, engine_of(plan)
     hosts = plan.pod_hostnames
     nproc = plan.nproc_per_node
     gpus = {g.gpus_per_node for g in spec.groups}

@@ -13,7 +13,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 import yaml
-from ddpctl.engines import plan_for
+from ddpctl.engines import engine_of, plan_for
 from ddpctl.engines.base import COMPLETION_INDEX as COMPLETION_INDEX_ANNOTATION
 from ddpctl.manifests.yamlsafe import finalize, to_yaml
 from ddpctl.plan import GroupPlan, Plan
@@ -144,7 +144,7 @@ def view(plan: Plan, shipment: Shipment | None = None) -> dict[str, Any]:
     job-wide view itself, so single-group output is what it always was). A `shipment` (the
     workspace the job ships) adds its volumes, mounts and env to every pod, and its unpacker
     before each pod's command (the built-in trainer's launcher unpacks by itself)."""
-    spec, engine = plan.spec, plan.engine
+    spec, engine = plan.spec, engine_of(plan)
     pod_sc, container_sc = _security(plan)
     volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": spec.shm_size}}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": SHM_MOUNT}]
@@ -252,4 +252,4 @@ def render_text(plan: Plan | JobSpec, shipment: Shipment | None = None) -> str:
     """The raw template output (YAML) of a plan (or a spec, planned here); `render` parses it."""
     if not isinstance(plan, Plan):
         plan = plan_for(plan)
-    return _environment().get_template(plan.engine.template).render(v=view(plan, shipment))
+    return _environment().get_template(engine_of(plan).template).render(v=view(plan, shipment))

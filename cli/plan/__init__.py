@@ -5,6 +5,7 @@ Render, explain, the runners and the cluster commands read the Plan; none of the
 of its own or asks the target by name.
 """
 
-from ddpctl.plan.plan import GroupPlan, Node, Plan
+from ddpctl.plan.layout import GroupPlan, Node
+from ddpctl.plan.plan import Plan
 
 __all__ = ["GroupPlan", "Node", "Plan"]

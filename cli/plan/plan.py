@@ -2,7 +2,8 @@
 
 A `Plan` is made by `engine.plan(spec)` (ddpctl.engines), which first checks that the engine can
 run the spec. What depends on the target -- names, DNS names, the env an operator injects, where
-rank 0 listens, failure rules -- is asked of `plan.engine`, which answers from the plan; what does
+rank 0 listens, failure rules -- is asked of `plan.engine`, which answers from the plan (the Plan
+sees it as a `Target`: only what it derives from, so this layer never imports ddpctl.engines); what does
 not -- the layout in rank order, world size, the backend, torchrun's launcher and the trainer's
 arguments, the env ddpctl gives the training container -- is computed here.
 """
@@ -11,22 +12,19 @@ from __future__ import annotations
 
 import copy
 import functools
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ddpctl.errors import SpecError
+from ddpctl.plan.layout import PLAIN_DDP_ENV, GroupPlan, Node
 from ddpctl.spec import kueue
 from ddpctl.spec.fabrics import PROFILES, Fabric
 from ddpctl.spec.fields import number_text
-from ddpctl.spec.model import JobSpec, NodeGroup, Topology
+from ddpctl.spec.model import JobSpec, NodeGroup
 from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.rules import NODE_AFFINITY, REQUIRED_NODES
 from ddpctl.spec.schema import GRACE_MARGIN
 from ddpctl_trainer import protocol
-
-if TYPE_CHECKING:
-    from ddpctl.engines.base import Engine
 
 NO_CHECKPOINT_VOLUME = (
     "no `checkpoints` volume: the trainer's checkpoints stay in the pod's own file system, so a restart "
@@ -38,52 +36,23 @@ PREFLIGHT_OVERHEAD_S = 0.2  # the preflight's gathers and barriers, measured on 
 PREFLIGHT_PAIR_ROUNDS = 4  # rounds of node pairs at most (ddpctl_trainer.preflight.judge.MAX_PAIR_ROUNDS)
 
 
-@dataclass(frozen=True)
-class Node:
-    """One node (pod) of the job in rank order: its group, index in the group, processes and ranks."""
+class Target(Protocol):
+    """What a Plan asks of its engine (ddpctl.engines.base.Engine answers it)."""
 
-    rank: int  # node rank: 0 is the first group's first node
-    group: NodeGroup
-    group_index: int  # which group, in spec order
-    index: int  # the completion index within its group
-    first_rank: int  # global rank of its local rank 0 (ranks are contiguous per node)
-
-    @property
-    def nproc(self) -> int:
-        return self.group.nproc
-
-    @property
-    def ranks(self) -> range:
-        return range(self.first_rank, self.first_rank + self.nproc)
-
-
-# What torch.distributed's env:// initialisation reads: a process torchrun did not start needs them.
-PLAIN_DDP_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
-
-
-@dataclass(frozen=True)
-class GroupPlan:
-    """One node group's workload and pods: its object's name, pods, command and container env."""
-
-    group: NodeGroup
-    index: int  # in spec order
-    first_node: int  # the node rank of its first pod
-    pods: int  # the pods its workload asks for (the elastic maximum when elastic)
-    workload_name: str  # the object that runs its pods
-    replicated_job: str | None  # its JobSet replicatedJob (JobSet-based engines)
-    command: tuple[str, ...]  # the training container's command
-    env: Mapping[str, str]  # the training container's literal env: wiring first, then the user's
-    topology: Topology  # Kueue's topology request for its pods
-    labels: Mapping[str, str]  # on its pods (and its workload object's template)
-    pod_annotations: Mapping[str, str]  # on its pod template: the spec's and Kueue's topology request
-
-    @property
-    def name(self) -> str:
-        return self.group.name
-
-    @property
-    def nproc(self) -> int:
-        return self.group.nproc
+    def restart_limit(self, plan: Plan) -> int: ...
+    def retriable(self, plan: Plan, code: int) -> bool: ...
+    def pod_restart_policy(self, plan: Plan) -> str: ...
+    def failure_handling(self, plan: Plan) -> str: ...
+    def workload_name(self, plan: Plan, group: NodeGroup) -> str: ...
+    def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str | None: ...
+    def pod_hostname(self, plan: Plan, node: Node) -> str: ...
+    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]: ...
+    def master_port(self, plan: Plan) -> int: ...
+    def node_rank_source(self, plan: Plan) -> str: ...
+    def node_rank_from_index(self, plan: Plan) -> bool: ...
+    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]: ...
+    def entrypoint(self, plan: Plan, group: NodeGroup) -> tuple[str, ...]: ...
+    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True, eq=False)
@@ -91,7 +60,7 @@ class Plan:
     """A checked spec and its engine, with everything they derive (see the module docstring)."""
 
     spec: JobSpec
-    engine: Engine
+    engine: Target  # what the Plan asks of its engine; the rest of the engine: engine_for(spec.target)
 
     # ------------------------------------------------------------------ the layout
 
