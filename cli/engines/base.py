@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ddpctl.errors import SpecError
 from ddpctl.plan import Node, Plan
+from ddpctl.spec.schema import TARGETS
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
@@ -71,6 +72,11 @@ def _int(text: Any) -> int | None:
         return int(text)
     except (TypeError, ValueError):
         return None
+
+
+#: every engine class by its target, as each module defines one: what `alternatives` names (this
+#: module cannot import the package that lists the engines, which imports it)
+KNOWN: dict[str, type[Engine]] = {}
 
 
 class Engine(ABC):
@@ -131,11 +137,14 @@ class Engine(ABC):
                 f"give a fixed count, or use target {self.alternatives('elastic')}",
             )
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "target" in cls.__dict__:
+            KNOWN[cls.target] = cls
+
     @staticmethod
     def alternatives(feature: str) -> str:
-        from ddpctl.engines import ENGINES
-
-        able = [e.target for e in ENGINES.values() if e.can(feature)]
+        able = [t for t in TARGETS if t in KNOWN and KNOWN[t]().can(feature)]
         return ", ".join(able[:-1]) + f" or {able[-1]}" if len(able) > 1 else able[0]
 
     def can(self, feature: str) -> bool:
