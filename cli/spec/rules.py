@@ -8,20 +8,78 @@ each off this code by running it on probe specs, so a new rule here needs a prob
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from ddpctl.errors import SpecError
 from ddpctl.spec.checks import require, yaml_spelling
 from ddpctl.spec.fabrics import ENFORCE_LABEL, PROFILES
 from ddpctl.spec.fields import NODE_COUNT
+from ddpctl.spec.parts import NodeGroup, Preflight, Rendezvous, SecretKeyRef, Topology, Volume
 from ddpctl.spec.schema import MAX_NODES, TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT
 from ddpctl_trainer import protocol
 
-if TYPE_CHECKING:
-    from ddpctl.spec.model import JobSpec, Topology
+
+class Spec(Protocol):
+    """What the rules read of a spec (ddpctl.spec.model.JobSpec is one, and runs them as it is made):
+    typed here, so the rules need not import the model that imports them."""
+
+    @property
+    def affinity(self) -> Mapping[str, Any]: ...
+    @property
+    def args(self) -> tuple[str, ...]: ...
+    @property
+    def avoid_nodes(self) -> tuple[str, ...]: ...
+    @property
+    def backend(self) -> str: ...
+    @property
+    def checkpoints(self) -> str | None: ...
+    @property
+    def collective_timeout(self) -> int | None: ...
+    @property
+    def command(self) -> tuple[str, ...]: ...
+    @property
+    def elastic(self) -> bool: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def fabric(self) -> str: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def groups(self) -> tuple[NodeGroup, ...]: ...
+    @property
+    def max_nodes(self) -> int | None: ...
+    @property
+    def min_nodes(self) -> int | None: ...
+    @property
+    def module(self) -> str | None: ...
+    @property
+    def node_groups(self) -> tuple[NodeGroup, ...]: ...
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def pod_security(self) -> str: ...
+    @property
+    def preflight(self) -> Preflight: ...
+    @property
+    def procs_per_node(self) -> int | None: ...
+    @property
+    def rendezvous(self) -> Rendezvous: ...
+    @property
+    def script(self) -> str | None: ...
+    @property
+    def secret_env(self) -> Mapping[str, SecretKeyRef]: ...
+    @property
+    def stall_timeout(self) -> int | None: ...
+    @property
+    def uses_trainer(self) -> bool: ...
+    @property
+    def volumes(self) -> Mapping[str, Volume]: ...
+
+    def topology_of(self, group: NodeGroup) -> Topology: ...
 
 
-def node_groups(spec: JobSpec) -> None:
+def node_groups(spec: Spec) -> None:
     """Group names are unique, no group has more processes than GPUs, GPUs are in every group or
     in none (one backend serves the whole job), and the groups hold a fixed count of MAX_NODES at most."""
     seen: set[str] = set()
@@ -61,7 +119,7 @@ def node_groups(spec: JobSpec) -> None:
     )
 
 
-def layout(spec: JobSpec) -> None:
+def layout(spec: Spec) -> None:
     """`nodes` (N, or MIN:MAX read into minNodes and maxNodes) and processes per GPU."""
     if spec.min_nodes is not None or spec.max_nodes is not None:
         for bound, value in (("minimum", spec.min_nodes), ("maximum", spec.max_nodes)):
@@ -86,7 +144,7 @@ def layout(spec: JobSpec) -> None:
         )
 
 
-def entrypoint(spec: JobSpec) -> None:
+def entrypoint(spec: Spec) -> None:
     chosen = [n for n, v in (("module", spec.module), ("script", spec.script), ("command", spec.command)) if v]
     require(
         len(chosen) == 1,
@@ -96,7 +154,7 @@ def entrypoint(spec: JobSpec) -> None:
     )
 
 
-def backend(spec: JobSpec) -> None:
+def backend(spec: Spec) -> None:
     require(
         not (spec.backend == "nccl" and spec.gpus_per_node == 0),
         "backend",
@@ -105,7 +163,7 @@ def backend(spec: JobSpec) -> None:
     )
 
 
-def rendezvous(spec: JobSpec) -> None:
+def rendezvous(spec: Spec) -> None:
     require(
         not (spec.elastic and spec.rendezvous.mode == "static"),
         "rendezvous.mode",
@@ -114,12 +172,12 @@ def rendezvous(spec: JobSpec) -> None:
     )
 
 
-def env(spec: JobSpec) -> None:
+def env(spec: Spec) -> None:
     clash = set(spec.env) & set(spec.secret_env)
     require(not clash, "secretEnv", f"{', '.join(sorted(clash))} is also set in env", "set each variable in one place")
 
 
-def volumes(spec: JobSpec) -> None:
+def volumes(spec: Spec) -> None:
     mounts: dict[str, str] = {}
     for name, volume in spec.volumes.items():
         require(
@@ -131,7 +189,7 @@ def volumes(spec: JobSpec) -> None:
         mounts[volume.mount_path] = name
 
 
-def checkpoints(spec: JobSpec) -> None:
+def checkpoints(spec: Spec) -> None:
     """An object store URL is the ddpctl trainer's, and the only place for its checkpoints."""
     if spec.checkpoints is None:
         return
@@ -155,7 +213,7 @@ def checkpoints(spec: JobSpec) -> None:
     )
 
 
-def topology(spec: JobSpec) -> None:
+def topology(spec: Spec) -> None:
     """Kueue's rules for each group's PodSet annotations (its own topology, else the spec's)."""
     for i, group in enumerate(spec.groups):
         where = f"nodeGroups[{i}].topology" if group.topology is not None else "topology"
@@ -192,7 +250,7 @@ def podset_topology(request: Topology, where: str, pods: int | None) -> None:
         )
 
 
-def timeouts(spec: JobSpec) -> None:
+def timeouts(spec: Spec) -> None:
     """The ddpctl trainer refuses to start unless its stall watchdog fires before its collectives time out."""
     if spec.uses_trainer and spec.collective_timeout is not None:
         stall = TRAINER_STALL_TIMEOUT if spec.stall_timeout is None else spec.stall_timeout
@@ -213,7 +271,7 @@ def timeouts(spec: JobSpec) -> None:
         )
 
 
-def preflight(spec: JobSpec) -> None:
+def preflight(spec: Spec) -> None:
     """The checks run inside the ddpctl trainer, once its process group is up: other code has no
     place for them (its pods run plain torchrun, and the image need not hold the trainer)."""
     if spec.preflight.on:
@@ -227,7 +285,7 @@ def preflight(spec: JobSpec) -> None:
         )
 
 
-def fabric(spec: JobSpec) -> None:
+def fabric(spec: Spec) -> None:
     """A fast fabric carries NCCL's traffic (gloo has no transport for it), and its RDMA
     transport's IPC_LOCK capability is allowed only under Pod Security privileged."""
     if spec.fabric == "socket":
@@ -255,7 +313,7 @@ NODE_AFFINITY = "nodeAffinity"
 REQUIRED_NODES = "requiredDuringSchedulingIgnoredDuringExecution"
 
 
-def avoid_nodes(spec: JobSpec) -> None:
+def avoid_nodes(spec: Spec) -> None:
     """avoidNodes goes into every term of a required node affinity the spec has: it must be one
     Kubernetes takes (a map of nodeSelectorTerms, a non-empty list of maps)."""
     if not spec.avoid_nodes:
@@ -297,6 +355,6 @@ RULES = (
 )
 
 
-def check(spec: JobSpec) -> None:
+def check(spec: Spec) -> None:
     for rule in RULES:
         rule(spec)
