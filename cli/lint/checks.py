@@ -10,6 +10,7 @@ from ddpctl.lint import devices
 from ddpctl.lint.datasets import download_argument
 from ddpctl.lint.facts import Project, finding, short
 from ddpctl.lint.findings import Finding
+from ddpctl.lint.guards import guard, is_rank_expr
 from ddpctl.lint.index import (
     WRAPPER,
     Index,
@@ -141,7 +142,7 @@ def optimizer_before_wrap(src: Source, idx: Index, project: Project) -> Iterator
 def _mentions_rank(idx: Index, expr: ast.AST, depth: int = 2) -> bool:
     """Whether `expr` (or, through names, what they hold) uses a rank: a dataset sharded by hand."""
     for node in ast.walk(expr):
-        if isinstance(node, ast.Name | ast.Attribute | ast.Call) and idx.is_rank_expr(node):
+        if isinstance(node, ast.Name | ast.Attribute | ast.Call) and is_rank_expr(idx, node):
             return True
         if (
             depth
@@ -177,7 +178,7 @@ def loaders(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
         dataset = arg(call, "dataset", 0)
         if dataset is not None and (_mentions_rank(idx, dataset) or _is_subset(idx, dataset)):
             continue  # sharded by rank by hand, or a chosen subset (the samples a DistributedSampler dropped)
-        if idx.guard(call) is True:
+        if guard(idx, call) is True:
             continue  # e.g. an evaluation on rank 0 only
         what = f"sampler={short(plain[0])}" if plain else "no sampler"
         yield finding(src, call, "DDP005", f"this DataLoader has {what} in a distributed program")
@@ -216,7 +217,7 @@ def saves(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
         path = arg(call, "f", 1)
         if _names_rank(idx, path) or _is_buffer(idx, path):
             continue
-        if idx.guard(call) is False:
+        if guard(idx, call) is False:
             yield finding(src, call, "DDP008", "torch.save runs on every rank")
 
 
@@ -260,7 +261,7 @@ def downloads(src: Source, idx: Index, project: Project) -> Iterator[Finding]:
         download = download_argument(idx, call)
         if download is None or not is_const(download, True):
             continue
-        if idx.guard(call) is not False:
+        if guard(idx, call) is not False:
             continue
         function = idx.function_of(call)
         if any(idx.function_of(b) is function and b.lineno < call.lineno for b in barriers):

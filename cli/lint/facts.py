@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from ddpctl.lint.findings import Finding
 from ddpctl.lint.guards import is_rank_expr
 from ddpctl.lint.index import ENV_KINDS, LOCAL_RANK, WRAPPER, Index, const_str, dotted, last_name
-from ddpctl.lint.program import UNKNOWN_LAYOUT, Layout, Program
+from ddpctl.lint.program import UNKNOWN_LAYOUT, Layout, Program, program_of
 from ddpctl.lint.rules import BY_ID, Severity
 from ddpctl.lint.source import Source
 
@@ -264,7 +264,7 @@ def origin(idx: Index, expr: ast.AST, kind: str) -> str:
         if kind in idx.kinds(value) and hasattr(value, "lineno"):
             return f" ({key} = {short(value, 40)}, line {value.lineno})"
     function = idx.function_of(expr)
-    program = idx.program
+    program = program_of(idx)
     if function is not None and program is not None and "." not in key:
         for module, call, _ in program.calls_of(program.module_of(idx), function):
             if any(kind in module.idx.kinds(a) for a in (*call.args, *(k.value for k in call.keywords))):

@@ -42,6 +42,7 @@ from ddpctl.lint.index import (
     dotted,
     last_name,
 )
+from ddpctl.lint.program import program_of
 
 MAIN_NAME = re.compile(
     r"(is_)?(main|master|chief|leader|primary|root|global_zero|world_process_zero|local_process_zero|"
@@ -141,7 +142,7 @@ def _constant(idx: Index, expr: ast.AST) -> tuple[bool, object]:
     value = _int(expr)
     if value is not None:
         return True, value
-    program = idx.program
+    program = program_of(idx)
     argument = program.argument(expr) if program is not None else None
     if argument is not None:
         if argument.default is None:
@@ -161,7 +162,7 @@ def _membership(idx: Index, left: ast.AST, right: ast.AST) -> Truth:
     members = [_int(e) for e in right.elts]
     if any(m is None for m in members):
         return UNKNOWN
-    program = idx.program
+    program = program_of(idx)
     flag: ast.AST | None = None
     if program is not None:
         key = dotted(left)
@@ -224,7 +225,7 @@ def _assigned(idx: Index, expr: ast.AST, depth: int) -> Truth | None:
         return None
     values = idx.values_of(key, expr)[1]
     sources = [(idx, v) for v in values]
-    program = idx.program
+    program = program_of(idx)
     if not values and program is not None and "." in key and not key.startswith("self."):
         sources = [(m.idx, v) for m, v in program.attr_values(key.rsplit(".", 1)[1])]
     if not sources:
@@ -239,7 +240,7 @@ def _name(idx: Index, expr: ast.Name | ast.Attribute, depth: int) -> Truth:
         return RANK0
     if is_rank_expr(idx, expr):
         return OFF0  # `if rank:`
-    program = idx.program
+    program = program_of(idx)
     if program is not None and program.argument(expr) is not None:
         known, value = _constant(idx, expr)
         return (TRUE if value else FALSE) if known else UNKNOWN
@@ -259,7 +260,7 @@ def _call(idx: Index, call: ast.Call, depth: int) -> Truth:
         return TRUE
     if name in ("int", "bool") and len(call.args) == 1:
         return truth(idx, call.args[0], depth + 1)
-    program = idx.program
+    program = program_of(idx)
     if program is not None and depth < DEPTH:
         target = program.resolve_call(program.module_of(idx), call.func)
         if target is not None:
@@ -368,7 +369,7 @@ def function_guard(idx: Index, function: FunctionNode) -> bool | None:
         result = True
     else:
         sites: list[tuple[Index, ast.AST]] = [(idx, s) for s in idx.sites_of(function)]
-        program = idx.program
+        program = program_of(idx)
         if program is not None:
             seen = {id(s) for _, s in sites}
             module = program.module_of(idx)

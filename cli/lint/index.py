@@ -20,10 +20,7 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from ddpctl.lint.program import Program
+from typing import Protocol
 
 FunctionNode = ast.FunctionDef | ast.AsyncFunctionDef
 
@@ -137,6 +134,15 @@ def has_star_kwargs(call: ast.Call) -> bool:
     return any(k.arg is None for k in call.keywords)
 
 
+class Resolver(Protocol):
+    """What an Index asks of the program it is read in (ddpctl.lint.program.Program answers): the
+    kinds of value that cross a module's edge, through calls, parameters and attributes."""
+
+    def return_kinds(self, idx: Index, call: ast.Call, item: int | None = None) -> frozenset[str] | None: ...
+    def param_kinds(self, idx: Index, function: FunctionNode, name: str) -> frozenset[str]: ...
+    def attr_kinds(self, attr: str) -> frozenset[str]: ...
+
+
 class Index:
     """One file's facts (see the module's docstring)."""
 
@@ -160,7 +166,7 @@ class Index:
         self._function_guard: dict[FunctionNode, bool | None] = {}
         self.returns: dict[FunctionNode, list[ast.Return]] = {}
         self.attr_reads: set[str] = set()  # `X.attr` read, X not self
-        self.program: Program | None = None  # set when the file is read as part of a program
+        self.program: Resolver | None = None  # set when the file is read as part of a program
         self._walk()
 
     # ------------------------------------------------------------------ the one pass over the tree
@@ -482,19 +488,6 @@ class Index:
                 if (id(up), key) in self.assigned:
                     return None
         return None
-
-    # ------------------------------------------------------------------ guards (guards.py)
-    def guard(self, node: ast.AST) -> bool | None:
-        """True when `node` runs only on rank 0 (or one process per node), False when it runs on every
-        rank, None when the program cannot tell (see guards.py)."""
-        from ddpctl.lint.guards import guard
-
-        return guard(self, node)
-
-    def is_rank_expr(self, expr: ast.AST) -> bool:
-        from ddpctl.lint.guards import is_rank_expr
-
-        return is_rank_expr(self, expr)
 
     def _inside(self, node: ast.AST, outer: ast.AST) -> bool:
         return any(up is outer for up in self.ancestors(node))

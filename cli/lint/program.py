@@ -468,3 +468,9 @@ def dotted_attr(expr: ast.AST) -> str | None:
     if key and "." in key and not key.startswith("self."):
         return key.rsplit(".", 1)[1]
     return None
+
+
+def program_of(idx: Index) -> Program | None:
+    """The Program `idx` is read in (the Program sets itself as the index's resolver), if any."""
+    program = idx.program
+    return program if isinstance(program, Program) else None
