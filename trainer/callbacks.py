@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from .dist import DistContext
     from .metrics import Meter, Progress
     from .stragglers import Stragglers
-    from .trainer import Trainer
     from .watchdog import Beacon
 
 
@@ -57,6 +56,44 @@ class Metrics(Protocol):
     """Rank 0's metrics file (``--metrics-file``): one JSON line per ``emit``; a no-op elsewhere."""
 
     def emit(self, event: str, **fields: Any) -> None: ...
+
+
+class _Waits(Protocol):
+    def wait(self) -> None: ...
+
+
+class _Run(Protocol):
+    """What a TrainerView reads and sets of the training run (ddpctl_trainer.trainer.Trainer is one):
+    typed here, so this module need not import the trainer that imports it."""
+
+    done: bool
+    save_requested: bool
+
+    @property
+    def cfg(self) -> TrainConfig: ...
+    @property
+    def ctx(self) -> DistContext: ...
+    @property
+    def model(self) -> nn.Module: ...
+    @property
+    def optimizer(self) -> torch.optim.Optimizer: ...
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def meter(self) -> Meter: ...
+    @property
+    def checkpointer(self) -> _Waits: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def step(self) -> int: ...
+    @property
+    def batches_done(self) -> int: ...
+    @property
+    def steps_per_epoch(self) -> int: ...
+    @property
+    def total_steps(self) -> int: ...
+    def step_in_epoch(self) -> int: ...
 
 
 class TrainerView:
@@ -71,7 +108,7 @@ class TrainerView:
 
     __slots__ = ("_trainer",)
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(self, trainer: _Run) -> None:
         self._trainer = trainer
 
     # -- where training is
