@@ -15,6 +15,10 @@ include scripts/torch-version.env
 TORCH_CPU_INDEX := https://download.pytorch.org/whl/cpu
 TORCH_INDEX_URL ?= auto
 TORCH_SPEC      ?= torch==$(TORCH_VERSION) torchvision==$(TORCHVISION_VERSION)
+# pytest-xdist workers for `make test`: the real-cluster package on one while the other runs the
+# rest (measured in docs/testing.md); TEST_WORKERS=0 runs everything in one process
+TEST_WORKERS ?= 2
+PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder)
 # A marker per torch choice: changing TORCH_SPEC or TORCH_INDEX_URL reinstalls torch, and then ddpctl.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s|%s' '$(TORCH_SPEC)' '$(TORCH_INDEX_URL)' | cksum | cut -d' ' -f1)
 
@@ -83,13 +87,14 @@ cluster-load: $(STAMP)
 cluster-down:
 	$(if $(wildcard $(PY)),$(PY),python3) -m cluster down
 
-## test: everything the tests need, the gates, then the whole suite
+## test: everything the tests need, the gates, then the whole suite on TEST_WORKERS processes
+## (tests/conftest.py: a module, or the real-cluster package, runs whole on one of them)
 test: $(STAMP) docker kubectl cluster-build lint
-	$(PY) -m pytest -q --durations=25
+	$(PY) -m pytest -q --durations=25 $(PARALLEL)
 
 ## test-fast: no Docker set-up, no multi-process or container tests (`-m "not slow and not docker"`)
 test-fast: $(STAMP) kubectl
-	$(PY) -m pytest -q -m "not slow and not docker"
+	$(PY) -m pytest -q -m "not slow and not docker" $(PARALLEL)
 
 ## chart-contract: regenerate charts/ddp-job's values.yaml, values.schema.json and templates/_generated.tpl
 ## from the JobSpec's fields and the engines

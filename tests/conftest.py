@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,6 +19,32 @@ pytest_plugins = ["tests.support.kube_api_double.fixtures"]
 # Fixtures that build or run containers: a test using one is a `docker` test even if its marker is
 # forgotten, so `make test-fast` (-m "not docker") never waits for an image build.
 DOCKER_FIXTURES = frozenset({"trainer_image", "docker_job", "node_images"})
+
+
+# `make test` runs on two workers (pytest-xdist): a module is one unit of work, so its module-scoped
+# fixtures (an image, a shared run) are set up once; the real-cluster package is one unit too, so its
+# cluster and node images are started and loaded once, on one worker, while the other runs the rest.
+CLUSTER_PACKAGE = "tests/e2e/cluster/"
+
+
+def unit_of_work(nodeid: str) -> str:
+    """The unit of work a test belongs to: its module, or the whole real-cluster package."""
+    return CLUSTER_PACKAGE if nodeid.startswith(CLUSTER_PACKAGE) else nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's scope scheduler with our units, whichever load mode is asked for: two workers must not
+    both start the cluster (xdist's `loadgroup` cannot tag a node id on pytest 9). Not for `each`."""
+    if config.getvalue("dist") == "each":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return unit_of_work(nodeid)
+
+    return ByUnit(config, log)
 
 
 @pytest.hookimpl(tryfirst=True)
