@@ -45,8 +45,8 @@ RUN (getent group "$GID" >/dev/null || echo "trainer:x:$GID:" >> /etc/group) \
  && mkdir -p /workspace /opt/ddpctl \
  && chown "$UID:$GID" /workspace
 
-# 3. The code: the trainer package, importable as ddpctl_trainer (the repo keeps it in trainer/).
-COPY --chown=0:0 trainer/ /opt/ddpctl/ddpctl_trainer/
+# 3. The code: the trainer package, importable as ddpctl_trainer (the repo keeps it in trainer/ddpctl_trainer/).
+COPY --chown=0:0 trainer/ddpctl_trainer/ /opt/ddpctl/ddpctl_trainer/
 RUN python3 -c "import ddpctl_trainer.config"
 
 USER ${UID}:${GID}

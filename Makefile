@@ -57,35 +57,35 @@ kubectl:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null; \
 	else echo "kubectl is missing and this is not root with apt-get: install it to run its test"; fi
 
-## lint: ruff (lint + format check), mypy (strict) on cli/, trainer/ and cluster/, import-linter's layer contracts
+## lint: ruff (lint + format check), mypy (strict) on cli/ddpctl/, trainer/ddpctl_trainer/ and testcluster/, import-linter's layer contracts
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
 	$(PY) -c 'import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())'
 
-## cluster-build: go build the test cluster's binaries (cluster/go, and the real node's in
-## cluster/node/go) into a cache outside the clone, and install the node's Debian packages;
+## cluster-build: go build the test cluster's binaries (testcluster/go, and the real node's in
+## testcluster/node/go) into a cache outside the clone, and install the node's Debian packages;
 ## without Go the cluster tests skip (and fail under CI=true)
 cluster-build:
-	@if command -v go >/dev/null 2>&1 || [ "$$CI" = true ]; then bash cluster/scripts/build.sh >/dev/null && \
-	  bash cluster/node/build.sh >/dev/null && bash cluster/node/install-deps.sh; \
+	@if command -v go >/dev/null 2>&1 || [ "$$CI" = true ]; then bash testcluster/scripts/build.sh >/dev/null && \
+	  bash testcluster/node/build.sh >/dev/null && bash testcluster/node/install-deps.sh; \
 	else echo "note: no Go here: the cluster tests (tests/e2e/cluster) will skip; install Go 1.26+ to run them"; fi
 
 ## cluster: start the test cluster (a real control plane, kwok GPU nodes, the engines' controllers);
-## its commands are `python -m cluster up|down|status|nodes N|load REF...`, from this folder
+## its commands are `python -m testcluster up|down|status|nodes N|load REF...`, from this folder
 cluster: $(STAMP) cluster-build
-	$(PY) -m cluster up
+	$(PY) -m testcluster up
 
 ## cluster-load: copy an image of the local Docker engine to the real node (no registry here),
 ## e.g. make cluster-load IMAGE=$$(ddpctl build --base-image ddpctl-base:cpu --quiet)
 cluster-load: $(STAMP)
 	@test -n "$(IMAGE)" || { echo "usage: make cluster-load IMAGE=REF"; exit 2; }
-	$(PY) -m cluster load '$(IMAGE)'
+	$(PY) -m testcluster load '$(IMAGE)'
 
 ## cluster-down: stop it and remove its state (with the system's python3 when the venv is gone)
 cluster-down:
-	$(if $(wildcard $(PY)),$(PY),python3) -m cluster down
+	$(if $(wildcard $(PY)),$(PY),python3) -m testcluster down
 
 ## test: everything the tests need, the gates, then the whole suite on TEST_WORKERS processes
 ## (tests/conftest.py: a module, or the real-cluster package, runs whole on one of them)

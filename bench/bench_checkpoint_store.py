@@ -79,6 +79,7 @@ def _cpu_s(pid: int) -> float:
 def bench_stall(server: S3Server, repeats: int) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
+
     from ddpctl_trainer.config import parse_args
     from ddpctl_trainer.dist import DistContext
     from ddpctl_trainer.trainer import Trainer
@@ -132,8 +133,9 @@ def bench_stall(server: S3Server, repeats: int) -> dict[str, Any]:
             "server_cpu": _cpu_s(server_pid) - srv0,
         }
 
-    from ddpctl_trainer.object_store import ObjectStore
     from obstore.store import MemoryStore
+
+    from ddpctl_trainer.object_store import ObjectStore
 
     s3_store = trainer.checkpointer.store
     remote = ObjectStore("s3://remote/bench", lambda m: None, client=MemoryStore())  # the trainer's side only
@@ -246,6 +248,7 @@ def fsdp_worker(mode: str, url: str, out: Path) -> None:
     save added to its peak RSS."""
     import torch
     import torch.nn.functional as F
+
     from ddpctl_trainer.config import parse_args
     from ddpctl_trainer.dist import detect, setup, teardown
     from ddpctl_trainer.trainer import Trainer

@@ -50,6 +50,7 @@ def bench_stall(repeats: int) -> dict[str, Any]:
     """In-process: the trainer object itself, one step vs one save_checkpoint, interleaved."""
     import torch
     import torch.nn.functional as F
+
     from ddpctl_trainer.config import parse_args
     from ddpctl_trainer.dist import DistContext
     from ddpctl_trainer.trainer import Trainer

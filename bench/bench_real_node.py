@@ -1,4 +1,4 @@
-"""The real node (cluster/node/): submit to the first step, and an eviction to the resumed step.
+"""The real node (testcluster/node/): submit to the first step, and an eviction to the resumed step.
 
 1. first step: `ddpctl submit` of a 2-pod x 2-process gloo job on the real node, to rank 0's
    `first_step` metrics event (the trainer's own wall clock, written to the job's checkpoints
@@ -56,8 +56,8 @@ def ddpctl(*args: str) -> str:
 
 
 def cluster_cmd(*args: str) -> str:
-    """`python -m cluster ARGS`: the test cluster's commands, run from the clone's root."""
-    return sh(sys.executable, "-m", "cluster", *args, cwd=REPO)
+    """`python -m testcluster ARGS`: the test cluster's commands, run from the clone's root."""
+    return sh(sys.executable, "-m", "testcluster", *args, cwd=REPO)
 
 
 def kubectl(*args: str, input: str | None = None) -> str:

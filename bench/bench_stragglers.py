@@ -47,6 +47,7 @@ def _ddp_step_seconds(steps: int, blocks: int) -> tuple[float, float]:
     process CPU time, in one process with a one-process gloo group."""
     import torch
     import torch.distributed as dist
+
     from ddpctl_trainer.models import build_model
     from ddpctl_trainer.stragglers import StepClock
 
@@ -92,6 +93,7 @@ def _vote_worker(rank: int, port: int, rounds: int, out: Any) -> None:
 
     import torch
     import torch.distributed as dist
+
     from ddpctl_trainer.stragglers import Judge, Seat, StragglerConfig
 
     store = dist.TCPStore("127.0.0.1", port, 2, rank == 0, timeout=datetime.timedelta(seconds=60))

@@ -38,9 +38,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=9)
     parser.add_argument("--target", default="job", choices=["job", "jobset", "pytorchjob", "trainjob"])
     opts = parser.parse_args()
-    started = subprocess.run([sys.executable, "-m", "cluster", "status"], cwd=REPO, capture_output=True).returncode
+    started = subprocess.run([sys.executable, "-m", "testcluster", "status"], cwd=REPO, capture_output=True).returncode
     if started:
-        subprocess.run([sys.executable, "-m", "cluster", "up"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run([sys.executable, "-m", "testcluster", "up"], cwd=REPO, check=True, stdout=subprocess.DEVNULL)
     env = {**os.environ, "KUBECONFIG": str(STATE / "kubeconfig")}
     ddpctl = [str(Path(sys.executable).parent / "ddpctl")]
     job = ["--target", opts.target, "--nodes", "2", "--gpus", "4"]
@@ -60,7 +60,7 @@ def main() -> None:
                 subprocess.run([KUBECTL, "delete", "namespace", ns, "--wait=false"], env=env, capture_output=True)
     finally:
         if started:
-            subprocess.run([sys.executable, "-m", "cluster", "down"], cwd=REPO, capture_output=True)
+            subprocess.run([sys.executable, "-m", "testcluster", "down"], cwd=REPO, capture_output=True)
     base = statistics.median(times["kubectl apply --server-side"])
     for tool, samples in times.items():
         med = statistics.median(samples)

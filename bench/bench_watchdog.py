@@ -52,6 +52,7 @@ def wakeup_cost_s() -> float:
     import socket
 
     import torch.distributed as dist
+
     from ddpctl_trainer.watchdog import Beacon, Watchdog
 
     with socket.socket() as s:
@@ -78,6 +79,7 @@ def interference_ratio(rounds: int = 10) -> float:
     import socket
 
     import torch.distributed as dist
+
     from ddpctl_trainer.watchdog import FORWARD, Beacon, Watchdog
 
     with socket.socket() as s:

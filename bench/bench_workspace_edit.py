@@ -1,5 +1,5 @@
 """From a one-line edit to rank 0's first step on the real node: `submit --workspace .` against
-`ddpctl build` + `python -m cluster load` (what `make cluster-load` runs) + `submit` of the same
+`ddpctl build` + `python -m testcluster load` (what `make cluster-load` runs) + `submit` of the same
 edit, with the images this machine builds.
 
 Three paths, each from the edit of helper.py to the moment `submit --follow` streams rank 0's
@@ -86,9 +86,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=2)
     opts = parser.parse_args()
-    sh(sys.executable, "-m", "cluster", "status", cwd=REPO)
+    sh(sys.executable, "-m", "testcluster", "status", cwd=REPO)
     trainer = ddpctl("build", "--quiet", "--no-latest", "--base-image", BASE, "--repo", "ddpctl-trainer-test").strip()
-    sh(sys.executable, "-m", "cluster", "load", trainer, cwd=REPO)
+    sh(sys.executable, "-m", "testcluster", "load", trainer, cwd=REPO)
     with tempfile.TemporaryDirectory(prefix="ddpctl-bench-") as tmp:
         project = Path(tmp) / "bench-project"
         project.mkdir()
@@ -112,7 +112,7 @@ def main() -> None:
                         (project / "helper.py").write_text(f"VERSION = '{path}-{rep}-{time.time()}'\n")
                         started = time.monotonic()
                         built = ddpctl("build", "--quiet", "--no-latest", "--base-image", trainer, cwd=project).strip()
-                        sh(sys.executable, "-m", "cluster", "load", built, cwd=REPO)
+                        sh(sys.executable, "-m", "testcluster", "load", built, cwd=REPO)
                         times[path].append(first_step([*job, "--image", built], project, started))
                 finally:
                     sh(*KUBECTL, "delete", "namespace", ns, "--wait=false")

@@ -31,7 +31,6 @@ if __package__ in (None, ""):  # run as `python tools/chart_contract.py`: import
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from ddpctl.spec import TARGETS
-
 from tools.chart import CHART_DIR, COMMAND, REPO
 from tools.chart.derive import derive, fill
 from tools.chart.engines import engine_table

@@ -12,6 +12,7 @@ import time
 
 import torch
 import torch.nn.functional as F
+
 from ddpctl_trainer.data import synthetic
 from ddpctl_trainer.models import build_model
 

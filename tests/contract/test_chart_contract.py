@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from ddpctl.engines import ENGINES
 from ddpctl.engines.base import NODE_RANK_LAUNCHER, Engine
 from ddpctl.errors import SpecError
@@ -21,7 +22,6 @@ from ddpctl.spec import model as spec
 from ddpctl.spec import names, schema
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.serial import camel
-
 from tests.support import REPO
 from tools import chart_contract
 from tools.chart_contract import derive, fill

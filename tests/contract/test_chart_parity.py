@@ -19,6 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from ddpctl.engines import ENGINES, plan_for
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import render
@@ -35,9 +38,6 @@ from ddpctl.spec.schema import (
     STRAGGLER_REFUSED,
     TAINT_EFFECTS,
 )
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-
 from tests.contract import test_helm_chart
 from tests.contract.test_helm_chart import chart_objects, diff, names_key
 from tests.support.hostile import HOSTILE

@@ -20,10 +20,10 @@ import types
 from pathlib import Path
 
 import pytest
+
 from ddpctl.spec import JobSpec
 from ddpctl_trainer.config import build_parser, parse_args
 from ddpctl_trainer.errors import UsageError
-
 from tests.support import REPO
 from tools import docs_reference
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ddpctl.manifests.output import to_yaml_documents
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec

@@ -19,11 +19,11 @@ from typing import Any
 
 import pytest
 import yaml
+
 from ddpctl.engines import plan_for
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.schema import TARGETS
-
 from tests.support import REPO, skip_unless
 from tests.support.hostile import HOSTILE
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import grimp
 import pytest
 
-PACKAGES = ("ddpctl", "ddpctl_trainer", "cluster", "tools")
+PACKAGES = ("ddpctl", "ddpctl_trainer", "testcluster", "tools")
 
 
 def cycles(graph: grimp.ImportGraph) -> list[list[str]]:

@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ddpctl.lint import RULES, torchfix
 
+from ddpctl.lint import RULES, torchfix
 from tests.support import REPO, skip_unless
 from tools import lint_docs
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import copy
 
 import pytest
+
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.schema import FABRICS, TARGETS
-
 from tests.support.k8s_schemas import require_crds, validate_object
 
 LAYOUTS = [

@@ -7,12 +7,12 @@ import os
 from pathlib import Path
 
 import pytest
+
 from ddpctl.engines import plan_for
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.schema import TARGETS
-
 from tests.support.engines import launch, torchrun_settings
 
 # The container port each engine's rank-0 pod declares, by name. TrainJob declares none of its own:

@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from ddpctl.image.build import content_hash, context_files, parse_dockerignore, repo_of
 
+from ddpctl.image.build import content_hash, context_files, parse_dockerignore, repo_of
 from tests.support import REPO, skip_unless
 from tests.support.docker import BASE_IMAGE, docker_works, image_present
 
@@ -56,18 +56,18 @@ def _containers() -> set[str]:
 def test_dockerignore_keeps_only_the_dockerfile_and_the_trainer() -> None:
     rules = parse_dockerignore((REPO / ".dockerignore").read_text())
     files = context_files(REPO, rules)
-    assert "Dockerfile" in files and "trainer/main.py" in files
-    assert all(f == "Dockerfile" or f.startswith("trainer/") for f in files), files
+    assert "Dockerfile" in files and "trainer/ddpctl_trainer/main.py" in files
+    assert all(f == "Dockerfile" or f.startswith("trainer/ddpctl_trainer/") for f in files), files
     assert not any("__pycache__" in f or f.endswith(".pyc") for f in files)
 
 
 @pytest.mark.parametrize(
     ("patterns", "path", "ignored"),
     [
-        ("*\n!trainer/\n", "trainer/a/b.py", False),
-        ("*\n!trainer/\n", "cli/app.py", True),
-        ("trainer/**/__pycache__\n", "trainer/__pycache__/x.pyc", True),
-        ("trainer/**/__pycache__\n", "trainer/a/__pycache__/x.pyc", True),
+        ("*\n!trainer/ddpctl_trainer/\n", "trainer/ddpctl_trainer/a/b.py", False),
+        ("*\n!trainer/ddpctl_trainer/\n", "cli/ddpctl/app.py", True),
+        ("trainer/ddpctl_trainer/**/__pycache__\n", "trainer/ddpctl_trainer/__pycache__/x.pyc", True),
+        ("trainer/ddpctl_trainer/**/__pycache__\n", "trainer/ddpctl_trainer/a/__pycache__/x.pyc", True),
         ("*.md\n!README.md\n", "README.md", False),
         ("*.md\n!README.md\n", "CHANGES.md", True),
         ("docs\n", "docs/kind.md", True),
@@ -87,7 +87,7 @@ def test_content_hash_changes_with_the_code_not_with_ignored_files(tmp_path: Pat
     assert content_hash(ctx, ctx / "Dockerfile", {}) == (first, count)  # deterministic
     (ctx / "README.md").write_text("changed, but ignored\n")
     assert content_hash(ctx, ctx / "Dockerfile", {})[0] == first
-    with open(ctx / "trainer" / "main.py", "a") as fh:
+    with open(ctx / "trainer" / "ddpctl_trainer" / "main.py", "a") as fh:
         fh.write("# edit\n")
     second = content_hash(ctx, ctx / "Dockerfile", {})[0]
     assert second != first

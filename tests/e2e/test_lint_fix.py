@@ -8,8 +8,8 @@ import shutil
 from pathlib import Path
 
 import pytest
-from ddpctl.runners.procs import free_port
 
+from ddpctl.runners.procs import free_port
 from tests.support import REPO
 from tests.support.procs import run_ddpctl as _ddpctl
 

@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import pytest
+
 from ddpctl.engines import plan_for
 from ddpctl.errors import UsageError
 from ddpctl.runners.docker import dns_names, plan_docker, quantity_bytes
 from ddpctl.spec.model import JobSpec
-
 from tests.support import REPO, skip_unless
 from tests.support.docker import BASE_IMAGE, docker_works, image_present, local_images
 from tests.support.models.faults import env_flags, hold_at, plugin_env

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ddpctl.engines import plan_for
 from ddpctl.runners.local import plan_local
 from ddpctl.runners.node_env import cluster_env, loopback_env
 from ddpctl.runners.procs import alive
 from ddpctl.spec.model import JobSpec
-
 from tests.support import skip_unless
 from tests.support.models.faults import env_flags, hold_at, plugin_env
 from tests.support.procs import ddpctl_env as _env

@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ddpctl_trainer import protocol
 
+from ddpctl_trainer import protocol
 from tests.support import skip_unless
 from tests.support.cpu_quota import CpuQuota, unavailable
 from tests.support.procs import run_ddpctl

@@ -1,6 +1,6 @@
-"""The real test cluster for the `cluster` tests: kube-apiserver, controllers and kwok from cluster/.
+"""The real test cluster for the `cluster` tests: kube-apiserver, controllers and kwok from testcluster/.
 
-The session starts it (`python -m cluster up`, which builds the binaries once into a cache) unless it
+The session starts it (`python -m testcluster up`, which builds the binaries once into a cache) unless it
 already runs, and stops it at the end if it started it. Every test gets a namespace of its own.
 """
 
@@ -54,9 +54,14 @@ class RealCluster:
 
 
 def cluster_command(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
-    """`python -m cluster ARGS`, from the clone's root (the package is found there, not installed)."""
+    """`python -m testcluster ARGS`, from the clone's root (the package is found there, not installed)."""
     return subprocess.run(
-        [sys.executable, "-m", "cluster", *args], cwd=REPO, capture_output=True, text=True, check=False, timeout=timeout
+        [sys.executable, "-m", "testcluster", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
     )
 
 
@@ -71,7 +76,7 @@ def real_cluster() -> Iterator[RealCluster]:
     )
     started_here = cluster_command("status").returncode != 0
     r = cluster_command("up")
-    assert r.returncode == 0, f"python -m cluster up failed:\n{r.stderr[-4000:]}"
+    assert r.returncode == 0, f"python -m testcluster up failed:\n{r.stderr[-4000:]}"
     yield RealCluster(kubeconfig=STATE / "kubeconfig")
     if started_here:
         cluster_command("down")

@@ -1,5 +1,5 @@
 """What each engine does with our manifests, written from the engines' documented contracts
-(summarised, with links, in the docstrings of cli/engines/*.py), independently of ddpctl's own
+(summarised, with links, in the docstrings of cli/ddpctl/engines/*.py), independently of ddpctl's own
 derived values: this file reads only the rendered objects.
 
 The real controllers make the pods in tests/e2e/cluster/test_engines.py (marker `cluster`), which is

@@ -69,9 +69,9 @@ def build(*args: str, cwd: Path = REPO) -> str:
 
 
 def load(*images: str) -> None:
-    """`python -m cluster load IMAGE...`: one stream for all of them, a no-op for those there."""
+    """`python -m testcluster load IMAGE...`: one stream for all of them, a no-op for those there."""
     r = subprocess.run(
-        [sys.executable, "-m", "cluster", "load", *images], cwd=REPO, capture_output=True, text=True,
+        [sys.executable, "-m", "testcluster", "load", *images], cwd=REPO, capture_output=True, text=True,
         env={**os.environ, "HOME": HOME}, check=False,
     )  # fmt: skip
     assert r.returncode == 0, r.stderr[-3000:]

@@ -11,7 +11,6 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ddpctl.runners.procs import kill_if_same, stat_map, subtree
-
 from tests.support import REPO
 
 

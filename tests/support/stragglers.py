@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpctl_trainer import protocol
-
 from tests.support import REPO
 from tests.support.cpu_quota import CpuQuota
 from tests.support.procs import ddpctl_env, stop_like_a_user

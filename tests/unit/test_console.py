@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 import pytest
+
 from ddpctl.console import BAR_WIDTH, Console, StatusLine, age_text, make_console, plural, relative_path
 
 

@@ -14,7 +14,6 @@ from ddpctl.plan import Node, Plan
 from ddpctl.spec import JobSpec, NodeGroup
 from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.schema import RESTART_POLICIES
-
 from tools.chart.derive import Args, derive
 from tools.chart.probes import (
     CODES,

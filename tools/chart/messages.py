@@ -7,7 +7,6 @@ from typing import Any
 
 from ddpctl.spec.schema import MAX_NODES
 from ddpctl_trainer import protocol
-
 from tools.chart.probes import GROUP_TOPOLOGY, LEVEL, TOPOLOGY, after, error_message, group_list, listed, topology_at
 
 

@@ -15,7 +15,6 @@ from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.schema import GRACE_MARGIN, MAX_NODES, POD_SECURITY
 from ddpctl.spec.serial import part_dict
 from ddpctl_trainer import protocol
-
 from tools.chart.derive import Args, derive, fill
 from tools.chart.probes import (
     CODES,

@@ -12,7 +12,6 @@ from ddpctl.errors import SpecError
 from ddpctl.manifests.render import view
 from ddpctl.plan import Plan
 from ddpctl.spec import JobSpec
-
 from tools.chart.derive import Args, derive
 
 

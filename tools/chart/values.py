@@ -18,7 +18,6 @@ from ddpctl.spec import TARGETS, JobSpec
 from ddpctl.spec.fields import declared, json_schema
 from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.schema import MAX_NODES
-
 from tools.chart import COMMAND
 
 JSON_SCHEMA = "http://json-schema.org/draft-07/schema#"

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.cluster
 
 
 def pinned(key: str) -> str:
-    for line in (REPO / "cluster/versions.env").read_text().splitlines():
+    for line in (REPO / "testcluster/versions.env").read_text().splitlines():
         if line.startswith(key + "="):
             return line.split("=", 1)[1]
     raise AssertionError(key)

@@ -1,4 +1,4 @@
-"""The preflight on the real node (cluster/node/): `ddpctl check` and `--preflight fail` with pods
+"""The preflight on the real node (testcluster/node/): `ddpctl check` and `--preflight fail` with pods
 that really run the checks (the user image of test_real_node.py, built from this checkout).
 
 A slow node is a node group whose pods get a CPU limit (resources.cpuLimit: a CFS quota, what a

@@ -1,4 +1,4 @@
-"""The trainer image on the real node (cluster/node/): pods that really run, not kwok's.
+"""The trainer image on the real node (testcluster/node/): pods that really run, not kwok's.
 
 Everything the rendered pod relies on is real here: Pod Security `restricted` enforced on the
 namespace, the image's numeric user, the memory-backed /dev/shm, the downward-API completion
@@ -7,7 +7,7 @@ bridge, the Eviction API with a real grace period ending in SIGTERM, and each co
 failure rules acting on the trainer's real exit codes. The image is a user's image as users build
 one: the trainer image (`ddpctl build` on the local CPU base) plus their model code and the tests'
 fault plugin (tests/e2e/cluster/user-image.Dockerfile), loaded into the node's containerd
-(`python -m cluster load`).
+(`python -m testcluster load`).
 """
 
 from __future__ import annotations

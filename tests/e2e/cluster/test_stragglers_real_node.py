@@ -1,4 +1,4 @@
-"""A straggler on the real node (cluster/node/): three pods train (the user image of
+"""A straggler on the real node (testcluster/node/): three pods train (the user image of
 test_real_node.py, built from this checkout); once rank 0 has reported step 30, node 1's pod gets
 its CPU lowered in place (the pod's `resize` subresource, as a vertical autoscaler or an operator
 would), so its own work slows mid-run while its peers' does not. Under `--stragglers fail` rank 0

@@ -30,7 +30,7 @@ from tests.support.node_images import HOME, NodeImages, write_project
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
 NODE = "ddpctl-real-node"
-GATEWAY = "10.88.0.1"  # the real node's bridge: pods reach the host there (cluster/node/layout.py)
+GATEWAY = "10.88.0.1"  # the real node's bridge: pods reach the host there (testcluster/node/layout.py)
 ON_NODE = ["--node-selector", "node.ddpctl.io/real=true", "--toleration", "node.ddpctl.io/real=true:NoSchedule"]
 
 
@@ -67,7 +67,7 @@ def _node_images(kube: RealCluster) -> list[str]:
     runtime itself: the Node object's status lists a new image only when the kubelet next reports
     it, which can be minutes after the load, so two reads of it can differ with nothing loaded."""
     code = (
-        "from cluster import binaries; from cluster.node.containerd import ctr; "
+        "from testcluster import binaries; from testcluster.node.containerd import ctr; "
         "print(ctr(binaries.real_node(), 'images', 'ls', '-q'))"
     )
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,

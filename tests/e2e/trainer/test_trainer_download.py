@@ -35,6 +35,7 @@ def _log(path: Path, **event: Any) -> None:
 def _worker(rank: int, world: int, root: str) -> None:
     """One rank: fake torchvision's download/read, then build the data as the trainer does."""
     import torch.distributed as dist
+
     from ddpctl_trainer import data
     from ddpctl_trainer.config import parse_args
     from ddpctl_trainer.dist import DistContext

@@ -111,6 +111,7 @@ def test_evaluation_counts_each_sample_once(runs: dict[str, Run], name: str) -> 
 def test_training_moved_the_weights(runs: dict[str, Run]) -> None:
     """Guard against a vacuous equivalence: untrained weights would also be equal everywhere."""
     import torch
+
     from ddpctl_trainer.models import build_model
 
     torch.manual_seed(3)
@@ -127,7 +128,6 @@ def test_uneven_layout_trains_like_one_process(tmp_path_factory: pytest.TempPath
     import sys
 
     from ddpctl.runners.procs import free_port
-
     from tests.support.trainer import Run, clean_env
 
     root = tmp_path_factory.mktemp("uneven")

@@ -12,8 +12,9 @@ import time
 
 import torch
 import torch.distributed as dist
-from ddpctl_trainer.stragglers import Stragglers
 from torch import nn
+
+from ddpctl_trainer.stragglers import Stragglers
 
 SLOW_NODE = int(os.environ.get("SLOW_NODE", "1"))
 SLOW_FROM = int(os.environ.get("SLOW_FROM", "6"))

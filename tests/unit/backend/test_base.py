@@ -4,6 +4,7 @@ its machine-readable form; `LogOptions`: when lines carry their node)."""
 from __future__ import annotations
 
 import pytest
+
 from ddpctl.backend import Backend, JobStatus, LogOptions, NodeRow, Where
 from ddpctl_trainer.protocol import Progress
 

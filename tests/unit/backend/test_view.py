@@ -7,6 +7,7 @@ import json
 
 import pytest
 import yaml
+
 from ddpctl.backend import JobStatus, JobSummary, NodeRow, Where
 from ddpctl.backend.view import ListFormat, field_line, list_text, progress_phrase, status_text, table
 from ddpctl_trainer.protocol import Progress

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.admission import Admission, admission, queue_warnings, short_reason
 from ddpctl.cluster.kinds import LOCALQUEUE, PRIORITY, WORKLOAD, Kind
 from ddpctl.manifests.render import render
 from ddpctl.spec.kueue import JOB_UID_LABEL
 from ddpctl.spec.model import JobSpec
-
 from tests.support.api import NAME, NS
 
 UID = "0b5e-uid"

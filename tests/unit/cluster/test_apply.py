@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.apply import (
     APPLY_CONTENT_TYPE,
@@ -23,7 +24,6 @@ from ddpctl.cluster.kinds import JOB, JOBSET, POD, PYTORCHJOB, SERVICE, TRAINJOB
 from ddpctl.errors import ClusterError, NotFound
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec
-
 from tests.support.api import NAME, NS
 
 GROUPS = [

@@ -13,6 +13,7 @@ from pathlib import Path
 import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rather than skips
 import pytest
 import yaml
+
 from ddpctl.cluster.config import (
     DEFAULT_REQUEST_TIMEOUT,
     ClusterOptions,
@@ -24,7 +25,6 @@ from ddpctl.cluster.config import (
 )
 from ddpctl.cluster.errors import ApiError
 from ddpctl.errors import Unreachable, UsageError
-
 from tests.support.api import NAME, one_error
 
 
@@ -154,8 +154,9 @@ def test_only_a_dropped_connection_is_retried(method: str, error_name: str, retr
     import http.client
 
     import urllib3
-    from ddpctl.cluster.config import retry_policy
     from urllib3.exceptions import MaxRetryError, ProtocolError, ReadTimeoutError
+
+    from ddpctl.cluster.config import retry_policy
 
     policy = retry_policy(urllib3)
     error = {

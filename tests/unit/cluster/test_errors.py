@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import kubernetes  # noqa: F401 - a core dependency: missing, it fails here rather than skips
 import pytest
+
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.kinds import JOB, NAMESPACE, POD, PYTORCHJOB, RUNTIME, SERVICE, WORKLOAD
-
 from tests.support.api import NAME, NS, one_error
 from tests.unit.cluster.conftest import COMMANDS
 

@@ -4,6 +4,7 @@ engines), which ddpctl job an object belongs to, when a workload has finished, a
 from __future__ import annotations
 
 import pytest
+
 from ddpctl.cluster.kinds import (
     BY_TARGET,
     EVENT,

@@ -10,13 +10,13 @@ import io
 from typing import Any
 
 import pytest
+
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.kinds import JOB, POD, job_selector
 from ddpctl.cluster.logs import Output, _Printed, rank0_progress, read_logs, stamp_ns
 from ddpctl.cluster.pods import ranked
 from ddpctl.errors import ClusterError
 from ddpctl_trainer.protocol import Progress
-
 from tests.support.api import NAME, NS
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.cluster.kinds import JOB, POD, PYTORCHJOB, job_selector
 from ddpctl.cluster.operate import job_status
 from ddpctl.cluster.pods import (
@@ -27,7 +28,6 @@ from ddpctl.cluster.pods import (
     termination_message,
 )
 from ddpctl_trainer import protocol
-
 from tests.support.api import NAME, NS
 
 LAUNCHER = ["python3", "-m", protocol.LAUNCHER_MODULE, "-m", protocol.TRAINER_MODULE]

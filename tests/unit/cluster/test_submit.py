@@ -335,7 +335,7 @@ def test_build_builds_and_pushes_first_and_submits_that_image(cli, make_cluster,
         built.append((spec.name, push))
         return "registry.example.com/team/trainer@sha256:" + "a" * 64
 
-    monkeypatch.setattr("ddpctl.image.workspace.build_image", build_image)
+    monkeypatch.setattr("ddpctl.image.project.build_image", build_image)
     c = make_cluster()
     r = cli("submit", *c.args, "-n", NS, "--build")
     assert r.code == 0, r.err

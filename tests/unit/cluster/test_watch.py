@@ -8,11 +8,11 @@ from __future__ import annotations
 import time
 
 import pytest
+
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.kinds import JOB, JOBSET, PYTORCHJOB, finished
 from ddpctl.cluster.watch import JobMonitor, refusal, stall_summary
 from ddpctl.errors import ClusterError
-
 from tests.support.api import NAME, NS
 from tests.support.kube_api_double.scripted import BOUND
 

@@ -34,7 +34,7 @@ def _fake_docker(tmp_path: Path, monkeypatch) -> None:
 def test_the_tag_build_gives_a_folder_with_its_own_dockerfile_is_one_submit_takes(cli, tmp_path, monkeypatch) -> None:
     """Not the trainer's repository (submit would refuse it as the trainer image, and --latest
     would overwrite ddpctl-trainer:latest): the folder's name, as for a folder without a Dockerfile."""
-    from ddpctl.image.workspace import default_repo
+    from ddpctl.image.project import default_repo
 
     _fake_docker(tmp_path, monkeypatch)
     (tmp_path / "Dockerfile").write_text("FROM pytorch/pytorch:2.5.1\nWORKDIR /app\nCOPY . .\n")

@@ -285,6 +285,7 @@ def test_only_the_command_being_run_is_built(args: list[str], built: list[str] |
     """Typer builds every registered command's options at start-up: `ddpctl render` builds one."""
     import click
     import typer.main
+
     from ddpctl.app import build_app
     from ddpctl.commands import COMMANDS
 

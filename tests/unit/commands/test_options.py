@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.commands.options import SPEC_FLAGS, flags_to_layer, host_script_warning, parse_layout
 from ddpctl.errors import UsageError
 from ddpctl.spec import JobSpec

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.engines import ENGINES, engine_for, plan_for
 from ddpctl.engines.base import COMPLETION_INDEX, NODE_RANK_LAUNCHER, NODE_RANK_OFFSET, Engine
 from ddpctl.errors import SpecError

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
 from ddpctl.engines import plan_for
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec

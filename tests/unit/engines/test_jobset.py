@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.engines import engine_for, plan_for
 from ddpctl.manifests.render import render_plan
 from ddpctl.plan import Plan

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.engines import engine_for, plan_for
 from ddpctl.engines.pytorchjob import REPLICA_INDEX, REPLICA_TYPE
 from ddpctl.errors import SpecError

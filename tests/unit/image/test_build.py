@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import RuntimeFailure, UsageError
 from ddpctl.image.build import (
     HASH_LEN,

@@ -10,9 +10,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import UsageError
 from ddpctl.image.contents import WORKSPACE_LABEL, Wanted, cache_file, check_code_in_image, has_path, inspect
-
 from tests.support import skip_unless
 from tests.support.docker import docker_works
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from ddpctl.image.contents import WORKSPACE_LABEL
 
+from ddpctl.image.contents import WORKSPACE_LABEL
 from tests.unit.image.fake_engine import FakeEngine
 
 SUBMIT = ("submit", "--dry-run=client", "--no-lint", "--target", "job")
@@ -83,7 +83,7 @@ def test_submit_workspace_names_the_packages_a_local_image_lacks(cli, fake_engin
 def test_the_older_version_is_the_built_folders(cli, fake_engine: FakeEngine, tmp_path: Path, monkeypatch) -> None:
     """The label names the folder `ddpctl build` hashed; submit in a subfolder compares it with
     that folder, not with the subfolder (which would always differ)."""
-    from ddpctl.image.workspace import folder_identity
+    from ddpctl.image.project import folder_identity
     from ddpctl.workspace.pack import version_of
 
     project = tmp_path / "project"  # not tmp_path: the fake engine's log is there

@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ddpctl.errors import UsageError
 from ddpctl.image import requirements as rq
-from ddpctl.image.workspace import (
+from ddpctl.image.project import (
     GENERATED_CONSTRAINTS,
     GENERATED_LOCAL,
     GENERATED_REQUIREMENTS,
@@ -20,7 +21,6 @@ from ddpctl.image.workspace import (
     project_requirements,
     workspace_context,
 )
-
 from tests.support import REPO
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ddpctl.lint import api, checks
 
 DIST = (

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from ddpctl.lint import Severity, lint_paths
 
 HERE = Path(__file__).parent

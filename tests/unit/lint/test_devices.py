@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from ddpctl.lint import Severity, api, devices
 from ddpctl.lint.index import Index
 from ddpctl.lint.program import Layout

@@ -8,6 +8,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from ddpctl.lint import facts, program
 from ddpctl.lint.index import GLOBAL_RANK, LOCAL_RANK, Index, last_name
 from ddpctl.lint.program import UNKNOWN_LAYOUT, Layout

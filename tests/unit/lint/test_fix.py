@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import RuntimeFailure
 from ddpctl.lint import api
 from ddpctl.lint.fix import FIXED_RULES, fix

@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+
 from ddpctl.lint import RULES, lint_paths
 
 FIXTURES = Path(__file__).parent / "fixtures"

@@ -7,6 +7,7 @@ import ast
 from pathlib import Path
 
 import pytest
+
 from ddpctl.lint import guards, program
 
 PRELUDE = """\

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from ddpctl.lint import index, lint_paths
 
 GUARD_PRELUDE = """\

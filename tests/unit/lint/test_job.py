@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ddpctl.lint import lint_job
 from ddpctl.spec.sources import SpecInput
 

@@ -1,4 +1,4 @@
-"""Every module of cli/lint/ of 150 lines or more has a test file of its own name that imports it."""
+"""Every module of cli/ddpctl/lint/ of 150 lines or more has a test file of its own name that imports it."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""ddpctl's own trainer follows the recipe it checks: `ddpctl lint trainer/` finds nothing. Its
+"""ddpctl's own trainer follows the recipe it checks: `ddpctl lint trainer/ddpctl_trainer/` finds nothing. Its
 one deliberate case, `--strategy dp` wrapping in DataParallel, is silenced on its line with a
 reason (`# ddpctl: ignore[DDP013] ...`)."""
 
 from __future__ import annotations
 
 from ddpctl.lint import lint_paths
-
 from tests.support import REPO
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import UsageError
 from ddpctl.lint import program
 from ddpctl.lint.index import GLOBAL_RANK, LOCAL_RANK

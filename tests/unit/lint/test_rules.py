@@ -4,6 +4,7 @@ layout-dependent severity says how; TorchFix's codes map to our severities."""
 from __future__ import annotations
 
 import pytest
+
 from ddpctl.lint.rules import BY_ID, RULES, Severity, torchfix_severity
 
 

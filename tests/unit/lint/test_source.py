@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import UsageError
 from ddpctl.lint import lint_paths
 from ddpctl.lint.source import load, parse_ignores, split_lines

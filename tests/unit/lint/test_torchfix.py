@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from ddpctl.lint import api, torchfix
 from ddpctl.lint.index import Index
-
 from tests.support import REPO, skip_unless
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -71,7 +71,9 @@ def test_each_code_is_found_as_torchfix_finds_it_on_the_whole_file(tmp_path: Pat
 
 
 @pytest.mark.parametrize(
-    "path", [REPO / "trainer" / "data.py", FIXTURES / "article_style.py", FIXTURES / "tor102_bad.py"], ids=str
+    "path",
+    [REPO / "trainer" / "ddpctl_trainer" / "data.py", FIXTURES / "article_style.py", FIXTURES / "tor102_bad.py"],
+    ids=str,
 )
 def test_real_files_find_what_torchfix_finds_on_the_whole_file(path: Path) -> None:
     _installed()

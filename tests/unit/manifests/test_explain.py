@@ -4,6 +4,7 @@ process can join the group on the chosen engine (the env each engine's pods get 
 from __future__ import annotations
 
 import pytest
+
 from ddpctl.engines import plan_for
 from ddpctl.manifests.explain import explain
 from ddpctl.spec import JobSpec

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import pytest
 import yaml
+
 from ddpctl.errors import SpecError
 from ddpctl.manifests.output import to_yaml_documents
 from ddpctl.manifests.render import render, render_text
 from ddpctl.manifests.yamlsafe import quote
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.schema import TARGETS
-
 from tests.support.hostile import HOSTILE
 
 
@@ -125,6 +125,7 @@ def _shape(obj, path=""):
 def test_template_bytecode_cache_needs_a_private_directory(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cached template code is only loaded from a directory nobody else can write."""
     import jinja2
+
     from ddpctl.manifests.render import _bytecode_cache
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))

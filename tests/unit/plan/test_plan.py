@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.engines import plan_for
 from ddpctl.plan import Plan
 from ddpctl.spec.model import JobSpec

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from ddpctl.engines import plan_for
 from ddpctl.errors import RuntimeFailure, UsageError
 from ddpctl.runners.docker import (
@@ -26,7 +27,6 @@ from ddpctl.runners.docker import (
 from ddpctl.runners.state import Failure, JobState
 from ddpctl.spec.model import JobSpec
 from ddpctl_trainer import protocol
-
 from tests.support import skip_unless
 
 

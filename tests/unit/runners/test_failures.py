@@ -9,6 +9,7 @@ import io
 from pathlib import Path
 
 import pytest
+
 from ddpctl.console import make_console
 from ddpctl.engines import plan_for
 from ddpctl.errors import RuntimeFailure, UsageError

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from ddpctl.console import make_console
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.errors import UsageError

@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 
 import pytest
+
 from ddpctl.runners import procs
 from ddpctl.runners.procs import RANK_MARK, log_line, split_rank_line
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ddpctl.backend import LogOptions, NodeRow, Where
 from ddpctl.backend.view import status_text
 from ddpctl.engines import plan_for

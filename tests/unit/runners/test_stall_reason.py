@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ddpctl.runners.stall import stall_reason
 from ddpctl_trainer.protocol import STALL_SUMMARY_TAG as SUMMARY_TAG
 

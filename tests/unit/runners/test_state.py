@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 
 import pytest
+
 from ddpctl.console import Console
 from ddpctl.engines import plan_for
 from ddpctl.runners.procs import RANK_MARK

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from ddpctl.backend import Where
 from ddpctl.console import make_console
 from ddpctl.engines import plan_for

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.errors import SpecError
 from ddpctl.spec.checks import (
     check_json_like,

@@ -9,6 +9,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+
 from ddpctl.errors import SpecError
 from ddpctl.spec.fields import (
     NODE_COUNT,

@@ -8,6 +8,7 @@ import dataclasses
 from typing import Any
 
 import pytest
+
 from ddpctl.engines import plan_for
 from ddpctl.errors import SpecError
 from ddpctl.spec.fields import Rule, declared

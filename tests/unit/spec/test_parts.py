@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.errors import SpecError
 from ddpctl.spec import kueue
 from ddpctl.spec.fields import declared

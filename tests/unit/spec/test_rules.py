@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+
 from ddpctl.errors import SpecError
 from ddpctl.spec import rules
 from ddpctl.spec.model import JobSpec

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.spec.fields import declared
 from ddpctl.spec.model import JobSpec

@@ -1,4 +1,4 @@
-"""cluster.cli: the commands' arguments, `status` and the imports of `down` and `status`, which run
+"""testcluster.cli: the commands' arguments, `status` and the imports of `down` and `status`, which run
 with nothing but the standard library (make cluster-down uses the system's python3 without a venv),
 and the stop list, which must name every process `up` starts."""
 
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.cli import COMPONENTS, parser
-from cluster.node.layout import COMPONENTS as NODE_COMPONENTS
-from cluster.settings import HERE
+from testcluster.cli import COMPONENTS, parser
+from testcluster.node.layout import COMPONENTS as NODE_COMPONENTS
+from testcluster.settings import HERE
 from tests.support import REPO
 
 
@@ -54,13 +54,13 @@ def test_usage_errors_exit_2_with_one_line_naming_the_problem(
     assert e.value.code == 2
     err = capsys.readouterr().err
     assert error in err.splitlines()[-1]
-    assert err.splitlines()[-1].startswith("python -m cluster")
+    assert err.splitlines()[-1].startswith("python -m testcluster")
 
 
 NO_YAML = """
 import sys
 sys.modules["yaml"] = None  # `import yaml` now fails
-from cluster.cli import main
+from testcluster.cli import main
 code = main(["status"])
 print("exit", code)
 """
@@ -77,10 +77,10 @@ def test_status_runs_without_yaml_and_fails_while_the_cluster_is_down(tmp_path: 
 
 
 def test_python_m_cluster_is_the_entry_point_from_the_clones_root() -> None:
-    r = subprocess.run([sys.executable, "-m", "cluster", "--help"], cwd=REPO, capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "testcluster", "--help"], cwd=REPO, capture_output=True, text=True,
                        check=False)  # fmt: skip
     assert r.returncode == 0, r.stderr
-    assert "python -m cluster nodes N" in r.stdout
+    assert "python -m testcluster nodes N" in r.stdout
 
 
 def started_names() -> set[str]:

@@ -1,4 +1,4 @@
-"""cluster.controllers, the parts that need no cluster: the managers' configuration files, what each
+"""testcluster.controllers, the parts that need no cluster: the managers' configuration files, what each
 installer keeps and edits of upstream's webhooks and CRDs, and the Secret the operator reads."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from cluster.controllers import (
+from testcluster.controllers import (
     KUEUE_FRAMEWORKS,
     KUEUE_HOOKS,
     KUEUE_JOB_HOOKS,
@@ -26,7 +26,7 @@ from cluster.controllers import (
     training_operator_secret,
     training_operator_webhooks,
 )
-from cluster.settings import ports
+from testcluster.settings import ports
 
 PORTS = ports(5000)
 CERTS = Path("/state/pki/webhook-certs")

@@ -1,4 +1,4 @@
-"""cluster.kwok: the simulated nodes' objects and topology, the pool's resizing, and which Stages
+"""testcluster.kwok: the simulated nodes' objects and topology, the pool's resizing, and which Stages
 kwok runs (upstream's, guarded, and ours)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cluster.kwok import (
+from testcluster.kwok import (
     BLOCK_LABEL,
     COMPLETE_DELAY,
     FAILURE_ANNOTATIONS,
@@ -18,8 +18,8 @@ from cluster.kwok import (
     stages,
     surplus,
 )
-from cluster.manifests import load_docs
-from cluster.settings import HERE
+from testcluster.manifests import load_docs
+from testcluster.settings import HERE
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""cluster.manifests: upstream's manifests found in the module cache and read, and the edits that
+"""testcluster.manifests: upstream's manifests found in the module cache and read, and the edits that
 point their webhooks at loopback, apply kustomize's JSON6902 patches and prefix names."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cluster.manifests import json_patch, load_docs, module_dir, point_webhooks_at, prefixed
+from testcluster.manifests import json_patch, load_docs, module_dir, point_webhooks_at, prefixed
 
 
 @pytest.mark.parametrize(
@@ -26,7 +26,7 @@ def test_a_module_is_found_under_its_escaped_path(tmp_path: Path, module: str, f
 
 
 def test_a_module_not_built_yet_says_how_to_build_it(tmp_path: Path) -> None:
-    with pytest.raises(SystemExit, match=r"sigs.k8s.io/kwok@v9 is missing: run cluster/scripts/build.sh first"):
+    with pytest.raises(SystemExit, match=r"sigs.k8s.io/kwok@v9 is missing: run testcluster/scripts/build.sh first"):
         module_dir("sigs.k8s.io/kwok", "v9", gomod=tmp_path)
 
 

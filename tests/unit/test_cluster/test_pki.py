@@ -1,4 +1,4 @@
-"""cluster.pki with the real openssl: every certificate verifies against the CA that signed it, for
+"""testcluster.pki with the real openssl: every certificate verifies against the CA that signed it, for
 the names its server is reached by, and the kubeconfig points at them."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from cluster.pki import CERTS, issue, kubeconfig, make_pki, write_kubeconfig
+from testcluster.pki import CERTS, issue, kubeconfig, make_pki, write_kubeconfig
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""cluster.procs with real processes: a component starts in its own session with a pidfile and a
+"""testcluster.procs with real processes: a component starts in its own session with a pidfile and a
 log, `stop` ends it with its children, and waiting fails early with the end of a dead one's log."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster import procs
+from testcluster import procs
 from tests.support import REPO
 
 
@@ -22,9 +22,9 @@ def state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def start_and_leave(state: Path, name: str, argv: list[str]) -> int:
-    """Start a component from a process that then exits, as `python -m cluster up` does: the
+    """Start a component from a process that then exits, as `python -m testcluster up` does: the
     component outlives it (reaped by init, not by this test)."""
-    code = f"from cluster.procs import start; start({name!r}, {argv!r})"
+    code = f"from testcluster.procs import start; start({name!r}, {argv!r})"
     env = {**os.environ, "DDPCTL_CLUSTER_DIR": str(state)}
     subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, check=True)
     pid = procs.running(name)

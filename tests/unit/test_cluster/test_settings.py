@@ -1,4 +1,4 @@
-"""cluster.settings: versions.env as make and bash read it, and the ports the cluster binds."""
+"""testcluster.settings: versions.env as make and bash read it, and the ports the cluster binds."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from cluster.settings import V, parse_env, ports
+from testcluster.settings import V, parse_env, ports
 from tests.support import REPO
 
 
@@ -49,7 +49,7 @@ def test_each_manager_probes_health_on_the_port_after_its_webhooks(manager: str)
 
 
 def test_the_environment_moves_the_state_folder_and_the_ports(tmp_path: Path) -> None:
-    code = "from cluster import settings; print(settings.STATE); print(settings.PORTS['apiserver'])"
+    code = "from testcluster import settings; print(settings.STATE); print(settings.PORTS['apiserver'])"
     env = {**os.environ, "DDPCTL_CLUSTER_DIR": str(tmp_path), "DDPCTL_CLUSTER_PORT_BASE": "41000"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     assert out.stdout.split() == [str(tmp_path), "41002"]
@@ -58,7 +58,7 @@ def test_the_environment_moves_the_state_folder_and_the_ports(tmp_path: Path) ->
 def test_the_default_ports_lie_below_the_kernels_ephemeral_range() -> None:
     """An outbound connection's local port comes from the ephemeral range: a cluster port inside it
     can be held by any passing connection when `up` binds it (seen: kube-scheduler's, under load)."""
-    code = "from cluster import settings; print(max(settings.PORTS.values()))"
+    code = "from testcluster import settings; print(max(settings.PORTS.values()))"
     env = {k: v for k, v in os.environ.items() if k != "DDPCTL_CLUSTER_PORT_BASE"}
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True, check=True)
     ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")

@@ -4,8 +4,8 @@ server for the checkpoint tests (tests/support/s3.py); no stop request outlives 
 from collections.abc import Iterator
 
 import pytest
-from ddpctl_trainer import stop
 
+from ddpctl_trainer import stop
 from tests.support.s3 import own_s3, s3, s3_url  # noqa: F401 - fixtures, found by name
 from tests.support.trainer import _no_orphans, trainer_tmp  # noqa: F401 - fixtures, found by name
 

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 import torch
+from torch import nn
+
 from ddpctl_trainer.build import (
     build,
     make_optimizer,
@@ -21,7 +23,6 @@ from ddpctl_trainer.build import (
 )
 from ddpctl_trainer.config import parse_args
 from ddpctl_trainer.dist import DistContext, setup, teardown
-from torch import nn
 
 ONE = DistContext(0, 0, 1, 1, 0, 0, "single")
 CPU = torch.device("cpu")

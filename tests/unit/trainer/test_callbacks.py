@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+
 from ddpctl_trainer import callbacks
 from ddpctl_trainer.callbacks import (
     Callback,
@@ -26,7 +27,6 @@ from ddpctl_trainer.callbacks import (
 )
 from ddpctl_trainer.errors import UsageError
 from ddpctl_trainer.trainer import Trainer
-
 from tests.support.trainer import in_process
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from ddpctl_trainer import checkpoint as ckpt
 from ddpctl_trainer.checkpoint import Writer, atomic_save, snapshot
 from ddpctl_trainer.errors import CheckpointError

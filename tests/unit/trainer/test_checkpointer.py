@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import torch
+from torch.distributed.checkpoint.api import CheckpointException
+
 from ddpctl_trainer import checkpoint as ckpt
 from ddpctl_trainer import stop
 from ddpctl_trainer.checkpointer import Position, dcp_failure, rng_state, set_rng_state
 from ddpctl_trainer.dist import DistContext, setup, teardown
 from ddpctl_trainer.errors import CheckpointError, StoreError, Terminated
-from torch.distributed.checkpoint.api import CheckpointException
-
 from tests.support.s3 import SECRET_KEY, S3Server, prefix_for, require_obstore
 from tests.support.trainer import in_process
 
@@ -186,6 +186,7 @@ def test_a_store_failure_inside_torch_distributed_checkpoint_is_one_line_not_a_t
     message; any other failure is one CheckpointError line with its type, credentials scrubbed;
     so is a failure of writing the shards."""
     import torch.distributed.checkpoint as dcp
+
     from ddpctl_trainer.object_store import ObjectStore
 
     fsdp_trainer().fit()

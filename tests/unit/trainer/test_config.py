@@ -4,6 +4,7 @@ check that needs neither torch nor a process group (the CLI runs them too)."""
 from __future__ import annotations
 
 import pytest
+
 from ddpctl_trainer import callbacks
 from ddpctl_trainer.config import TrainConfig, build_parser, parse_args, validate_for_world
 from ddpctl_trainer.errors import UsageError

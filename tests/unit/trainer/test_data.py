@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+
 from ddpctl_trainer.config import parse_args
 from ddpctl_trainer.data import EvalShardSampler, PaddedEvalDataset, ResumableDistributedSampler, build_data, synthetic
 from ddpctl_trainer.dist import DistContext

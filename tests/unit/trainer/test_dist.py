@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from ddpctl_trainer.dist import (
     DistContext,
     all_gather_object,
@@ -126,6 +127,7 @@ def test_setup_joins_a_group_only_when_it_needs_one() -> None:
     """A single process needs no group for DDP, but FSDP always runs inside one: an in-memory one
     then (no MASTER_ADDR needed); a group of one is no group for the collectives' helpers."""
     import torch.distributed as dist
+
     from ddpctl_trainer.dist import setup, teardown
 
     one = DistContext(0, 0, 1, 1, 0, 0, "single")

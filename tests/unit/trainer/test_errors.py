@@ -10,6 +10,7 @@ import signal
 import pytest
 import torch
 import torch.distributed as dist
+
 from ddpctl_trainer.errors import (
     CheckpointError,
     PeerLost,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from ddpctl_trainer.launch import exit_code_for
 
 
@@ -44,8 +45,9 @@ def test_a_sigterm_to_the_agent_is_143_even_when_torch_masks_it(
     import signal
 
     import torch.distributed.run as torchrun
-    from ddpctl_trainer import launch
     from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    from ddpctl_trainer import launch
 
     exc = SignalException("got SIGTERM", sigval=signal.SIGTERM)
 
@@ -62,6 +64,7 @@ def test_a_sigterm_to_the_agent_is_143_even_when_torch_masks_it(
 
 def test_any_other_error_of_the_agent_is_not_taken_for_a_signal(monkeypatch: pytest.MonkeyPatch) -> None:
     import torch.distributed.run as torchrun
+
     from ddpctl_trainer import launch
 
     def run(args: object) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from ddpctl_trainer import main as trainer_main
 from ddpctl_trainer.config import parse_args, validate_for_world
 from ddpctl_trainer.errors import CheckpointError, Preempted, Straggling, UsageError, peer_lost

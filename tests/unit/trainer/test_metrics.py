@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from ddpctl_trainer.metrics import Meter, MetricsLog, Progress
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from ddpctl_trainer.errors import UsageError
 from ddpctl_trainer.models import ConvNet, build_model, check_model_spec
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from ddpctl_trainer import object_client
 
+from ddpctl_trainer import object_client
 from tests.support.s3 import require_obstore
 
 require_obstore()

@@ -18,12 +18,12 @@ from typing import Any
 
 import pytest
 import torch
+
 from ddpctl_trainer import object_store
 from ddpctl_trainer.checkpoint import FORMAT, Writer
 from ddpctl_trainer.dist import DistContext
 from ddpctl_trainer.errors import CheckpointError, StoreError
 from ddpctl_trainer.object_store import ObjectMissing, ObjectStore
-
 from tests.support.s3 import SECRET_KEY, S3Server, latest_checkpoint, object_names, prefix_for, require_obstore
 
 obstore = require_obstore()

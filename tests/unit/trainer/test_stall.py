@@ -4,6 +4,7 @@ heartbeats, the summary's wording and the frames it shows (pure functions, no th
 from __future__ import annotations
 
 import pytest
+
 from ddpctl_trainer.protocol import EXIT_STALLED, STALL_SUMMARY_TAG
 from ddpctl_trainer.stall import (
     BACKWARD,

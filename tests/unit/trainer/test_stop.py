@@ -4,6 +4,7 @@ outside it, or a second one, stops at once."""
 from __future__ import annotations
 
 import pytest
+
 from ddpctl_trainer import stop
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+
 from ddpctl_trainer import checkpoint as ckpt
 from ddpctl_trainer.dist import DistContext
 from ddpctl_trainer.protocol import SHARDED_STATE_FILE

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 import pytest
 import torch
 import torch.distributed as dist
+
 from ddpctl_trainer import protocol
 from ddpctl_trainer.callbacks import StragglerWatch
 from ddpctl_trainer.config import parse_args, straggler_config
@@ -29,7 +30,6 @@ from ddpctl_trainer.stragglers import (
     my_seat,
     reference,
 )
-
 from tests.support import REPO
 from tests.support.trainer import agent_command, clean_env, free_port, start, wait_all
 

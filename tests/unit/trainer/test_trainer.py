@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch import nn
+
 from ddpctl_trainer import build as build_mod
 from ddpctl_trainer import stop
 from ddpctl_trainer import trainer as trainer_mod
@@ -22,8 +24,6 @@ from ddpctl_trainer.dist import DistContext
 from ddpctl_trainer.errors import Preempted, UsageError
 from ddpctl_trainer.metrics import MetricsLog, Progress
 from ddpctl_trainer.trainer import Trainer, run_trainer
-from torch import nn
-
 from tests.support.trainer import ONE_PROCESS, in_process
 
 ONE = DistContext(0, 0, 1, 1, 0, 0, "single")

@@ -11,6 +11,7 @@ import threading
 
 import pytest
 import torch.distributed as dist
+
 from ddpctl_trainer import watchdog
 from ddpctl_trainer.protocol import EXIT_STALLED, STALL_SUMMARY_TAG
 from ddpctl_trainer.stall import BACKWARD, DATA, EVAL, FORWARD, LOGGING, SETUP

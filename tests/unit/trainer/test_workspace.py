@@ -15,13 +15,13 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from ddpctl.workspace.inline import unpacker_files
 from ddpctl.workspace.pack import pack_workspace
 from ddpctl.workspace.upload import upload
 from ddpctl_trainer import protocol
 from ddpctl_trainer import workspace as ws
 from ddpctl_trainer.workspace import WorkspaceError
-
 from tests.support import REPO
 from tests.support.s3 import S3Server, prefix_for
 from tests.unit.workspace.trees import Exec, Link, make_tree
@@ -230,7 +230,7 @@ def test_report_says_it_once_on_stderr_and_in_the_termination_log(
 
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DDP_", "PET_", "AWS_"))}
-    env["PYTHONPATH"] = str(REPO / ".typecheck")  # ddpctl_trainer, as the image's /opt/ddpctl holds it
+    env["PYTHONPATH"] = str(REPO / "trainer")  # ddpctl_trainer, as the image's /opt/ddpctl holds it
     env.update(extra)
     return env
 

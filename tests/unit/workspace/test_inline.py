@@ -8,6 +8,7 @@ import io
 from pathlib import Path
 
 import pytest
+
 from ddpctl.workspace.inline import (
     INLINE_LIMIT,
     SHA256_ANNOTATION,
@@ -19,7 +20,6 @@ from ddpctl.workspace.inline import (
 )
 from ddpctl.workspace.pack import pack_workspace
 from ddpctl_trainer.protocol import WORKSPACE_ARCHIVE_KEY
-
 from tests.support.k8s_schemas import validate_core
 from tests.unit.workspace.trees import make_tree
 

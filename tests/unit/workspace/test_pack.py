@@ -12,10 +12,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import SpecError
 from ddpctl.workspace.pack import Pack, _member, pack, pack_workspace, size_text
 from ddpctl.workspace.select import select
-
 from tests.unit.workspace.trees import Exec, Link, Tree, make_tree
 
 TREE: Tree = {

@@ -14,11 +14,11 @@ import string
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.workspace.pack import _CHUNK, pack_workspace
 from ddpctl.workspace.scan import BINARY_PROBE, SCAN_LIMIT, SERVICE_ACCOUNT, scan
 from ddpctl.workspace.ship import prepare
-
 from tests.unit.workspace.trees import Link, Tree, make_tree
 
 _RNG = random.Random(7)

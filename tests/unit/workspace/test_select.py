@@ -10,9 +10,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import SpecError
 from ddpctl.workspace.select import SECRET_PATTERNS, select
-
 from tests.support import skip_unless
 from tests.unit.workspace.trees import Exec, Link, Tree, make_tree
 

@@ -8,10 +8,10 @@ import io
 from pathlib import Path
 
 import pytest
+
 from ddpctl.errors import RuntimeFailure, SpecError
 from ddpctl.workspace.pack import pack_workspace
 from ddpctl.workspace.upload import archive_url, upload
-
 from tests.support.s3 import SECRET_KEY, S3Server, prefix_for, require_obstore
 from tests.unit.workspace.trees import make_tree
 

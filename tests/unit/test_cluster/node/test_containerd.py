@@ -1,4 +1,4 @@
-"""cluster.node.containerd, the parts that need no containerd: its configuration file, the pause
+"""testcluster.node.containerd, the parts that need no containerd: its configuration file, the pause
 image's archive, and whether a Docker image is on the node already."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from cluster.node.containerd import containerd_config, has_image, pause_archive
-from cluster.node.layout import CNI_BIN, DIR, RUNC, SOCK
-from cluster.settings import PAUSE_IMAGE
+from testcluster.node.containerd import containerd_config, has_image, pause_archive
+from testcluster.node.layout import CNI_BIN, DIR, RUNC, SOCK
+from testcluster.settings import PAUSE_IMAGE
 
 
 def test_the_config_keeps_containerd_in_the_nodes_folder_with_debians_runc() -> None:

@@ -1,4 +1,4 @@
-"""cluster.node.host, the parts that need no root: the CNI configuration, which mounts, cgroups and
+"""testcluster.node.host, the parts that need no root: the CNI configuration, which mounts, cgroups and
 shims are the node's (on fake trees and /proc texts), and the cpuset a new cgroup inherits."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from cluster.node.host import cgroup_roots, cni_conflist, is_our_shim, make_cgroup_root, mounts_under, our_cgroups
-from cluster.node.layout import BRIDGE, CGROUP_ROOT, GATEWAY, SUBNET
+from testcluster.node.host import cgroup_roots, cni_conflist, is_our_shim, make_cgroup_root, mounts_under, our_cgroups
+from testcluster.node.layout import BRIDGE, CGROUP_ROOT, GATEWAY, SUBNET
 
 
 def test_pods_join_our_bridge_with_addresses_from_our_subnet(tmp_path: Path) -> None:

@@ -1,13 +1,13 @@
-"""cluster.node.kubelet, the parts that need no kubelet: its configuration for this sandbox and
+"""testcluster.node.kubelet, the parts that need no kubelet: its configuration for this sandbox and
 CoreDNS's Corefile, both on the bridge address, agreeing with containerd's and the host's."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from cluster.node.kubelet import corefile, kubelet_config
-from cluster.node.layout import CGROUP_ROOT, DIR, GATEWAY, LABEL, SOCK
-from cluster.settings import PORTS
+from testcluster.node.kubelet import corefile, kubelet_config
+from testcluster.node.layout import CGROUP_ROOT, DIR, GATEWAY, LABEL, SOCK
+from testcluster.settings import PORTS
 
 CERT = (Path("/pki/kubelet.crt"), Path("/pki/kubelet.key"))
 
@@ -32,7 +32,9 @@ def test_the_kubelet_serves_on_the_bridge_with_its_certificate_and_trusts_our_ca
 def test_only_pods_that_ask_land_on_the_node_and_what_they_load_stays() -> None:
     cfg = kubelet_config(DIR, CERT, Path("/pki/ca.crt"))
     assert cfg["registerWithTaints"] == [{"key": LABEL, "value": "true", "effect": "NoSchedule"}]
-    assert cfg["imageGCHighThresholdPercent"] == 100  # images loaded by `python -m cluster load` are never collected
+    assert (
+        cfg["imageGCHighThresholdPercent"] == 100
+    )  # images loaded by `python -m testcluster load` are never collected
 
 
 def test_pods_resolve_names_with_coredns_on_the_bridge() -> None:

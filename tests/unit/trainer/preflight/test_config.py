@@ -4,6 +4,7 @@ below the command line, one-line usage errors."""
 from __future__ import annotations
 
 import pytest
+
 from ddpctl_trainer.errors import UsageError
 from ddpctl_trainer.preflight import PreflightConfig
 from ddpctl_trainer.preflight.__main__ import parse_args

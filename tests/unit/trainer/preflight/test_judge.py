@@ -8,6 +8,7 @@ import dataclasses
 from collections.abc import Callable
 
 import pytest
+
 from ddpctl_trainer.preflight import PreflightConfig
 from ddpctl_trainer.preflight.judge import (
     MAX_PAIR_ROUNDS,
@@ -31,7 +32,6 @@ from ddpctl_trainer.preflight.report import Figures, assemble
 from ddpctl_trainer.protocol import (
     EXIT_PREFLIGHT,
 )
-
 from tests.unit.trainer.preflight.made_up import GFLOP, cpu_report, places, seconds_for
 
 # ------------------------------------------------------------------------------------ arithmetic

@@ -12,6 +12,7 @@ def test_the_kernels_and_the_checks_in_one_process() -> None:
     """The measuring code on this CPU without a process group: figures come out, nothing is judged
     against anyone (one node), no collective runs."""
     import torch
+
     from ddpctl_trainer.dist import DistContext
     from ddpctl_trainer.preflight import measure, run_checks
 

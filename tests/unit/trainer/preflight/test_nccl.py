@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from ddpctl_trainer.preflight import nccl
 
 # A socket fallback: no IB device, NCCL's socket transport, channels over NET/Socket.

@@ -18,7 +18,6 @@ from ddpctl_trainer.protocol import (
     meaning,
     parse_rank_line,
 )
-
 from tests.unit.trainer.preflight.made_up import IB, SOCKET, cpu_report, gpu_figures, places, seconds_for
 
 # ------------------------------------------------------------------------------------ NCCL

@@ -1,0 +1,223 @@
+"""`ddpctl submit`: spec -> target -> objects -> server-side apply -> (wait | follow)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ddpctl.cluster.flags import DryRun, Format
+from ddpctl.console import plural
+from ddpctl.engines import plan_for
+from ddpctl.errors import SpecError, UsageError
+from ddpctl.spec.sources import SpecInput
+
+if TYPE_CHECKING:
+    from ddpctl.cluster.config import ClusterOptions
+    from ddpctl.plan import Plan
+    from ddpctl.workspace.ship import Shipment
+
+
+def build_image(spec: Any) -> str:
+    """`--build`: build with `ddpctl build`'s builder and push; returns the pushed reference."""
+    from ddpctl.image.project import build_image as build_this_folder
+
+    def echo(line: str) -> None:
+        sys.stderr.write(f"[build] {line}\n")
+
+    return build_this_folder(spec, push=True, echo=echo)
+
+
+def run(
+    spec_input: SpecInput,
+    *,
+    options: ClusterOptions,
+    dry_run: DryRun,
+    output: Format | None,
+    build: bool,
+    replace: bool,
+    wait: bool,
+    follow: bool,
+    rank: int | None,
+    timeout: str | None,
+    out: Callable[[str], None],
+    say: Callable[[str], None],
+) -> None:
+    from ddpctl.cluster.flags import parse_duration
+    from ddpctl.manifests import render
+    from ddpctl.manifests.output import to_json_list, to_yaml_documents
+    from ddpctl.manifests.shipment import shipment_of
+
+    timeout_s = parse_duration(timeout)
+    if rank is not None and not follow:
+        raise UsageError("--rank: only with --follow; for a running job use `ddpctl logs NAME --rank N`")
+    if rank is not None and rank < 0:
+        raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
+    if dry_run is not DryRun.none and (wait or follow or build or replace):
+        used = next(
+            f for f, on in (("--wait", wait), ("--follow", follow), ("--build", build), ("--replace", replace)) if on
+        )
+        raise UsageError(f"{used} cannot be combined with --dry-run={dry_run.value}; drop one of them")
+
+    flags = dict(spec_input.flags)
+    explicit_auto = flags.get("target") == "auto"
+    if explicit_auto:
+        del flags["target"]
+    base = spec_input._replace(flags=flags)
+    chosen = base.chosen()  # what the user set (file, env, flags), no defaults
+    auto = explicit_auto or "target" not in chosen
+
+    def fmt(objects: list[dict[str, Any]]) -> str:
+        return to_json_list(objects) if output is Format.json else to_yaml_documents(objects)
+
+    if dry_run is DryRun.client:
+        spec = base.spec()  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`
+        if auto:
+            say(
+                f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; "
+                "pass --target to choose)"
+            )
+        check_code(plan_for(spec), say)
+        with shipment_of(plan_for(spec), to_store=False) as shipment:
+            if shipment is not None:
+                say(f"ddpctl: {shipment.pack.summary()}")
+            objects = render.render_plan(plan_for(spec), shipment)
+        if output is None:
+            for obj in objects:
+                from ddpctl.cluster.kinds import kind_of
+
+                out(f"{kind_of(obj).ref(obj['metadata']['name'])} created (dry run)")
+        else:
+            out(fmt(objects).rstrip("\n"))
+        return
+
+    spec0 = base.spec(target="job") if auto else base.spec()
+    pods = plan_for(spec0).replicas  # a bad spec fails before any cluster contact
+    if rank is not None and rank >= pods:  # the node count does not depend on the target
+        raise UsageError(
+            f"--rank: node rank {rank} is out of range; job {spec0.name} has {plural(pods, 'node')}, "
+            f"node ranks 0-{pods - 1}"
+        )
+    if build:
+        image = build_image(spec0)
+        say(f"ddpctl: built and pushed {image}")
+        flags["image"] = image
+        base = spec_input._replace(flags=flags)
+    check_code(plan_for(base.spec(target="job") if auto else base.spec()), say)
+
+    from ddpctl.cluster import apply as A
+    from ddpctl.cluster import discovery
+    from ddpctl.cluster.config import connect
+    from ddpctl.cluster.follow import follow_job
+    from ddpctl.cluster.kinds import BY_TARGET, rank_notice
+
+    with connect(dataclasses.replace(options, namespace=chosen.get("namespace"))) as cluster:
+        engines = discovery.discover(cluster)
+        overrides: dict[str, Any] = {}
+        if "namespace" not in chosen:
+            overrides["namespace"] = cluster.namespace
+        if auto:
+            plan, why = _first_that_plans(base, discovery.candidates(engines), overrides)
+            say(f"ddpctl: target {plan.spec.target}: {why}")
+        else:
+            plan = plan_for(base.spec(**overrides))
+            discovery.require(engines, plan.spec.target)
+        spec, server_dry = plan.spec, dry_run is DryRun.server
+        for warning in (plan.restart_starts_from_scratch, plan.plain_command_warning):
+            if warning:
+                say(f"ddpctl: warning: {warning}")
+        with shipment_of(plan, to_store=True) as shipment:
+            if shipment is not None:
+                shipment = _ship(shipment, server_dry, say)
+            applied = A.submit(
+                cluster,
+                render.render_plan(plan, shipment),
+                name=spec.name,
+                namespace=spec.namespace,
+                dry_run=server_dry,
+                replace=replace,
+                say=say,
+            )
+        if shipment is not None and shipment.secret is not None and not server_dry:
+            A.own(cluster, next(a.obj for a in applied if a.kind is BY_TARGET[spec.target]), applied[0].obj)
+        if spec.queue or spec.workload_priority_class:
+            from ddpctl.cluster.admission import queue_warnings
+
+            top = next(a.obj for a in applied if a.kind is BY_TARGET[spec.target])
+            for note in queue_warnings(cluster, spec.target, top, spec.queue):
+                say(f"ddpctl: warning: {note}")
+        if output is not None:
+            out(fmt([a.obj for a in applied]).rstrip("\n"))
+        else:
+            suffix = " (server dry run)" if server_dry else ""
+            for a in applied:
+                out(f"{a.kind.ref(a.obj['metadata']['name'])} {'created' if a.created else 'configured'}{suffix}")
+        if server_dry:
+            return
+        kind = BY_TARGET[spec.target]
+        job = next(a.obj for a in applied if a.kind is kind)
+        if not (wait or follow):
+            say(
+                f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status "
+                f"{spec.name} -n {spec.namespace}`"
+            )
+            return
+        notice = rank_notice(job, spec.name, rank) if rank is not None else None
+        if notice:
+            say(notice)
+        follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
+
+
+def check_code(plan: Plan, say: Callable[[str], None]) -> None:
+    """Before anything is created: the job's code in this folder is carried to the pods (a
+    workspace, a project image of its current code), or, in the user's own image, the local engine
+    shows it at WORKDIR + the path (not local: said, and not checked). Exit 2 when it is not."""
+    from ddpctl.manifests.shipment import code_in_image, code_not_carried
+
+    problem = code_not_carried(plan)
+    if problem:
+        raise UsageError(problem)
+    if plan.ships_workspace:
+        from ddpctl.image.requirements import image_lacks
+        from ddpctl.manifests.shipment import is_trainer_image
+
+        folder = (Path.cwd() / str(plan.spec.workspace.dir)).resolve()
+        for said in image_lacks(folder, plan.spec.image, is_trainer_image(plan.spec.image)):
+            say(f"ddpctl: {said}")
+    wanted = code_in_image(plan)
+    if wanted is None:
+        return
+    from ddpctl.image.contents import Wanted, built_folder_version, check_code_in_image
+
+    for note in check_code_in_image(plan.spec.image, Wanted(*wanted), folder_hash=built_folder_version):
+        say(f"ddpctl: {note}")
+
+
+def _ship(shipment: Shipment, dry_run: bool, say: Callable[[str], None]) -> Shipment:
+    """Say what the workspace holds; put a large one in its store (unless a dry run), only when absent."""
+    say(f"ddpctl: {shipment.pack.summary()}")
+    if shipment.url is None:
+        return shipment
+    if dry_run:
+        say(f"ddpctl: workspace: {shipment.url} (server dry run: not uploaded)")
+        return shipment
+    from ddpctl.workspace.ship import uploaded
+
+    done = uploaded(shipment, "workspace.store")
+    say(f"ddpctl: workspace: {done.where()}")
+    return done
+
+
+def _first_that_plans(
+    base: SpecInput, candidates: list[tuple[str, str]], overrides: dict[str, Any]
+) -> tuple[Plan, str]:
+    """--target auto: the first engine (best first) that can run the spec, and why it was chosen."""
+    notes: list[str] = []
+    for target, reason in candidates:
+        try:
+            return plan_for(base.spec(target=target, **overrides)), reason + (f"; {notes[0]}" if notes else "")
+        except SpecError as exc:
+            notes.append(f"{target} cannot run this spec ({exc.message})")
+    raise AssertionError(f"no engine can run the spec ({'; '.join(notes)})")  # job, the last candidate, runs any

@@ -1,0 +1,86 @@
+"""Which backend a command asks for a job: where the user said (`--on`), else the cluster when one
+is configured here (a kubeconfig, in-cluster config), else this machine's ./ddp-runs.
+
+A cluster that does not have the job, or that cannot be reached, hands the name on to a local run
+of that name when there is one, and says so; a cluster that answered with an error (401, 403, 500)
+is the answer: its error is reported, never a local folder's contents in its place.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import typer
+
+from ddpctl.backend import Backend, Listing, Where
+from ddpctl.errors import NotFound, Unreachable
+
+T = TypeVar("T")
+
+
+def on_option() -> Any:
+    return typer.Option(
+        None,
+        "--on",
+        help="Where the job runs: cluster, local or docker (default: the cluster when a kubeconfig exists, else "
+        "./ddp-runs; a job the cluster does not have is looked for in ./ddp-runs too).",
+        show_default=False,
+        case_sensitive=False,
+    )
+
+
+def job_name(name: str | None) -> str:
+    """NAME not given: DDPCTL_NAME or ./ddp.yaml's name, else the default job name, as `run` and
+    `submit` choose it."""
+    if name:
+        return name
+    from ddpctl.spec.model import JobSpec
+    from ddpctl.spec.sources import merged_layers
+
+    chosen = merged_layers({}).get("name")
+    return str(chosen) if chosen else JobSpec().name
+
+
+def backends(on: Where | None, options: Any) -> list[Backend]:
+    """The backends to ask, in order; `options` are the cluster flags (ClusterOptions)."""
+    from ddpctl.cluster.kube_backend import ClusterBackend, kubeconfig_found
+    from ddpctl.runners.machine_backends import DockerBackend, LocalBackend
+
+    if on is Where.cluster:
+        return [ClusterBackend(options)]
+    if on is Where.local:
+        return [LocalBackend()]
+    if on is Where.docker:
+        return [DockerBackend()]
+    if kubeconfig_found(options):
+        return [ClusterBackend(options), LocalBackend()]
+    return [LocalBackend(hint=" and no kubeconfig to look in a cluster (set KUBECONFIG or pass --kubeconfig)")]
+
+
+def ask(name: str, candidates: list[Backend], call: Callable[[Backend], T], say: Callable[[str], None]) -> T:
+    """`call` on the first backend that has job `name`: the next one is asked only when one could
+    not find it or not be reached, and when the next one has a job of that name."""
+    first, *rest = candidates
+    try:
+        return call(first)
+    except (NotFound, Unreachable) as exc:
+        for backend in rest:
+            if backend.has(name):
+                say(f"ddpctl: {exc.message}; {name} is a {backend.where.value} run in {backend.describe()}: showing it")
+                return call(backend)
+        raise
+
+
+def list_from(candidates: list[Backend], all_namespaces: bool, say: Callable[[str], None]) -> Listing:
+    """The first backend's jobs; an unreachable cluster hands on to ./ddp-runs when runs are there,
+    saying so (with none there, the cluster's error is the answer)."""
+    first, *rest = candidates
+    try:
+        return first.list(all_namespaces)
+    except Unreachable as exc:
+        found = rest[0].list(all_namespaces) if rest else None
+        if found is None or not found.jobs:
+            raise
+        say(f"ddpctl: {exc.message}; listing {rest[0].describe()} instead")
+        return found

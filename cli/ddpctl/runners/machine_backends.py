@@ -1,0 +1,177 @@
+"""This machine as a `Backend`: a job's nodes as local torchrun agents (`LocalBackend`) or as
+containers (`DockerBackend`), and the run directories they leave in ./ddp-runs, which `status`,
+`logs`, `list` and `delete` read alike for both."""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ddpctl.backend import Backend, JobStatus, Listing, LogOptions, Where
+from ddpctl.backend.base import Say
+from ddpctl.runners import runs
+
+if TYPE_CHECKING:
+    from ddpctl.runners.docker import DockerPlan
+    from ddpctl.runners.local import LocalPlan
+    from ddpctl.spec.sources import SpecInput
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """`ddpctl run`'s own flags (the spec's come with the SpecInput)."""
+
+    run_dir: Path | None = None
+    mounts: tuple[str, ...] = ()
+    fresh: bool = False
+    timeout: float | None = None
+    color: bool | None = None  # None: colour on a terminal
+    engine: str = "docker"  # with --docker: the container engine's CLI
+
+
+class _RunsHere(Backend):
+    """Finding a job again in ./ddp-runs: the same for processes and containers (the run's record
+    says which ran it)."""
+
+    def __init__(self, options: RunOptions | None = None, cwd: Path | None = None, *, hint: str = "") -> None:
+        self.options = options or RunOptions()
+        self.cwd = cwd
+        self.hint = hint  # said when a name is not found here (e.g. that no kubeconfig exists either)
+
+    def describe(self) -> str:
+        return f"./{runs.RUNS_DIR}"
+
+    def has(self, name: str) -> bool:
+        return runs.find_run(name, self.cwd) is not None
+
+    def _run(self, name: str) -> Path:
+        return runs.require_run(name, self.cwd, hint=self.hint)
+
+    def status(self, name: str) -> JobStatus:
+        return runs.run_status(self._run(name), self.cwd)
+
+    def wait(self, name: str, timeout: float | None, say: Say) -> None:
+        runs.wait_run(self._run(name), timeout, say)
+
+    def logs(self, name: str, options: LogOptions, out: Say, say: Say) -> None:
+        runs.run_logs(self._run(name), options, out, say)
+
+    def list(self, all_namespaces: bool = False) -> Listing:
+        found = runs.list_runs(self.cwd)
+        return Listing(found.jobs, found.looked_in + self.hint)
+
+    def delete(
+        self, names: Sequence[str], *, ignore_not_found: bool, wait: bool, timeout: float | None, out: Say
+    ) -> None:
+        missing = []
+        for name in names:
+            found = runs.find_run(name, self.cwd)
+            if found is None:
+                missing.append(name)
+                continue
+            runs.delete_run(found, wait=wait, timeout=timeout, out=out)
+        if missing and not ignore_not_found:
+            raise runs.not_found(missing[0], self.cwd, hint=self.hint)
+
+
+class LocalBackend(_RunsHere):
+    """Every node a torchrun agent on this machine, on loopback (`run --local`)."""
+
+    where = Where.local
+
+    def _plan(self, spec_input: SpecInput) -> LocalPlan:
+        from ddpctl.runners.local import plan_local, port_asked_for
+
+        return plan_local(
+            spec_input.spec(),
+            run_dir=self.options.run_dir,
+            port_explicit=port_asked_for(spec_input.flags, spec_input.config),
+            mounts=_mounts(self.options.mounts),
+            cwd=self.cwd,
+        )
+
+    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
+        plan = self._plan(spec_input)
+        say(f"ddpctl: {plan.spec.name}: {len(plan.nodes)} torchrun agents would start in {plan.cwd} (dry run)")
+        inherited = _inherited()
+        for node in plan.nodes:
+            env = {k: v for k, v in node.env.items() if inherited.get(k) != v}
+            out(f"# node {node.index} ({node.hostname})")
+            out(" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())) + " \\")
+            out("  " + shlex.join(node.argv))
+
+    def start(self, spec_input: SpecInput, out: Say, say: Say) -> int:
+        from ddpctl.runners.local import clean_run_dir, run_local
+
+        plan = self._plan(spec_input)
+        if self.options.fresh:
+            clean_run_dir(plan)
+        return run_local(plan, color=self.options.color, timeout=self.options.timeout)
+
+
+class DockerBackend(_RunsHere):
+    """Every node a container on a private network of a local container engine (`run --docker`)."""
+
+    where = Where.docker
+
+    @contextmanager
+    def _plan(self, spec_input: SpecInput, dry_run: bool = False) -> Iterator[DockerPlan]:
+        """The containers to run, with the spec's workspace (as its pods would get it) while it lasts."""
+        from ddpctl.engines import plan_for
+        from ddpctl.manifests.shipment import shipment_of
+        from ddpctl.runners.docker import plan_docker
+
+        spec = spec_input.spec()
+        with shipment_of(plan_for(spec), cwd=self.cwd, to_store=False) as shipment:
+            if shipment is not None:
+                say_err(f"ddpctl: {shipment.pack.summary()}")
+            yield plan_docker(
+                spec,
+                engine=self.options.engine,
+                run_dir=self.options.run_dir,
+                mounts=list(self.options.mounts),
+                fresh=self.options.fresh,
+                dry_run=dry_run,
+                shipment=shipment,
+            )
+
+    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
+        with self._plan(spec_input, dry_run=True) as plan:
+            self._show(plan, out, say)
+
+    def _show(self, plan: DockerPlan, out: Say, say: Say) -> None:
+        say(
+            f"ddpctl: {plan.spec.name}: {len(plan.containers)} containers would run on network {plan.network} (dry run)"
+        )
+        out(shlex.join([plan.engine, "network", "create", plan.network]))
+        for container in plan.containers:
+            out(shlex.join(container.argv))
+
+    def start(self, spec_input: SpecInput, out: Say, say: Say) -> int:
+        from ddpctl.runners.docker import run_docker
+
+        with self._plan(spec_input) as plan:
+            return run_docker(plan, color=self.options.color, timeout=self.options.timeout)
+
+
+def _mounts(items: Sequence[str]) -> dict[str, Path]:
+    from ddpctl.runners.common import parse_mounts
+
+    return parse_mounts(items)
+
+
+def _inherited() -> dict[str, str]:
+    import os
+
+    from ddpctl.runners.node_env import inherited_env
+
+    return inherited_env(os.environ)
+
+
+def say_err(text: str) -> None:
+    sys.stderr.write(text + "\n")
