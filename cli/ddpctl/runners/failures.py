@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import re
+import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,15 +86,26 @@ def _secondary(state: JobState, f: Failure) -> bool:
 
 def root_cause(state: JobState) -> Failure | None:
     """The rank failure that explains the others, from torchrun's reports: a rank killed by a
-    signal first, then torchrun's root cause, the earliest; None when no report names one. A failed
-    preflight ends every rank alike, and only rank 0 says why: its failure comes first."""
+    signal first, then torchrun's root cause, the earliest; None when no report names one. A rank
+    SIGTERMed with an error of its own was stopped by torchrun on its way out, after another's
+    failure: it is weighed by its error, not as a kill. A failed preflight ends every rank alike,
+    and only rank 0 says why: its failure comes first."""
     candidates = [f for f in state.failures if not _secondary(state, f)]
+
+    def killed(f: Failure) -> bool:
+        return f.code < 0 and f.code != -signal.SIGTERM
 
     def unsaid_preflight(f: Failure) -> bool:
         return f.code == protocol.EXIT_PREFLIGHT and f.rank not in state.last_error
 
     candidates.sort(
-        key=lambda f: (f.code >= 0, unsaid_preflight(f), not f.root_cause, f.time, f.rank if f.rank is not None else 0)
+        key=lambda f: (
+            not killed(f),
+            unsaid_preflight(f),
+            not f.root_cause,
+            f.time,
+            f.rank if f.rank is not None else 0,
+        )
     )
     return candidates[0] if candidates else None
 

@@ -95,6 +95,9 @@ def test_lost_nodes_are_those_killed_from_outside_with_no_worker_report() -> Non
         ([Failure(0, 1, 1, 1, time="10:00:01"), Failure(1, 3, 1, 1, time="10:00:01", root_cause=True)], {}, 3),
         # the earliest
         ([Failure(1, 3, 1, 1, time="10:00:02"), Failure(0, 1, 1, 1, time="10:00:01")], {}, 1),
+        # a rank torchrun stopped (SIGTERM) while it died of its own error is no kill: the root cause comes first
+        ([Failure(0, 0, 0, -15, time="10:00:01"), Failure(0, 1, 1, 1, time="10:00:01", root_cause=True)],
+         {0: "ValueError: bad batch on rank 0", 1: "ValueError: bad batch on rank 1"}, 1),
         # a rank whose error says only that its connection to a peer broke is not the cause
         ([Failure(0, 0, 0, 1, time="10:00:01"), Failure(1, 2, 0, 1, time="10:00:02")],
          {0: "RuntimeError: Connection reset by peer"}, 2),
