@@ -22,7 +22,7 @@ PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscop
 # A marker per torch choice: changing TORCH_SPEC or TORCH_INDEX_URL reinstalls torch, and then ddpctl.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s|%s' '$(TORCH_SPEC)' '$(TORCH_INDEX_URL)' | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast lint docker kubectl chart-contract bench clean cluster cluster-build cluster-load cluster-down
+.PHONY: run test test-fast coverage lint docker kubectl chart-contract bench clean cluster cluster-build cluster-load cluster-down
 
 $(TORCH_STAMP): scripts/torch-version.env
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
@@ -95,6 +95,12 @@ test: $(STAMP) docker kubectl cluster-build lint
 ## test-fast: no Docker set-up, no multi-process or container tests (`-m "not slow and not docker"`)
 test-fast: $(STAMP) kubectl
 	$(PY) -m pytest -q -m "not slow and not docker" $(PARALLEL)
+
+## coverage: line coverage of cli/ and trainer/ by the fast tier (tests/unit, tests/contract), in
+## one process (the figure docs/testing.md records)
+coverage: $(STAMP) kubectl
+	$(PY) -m coverage run --source=cli,trainer -m pytest -q -p no:xdist tests/unit tests/contract
+	$(PY) -m coverage report --format=total
 
 ## chart-contract: regenerate charts/ddp-job's values.yaml, values.schema.json and templates/_generated.tpl
 ## from the JobSpec's fields and the engines
