@@ -46,13 +46,18 @@ def run_checks(ctx: DistContext, device: torch.device, backend: str, config: Pre
 
 def run_and_report(ctx: DistContext, device: torch.device, backend: str, config: PreflightConfig) -> Report:
     """``run_checks``, then rank 0 prints the report (and writes its JSON when asked); raises
-    ``PreflightFailed`` (exit ``EXIT_PREFLIGHT``) on every rank when it failed."""
+    ``PreflightFailed`` (exit ``EXIT_PREFLIGHT``) on every rank when it failed, once rank 0's report
+    is out: torchrun stops a node's other workers at the first exit, and rank 0, which has the most
+    to write, would otherwise be stopped before its report by a peer that left first."""
+    from ..dist import barrier
+
     report = run_checks(ctx, device, backend, config)
     if ctx.is_main:
         report.print(ctx.rank)
         if config.json_path:
             report.write_json(config.json_path)
     if report.failed:
+        barrier()
         raise PreflightFailed(failure_message(report))
     return report
 

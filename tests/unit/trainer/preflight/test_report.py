@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+import torch
+
+from ddpctl_trainer.dist import DistContext
 from ddpctl_trainer.preflight import PreflightConfig, PreflightFailed, failure_message, nccl
 from ddpctl_trainer.preflight.judge import (
     PairFigure,
@@ -152,3 +156,27 @@ def test_a_failed_preflight_is_its_own_exit_code() -> None:
     assert error.exit_code == EXIT_PREFLIGHT and meaning(EXIT_PREFLIGHT) == "failed its preflight checks"
     assert str(error).startswith("preflight failed: slow node: node 1 (pod ddp-1, k8s node w-1): compute 20 GFLOP/s")
     assert EXIT_PREFLIGHT not in (2, 138, 143, 200) and EXIT_PREFLIGHT > 128 + 64
+
+
+@pytest.mark.parametrize(("rank", "printed"), [(0, True), (1, False)])
+def test_a_failed_preflight_leaves_only_after_rank_0s_report_is_out(
+    rank: int, printed: bool, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every rank raises together; torchrun stops a node's other workers at the first exit, so no
+    rank may leave before rank 0 has printed: a barrier after the print, before the raise."""
+    import ddpctl_trainer.dist
+    import ddpctl_trainer.preflight as preflight
+
+    report = cpu_report({0: 61.0, 1: 59.0, 2: 20.0, 3: 18.0})
+    assert report.failed
+    events: list[str] = []
+    monkeypatch.setattr(preflight, "run_checks", lambda *a: report)
+    monkeypatch.setattr(
+        ddpctl_trainer.dist, "barrier", lambda: events.append(f"barrier after {capsys.readouterr().out!r}")
+    )
+    ctx = DistContext(rank=rank, local_rank=rank, world_size=4, local_world_size=2, node_rank=0, restart_count=0,
+                      launcher="torchrun")  # fmt: skip
+    with pytest.raises(PreflightFailed):
+        preflight.run_and_report(ctx, torch.device("cpu"), "gloo", PreflightConfig())
+    (event,) = events
+    assert (PREFLIGHT_VERDICT_TAG in event) is printed  # rank 0 printed its report before the barrier
