@@ -17,6 +17,7 @@ import errno
 import os
 import queue
 import re
+import select
 import signal
 import socket
 import subprocess
@@ -398,6 +399,7 @@ def kill_leftovers(children: Sequence[Child]) -> list[int]:
     for pid, started in tree.items():
         if kill_if_same(pid, started):
             killed.append(pid)
+    await_gone([pid for pid in killed if pid in tree])
     for child in children:
         with contextlib.suppress(subprocess.TimeoutExpired):
             child.popen.wait(timeout=5)
@@ -406,6 +408,27 @@ def kill_leftovers(children: Sequence[Child]) -> list[int]:
     # child some other code of this process started is that code's to wait for).
     reap_zombies(sorted(_orphans(children, stat_map())))
     return killed
+
+
+def await_gone(pids: Sequence[int], timeout_s: float = 5.0) -> None:
+    """Return once every pid in `pids` has ended (a zombie counts as ended), or after `timeout_s`:
+    a SIGKILL is delivered asynchronously, and a stop that returns while a worker still runs leaves
+    it holding its port and GPU. Waits on each process's pidfd where the kernel has them."""
+    deadline = time.monotonic() + timeout_s
+    for pid in pids:
+        pidfd = -1
+        if hasattr(os, "pidfd_open"):
+            with contextlib.suppress(OSError):
+                pidfd = os.pidfd_open(pid)
+        try:
+            while alive(pid) and (left := deadline - time.monotonic()) > 0:
+                if pidfd >= 0:
+                    select.select([pidfd], [], [], left)  # readable once the process has exited
+                else:
+                    time.sleep(min(0.01, left))
+        finally:
+            if pidfd >= 0:
+                os.close(pidfd)
 
 
 def _orphans(children: Sequence[Child], stats: Mapping[int, tuple[int, int]]) -> dict[int, int]:

@@ -193,3 +193,19 @@ def test_interrupt_on_signals_does_nothing_off_the_main_thread() -> None:
 def test_the_subreaper_can_be_set_and_unset() -> None:
     assert procs.set_child_subreaper(True) is True
     assert procs.set_child_subreaper(False) is True
+
+
+def test_await_gone_returns_once_a_killed_process_has_ended_and_gives_up_on_a_live_one() -> None:
+    """A SIGKILL is delivered asynchronously: `kill_leftovers` waits for its victims, boundedly."""
+    victim = subprocess.Popen(["sleep", "60"])
+    live = subprocess.Popen(["sleep", "60"])
+    try:
+        os.kill(victim.pid, signal.SIGKILL)
+        procs.await_gone([victim.pid])
+        assert not procs.alive(victim.pid)  # ended (a zombie until we wait: not alive)
+        procs.await_gone([live.pid], timeout_s=0.05)
+        assert procs.alive(live.pid)  # still running: the wait gave up at its bound
+    finally:
+        live.kill()
+        live.wait()
+        victim.wait()
