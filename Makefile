@@ -22,7 +22,7 @@ PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscop
 # A marker per torch choice: changing TORCH_SPEC or TORCH_INDEX_URL reinstalls torch, and then ddpctl.
 TORCH_STAMP := $(VENV)/.torch-$(shell printf '%s|%s' '$(TORCH_SPEC)' '$(TORCH_INDEX_URL)' | cksum | cut -d' ' -f1)
 
-.PHONY: run test test-fast coverage lint docker kubectl chart-contract bench clean cluster cluster-build cluster-load cluster-down
+.PHONY: disk run test test-fast coverage lint docker kubectl chart-contract bench clean cluster cluster-build cluster-load cluster-down
 
 $(TORCH_STAMP): scripts/torch-version.env
 	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) (Python 3.11)"; exit 1; }
@@ -87,9 +87,13 @@ cluster-load: $(STAMP)
 cluster-down:
 	$(if $(wildcard $(PY)),$(PY),python3) -m testcluster down
 
+## disk: a one-line stop when the disk cannot hold what the suite writes (DISK_MIN_GIB, default 12)
+disk:
+	@bash scripts/check-disk.sh
+
 ## test: everything the tests need, the gates, then the whole suite on TEST_WORKERS processes
 ## (tests/conftest.py: a module, or the real-cluster package, runs whole on one of them)
-test: $(STAMP) docker kubectl cluster-build lint
+test: disk $(STAMP) docker kubectl cluster-build lint
 	$(PY) -m pytest -q --durations=25 $(PARALLEL)
 
 ## test-fast: no Docker set-up, no multi-process or container tests (`-m "not slow and not docker"`)
