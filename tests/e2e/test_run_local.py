@@ -533,17 +533,6 @@ def test_a_busy_port_asked_for_in_ddp_yaml_or_the_environment_is_an_error(
     assert result.code == 2 and f"port {port} is in use" in result.err
 
 
-def test_port_asked_for_reads_every_layer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from ddpctl.runners.local import port_asked_for
-
-    monkeypatch.chdir(tmp_path)
-    assert not port_asked_for({}, None, {})
-    assert port_asked_for({"rendezvous": {"port": 1234}}, None, {})
-    assert port_asked_for({}, None, {"DDPCTL_RENDEZVOUS_PORT": "29500"})  # the default, but asked for
-    (tmp_path / "ddp.yaml").write_text("rendezvous:\n  port: 29500\n")
-    assert port_asked_for({}, None, {})
-
-
 # --------------------------------------------------------------------------------------------
 # Node groups: uneven process counts per node
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from ddpctl.spec.sources import SpecInput
 if TYPE_CHECKING:
     from ddpctl.cluster.config import ClusterOptions
     from ddpctl.plan import Plan
+    from ddpctl.spec.model import JobSpec
     from ddpctl.workspace.ship import Shipment
 
 
@@ -65,7 +66,7 @@ def run(
     explicit_auto = flags.get("target") == "auto"
     if explicit_auto:
         del flags["target"]
-    base = spec_input._replace(flags=flags)
+    base = spec_input.with_flags(flags)  # ddp.yaml and the environment stay as read
     chosen = base.chosen()  # what the user set (file, env, flags), no defaults
     auto = explicit_auto or "target" not in chosen
 
@@ -73,17 +74,17 @@ def run(
         return to_json_list(objects) if output is Format.json else to_yaml_documents(objects)
 
     if dry_run is DryRun.client:
-        spec = base.spec()  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`
+        plan = plan_for(base.spec())  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`
         if auto:
             say(
-                f"ddpctl: target {spec.target} (--dry-run=client does not ask the cluster which engines it serves; "
-                "pass --target to choose)"
+                f"ddpctl: target {plan.spec.target} (--dry-run=client does not ask the cluster which engines it "
+                "serves; pass --target to choose)"
             )
-        check_code(plan_for(spec), say)
-        with shipment_of(plan_for(spec), to_store=False) as shipment:
+        check_code(plan, say)
+        with shipment_of(plan, to_store=False) as shipment:
             if shipment is not None:
                 say(f"ddpctl: {shipment.pack.summary()}")
-            objects = render.render_plan(plan_for(spec), shipment)
+            objects = render.render_plan(plan, shipment)
         if output is None:
             for obj in objects:
                 from ddpctl.cluster.kinds import kind_of
@@ -93,19 +94,26 @@ def run(
             out(fmt(objects).rstrip("\n"))
         return
 
-    spec0 = base.spec(target="job") if auto else base.spec()
-    pods = plan_for(spec0).replicas  # a bad spec fails before any cluster contact
-    if rank is not None and rank >= pods:  # the node count does not depend on the target
+    spec0 = base.spec(target="job") if auto else base.spec()  # a bad spec fails before any cluster contact
+    pods = sum(g.nodes for g in spec0.groups)  # the node count does not depend on the target
+    if rank is not None and rank >= pods:
         raise UsageError(
             f"--rank: node rank {rank} is out of range; job {spec0.name} has {plural(pods, 'node')}, "
             f"node ranks 0-{pods - 1}"
         )
     if build:
+        plan_for(spec0)  # what the engine refuses, refused before minutes of building
         image = build_image(spec0)
         say(f"ddpctl: built and pushed {image}")
-        flags["image"] = image
-        base = spec_input._replace(flags=flags)
-    check_code(plan_for(base.spec(target="job") if auto else base.spec()), say)
+        base = base.with_flags({**flags, "image": image})  # as if given with --image
+        spec0 = base.spec(target="job") if auto else base.spec()
+    first = plan_for(spec0)
+    check_code(first, say)  # before any cluster contact too
+
+    def plan_of(spec: JobSpec) -> Plan:
+        """The plan of `spec`: the one made above when the cluster changed nothing (the same
+        target, and the context's namespace is the spec's default)."""
+        return first if spec == first.spec else plan_for(spec)
 
     from ddpctl.cluster import apply as A
     from ddpctl.cluster import discovery
@@ -115,14 +123,12 @@ def run(
 
     with connect(dataclasses.replace(options, namespace=chosen.get("namespace"))) as cluster:
         engines = discovery.discover(cluster)
-        overrides: dict[str, Any] = {}
-        if "namespace" not in chosen:
-            overrides["namespace"] = cluster.namespace
+        overrides: dict[str, Any] = {} if "namespace" in chosen else {"namespace": cluster.namespace}
         if auto:
-            plan, why = _first_that_plans(base, discovery.candidates(engines), overrides)
+            plan, why = _first_that_plans(base, discovery.candidates(engines), overrides, plan_of)
             say(f"ddpctl: target {plan.spec.target}: {why}")
         else:
-            plan = plan_for(base.spec(**overrides))
+            plan = plan_of(base.spec(**overrides))
             discovery.require(engines, plan.spec.target)
         spec, server_dry = plan.spec, dry_run is DryRun.server
         for warning in (plan.restart_starts_from_scratch, plan.plain_command_warning):
@@ -211,13 +217,16 @@ def _ship(shipment: Shipment, dry_run: bool, say: Callable[[str], None]) -> Ship
 
 
 def _first_that_plans(
-    base: SpecInput, candidates: list[tuple[str, str]], overrides: dict[str, Any]
+    base: SpecInput,
+    candidates: list[tuple[str, str]],
+    overrides: dict[str, Any],
+    plan_of: Callable[[JobSpec], Plan] = plan_for,
 ) -> tuple[Plan, str]:
     """--target auto: the first engine (best first) that can run the spec, and why it was chosen."""
     notes: list[str] = []
     for target, reason in candidates:
         try:
-            return plan_for(base.spec(target=target, **overrides)), reason + (f"; {notes[0]}" if notes else "")
+            return plan_of(base.spec(target=target, **overrides)), reason + (f"; {notes[0]}" if notes else "")
         except SpecError as exc:
             notes.append(f"{target} cannot run this spec ({exc.message})")
     raise AssertionError(f"no engine can run the spec ({'; '.join(notes)})")  # job, the last candidate, runs any

@@ -49,7 +49,7 @@ def check_command(
             "--preflight, --preflight-tolerance and the spec's preflight floors"
         )
     refuse_ddpctl_flags_for_the_trainer(spec_input.spec())
-    checks = spec_input._replace(derive=check_job)
+    checks = spec_input.deriving(check_job)  # the same reading of ddp.yaml and the environment
     if local:
         if keep or kubeconfig or context:
             used = "--keep" if keep else "--kubeconfig" if kubeconfig else "--context"

@@ -23,11 +23,10 @@ def init_command(
     if path.exists() and not force:
         raise UsageError(f"--path: {path} already exists; pass --force to overwrite it")
     from ddpctl.engines import plan_for
-    from ddpctl.spec.sources import merged_layers
 
     spec = spec_input.spec()
     plan_for(spec)  # a spec its target cannot run is refused before it is written
-    write_text_atomic(path, commented_spec_yaml(spec, merged_layers(spec_input.flags, spec_input.config)))
+    write_text_atomic(path, commented_spec_yaml(spec, spec_input.chosen()))
     typer.echo(f"wrote {path}: edit it, then `ddpctl render` or `ddpctl run --local`", err=True)
 
 

@@ -84,12 +84,11 @@ class LocalPlan:
         return self.job.spec
 
 
-def port_asked_for(flags: Mapping[str, object], config: Path | None, environ: Mapping[str, str] | None = None) -> bool:
+def port_asked_for(chosen: Mapping[str, object]) -> bool:
     """Did the user pick the rendezvous port: --port, DDPCTL_RENDEZVOUS_PORT or ddp.yaml's
-    rendezvous.port (any layer above the defaults)? Then a busy port is an error, not a fallback."""
-    from ddpctl.spec.sources import merged_layers
-
-    rdzv = merged_layers(flags, config, environ).get("rendezvous")
+    rendezvous.port (`chosen`: the layers above the defaults, `SpecInput.chosen()`)? Then a busy
+    port is an error, not a fallback."""
+    rdzv = chosen.get("rendezvous")
     return isinstance(rdzv, Mapping) and "port" in rdzv
 
 

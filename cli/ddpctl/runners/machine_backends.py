@@ -90,7 +90,7 @@ class LocalBackend(_RunsHere):
         return plan_local(
             spec_input.spec(),
             run_dir=self.options.run_dir,
-            port_explicit=port_asked_for(spec_input.flags, spec_input.config),
+            port_explicit=port_asked_for(spec_input.chosen()),
             mounts=_mounts(self.options.mounts),
             cwd=self.cwd,
         )

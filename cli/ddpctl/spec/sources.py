@@ -169,17 +169,24 @@ def _resolve_layout(merged: dict[str, Any]) -> None:
 def merged_layers(
     flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> dict[str, Any]:
-    """What the user set (file < DDPCTL_* env < flags), merged, without the defaults.
+    """What the user set (file < DDPCTL_* env < flags), merged, without the defaults: the file and
+    the environment read now (a command reads them once, through `SpecInput`)."""
+    file_layer, _ = layer_from_file(config)
+    return merge_layers(file_layer, layer_from_env(os.environ if environ is None else environ), flags)
+
+
+def merge_layers(
+    file_layer: Mapping[str, Any], env_layer: Mapping[str, Any], flags: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The layers merged (file < env < flags), without the defaults; reads nothing, changes none.
 
     module, script and command are one choice: the highest layer that sets any of them decides,
     so `--script train.py` over a ddp.yaml holding `module:` is not a conflict. The layout is one
     choice too: nodeGroups (`--layout`) replaces a lower layer's nodes/procsPerNode, and nodes or
     procsPerNode replace a lower layer's nodeGroups.
     """
-    file_layer, _ = layer_from_file(config)
-    layers = [file_layer, layer_from_env(os.environ if environ is None else environ), dict(flags)]
     merged: dict[str, Any] = {}
-    for layer in layers:
+    for layer in (file_layer, env_layer, flags):
         if any(layer.get(key) for key in ENTRYPOINT_KEYS):
             for key in ENTRYPOINT_KEYS:
                 merged.pop(key, None)
@@ -200,60 +207,110 @@ def load_spec(
     flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> JobSpec:
     """The JobSpec for a command: defaults < file < DDPCTL_* env < flags."""
-    try:
-        return JobSpec.from_dict(merged_layers(flags, config, environ))
-    except SpecError as exc:
-        path = _file_that_set(exc.field, flags, config, environ)
-        if path is None:
-            raise
-        raise UsageError(f"{path}: {exc.message}") from None
-
-
-def _file_that_set(
-    field: str, flags: Mapping[str, Any], config: Path | None, environ: Mapping[str, str] | None
-) -> Path | None:
-    """The spec file, when the value a SpecError is about came from it (no env var or flag set it),
-    so the message says which file to edit."""
     file_layer, path = layer_from_file(config)
-    keys = [k for k in re.split(r"\.|\[\d+\]", field) if k]
-
-    def has(layer: Mapping[str, Any]) -> bool:
-        node: Any = layer
-        for key in keys:
-            if not isinstance(node, Mapping) or key not in node:
-                return False
-            node = node[key]
-        return True
-
-    env_layer = layer_from_env(os.environ if environ is None else environ)
-    if path is None or not keys or not has(file_layer) or has(env_layer) or has(flags):
-        return None
-    return path
+    return _spec_of(_Layers(file_layer, path, layer_from_env(os.environ if environ is None else environ)), flags)
 
 
-class SpecInput(NamedTuple):
-    """What a command received for its spec: the flag layer and --config. `.spec()` resolves it,
-    then `derive` (a job made from the user's: `ddpctl check`'s). (A NamedTuple, not a frozen
-    dataclass: every start-up defines it, and a dataclass takes ~0.7 ms longer.)"""
+class _Layers(NamedTuple):
+    """ddp.yaml (or --config's file) and the DDPCTL_* environment as read: `path` is the file's,
+    None when there was none."""
 
-    flags: dict[str, Any]
-    config: Path | None
-    derive: Callable[[JobSpec], JobSpec] | None = None
+    file: dict[str, Any]
+    path: Path | None
+    env: dict[str, Any]
+
+
+def _spec_of(layers: _Layers, flags: Mapping[str, Any]) -> JobSpec:
+    """The JobSpec of the read layers under `flags`; a SpecError about a value the file set (no
+    env var or flag set it) names the file, so the message says which file to edit."""
+    try:
+        return JobSpec.from_dict(merge_layers(layers.file, layers.env, flags))
+    except SpecError as exc:
+        keys = [k for k in re.split(r"\.|\[\d+\]", exc.field) if k]
+
+        def has(layer: Mapping[str, Any]) -> bool:
+            node: Any = layer
+            for key in keys:
+                if not isinstance(node, Mapping) or key not in node:
+                    return False
+                node = node[key]
+            return True
+
+        if layers.path is None or not keys or not has(layers.file) or has(layers.env) or has(flags):
+            raise
+        raise UsageError(f"{layers.path}: {exc.message}") from None
+
+
+class _Read:
+    """The layers a command reads once, on first use, and every SpecInput made from its own shares."""
+
+    __slots__ = ("config", "layers")
+
+    def __init__(self, config: Path | None) -> None:
+        self.config = config
+        self.layers: _Layers | None = None
+
+    def get(self) -> _Layers:
+        if self.layers is None:
+            file_layer, path = layer_from_file(self.config)
+            self.layers = _Layers(file_layer, path, layer_from_env(os.environ))
+        return self.layers
+
+
+class SpecInput:
+    """What a command received for its spec: the flag layer and --config. ddp.yaml and the
+    environment are read once, when first needed, and every spec resolved from here (`spec()`, with
+    flag-level overrides: a target, a built image) and `chosen()` merge those same layers; copies
+    made with `with_flags` and `deriving` share the read. `derive` maps the user's job to the one
+    the command runs (`ddpctl check`'s). (A plain class with slots, not a dataclass: every start-up
+    defines it, and a dataclass takes ~0.7 ms longer.)"""
+
+    __slots__ = ("_read", "config", "derive", "flags")
+
+    def __init__(
+        self,
+        flags: dict[str, Any],
+        config: Path | None = None,
+        derive: Callable[[JobSpec], JobSpec] | None = None,
+        read: _Read | None = None,
+    ) -> None:
+        self.flags = flags
+        self.config = config
+        self.derive = derive
+        self._read = read if read is not None else _Read(config)
+
+    def with_flags(self, flags: dict[str, Any]) -> SpecInput:
+        """The same input under another flag layer (the file and environment not read again)."""
+        return SpecInput(flags, self.config, self.derive, self._read)
+
+    def deriving(self, derive: Callable[[JobSpec], JobSpec]) -> SpecInput:
+        """The same input, resolving to `derive` of the user's job."""
+        return SpecInput(self.flags, self.config, derive, self._read)
 
     def spec(self, **overrides: Any) -> JobSpec:
         layer = dict(self.flags)
         layer.update(overrides)
-        spec = load_spec(layer, self.config)
+        spec = _spec_of(self._read.get(), layer)
         return spec if self.derive is None else self.derive(spec)
 
     def chosen(self) -> dict[str, Any]:
         """The settings the user gave (file, env, flags) without the defaults: tells "namespace
         not chosen" apart from "chose the default namespace"."""
-        return merged_layers(self.flags, self.config)
+        layers = self._read.get()
+        return merge_layers(layers.file, layers.env, self.flags)
 
 
 def describe_sources() -> str:
     return "defaults < ddp.yaml (or --config FILE) < DDPCTL_* environment < command-line flags"
 
 
-__all__ = ["ENV_PATHS", "SpecError", "layer_from_env", "layer_from_file", "load_spec", "merge"]
+__all__ = [
+    "ENV_PATHS",
+    "SpecError",
+    "SpecInput",
+    "layer_from_env",
+    "layer_from_file",
+    "load_spec",
+    "merge",
+    "merge_layers",
+]

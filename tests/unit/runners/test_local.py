@@ -242,14 +242,19 @@ def test_the_default_port_is_replaced_by_a_free_one(tmp_path: Path) -> None:
 def test_port_asked_for(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, flags: dict, environ: dict[str, str], asked: bool
 ) -> None:
+    from ddpctl.spec.sources import merged_layers
+
     monkeypatch.chdir(tmp_path)  # no ./ddp.yaml
-    assert port_asked_for(flags, None, environ) is asked
+    assert port_asked_for(merged_layers(flags, None, environ)) is asked
 
 
-def test_port_asked_for_in_ddp_yaml(tmp_path: Path) -> None:
+@pytest.mark.parametrize("port", [4000, 29500])  # 29500: the default's value, but asked for
+def test_port_asked_for_in_ddp_yaml(tmp_path: Path, port: int) -> None:
+    from ddpctl.spec.sources import merged_layers
+
     config = tmp_path / "ddp.yaml"
-    config.write_text("rendezvous:\n  port: 4000\n")
-    assert port_asked_for({}, config, {}) is True
+    config.write_text(f"rendezvous:\n  port: {port}\n")
+    assert port_asked_for(merged_layers({}, config, {})) is True
 
 
 def test_each_restart_gets_a_fresh_port_unless_the_user_chose_it(tmp_path: Path) -> None:
