@@ -9,7 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -17,7 +17,7 @@ import typer
 from typer.core import TyperCommand
 
 from ddpctl.errors import UsageError
-from ddpctl.spec.fields import Int, Number, declared_at, summary
+from ddpctl.spec.fields import Declared, Int, Number, Part, declared, declared_at
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.sources import SpecInput, set_path
 
@@ -136,6 +136,25 @@ SYNTAX = {
 }
 
 
+def summary(key: Declared) -> str:
+    """A key's doc's first sentence without its remark on null (a flag cannot say null): its flag's help."""
+    text = str(key.field.metadata["doc"])
+    end = text.find(". ")
+    while end >= 0 and not _ends_sentence(text, end):
+        end = text.find(". ", end + 1)
+    first = (text if end < 0 else text[:end]).rstrip(".")
+    for remark in ("; null", ", null"):
+        if remark in first:
+            first = first[: first.index(remark)]
+    return first + "."
+
+
+def _ends_sentence(text: str, at: int) -> bool:
+    """Whether the ". " at `at` ends a sentence: a capital or a backtick follows, and it is no "e.g."."""
+    after = text[at + 2 : at + 3]
+    return (after.isupper() or after == "`") and not text[: at + 1].endswith(("e.g.", "i.e."))
+
+
 def _resolved(flag: Flag) -> Flag:
     """`flag` with its kind and help filled in from the declaration of the key it sets."""
     key = declared_at(JobSpec, flag.path)
@@ -159,89 +178,20 @@ def _resolved(flag: Flag) -> Flag:
     return flag._replace(kind=kind, help=text)
 
 
-SPEC_FLAGS: tuple[Flag, ...] = tuple(
-    _resolved(f)
-    for f in (
-        Flag(("--name",), "name", "Job"),
-        Flag(("--namespace", "-n"), "namespace", "Job"),
-        Flag(("--target", "-t"), "target", "Job", note="`submit` also takes auto, its default."),
-        Flag(("--label", "-l"), "labels", "Job"),
-        Flag(("--annotation",), "annotations", "Job"),
-        Flag(("--image",), "image", "Image and entrypoint"),
-        Flag(("--image-pull-policy",), "imagePullPolicy", "Image and entrypoint"),
-        Flag(("--image-pull-secret",), "imagePullSecrets", "Image and entrypoint"),
-        Flag(("--module", "-m"), "module", "Image and entrypoint"),
-        Flag(("--script",), "script", "Image and entrypoint"),
-        Flag(("--command",), "command", "Image and entrypoint", "shell"),
-        Flag(("--nodes",), "nodes", "Layout"),
-        Flag(("--gpus",), "gpusPerNode", "Layout"),
-        Flag(
-            ("--layout",),
-            "nodeGroups",
-            "Layout",
-            "layout",
-            help="Nodes of different sizes: processes per node joined by '+', e.g. 4+3 or 2x8+1x4 "
-            "(one GPU each, or CPU processes with --gpus 0); replaces --nodes/--procs.",
-        ),
-        Flag(("--procs",), "procsPerNode", "Layout"),
-        Flag(("--backend",), "backend", "Layout"),
-        Flag(("--rdzv",), "rendezvous.mode", "Layout"),
-        Flag(("--port",), "rendezvous.port", "Layout"),
-        Flag(("--cpu",), "resources.cpu", "Resources"),
-        Flag(("--memory",), "resources.memory", "Resources"),
-        Flag(("--gpu-resource",), "resources.gpuResource", "Resources"),
-        Flag(("--shm-size",), "shmSize", "Resources"),
-        Flag(("--cpu-limit",), "resources.cpuLimit", "Resources"),
-        Flag(("--fabric",), "fabric", "Resources"),
-        Flag(("--fabric-resource",), "resources.fabricResource", "Resources"),
-        Flag(("--fabric-devices",), "resources.fabricDevices", "Resources"),
-        Flag(("--env", "-e"), "env", "Environment and volumes"),
-        Flag(("--env-from-secret",), "envFromSecrets", "Environment and volumes"),
-        Flag(("--secret-env",), "secretEnv", "Environment and volumes", "secretEnv"),
-        Flag(("--volume", "-v"), "volumes", "Environment and volumes", "volumes"),
-        Flag(("--checkpoints",), "checkpoints", "Environment and volumes"),
-        Flag(("--workspace",), "workspace.dir", "Environment and volumes"),
-        Flag(("--workspace-store",), "workspace.store", "Environment and volumes"),
-        Flag(("--node-selector",), "nodeSelector", "Placement"),
-        Flag(("--toleration",), "tolerations", "Placement", "tolerations"),
-        Flag(("--priority-class",), "priorityClassName", "Placement"),
-        Flag(("--queue",), "queue", "Placement"),
-        Flag(("--workload-priority-class",), "workloadPriorityClass", "Placement"),
-        Flag(("--avoid-node",), "avoidNodes", "Placement"),
-        Flag(
-            ("--topology",),
-            "topology",
-            "Placement",
-            "topology",
-            help="Kueue topology request of every group's pods: required:LEVEL (one domain), preferred:LEVEL or "
-            "unconstrained; LEVEL is a node label of the cluster's Kueue Topology.",
-        ),
-        Flag(
-            ("--topology-slice",),
-            "topology",
-            "Placement",
-            "topologySlice",
-            help="LEVEL:SIZE: place the pods in slices of SIZE, each in one domain of LEVEL (SIZE divides the nodes).",
-        ),
-        Flag(("--max-restarts",), "rendezvous.maxRestarts", "Lifecycle"),
-        Flag(("--restart-policy",), "restartPolicy", "Lifecycle"),
-        Flag(("--backoff-limit",), "backoffLimit", "Lifecycle"),
-        Flag(("--ttl",), "ttlSecondsAfterFinished", "Lifecycle"),
-        Flag(("--deadline",), "activeDeadlineSeconds", "Lifecycle"),
-        Flag(("--grace-period",), "gracePeriod", "Lifecycle"),
-        Flag(("--collective-timeout",), "collectiveTimeout", "Lifecycle"),
-        Flag(("--stall-timeout",), "stallTimeout", "Lifecycle"),
-        Flag(("--preflight",), "preflight.mode", "Lifecycle"),
-        Flag(("--preflight-tolerance",), "preflight.tolerance", "Lifecycle"),
-        Flag(("--stragglers",), "stragglers.mode", "Lifecycle"),
-        Flag(("--stragglers-tolerance",), "stragglers.tolerance", "Lifecycle"),
-        Flag(("--service-account",), "serviceAccountName", "Security"),
-        Flag(("--pod-security",), "podSecurity", "Security"),
-    )
-)
+def _declared_flags(part: type = JobSpec, prefix: str = "") -> Iterator[Flag]:
+    """The flags each key declares with itself (`doc(..., flag(...))`), in declaration order, its
+    parts' keys at their place."""
+    for key in declared(part):
+        path = prefix + key.key
+        for f in key.field.metadata.get("flags", ()):
+            yield Flag(f.names, path, f.panel, f.kind, f.help, f.note)
+        if isinstance(key.rule, Part):
+            yield from _declared_flags(key.rule.cls, path + ".")
 
 
-# The --help panels, in this order after the command's own options (--config goes first in Job).
+SPEC_FLAGS: tuple[Flag, ...] = tuple(_resolved(f) for f in _declared_flags())
+
+
 HELP_PANELS = (
     "Job",
     "Image and entrypoint",

@@ -194,6 +194,9 @@ def view(plan: Plan, shipment: Shipment | None = None) -> dict[str, Any]:
         "max_restarts": spec.rendezvous.max_restarts,
         "service_name": plan.service_name,
         "subdomain": engine.subdomain(plan),
+        # A new key's template reads its plan entry (or the spec) here, with no entry of its own above.
+        "plan": plan,
+        "spec": spec,
     }
     group_views = [_group_view(plan, base, group, shipment) for group in plan.groups]
     v = dict(base)

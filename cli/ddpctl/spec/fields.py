@@ -3,15 +3,16 @@
     gpus_per_node: int = field(default=0, metadata=doc("GPUs per node; 0 runs on CPU with gloo.", Int(0)))
 
 The annotation gives the key's type (and `| None` that null is allowed: a null skips the check),
-`default` its default, `doc(text, rule)` its documentation and its single-field rule. A rule is a
-small object with two faces: `check(where, value)` raises the one-line SpecError JobSpec gives
-(`gpusPerNode: -1 must be an integer >= 0; set gpusPerNode to a whole number of at least 0`), and
-`schema()` returns the JSON-Schema keywords tools/chart writes into the chart's values.schema.json.
-Its `shape` (scalar, list, map, part) tells spec/serial how to read and write the key.
+`default` its default, `doc(text, rule, *flags)` its documentation, its single-field rule and its
+command-line flags. A rule is a small object with two faces: `check(where, value)` raises the
+one-line SpecError JobSpec gives (`gpusPerNode: -1 must be an integer >= 0; set gpusPerNode to a
+whole number of at least 0`), and `schema()` returns the JSON-Schema keywords tools/chart writes
+into the chart's values.schema.json. Its `shape` (scalar, list, map, part) tells spec/serial how
+to read and write the key.
 
-The doc's first sentence is also the help of the key's command-line flag (`summary`), so it says
-what the key is, not how YAML spells it; a remark on null (`; null: none`) ends that sentence or
-follows it. Rules that span keys live in spec/rules.py, the camelCase form in spec/serial.py.
+The doc's first sentence is also the help of the key's command-line flag (commands/options.py),
+so it says what the key is, not how YAML spells it; a remark on null (`; null: none`) ends that
+sentence or follows it. Rules that span keys live in spec/rules.py, the camelCase form in spec/serial.py.
 """
 
 from __future__ import annotations
@@ -61,10 +62,25 @@ from ddpctl.spec.schema import (
 from ddpctl_trainer import protocol
 
 
-def doc(text: str, rule: Rule) -> dict[str, Any]:
+def doc(text: str, rule: Rule, *flags: FlagOf) -> dict[str, Any]:
     """A key's declaration, kept in its field's metadata: `text` documents it (values.yaml, the
-    spec reference, `ddpctl init`'s comments, the flag's help) and `rule` checks it."""
-    return {"doc": text, "rule": rule}
+    spec reference, `ddpctl init`'s comments, the flag's help), `rule` checks it, and `flags`
+    (`flag("--nodes", panel="Layout")`) are the command-line flags that set it."""
+    return {"doc": text, "rule": rule, "flags": flags}
+
+
+class FlagOf:
+    """A key's command-line flag: names, --help panel, and a `kind`, `help` or `note` only where
+    its syntax or meaning is its own (`--layout 4+3`). (Slots: cheaper to define than a NamedTuple.)"""
+
+    __slots__ = ("help", "kind", "names", "note", "panel")
+
+    def __init__(self, names: tuple[str, ...], panel: str, kind: str, help: str, note: str) -> None:
+        self.names, self.panel, self.kind, self.help, self.note = names, panel, kind, help, note
+
+
+def flag(*names: str, panel: str, kind: str = "", help: str = "", note: str = "") -> FlagOf:
+    return FlagOf(names, panel, kind, help, note)
 
 
 def camel(snake: str) -> str:
@@ -567,22 +583,3 @@ def declared_at(part: type, path: str) -> Declared:
         return key
     assert isinstance(key.rule, Part), path
     return declared_at(key.rule.cls, rest)
-
-
-def summary(key: Declared) -> str:
-    """A key's doc's first sentence without its remark on null (a flag cannot say null): its flag's help."""
-    text = str(key.field.metadata["doc"])
-    end = text.find(". ")
-    while end >= 0 and not _ends_sentence(text, end):
-        end = text.find(". ", end + 1)
-    first = (text if end < 0 else text[:end]).rstrip(".")
-    for remark in ("; null", ", null"):
-        if remark in first:
-            first = first[: first.index(remark)]
-    return first + "."
-
-
-def _ends_sentence(text: str, at: int) -> bool:
-    """Whether the ". " at `at` ends a sentence: a capital or a backtick follows, and it is no "e.g."."""
-    after = text[at + 2 : at + 3]
-    return (after.isupper() or after == "`") and not text[: at + 1].endswith(("e.g.", "i.e."))

@@ -37,6 +37,7 @@ from ddpctl.spec.fields import (
     Tolerations,
     check_fields,
     doc,
+    flag,
     freeze,
 )
 from ddpctl.spec.names import IMAGE, MODULE
@@ -93,6 +94,7 @@ class JobSpec:
             "Services are named after it, NOT after the Helm release, so the objects equal `ddpctl render`'s. Pod "
             "names derived from it must stay within 63 characters.",
             DnsLabel(rfc1035=True),
+            flag("--name", panel="Job"),
         ),
     )
     namespace: str = field(
@@ -101,6 +103,7 @@ class JobSpec:
             "Namespace of every object. Usually set it equal to the release namespace (`helm install -n NS`, "
             "Argo CD `destination.namespace`, Flux `targetNamespace`).",
             DnsLabel(),
+            flag("--namespace", "-n", panel="Job"),
         ),
     )
     target: str = field(
@@ -109,6 +112,7 @@ class JobSpec:
             "Engine: job (Indexed Job + headless Service, no operator needed), pytorchjob (Kubeflow Training "
             "Operator v1), jobset (JobSet controller) or trainjob (Kubeflow Trainer v2).",
             OneOf(TARGETS),
+            flag("--target", "-t", panel="Job", note="`submit` also takes auto, its default."),
         ),
     )
     image: str = field(
@@ -120,13 +124,24 @@ class JobSpec:
                 "{value!r} is not an image reference",
                 "use a reference like 'registry.example.com/team/trainer:1.0'",
             ),
+            flag("--image", panel="Image and entrypoint"),
         ),
     )
     image_pull_policy: str = field(
-        default="IfNotPresent", metadata=doc("Always, IfNotPresent or Never.", OneOf(PULL_POLICIES))
+        default="IfNotPresent",
+        metadata=doc(
+            "Always, IfNotPresent or Never.",
+            OneOf(PULL_POLICIES),
+            flag("--image-pull-policy", panel="Image and entrypoint"),
+        ),
     )
     image_pull_secrets: tuple[str, ...] = field(
-        default=(), metadata=doc("Names of Secrets used to pull the image.", ListOf(SECRET_NAME))
+        default=(),
+        metadata=doc(
+            "Names of Secrets used to pull the image.",
+            ListOf(SECRET_NAME),
+            flag("--image-pull-secret", panel="Image and entrypoint"),
+        ),
     )
     # What each node runs: torchrun of a module (default: the ddpctl trainer) or a script,
     # or a full command that replaces torchrun (rules.entrypoint: exactly one of them).
@@ -136,6 +151,7 @@ class JobSpec:
             "Python module torchrun runs on every node (default: the ddpctl trainer). The container runs "
             "`torchrun -m <module>`; set it to null when you give script or command.",
             Matches(MODULE, "{value!r} is not a Python module path", "use a dotted name like 'mypkg.train'"),
+            flag("--module", "-m", panel="Image and entrypoint"),
         ),
     )
     script: str | None = field(
@@ -144,6 +160,7 @@ class JobSpec:
             "Or a script inside the image that torchrun runs in place of a module: `torchrun <script>`. "
             "Set module: null with it.",
             Text(nonempty=True, control=False),
+            flag("--script", panel="Image and entrypoint"),
         ),
     )
     command: tuple[str, ...] = field(
@@ -152,6 +169,7 @@ class JobSpec:
             "Or a full container command that replaces torchrun. A list such as [python, train.py]; set "
             "module: null with it.",
             ListOf(Text(), first=Text(nonempty=True)),
+            flag("--command", panel="Image and entrypoint", kind="shell"),
         ),
     )
     args: tuple[str, ...] = field(
@@ -166,7 +184,9 @@ class JobSpec:
     nodes: int = field(
         default=2,
         metadata=doc(
-            'Nodes (pods): a number N, or "MIN:MAX" (a string) for an elastic job with c10d rendezvous.', NodeCount()
+            'Nodes (pods): a number N, or "MIN:MAX" (a string) for an elastic job with c10d rendezvous.',
+            NodeCount(),
+            flag("--nodes", panel="Layout"),
         ),
     )
     min_nodes: int | None = None  # set from nodes "MIN:MAX"; not a key of its own
@@ -174,13 +194,17 @@ class JobSpec:
     gpus_per_node: int = field(
         default=0,
         metadata=doc(
-            "GPUs per node; 0 runs on CPU with gloo. GPUs add a toleration for resources.gpuResource.", Int(0)
+            "GPUs per node; 0 runs on CPU with gloo. GPUs add a toleration for resources.gpuResource.",
+            Int(0),
+            flag("--gpus", panel="Layout"),
         ),
     )
     procs_per_node: int | None = field(
         default=None,
         metadata=doc(
-            "Processes per node, by default one per GPU (2 on CPU). At most gpusPerNode when GPUs are used.", Int(1)
+            "Processes per node, by default one per GPU (2 on CPU). At most gpusPerNode when GPUs are used.",
+            Int(1),
+            flag("--procs", panel="Layout"),
         ),
     )
     # Heterogeneous layouts: groups of nodes, each of one shape (empty: the uniform layout above
@@ -193,18 +217,31 @@ class JobSpec:
             "uniform nodes/gpusPerNode/procsPerNode layout above, which non-empty groups replace. "
             "Not with target trainjob.",
             ListOf(Part(NodeGroup, fix="write it as {name, nodes, gpusPerNode}")),
+            flag(
+                "--layout",
+                panel="Layout",
+                kind="layout",
+                help="Nodes of different sizes: processes per node joined by '+', e.g. 4+3 or 2x8+1x4 "
+                "(one GPU each, or CPU processes with --gpus 0); replaces --nodes/--procs.",
+            ),
         ),
     )
     backend: str = field(
         default="auto",
-        metadata=doc("Process-group backend: auto (nccl with GPUs, gloo without), nccl or gloo.", OneOf(BACKENDS)),
+        metadata=doc(
+            "Process-group backend: auto (nccl with GPUs, gloo without), nccl or gloo.",
+            OneOf(BACKENDS),
+            flag("--backend", panel="Layout"),
+        ),
     )
     rendezvous: Rendezvous = field(default_factory=Rendezvous, metadata=doc("How ranks find rank 0.", Part(Rendezvous)))
     resources: Resources = field(default_factory=Resources, metadata=doc("Per-pod resources.", Part(Resources)))
     shm_size: str = field(
         default="2Gi",
         metadata=doc(
-            "Size of the memory-backed /dev/shm emptyDir (DataLoader workers need more than 64M).", Quantity()
+            "Size of the memory-backed /dev/shm emptyDir (DataLoader workers need more than 64M).",
+            Quantity(),
+            flag("--shm-size", panel="Resources"),
         ),
     )
     env: Mapping[str, str] = field(
@@ -223,11 +260,16 @@ class JobSpec:
                     ),
                 ),
             ),
+            flag("--env", "-e", panel="Environment and volumes"),
         ),
     )
     env_from_secrets: tuple[str, ...] = field(
         default=(),
-        metadata=doc("Secrets whose keys all become env variables (referenced, never inlined).", ListOf(SECRET_NAME)),
+        metadata=doc(
+            "Secrets whose keys all become env variables (referenced, never inlined).",
+            ListOf(SECRET_NAME),
+            flag("--env-from-secret", panel="Environment and volumes"),
+        ),
     )
     secret_env: Mapping[str, SecretKeyRef] = field(
         default_factory=dict,
@@ -237,6 +279,7 @@ class JobSpec:
                 ENV_KEY,
                 Part(SecretKeyRef, problem="must name a secret and a key", fix="write it as {secret: NAME, key: KEY}"),
             ),
+            flag("--secret-env", panel="Environment and volumes", kind="secretEnv"),
         ),
     )
     volumes: Mapping[str, Volume] = field(
@@ -253,6 +296,7 @@ class JobSpec:
                 ),
                 reserved={"dshm": ("the name 'dshm' is reserved for /dev/shm", "choose another volume name")},
             ),
+            flag("--volume", "-v", panel="Environment and volumes", kind="volumes"),
         ),
     )
     checkpoints: str | None = field(
@@ -266,6 +310,7 @@ class JobSpec:
             "client (ddpctl build --build-arg OBJECT_STORE=1). null: the `checkpoints` volume, else the pod's own "
             "file system.",
             CheckpointURL(),
+            flag("--checkpoints", panel="Environment and volumes"),
         ),
     )
     workspace: Workspace = field(
@@ -280,12 +325,18 @@ class JobSpec:
     )
     node_selector: Mapping[str, str] = field(
         default_factory=dict,
-        metadata=doc("Node labels the pods need.", MapOf(LabelKey(), LabelValue(), strings=True)),
+        metadata=doc(
+            "Node labels the pods need.",
+            MapOf(LabelKey(), LabelValue(), strings=True),
+            flag("--node-selector", panel="Placement"),
+        ),
     )
     tolerations: tuple[Mapping[str, Any], ...] = field(
         default=(),
         metadata=doc(
-            "Taints the pods tolerate. A list of {key, operator, value, effect, tolerationSeconds}.", Tolerations()
+            "Taints the pods tolerate. A list of {key, operator, value, effect, tolerationSeconds}.",
+            Tolerations(),
+            flag("--toleration", panel="Placement", kind="tolerations"),
         ),
     )
     affinity: Mapping[str, Any] = field(
@@ -294,26 +345,40 @@ class JobSpec:
     )
     priority_class_name: str | None = field(
         default=None,
-        metadata=doc("PriorityClass of the pods (not available with target trainjob); null: none.", DnsSubdomain()),
+        metadata=doc(
+            "PriorityClass of the pods (not available with target trainjob); null: none.",
+            DnsSubdomain(),
+            flag("--priority-class", panel="Placement"),
+        ),
     )
     service_account_name: str | None = field(
-        default=None, metadata=doc("ServiceAccount of the pods; null: the namespace's default.", DnsSubdomain())
+        default=None,
+        metadata=doc(
+            "ServiceAccount of the pods; null: the namespace's default.",
+            DnsSubdomain(),
+            flag("--service-account", panel="Security"),
+        ),
     )
     labels: Mapping[str, str] = field(
         default_factory=dict,
         metadata=doc(
             "Labels on every object and pod. ddpctl's app.kubernetes.io/* labels win on a clash.",
             MapOf(LabelKey(), LabelValue()),
+            flag("--label", "-l", panel="Job"),
         ),
     )
     annotations: Mapping[str, str] = field(
-        default_factory=dict, metadata=doc("Annotations on every object and pod.", MapOf(LabelKey(), Text()))
+        default_factory=dict,
+        metadata=doc(
+            "Annotations on every object and pod.", MapOf(LabelKey(), Text()), flag("--annotation", panel="Job")
+        ),
     )
     queue: str | None = field(
         default=None,
         metadata=doc(
             "Kueue LocalQueue (adds the kueue.x-k8s.io/queue-name label); null: none.",
             LabelValue(empty_fix="name a Kueue LocalQueue or leave queue unset"),
+            flag("--queue", panel="Placement"),
         ),
     )
     workload_priority_class: str | None = field(
@@ -322,6 +387,7 @@ class JobSpec:
             "Kueue WorkloadPriorityClass (adds the kueue.x-k8s.io/priority-class label; not the pods' "
             "priorityClassName); null: none.",
             LabelValue(empty_fix="name a Kueue WorkloadPriorityClass or leave it unset"),
+            flag("--workload-priority-class", panel="Placement"),
         ),
     )
     topology: Topology = field(
@@ -330,6 +396,20 @@ class JobSpec:
             "Kueue Topology Aware Scheduling: where each node group's pods may land (one of required, "
             "preferred, unconstrained; optional slices). Empty: no request.",
             Part(Topology, null_is_empty=True),
+            flag(
+                "--topology",
+                panel="Placement",
+                kind="topology",
+                help="Kueue topology request of every group's pods: required:LEVEL (one domain), preferred:LEVEL or "
+                "unconstrained; LEVEL is a node label of the cluster's Kueue Topology.",
+            ),
+            flag(
+                "--topology-slice",
+                panel="Placement",
+                kind="topologySlice",
+                help="LEVEL:SIZE: place the pods in slices of SIZE, each in one domain of LEVEL (SIZE divides the "
+                "nodes).",
+            ),
         ),
     )
     restart_policy: str | None = field(
@@ -338,17 +418,28 @@ class JobSpec:
             "Pod restart policy: Never, OnFailure, or ExitCode (pytorchjob); null: the target's "
             "(Never plus failure rules; ExitCode on pytorchjob running the ddpctl trainer).",
             OneOf(RESTART_POLICIES),
+            flag("--restart-policy", panel="Lifecycle"),
         ),
     )
     backoff_limit: int = field(
         default=DEFAULT_BACKOFF_LIMIT,
-        metadata=doc("Restarts after failures before the job is marked failed (preemptions do not count).", Int(0)),
+        metadata=doc(
+            "Restarts after failures before the job is marked failed (preemptions do not count).",
+            Int(0),
+            flag("--backoff-limit", panel="Lifecycle"),
+        ),
     )
     ttl_seconds_after_finished: int | None = field(
-        default=86400, metadata=doc("Seconds a finished job is kept before cleanup; null: forever.", Int(0))
+        default=86400,
+        metadata=doc(
+            "Seconds a finished job is kept before cleanup; null: forever.", Int(0), flag("--ttl", panel="Lifecycle")
+        ),
     )
     active_deadline_seconds: int | None = field(
-        default=None, metadata=doc("Seconds before a running job is stopped; null: no limit.", Int(1))
+        default=None,
+        metadata=doc(
+            "Seconds before a running job is stopped; null: no limit.", Int(1), flag("--deadline", panel="Lifecycle")
+        ),
     )
     grace_period: int = field(
         default=DEFAULT_GRACE_PERIOD,
@@ -358,6 +449,7 @@ class JobSpec:
             f"torchrun waits up to {GRACE_MARGIN} s less for its workers (TORCH_ELASTIC_SHUTDOWN_TIMEOUT), so it "
             "reports before the kubelet kills the pod.",
             Int(MIN_GRACE_PERIOD),
+            flag("--grace-period", panel="Lifecycle"),
         ),
     )
     collective_timeout: int | None = field(
@@ -368,6 +460,7 @@ class JobSpec:
             "mid-collective; null: the trainer's default (600). Keep it above the longest checkpoint write "
             "(ranks wait in a barrier meanwhile) and the stall watchdog's timeout.",
             Int(1),
+            flag("--collective-timeout", panel="Lifecycle"),
         ),
     )
     pod_security: str = field(
@@ -376,6 +469,7 @@ class JobSpec:
             "Pod Security profile the pods meet: restricted (default), baseline, or privileged (what a fast fabric's "
             "IPC_LOCK needs; the namespace must allow it).",
             OneOf(POD_SECURITY),
+            flag("--pod-security", panel="Security"),
         ),
     )
     # The trainer's stall watchdog (DDP_TRAINER_STALL_TIMEOUT); None: the trainer's default (300).
@@ -385,6 +479,7 @@ class JobSpec:
             "Seconds without progress on any rank before the trainer stops a hung job and names the rank "
             "(exit code 200); 0: off, null: the trainer's 300.",
             Int(0),
+            flag("--stall-timeout", panel="Lifecycle"),
         ),
     )
     # The network and the checks before the first step (docs/preflight.md).
@@ -396,6 +491,7 @@ class JobSpec:
             'capability, which needs podSecurity privileged; the preflight fails a job whose NCCL fell back to '
             "sockets.",
             OneOf(FABRICS),
+            flag("--fabric", panel="Resources"),
         ),
     )
     avoid_nodes: tuple[str, ...] = field(
@@ -404,6 +500,7 @@ class JobSpec:
             "Kubernetes nodes the pods must not run on (a required node anti-affinity on their names), e.g. the "
             "one a preflight finding named.",
             ListOf(DnsSubdomain()),
+            flag("--avoid-node", panel="Placement"),
         ),
     )
     preflight: Preflight = field(

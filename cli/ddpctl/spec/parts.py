@@ -30,6 +30,7 @@ from ddpctl.spec.fields import (
     Text,
     Tolerations,
     doc,
+    flag,
     freeze,
 )
 from ddpctl.spec.names import ENV_NAME, RESOURCE_NAME, SECRET_KEY
@@ -75,19 +76,29 @@ class Rendezvous:
 
     mode: str = field(
         default="auto",
-        metadata=doc("auto (static for a fixed node count, c10d for elastic), static or c10d.", OneOf(RDZV_MODES)),
+        metadata=doc(
+            "auto (static for a fixed node count, c10d for elastic), static or c10d.",
+            OneOf(RDZV_MODES),
+            flag("--rdzv", panel="Layout"),
+        ),
     )
     port: int = field(
         default=29500,
         metadata=doc(
             "TCP port of rank 0's store (the trainjob runtime always uses 29500).",
             Int(1, 65535, above=("{value} is not a TCP port", "use a port between 1 and 65535")),
+            flag("--port", panel="Layout"),
         ),
     )
     join_timeout: int = field(default=600, metadata=doc("c10d rendezvous join timeout, seconds.", Int(1)))
     last_call_timeout: int = field(default=30, metadata=doc("c10d rendezvous last-call timeout, seconds.", Int(1)))
     max_restarts: int = field(
-        default=0, metadata=doc("torchrun --max-restarts (worker group restarts inside a pod).", Int(0))
+        default=0,
+        metadata=doc(
+            "torchrun --max-restarts (worker group restarts inside a pod).",
+            Int(0),
+            flag("--max-restarts", panel="Lifecycle"),
+        ),
     )
 
 
@@ -96,14 +107,26 @@ class Resources:
     """Per-pod requests (cpu, memory) and GPU limits; GPUs are counted in `JobSpec.gpus_per_node`."""
 
     cpu: str | None = field(
-        default=None, metadata=doc('CPU request (a quantity such as "8" or "500m"); null: none.', Quantity())
+        default=None,
+        metadata=doc(
+            'CPU request (a quantity such as "8" or "500m"); null: none.', Quantity(), flag("--cpu", panel="Resources")
+        ),
     )
     memory: str | None = field(
-        default=None, metadata=doc('Memory request and limit (a quantity such as "64Gi"); null: none.', Quantity())
+        default=None,
+        metadata=doc(
+            'Memory request and limit (a quantity such as "64Gi"); null: none.',
+            Quantity(),
+            flag("--memory", panel="Resources"),
+        ),
     )
     gpu_resource: str = field(
         default="nvidia.com/gpu",
-        metadata=doc("Extended resource that counts GPUs (limit = gpusPerNode).", GPU_RESOURCE),
+        metadata=doc(
+            "Extended resource that counts GPUs (limit = gpusPerNode).",
+            GPU_RESOURCE,
+            flag("--gpu-resource", panel="Resources"),
+        ),
     )
     cpu_limit: str | None = field(
         default=None,
@@ -111,6 +134,7 @@ class Resources:
             'CPU limit (a quantity such as "8" or "500m"); null: none. A limit is a quota the kernel enforces per '
             "100 ms: keep it at or above the cpu request.",
             Quantity(),
+            flag("--cpu-limit", panel="Resources"),
         ),
     )
     fabric_resource: str | None = field(
@@ -120,10 +144,16 @@ class Resources:
             "fabric's usual one (rdma/rdma_shared_device_a for infiniband and roce, vpc.amazonaws.com/efa for "
             "efa). Not used with fabric socket.",
             GPU_RESOURCE,
+            flag("--fabric-resource", panel="Resources"),
         ),
     )
     fabric_devices: int = field(
-        default=1, metadata=doc("Network devices of the fabric per pod (its device plugin's count).", Int(1))
+        default=1,
+        metadata=doc(
+            "Network devices of the fabric per pod (its device plugin's count).",
+            Int(1),
+            flag("--fabric-devices", panel="Resources"),
+        ),
     )
 
 
@@ -223,11 +253,16 @@ class Preflight:
             f"exit code {protocol.EXIT_PREFLIGHT} when a node, rank or link is slow, or NCCL fell back to sockets "
             "on a fast fabric). Only the ddpctl trainer runs it; `ddpctl check` runs it as a job of its own.",
             OneOf(PREFLIGHT_MODES),
+            flag("--preflight", panel="Lifecycle"),
         ),
     )
     tolerance: float = field(
         default=protocol.PREFLIGHT_TOLERANCE,
-        metadata=doc("Name a node, rank or link below this share of the median (0.01 to 1).", Number(0.01, 1)),
+        metadata=doc(
+            "Name a node, rank or link below this share of the median (0.01 to 1).",
+            Number(0.01, 1),
+            flag("--preflight-tolerance", panel="Lifecycle"),
+        ),
     )
     min_gflops: float = field(
         default=0, metadata=doc("Floor of a CPU node's GEMM rate, GFLOP/s; 0: none.", Number(0, MAX_FLOOR))
@@ -272,12 +307,15 @@ class Stragglers:
             f"job with exit code {protocol.EXIT_STRAGGLER}, naming the node). The mode replace (only the straggler's "
             "pod replaced) needs pod-level recovery, which ddpctl does not offer yet.",
             OneOf(STRAGGLER_MODES, refused=STRAGGLER_REFUSED),
+            flag("--stragglers", panel="Lifecycle"),
         ),
     )
     tolerance: float = field(
         default=protocol.STRAGGLER_TOLERANCE,
         metadata=doc(
-            "Name a node below this share of the median speed (above 0, below 1).", Number(0, 1, exclusive=True)
+            "Name a node below this share of the median speed (above 0, below 1).",
+            Number(0, 1, exclusive=True),
+            flag("--stragglers-tolerance", panel="Lifecycle"),
         ),
     )
     every: int = field(
@@ -361,6 +399,7 @@ class Workspace:
         metadata=doc(
             "Folder whose code is shipped to the pods (relative to where ddpctl runs); null: none.",
             Text(nonempty=True, control=False),
+            flag("--workspace", panel="Environment and volumes"),
         ),
     )
     exclude: tuple[str, ...] = field(
@@ -380,6 +419,7 @@ class Workspace:
             "Object store prefix for a workspace too large for a Secret (1 MiB compressed), s3://BUCKET/PREFIX; "
             "null: the checkpoints store's workspace/ prefix, if checkpoints go to one.",
             CheckpointURL(),
+            flag("--workspace-store", panel="Environment and volumes"),
         ),
     )
 

@@ -93,3 +93,27 @@ def test_a_host_path_script_is_warned_about(tmp_path) -> None:
     script.write_text("print(1)\n")
     assert "COPY it into the image" in (host_script_warning(str(script)) or "")
     assert host_script_warning("/workspace/train.py") is None and host_script_warning("train.py") is None
+
+
+@pytest.mark.parametrize(
+    ("path", "help"),
+    [
+        ("shmSize", "Size of the memory-backed /dev/shm emptyDir (DataLoader workers need more than 64M)."),
+        ("resources.cpu", 'CPU request (a quantity such as "8" or "500m").'),
+        ("procsPerNode", "Processes per node, by default one per GPU (2 on CPU)."),
+        ("restartPolicy", "Pod restart policy: Never, OnFailure, or ExitCode (pytorchjob)."),
+        (
+            "stallTimeout",
+            "Seconds without progress on any rank before the trainer stops a hung job and names the rank "
+            "(exit code 200); 0: off.",
+        ),
+        ("command", "Or a full container command that replaces torchrun."),
+        ("args", 'Arguments after the module/script/command, e.g. [--epochs, "10"] (strings).'),
+    ],
+)
+def test_a_flags_help_is_the_docs_first_sentence_without_its_null_remark(path: str, help: str) -> None:
+    from ddpctl.commands.options import summary
+    from ddpctl.spec.fields import declared_at
+    from ddpctl.spec.model import JobSpec
+
+    assert summary(declared_at(JobSpec, path)) == help

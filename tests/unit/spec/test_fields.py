@@ -39,7 +39,6 @@ from ddpctl.spec.fields import (
     doc,
     freeze,
     json_schema,
-    summary,
 )
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.names import IMAGE
@@ -164,23 +163,3 @@ def test_freeze_makes_lists_tuples_and_maps_read_only() -> None:
         holder.labels.update(c="3")
     with pytest.raises(SpecError, match=r"^items: expected a list, got str"):
         freeze(Holder("ab"))  # type: ignore[arg-type]
-
-
-@pytest.mark.parametrize(
-    ("path", "help"),
-    [
-        ("shmSize", "Size of the memory-backed /dev/shm emptyDir (DataLoader workers need more than 64M)."),
-        ("resources.cpu", 'CPU request (a quantity such as "8" or "500m").'),
-        ("procsPerNode", "Processes per node, by default one per GPU (2 on CPU)."),
-        ("restartPolicy", "Pod restart policy: Never, OnFailure, or ExitCode (pytorchjob)."),
-        (
-            "stallTimeout",
-            "Seconds without progress on any rank before the trainer stops a hung job and names the rank "
-            "(exit code 200); 0: off.",
-        ),
-        ("command", "Or a full container command that replaces torchrun."),
-        ("args", 'Arguments after the module/script/command, e.g. [--epochs, "10"] (strings).'),
-    ],
-)
-def test_a_flags_help_is_the_docs_first_sentence_without_its_null_remark(path: str, help: str) -> None:
-    assert summary(declared_at(JobSpec, path)) == help
