@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ddpctl.backend.stragglers import straggler_data
 from ddpctl_trainer.protocol import Progress, preflight_line
@@ -150,7 +151,16 @@ class LogOptions:
         return self.rank is None if self.prefix is None else self.prefix
 
 
-class Backend(ABC):
+class Request(Protocol):
+    """What a backend's `prepare` makes: `show` prints it as `--dry-run` does."""
+
+    def show(self, out: Say, say: Say) -> None: ...
+
+
+RequestT = TypeVar("RequestT", bound=Request)
+
+
+class Backend(ABC, Generic[RequestT]):
     """Where a job runs. Each backend is built with its own options; a method that cannot find
     the job raises `ddpctl.errors.NotFound`, and one that cannot reach its place `Unreachable`, so
     that a command may look elsewhere; any other error (a cluster that answered 401, 403 or 500)
@@ -163,12 +173,25 @@ class Backend(ABC):
         """Where this backend looks, for messages: `the cluster (KUBECONFIG)`, `./ddp-runs`."""
 
     @abstractmethod
-    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
-        """Print what `start` would do (the objects, the processes, the containers); start nothing."""
+    def prepare(self, spec_input: SpecInput, say: Say) -> AbstractContextManager[RequestT]:
+        """The first phase: what `start` will carry out (the objects, the processes, the
+        containers), made and checked with nothing started; it holds what it needs (a packed
+        workspace, a connection) while the context lasts."""
 
     @abstractmethod
-    def start(self, spec_input: SpecInput, out: Say, say: Say) -> int:
-        """Start the job (and, as this backend's options say, wait for it); returns the exit code."""
+    def start(self, request: RequestT, out: Say, say: Say) -> int:
+        """The second phase: carry out a prepared request (and, as this backend's options say,
+        wait for it); returns the exit code."""
+
+    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
+        """Print what `start` would do; start nothing."""
+        with self.prepare(spec_input, say) as request:
+            request.show(out, say)
+
+    def run(self, spec_input: SpecInput, out: Say, say: Say) -> int:
+        """Both phases: prepare the job, then start it."""
+        with self.prepare(spec_input, say) as request:
+            return self.start(request, out, say)
 
     def has(self, name: str) -> bool:
         """Whether this backend may have the job, asked before it is shown in another's place (a

@@ -5,6 +5,7 @@ Each `*_option()` returns Typer's option marker (Any), used as a parameter's def
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
@@ -96,6 +97,20 @@ class DryRun(str, Enum):
     none = "none"
     client = "client"
     server = "server"
+
+
+@dataclass(frozen=True)
+class SubmitOptions:
+    """`ddpctl submit`'s own flags (the spec's come with the SpecInput), as one value."""
+
+    dry_run: DryRun = DryRun.none
+    output: Format | None = None
+    build: bool = False
+    replace: bool = False
+    wait: bool = False
+    follow: bool = False
+    rank: int | None = None
+    timeout: str | None = None
 
 
 def parse_duration(text: str | None, flag: str = "--timeout") -> float | None:

@@ -5,32 +5,18 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING
 
 from ddpctl.backend import Backend, JobStatus, Listing, LogOptions, Where
 from ddpctl.backend.base import Say
 from ddpctl.cluster.config import ClusterOptions
-from ddpctl.cluster.flags import DryRun, Format
+from ddpctl.cluster.flags import DryRun, SubmitOptions
 
 if TYPE_CHECKING:
     from ddpctl.cluster.config import Cluster
+    from ddpctl.cluster.submit import Submission
     from ddpctl.spec.sources import SpecInput
-
-
-@dataclass(frozen=True)
-class SubmitOptions:
-    """`ddpctl submit`'s own flags (the spec's come with the SpecInput)."""
-
-    dry_run: DryRun = DryRun.none
-    output: Format | None = None
-    build: bool = False
-    replace: bool = False
-    wait: bool = False
-    follow: bool = False
-    rank: int | None = None
-    timeout: str | None = None
 
 
 def kubeconfig_found(options: ClusterOptions) -> bool:
@@ -43,7 +29,7 @@ def kubeconfig_found(options: ClusterOptions) -> bool:
     return kubeconfig_paths(None)[0] is not None or in_cluster_available()
 
 
-class ClusterBackend(Backend):
+class ClusterBackend(Backend["Submission"]):
     """Jobs in the cluster of --kubeconfig/--context, in the namespace given (-n, DDPCTL_NAMESPACE,
     ddp.yaml's), else the context's."""
 
@@ -72,31 +58,29 @@ class ClusterBackend(Backend):
         with connect(dataclasses.replace(self.options, namespace=namespace)) as cluster:
             yield cluster
 
-    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
-        mode = self.submit.dry_run if self.submit.dry_run is not DryRun.none else DryRun.client
-        self._submit(spec_input, dataclasses.replace(self.submit, dry_run=mode), out, say)
+    def prepare(self, spec_input: SpecInput, say: Say) -> AbstractContextManager[Submission]:
+        from ddpctl.cluster.submit import prepare
 
-    def start(self, spec_input: SpecInput, out: Say, say: Say) -> int:
-        self._submit(spec_input, self.submit, out, say)
+        # the spec's namespace wins over --namespace's place in the options
+        return prepare(
+            spec_input, options=dataclasses.replace(self.options, namespace=None), submit=self.submit, say=say
+        )
+
+    def start(self, request: Submission, out: Say, say: Say) -> int:
+        from ddpctl.cluster.submit import start
+
+        start(request, out, say)
         return 0
 
-    def _submit(self, spec_input: SpecInput, submit: SubmitOptions, out: Say, say: Say) -> None:
-        from ddpctl.cluster.submit import run
-
-        run(
-            spec_input,
-            options=dataclasses.replace(self.options, namespace=None),  # the spec's namespace wins
-            dry_run=submit.dry_run,
-            output=submit.output,
-            build=submit.build,
-            replace=submit.replace,
-            wait=submit.wait,
-            follow=submit.follow,
-            rank=submit.rank,
-            timeout=submit.timeout,
-            out=out,
-            say=say,
-        )
+    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
+        """--dry-run=client (the default) shows the objects and asks the cluster nothing;
+        --dry-run=server sends them to the API server, which checks them and keeps nothing."""
+        if self.submit.dry_run is DryRun.server:
+            self.run(spec_input, out, say)
+            return
+        client = ClusterBackend(self.options, dataclasses.replace(self.submit, dry_run=DryRun.client))
+        with client.prepare(spec_input, say) as request:
+            request.show(out, say)
 
     def status(self, name: str) -> JobStatus:
         from ddpctl.cluster.operate import job_status

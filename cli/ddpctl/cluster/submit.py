@@ -1,21 +1,24 @@
-"""`ddpctl submit`: spec -> target -> objects -> server-side apply -> (wait | follow)."""
+"""`ddpctl submit` in two phases: `prepare` (spec -> target -> plan -> objects, nothing created:
+what a dry run shows) and `start` (upload, server-side apply, then wait or follow)."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.cluster.flags import DryRun, Format
+from ddpctl.cluster.flags import DryRun, Format, SubmitOptions
 from ddpctl.console import plural
 from ddpctl.engines import plan_for
 from ddpctl.errors import SpecError, UsageError
 from ddpctl.spec.sources import SpecInput
 
 if TYPE_CHECKING:
-    from ddpctl.cluster.config import ClusterOptions
+    from ddpctl.cluster.config import Cluster, ClusterOptions
     from ddpctl.plan import Plan
     from ddpctl.spec.model import JobSpec
     from ddpctl.workspace.ship import Shipment
@@ -31,37 +34,61 @@ def build_image(spec: Any) -> str:
     return build_this_folder(spec, push=True, echo=echo)
 
 
-def run(
-    spec_input: SpecInput,
-    *,
-    options: ClusterOptions,
-    dry_run: DryRun,
-    output: Format | None,
-    build: bool,
-    replace: bool,
-    wait: bool,
-    follow: bool,
-    rank: int | None,
-    timeout: str | None,
-    out: Callable[[str], None],
-    say: Callable[[str], None],
-) -> None:
-    from ddpctl.cluster.flags import parse_duration
-    from ddpctl.manifests import render
-    from ddpctl.manifests.output import to_json_list, to_yaml_documents
-    from ddpctl.manifests.shipment import shipment_of
+@dataclass(frozen=True)
+class Submission:
+    """What `submit` will do, made before anything is created (`prepare`): the plan, the objects
+    to apply (what --dry-run=client prints), the workspace packed for them (not uploaded yet) and
+    the connection (None in a client dry run, which asks the cluster nothing)."""
 
-    timeout_s = parse_duration(timeout)
-    if rank is not None and not follow:
+    plan: Plan
+    objects: list[dict[str, Any]]
+    shipment: Shipment | None
+    cluster: Cluster | None
+    submit: SubmitOptions
+
+    def show(self, out: Callable[[str], None], say: Callable[[str], None]) -> None:
+        """The dry run: each object, as `created (dry run)` or whole in --output's format."""
+        if self.submit.output is None:
+            from ddpctl.cluster.kinds import kind_of
+
+            for obj in self.objects:
+                out(f"{kind_of(obj).ref(obj['metadata']['name'])} created (dry run)")
+        else:
+            out(_fmt(self.objects, self.submit.output).rstrip("\n"))
+
+
+def _fmt(objects: list[dict[str, Any]], output: Format) -> str:
+    from ddpctl.manifests.output import to_json_list, to_yaml_documents
+
+    return to_json_list(objects) if output is Format.json else to_yaml_documents(objects)
+
+
+def _refuse_flag_mixes(submit: SubmitOptions) -> None:
+    rank = submit.rank
+    if rank is not None and not submit.follow:
         raise UsageError("--rank: only with --follow; for a running job use `ddpctl logs NAME --rank N`")
     if rank is not None and rank < 0:
         raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
-    if dry_run is not DryRun.none and (wait or follow or build or replace):
-        used = next(
-            f for f, on in (("--wait", wait), ("--follow", follow), ("--build", build), ("--replace", replace)) if on
-        )
-        raise UsageError(f"{used} cannot be combined with --dry-run={dry_run.value}; drop one of them")
+    if submit.dry_run is not DryRun.none:
+        asked = (("--wait", submit.wait), ("--follow", submit.follow), ("--build", submit.build))
+        used = next((f for f, on in (*asked, ("--replace", submit.replace)) if on), None)
+        if used is not None:
+            raise UsageError(f"{used} cannot be combined with --dry-run={submit.dry_run.value}; drop one of them")
 
+
+@contextmanager
+def prepare(
+    spec_input: SpecInput, *, options: ClusterOptions, submit: SubmitOptions, say: Callable[[str], None]
+) -> Iterator[Submission]:
+    """The first phase of `submit`: the spec resolved, the code checked, the image built (--build),
+    the target chosen, the plan made and its objects rendered; nothing created. A client dry run
+    asks the cluster nothing; otherwise the Submission holds the connection while it lasts."""
+    from ddpctl.cluster.flags import parse_duration
+    from ddpctl.manifests import render
+    from ddpctl.manifests.shipment import shipment_of
+
+    parse_duration(submit.timeout)  # a bad --timeout is refused before anything else
+    _refuse_flag_mixes(submit)
     flags = dict(spec_input.flags)
     explicit_auto = flags.get("target") == "auto"
     if explicit_auto:
@@ -70,10 +97,7 @@ def run(
     chosen = base.chosen()  # what the user set (file, env, flags), no defaults
     auto = explicit_auto or "target" not in chosen
 
-    def fmt(objects: list[dict[str, Any]]) -> str:
-        return to_json_list(objects) if output is Format.json else to_yaml_documents(objects)
-
-    if dry_run is DryRun.client:
+    if submit.dry_run is DryRun.client:
         plan = plan_for(base.spec())  # the spec's own target (job unless ddp.yaml chose one), as `ddpctl render`
         if auto:
             say(
@@ -84,24 +108,17 @@ def run(
         with shipment_of(plan, to_store=False) as shipment:
             if shipment is not None:
                 say(f"ddpctl: {shipment.pack.summary()}")
-            objects = render.render_plan(plan, shipment)
-        if output is None:
-            for obj in objects:
-                from ddpctl.cluster.kinds import kind_of
-
-                out(f"{kind_of(obj).ref(obj['metadata']['name'])} created (dry run)")
-        else:
-            out(fmt(objects).rstrip("\n"))
+            yield Submission(plan, render.render_plan(plan, shipment), shipment, None, submit)
         return
 
     spec0 = base.spec(target="job") if auto else base.spec()  # a bad spec fails before any cluster contact
     pods = sum(g.nodes for g in spec0.groups)  # the node count does not depend on the target
-    if rank is not None and rank >= pods:
+    if submit.rank is not None and submit.rank >= pods:
         raise UsageError(
-            f"--rank: node rank {rank} is out of range; job {spec0.name} has {plural(pods, 'node')}, "
+            f"--rank: node rank {submit.rank} is out of range; job {spec0.name} has {plural(pods, 'node')}, "
             f"node ranks 0-{pods - 1}"
         )
-    if build:
+    if submit.build:
         plan_for(spec0)  # what the engine refuses, refused before minutes of building
         image = build_image(spec0)
         say(f"ddpctl: built and pushed {image}")
@@ -115,11 +132,8 @@ def run(
         target, and the context's namespace is the spec's default)."""
         return first if spec == first.spec else plan_for(spec)
 
-    from ddpctl.cluster import apply as A
     from ddpctl.cluster import discovery
     from ddpctl.cluster.config import connect
-    from ddpctl.cluster.follow import follow_job
-    from ddpctl.cluster.kinds import BY_TARGET, rank_notice
 
     with connect(dataclasses.replace(options, namespace=chosen.get("namespace"))) as cluster:
         engines = discovery.discover(cluster)
@@ -130,50 +144,67 @@ def run(
         else:
             plan = plan_of(base.spec(**overrides))
             discovery.require(engines, plan.spec.target)
-        spec, server_dry = plan.spec, dry_run is DryRun.server
         for warning in (plan.restart_starts_from_scratch, plan.plain_command_warning):
             if warning:
                 say(f"ddpctl: warning: {warning}")
         with shipment_of(plan, to_store=True) as shipment:
             if shipment is not None:
-                shipment = _ship(shipment, server_dry, say)
-            applied = A.submit(
-                cluster,
-                render.render_plan(plan, shipment),
-                name=spec.name,
-                namespace=spec.namespace,
-                dry_run=server_dry,
-                replace=replace,
-                say=say,
-            )
-        if shipment is not None and shipment.secret is not None and not server_dry:
-            A.own(cluster, next(a.obj for a in applied if a.kind is BY_TARGET[spec.target]), applied[0].obj)
-        if spec.queue or spec.workload_priority_class:
-            from ddpctl.cluster.admission import queue_warnings
+                say(f"ddpctl: {shipment.pack.summary()}")
+            yield Submission(plan, render.render_plan(plan, shipment), shipment, cluster, submit)
 
-            top = next(a.obj for a in applied if a.kind is BY_TARGET[spec.target])
-            for note in queue_warnings(cluster, spec.target, top, spec.queue):
-                say(f"ddpctl: warning: {note}")
-        if output is not None:
-            out(fmt([a.obj for a in applied]).rstrip("\n"))
-        else:
-            suffix = " (server dry run)" if server_dry else ""
-            for a in applied:
-                out(f"{a.kind.ref(a.obj['metadata']['name'])} {'created' if a.created else 'configured'}{suffix}")
-        if server_dry:
-            return
-        kind = BY_TARGET[spec.target]
-        job = next(a.obj for a in applied if a.kind is kind)
-        if not (wait or follow):
-            say(
-                f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status "
-                f"{spec.name} -n {spec.namespace}`"
-            )
-            return
-        notice = rank_notice(job, spec.name, rank) if rank is not None else None
-        if notice:
-            say(notice)
-        follow_job(cluster, kind, job, timeout=timeout_s, follow=follow, rank=rank, say=say)
+
+def start(sub: Submission, out: Callable[[str], None], say: Callable[[str], None]) -> None:
+    """The second phase: the workspace uploaded (when absent from its store), the objects applied
+    server-side (a server dry run: checked by the API server, nothing kept), then, as asked, the
+    job followed until it ends."""
+    from ddpctl.cluster import apply as A
+    from ddpctl.cluster.flags import parse_duration
+    from ddpctl.cluster.follow import follow_job
+    from ddpctl.cluster.kinds import BY_TARGET, rank_notice
+
+    assert sub.cluster is not None, "a client dry run is shown, not started"
+    cluster, plan, submit = sub.cluster, sub.plan, sub.submit
+    spec, server_dry = plan.spec, submit.dry_run is DryRun.server
+    objects, shipment = sub.objects, sub.shipment
+    if sub.shipment is not None:
+        shipment = _upload(sub.shipment, server_dry, say)
+        if shipment.url != sub.shipment.url:
+            from ddpctl.manifests import render
+
+            objects = render.render_plan(plan, shipment)  # the store named another address
+    applied = A.submit(
+        cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=submit.replace, say=say
+    )
+    if shipment is not None and shipment.secret is not None and not server_dry:
+        A.own(cluster, next(a.obj for a in applied if a.kind is BY_TARGET[spec.target]), applied[0].obj)
+    if spec.queue or spec.workload_priority_class:
+        from ddpctl.cluster.admission import queue_warnings
+
+        top = next(a.obj for a in applied if a.kind is BY_TARGET[spec.target])
+        for note in queue_warnings(cluster, spec.target, top, spec.queue):
+            say(f"ddpctl: warning: {note}")
+    if submit.output is not None:
+        out(_fmt([a.obj for a in applied], submit.output).rstrip("\n"))
+    else:
+        suffix = " (server dry run)" if server_dry else ""
+        for a in applied:
+            out(f"{a.kind.ref(a.obj['metadata']['name'])} {'created' if a.created else 'configured'}{suffix}")
+    if server_dry:
+        return
+    kind = BY_TARGET[spec.target]
+    job = next(a.obj for a in applied if a.kind is kind)
+    if not (submit.wait or submit.follow):
+        say(
+            f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status "
+            f"{spec.name} -n {spec.namespace}`"
+        )
+        return
+    rank = submit.rank
+    notice = rank_notice(job, spec.name, rank) if rank is not None else None
+    if notice:
+        say(notice)
+    timeout_s = parse_duration(submit.timeout)
+    follow_job(cluster, kind, job, timeout=timeout_s, follow=submit.follow, rank=rank, say=say)
 
 
 def check_code(plan: Plan, say: Callable[[str], None]) -> None:
@@ -201,9 +232,8 @@ def check_code(plan: Plan, say: Callable[[str], None]) -> None:
         say(f"ddpctl: {note}")
 
 
-def _ship(shipment: Shipment, dry_run: bool, say: Callable[[str], None]) -> Shipment:
-    """Say what the workspace holds; put a large one in its store (unless a dry run), only when absent."""
-    say(f"ddpctl: {shipment.pack.summary()}")
+def _upload(shipment: Shipment, dry_run: bool, say: Callable[[str], None]) -> Shipment:
+    """Put a large workspace in its store (unless a dry run), only when absent."""
     if shipment.url is None:
         return shipment
     if dry_run:

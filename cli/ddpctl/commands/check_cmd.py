@@ -70,7 +70,7 @@ def _local(checks: SpecInput, run_dir: Path | None, timeout: str | None) -> int:
     from ddpctl.runners.machine_backends import LocalBackend, RunOptions
 
     backend = LocalBackend(RunOptions(run_dir=run_dir, timeout=parse_duration(timeout)))
-    return backend.start(checks, typer.echo, _echo_err)
+    return backend.run(checks, typer.echo, _echo_err)
 
 
 def _cluster(
@@ -83,7 +83,8 @@ def _cluster(
 ) -> int:
     """As `submit --follow` (an earlier check of the name replaced), then the check's job deleted."""
     from ddpctl.cluster.config import ClusterOptions
-    from ddpctl.cluster.kube_backend import ClusterBackend, SubmitOptions
+    from ddpctl.cluster.flags import SubmitOptions
+    from ddpctl.cluster.kube_backend import ClusterBackend
     from ddpctl.cluster.pods import FailedJob
     from ddpctl.errors import DdpctlError, RuntimeFailure
 
@@ -93,7 +94,7 @@ def _cluster(
     backend = ClusterBackend(ClusterOptions(kubeconfig, context, None, request_timeout), submit)
     name = checks.spec(target="job").name  # the name does not depend on the target
     try:
-        return backend.start(checks, typer.echo, echo_err)
+        return backend.run(checks, typer.echo, echo_err)
     except FailedJob as exc:
         if keep:
             raise

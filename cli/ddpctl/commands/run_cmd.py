@@ -73,7 +73,7 @@ def run_command(
     if dry_run:
         backend.dry_run(spec_input, typer.echo, say)
         return 0
-    return backend.start(spec_input, typer.echo, say)
+    return backend.run(spec_input, typer.echo, say)
 
 
 def register(app: typer.Typer) -> None:

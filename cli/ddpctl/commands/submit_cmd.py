@@ -58,7 +58,8 @@ def submit_command(
 ) -> None:
     """Submit the job to a cluster (--target auto picks the engine the cluster has)."""
     from ddpctl.cluster.config import ClusterOptions
-    from ddpctl.cluster.kube_backend import ClusterBackend, SubmitOptions
+    from ddpctl.cluster.flags import SubmitOptions
+    from ddpctl.cluster.kube_backend import ClusterBackend
     from ddpctl.commands.after_dash import refuse_ddpctl_flags_for_the_trainer
 
     spec = spec_input.spec(target="job")  # the args and the code do not depend on the target
@@ -73,7 +74,7 @@ def submit_command(
     if dry_run is not DryRun.none:
         backend.dry_run(spec_input, typer.echo, say)
     else:
-        backend.start(spec_input, typer.echo, say)
+        backend.run(spec_input, typer.echo, say)
 
 
 def register(app: typer.Typer) -> None:

@@ -42,7 +42,7 @@ def job_name(name: str | None) -> str:
     return str(chosen) if chosen else JobSpec().name
 
 
-def backends(on: Where | None, options: Any) -> list[Backend]:
+def backends(on: Where | None, options: Any) -> list[Backend[Any]]:
     """The backends to ask, in order; `options` are the cluster flags (ClusterOptions)."""
     from ddpctl.cluster.kube_backend import ClusterBackend, kubeconfig_found
     from ddpctl.runners.machine_backends import DockerBackend, LocalBackend
@@ -58,7 +58,7 @@ def backends(on: Where | None, options: Any) -> list[Backend]:
     return [LocalBackend(hint=" and no kubeconfig to look in a cluster (set KUBECONFIG or pass --kubeconfig)")]
 
 
-def ask(name: str, candidates: list[Backend], call: Callable[[Backend], T], say: Callable[[str], None]) -> T:
+def ask(name: str, candidates: list[Backend[Any]], call: Callable[[Backend[Any]], T], say: Callable[[str], None]) -> T:
     """`call` on the first backend that has job `name`: the next one is asked only when one could
     not find it or not be reached, and when the next one has a job of that name."""
     first, *rest = candidates
@@ -72,7 +72,7 @@ def ask(name: str, candidates: list[Backend], call: Callable[[Backend], T], say:
         raise
 
 
-def list_from(candidates: list[Backend], all_namespaces: bool, say: Callable[[str], None]) -> Listing:
+def list_from(candidates: list[Backend[Any]], all_namespaces: bool, say: Callable[[str], None]) -> Listing:
     """The first backend's jobs; an unreachable cluster hands on to ./ddp-runs when runs are there,
     saying so (with none there, the cluster's error is the answer)."""
     first, *rest = candidates

@@ -7,13 +7,13 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpctl.backend import Backend, JobStatus, Listing, LogOptions, Where
-from ddpctl.backend.base import Say
+from ddpctl.backend.base import RequestT, Say
 from ddpctl.runners import runs
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class RunOptions:
     engine: str = "docker"  # with --docker: the container engine's CLI
 
 
-class _RunsHere(Backend):
+class _RunsHere(Backend[RequestT]):
     """Finding a job again in ./ddp-runs: the same for processes and containers (the run's record
     says which ran it)."""
 
@@ -79,24 +79,14 @@ class _RunsHere(Backend):
             raise runs.not_found(missing[0], self.cwd, hint=self.hint)
 
 
-class LocalBackend(_RunsHere):
-    """Every node a torchrun agent on this machine, on loopback (`run --local`)."""
+@dataclass(frozen=True)
+class LocalRun:
+    """A local run, prepared: every node's torchrun agent, its env and argv."""
 
-    where = Where.local
+    plan: LocalPlan
 
-    def _plan(self, spec_input: SpecInput) -> LocalPlan:
-        from ddpctl.runners.local import plan_local, port_asked_for
-
-        return plan_local(
-            spec_input.spec(),
-            run_dir=self.options.run_dir,
-            port_explicit=port_asked_for(spec_input.chosen()),
-            mounts=_mounts(self.options.mounts),
-            cwd=self.cwd,
-        )
-
-    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
-        plan = self._plan(spec_input)
+    def show(self, out: Say, say: Say) -> None:
+        plan = self.plan
         say(f"ddpctl: {plan.spec.name}: {len(plan.nodes)} torchrun agents would start in {plan.cwd} (dry run)")
         inherited = _inherited()
         for node in plan.nodes:
@@ -105,23 +95,65 @@ class LocalBackend(_RunsHere):
             out(" ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(env.items())) + " \\")
             out("  " + shlex.join(node.argv))
 
-    def start(self, spec_input: SpecInput, out: Say, say: Say) -> int:
+
+class LocalBackend(_RunsHere[LocalRun]):
+    """Every node a torchrun agent on this machine, on loopback (`run --local`)."""
+
+    where = Where.local
+
+    @contextmanager
+    def prepare(self, spec_input: SpecInput, say: Say) -> Iterator[LocalRun]:
+        from ddpctl.runners.local import plan_local, port_asked_for
+
+        yield LocalRun(
+            plan_local(
+                spec_input.spec(),
+                run_dir=self.options.run_dir,
+                port_explicit=port_asked_for(spec_input.chosen()),
+                mounts=_mounts(self.options.mounts),
+                cwd=self.cwd,
+            )
+        )
+
+    def start(self, request: LocalRun, out: Say, say: Say) -> int:
         from ddpctl.runners.local import clean_run_dir, run_local
 
-        plan = self._plan(spec_input)
         if self.options.fresh:
-            clean_run_dir(plan)
-        return run_local(plan, color=self.options.color, timeout=self.options.timeout)
+            clean_run_dir(request.plan)
+        return run_local(request.plan, color=self.options.color, timeout=self.options.timeout)
 
 
-class DockerBackend(_RunsHere):
+@dataclass(frozen=True)
+class DockerRun:
+    """A containers run, prepared: its network and every node's `docker run`."""
+
+    plan: DockerPlan
+
+    def show(self, out: Say, say: Say) -> None:
+        plan = self.plan
+        say(
+            f"ddpctl: {plan.spec.name}: {len(plan.containers)} containers would run on network {plan.network} (dry run)"
+        )
+        out(shlex.join([plan.engine, "network", "create", plan.network]))
+        for container in plan.containers:
+            out(shlex.join(container.argv))
+
+
+class DockerBackend(_RunsHere[DockerRun]):
     """Every node a container on a private network of a local container engine (`run --docker`)."""
 
     where = Where.docker
 
-    @contextmanager
-    def _plan(self, spec_input: SpecInput, dry_run: bool = False) -> Iterator[DockerPlan]:
+    def prepare(self, spec_input: SpecInput, say: Say) -> AbstractContextManager[DockerRun]:
         """The containers to run, with the spec's workspace (as its pods would get it) while it lasts."""
+        return self._prepare(spec_input, say, dry_run=False)
+
+    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
+        with self._prepare(spec_input, say, dry_run=True) as request:  # names no network, makes no dirs
+            request.show(out, say)
+
+    @contextmanager
+    def _prepare(self, spec_input: SpecInput, say: Say, *, dry_run: bool) -> Iterator[DockerRun]:
         from ddpctl.engines import plan_for
         from ddpctl.manifests.shipment import shipment_of
         from ddpctl.runners.docker import plan_docker
@@ -130,33 +162,22 @@ class DockerBackend(_RunsHere):
         with shipment_of(plan_for(spec), cwd=self.cwd, to_store=False) as shipment:
             if shipment is not None:
                 say_err(f"ddpctl: {shipment.pack.summary()}")
-            yield plan_docker(
-                spec,
-                engine=self.options.engine,
-                run_dir=self.options.run_dir,
-                mounts=list(self.options.mounts),
-                fresh=self.options.fresh,
-                dry_run=dry_run,
-                shipment=shipment,
+            yield DockerRun(
+                plan_docker(
+                    spec,
+                    engine=self.options.engine,
+                    run_dir=self.options.run_dir,
+                    mounts=list(self.options.mounts),
+                    fresh=self.options.fresh,
+                    dry_run=dry_run,
+                    shipment=shipment,
+                )
             )
 
-    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
-        with self._plan(spec_input, dry_run=True) as plan:
-            self._show(plan, out, say)
-
-    def _show(self, plan: DockerPlan, out: Say, say: Say) -> None:
-        say(
-            f"ddpctl: {plan.spec.name}: {len(plan.containers)} containers would run on network {plan.network} (dry run)"
-        )
-        out(shlex.join([plan.engine, "network", "create", plan.network]))
-        for container in plan.containers:
-            out(shlex.join(container.argv))
-
-    def start(self, spec_input: SpecInput, out: Say, say: Say) -> int:
+    def start(self, request: DockerRun, out: Say, say: Say) -> int:
         from ddpctl.runners.docker import run_docker
 
-        with self._plan(spec_input) as plan:
-            return run_docker(plan, color=self.options.color, timeout=self.options.timeout)
+        return run_docker(request.plan, color=self.options.color, timeout=self.options.timeout)
 
 
 def _mounts(items: Sequence[str]) -> dict[str, Path]:

@@ -99,3 +99,38 @@ def test_a_backend_must_answer_every_method() -> None:
 
 def test_a_node_row_defaults_to_no_restarts_and_no_reason() -> None:
     assert NodeRow(0, "w-0", "Running") == NodeRow(0, "w-0", "Running", 0, "", "")
+
+
+def test_a_dry_run_shows_the_prepared_request_and_a_run_starts_it_inside_its_context() -> None:
+    """The two phases: `dry_run` is prepare then show, `run` prepare then start, and what prepare
+    holds (a packed workspace, a connection) lasts until start returns. A minimal Backend: only
+    its prepare and start are this test's; dry_run and run are the base class's."""
+    from contextlib import contextmanager
+
+    events: list[str] = []
+
+    class Shown:
+        def show(self, out, say) -> None:  # type: ignore[no-untyped-def]
+            out("would start")
+
+    class Minimal(Backend[Shown]):
+        where = Where.local
+
+        @contextmanager
+        def prepare(self, spec_input, say):  # type: ignore[no-untyped-def]
+            events.append("prepared")
+            yield Shown()
+            events.append("released")
+
+        def start(self, request: Shown, out, say) -> int:  # type: ignore[no-untyped-def]
+            events.append("started")
+            return 7
+
+        describe = status = wait = logs = list = delete = None  # type: ignore[assignment]
+
+    out: list[str] = []
+    Minimal().dry_run(None, out.append, out.append)  # type: ignore[arg-type]
+    assert out == ["would start"] and events == ["prepared", "released"]
+    events.clear()
+    assert Minimal().run(None, out.append, out.append) == 7  # type: ignore[arg-type]
+    assert events == ["prepared", "started", "released"]

@@ -919,3 +919,23 @@ def test_a_workspace_too_large_without_a_store_is_exit_2_naming_size_limit_and_f
     err = one_error(cli("submit", *c.args, "-n", NS, "--script", "train.py", "--workspace", "."), 2, "workspace:")
     assert "more than the 1.0 MiB an object in the cluster holds" in err and "--workspace-store" in err
     assert objects_left(c.double) == []
+
+
+def test_prepare_creates_nothing_and_start_applies_what_it_prepared(make_cluster, monkeypatch, tmp_path):
+    """The two phases of submit: `prepare` reads the cluster (which engines it serves) and
+    creates nothing; `start` applies exactly the objects the Submission holds."""
+    from ddpctl.cluster.config import ClusterOptions
+    from ddpctl.cluster.flags import SubmitOptions
+    from ddpctl.cluster.submit import prepare, start
+    from ddpctl.spec.sources import SpecInput
+
+    monkeypatch.chdir(tmp_path)
+    c = make_cluster()
+    said: list[str] = []
+    options = ClusterOptions(str(c.kubeconfig), None, None, None)
+    with prepare(SpecInput({"name": NAME}), options=options, submit=SubmitOptions(), say=said.append) as sub:
+        assert objects_left(c.double, "default") == [] and c.double.requests_to("PATCH") == []
+        prepared = sorted(f"{o['kind']}/{o['metadata']['name']}" for o in sub.objects)
+        start(sub, said.append, said.append)
+    made = sorted(o for o in objects_left(c.double, "default") if not o.startswith("Pod/"))  # the Job's pods
+    assert made == prepared == [f"Job/{NAME}", f"Service/{NAME}"]
