@@ -888,7 +888,7 @@ def test_status_and_logs_default_the_name_like_every_command(
     env: dict[str, str],
     name: str,
 ) -> None:
-    from ddpctl.commands.where import job_name
+    from ddpctl.commands.where import job_name, spec_choices
 
     monkeypatch.chdir(tmp_path)
     for key in [k for k in os.environ if k.startswith("DDPCTL_")]:
@@ -897,7 +897,7 @@ def test_status_and_logs_default_the_name_like_every_command(
         monkeypatch.setenv(key, value)
     if ddp_yaml is not None:
         (tmp_path / "ddp.yaml").write_text(ddp_yaml)
-    assert job_name(given) == name
+    assert job_name(given, spec_choices()) == name
 
 
 def test_logs_of_a_local_run_read_the_latest_start_or_the_one_before(tmp_path: Path) -> None:

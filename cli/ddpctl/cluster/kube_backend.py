@@ -35,9 +35,12 @@ class ClusterBackend(Backend["Submission"]):
 
     where = Where.cluster
 
-    def __init__(self, options: ClusterOptions, submit: SubmitOptions | None = None) -> None:
+    def __init__(
+        self, options: ClusterOptions, submit: SubmitOptions | None = None, *, spec_namespace: str | None = None
+    ) -> None:
         self.options = options
         self.submit = submit or SubmitOptions()
+        self.spec_namespace = spec_namespace  # ddp.yaml's or DDPCTL_NAMESPACE, where submit put the job
 
     def describe(self) -> str:
         from ddpctl.cluster.config import kubeconfig_paths
@@ -49,12 +52,10 @@ class ClusterBackend(Backend["Submission"]):
     @contextmanager
     def _connect(self, all_namespaces: bool = False) -> Iterator[Cluster]:
         from ddpctl.cluster.config import connect
-        from ddpctl.spec.sources import merged_layers
 
         namespace = self.options.namespace
         if namespace is None and not all_namespaces:
-            chosen = merged_layers({}).get("namespace")  # DDPCTL_NAMESPACE or ddp.yaml's, as submit chose it
-            namespace = str(chosen) if chosen else None
+            namespace = self.spec_namespace
         with connect(dataclasses.replace(self.options, namespace=namespace)) as cluster:
             yield cluster
 

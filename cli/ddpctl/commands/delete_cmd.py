@@ -32,12 +32,13 @@ def delete_command(
     (stopped first when it still runs; its checkpoints stay)."""
     from ddpctl.cluster.config import ClusterOptions
     from ddpctl.cluster.flags import parse_duration
-    from ddpctl.commands.where import ask, backends, job_name
+    from ddpctl.commands.where import ask, backends, job_name, spec_choices
 
-    chosen = list(names or []) or [job_name(None)]
+    spec = spec_choices()
+    chosen = list(names or []) or [job_name(None, spec)]
     seconds = parse_duration(timeout)
     say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
-    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout))
+    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout), spec)
     ask(
         chosen[0],
         candidates,

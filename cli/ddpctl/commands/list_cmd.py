@@ -24,10 +24,10 @@ def list_command(
     """List the jobs submitted with ddpctl (Job, PyTorchJob, JobSet, TrainJob), or the local runs (--on local)."""
     from ddpctl.backend.view import list_text
     from ddpctl.cluster.config import ClusterOptions
-    from ddpctl.commands.where import backends, list_from
+    from ddpctl.commands.where import backends, list_from, spec_choices
 
     say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
-    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout))
+    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout), spec_choices())
     found = list_from(candidates, all_namespaces, say)
     typer.echo(
         list_text(

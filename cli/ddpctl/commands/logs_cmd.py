@@ -40,17 +40,18 @@ def logs_command(
     when no cluster has it."""
     from ddpctl.backend import LogOptions
     from ddpctl.cluster.config import ClusterOptions
-    from ddpctl.commands.where import ask, backends, job_name
+    from ddpctl.commands.where import ask, backends, job_name, spec_choices
     from ddpctl.errors import UsageError
 
     if rank is not None and rank < 0:
         raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
     if follow and previous:
         raise UsageError("--previous cannot be combined with --follow; drop one of them")
-    name = job_name(name)
+    spec = spec_choices()
+    name = job_name(name, spec)
     options = LogOptions(follow, rank, previous, tail, timestamps, prefix)
     say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
-    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout))
+    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout), spec)
     ask(name, candidates, lambda b: b.logs(name, options, typer.echo, say), say)
 
 

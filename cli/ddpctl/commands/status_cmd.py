@@ -36,11 +36,12 @@ def status_command(
     from ddpctl.backend.view import machine, status_text
     from ddpctl.cluster.config import ClusterOptions
     from ddpctl.cluster.flags import parse_duration
-    from ddpctl.commands.where import ask, backends, job_name
+    from ddpctl.commands.where import ask, backends, job_name, spec_choices
 
-    name = job_name(name)
+    spec = spec_choices()
+    name = job_name(name, spec)
     say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named
-    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout))
+    candidates = backends(on, ClusterOptions(kubeconfig, context, namespace, request_timeout), spec)
     if wait:
         seconds = parse_duration(timeout)
         ask(name, candidates, lambda b: b.wait(name, seconds, say), say)

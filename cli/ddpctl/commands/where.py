@@ -8,7 +8,7 @@ is the answer: its error is reported, never a local folder's contents in its pla
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 import typer
@@ -30,31 +30,39 @@ def on_option() -> Any:
     )
 
 
-def job_name(name: str | None) -> str:
-    """NAME not given: DDPCTL_NAME or ./ddp.yaml's name, else the default job name, as `run` and
-    `submit` choose it."""
+def spec_choices() -> dict[str, Any]:
+    """What ./ddp.yaml (or DDPCTL_CONFIG's file) and the DDPCTL_* environment set, read once by a
+    command that names a job without a spec of its own (status, logs, list, delete): the job's name
+    and namespace, as `run` and `submit` chose them."""
+    from ddpctl.spec.sources import merged_layers
+
+    return merged_layers({})
+
+
+def job_name(name: str | None, chosen: Mapping[str, Any]) -> str:
+    """NAME not given: the spec's name (`spec_choices`), else the default job name."""
     if name:
         return name
     from ddpctl.spec.model import JobSpec
-    from ddpctl.spec.sources import merged_layers
 
-    chosen = merged_layers({}).get("name")
-    return str(chosen) if chosen else JobSpec().name
+    return str(chosen["name"]) if chosen.get("name") else JobSpec().name
 
 
-def backends(on: Where | None, options: Any) -> list[Backend[Any]]:
-    """The backends to ask, in order; `options` are the cluster flags (ClusterOptions)."""
+def backends(on: Where | None, options: Any, chosen: Mapping[str, Any] | None = None) -> list[Backend[Any]]:
+    """The backends to ask, in order; `options` are the cluster flags (ClusterOptions), and
+    `chosen` the spec's choices (`spec_choices`): its namespace is the cluster's without -n."""
     from ddpctl.cluster.kube_backend import ClusterBackend, kubeconfig_found
     from ddpctl.runners.machine_backends import DockerBackend, LocalBackend
 
+    spec_namespace = str(chosen["namespace"]) if chosen and chosen.get("namespace") else None
     if on is Where.cluster:
-        return [ClusterBackend(options)]
+        return [ClusterBackend(options, spec_namespace=spec_namespace)]
     if on is Where.local:
         return [LocalBackend()]
     if on is Where.docker:
         return [DockerBackend()]
     if kubeconfig_found(options):
-        return [ClusterBackend(options), LocalBackend()]
+        return [ClusterBackend(options, spec_namespace=spec_namespace), LocalBackend()]
     return [LocalBackend(hint=" and no kubeconfig to look in a cluster (set KUBECONFIG or pass --kubeconfig)")]
 
 

@@ -73,3 +73,13 @@ def test_submit_reads_once_and_plans_again_only_for_what_the_cluster_changed(
     assert r.code == 0, r.err
     assert "created" in r.out
     assert counts == Counter(file=1, env=1, plan=plans), r.err
+
+
+@pytest.mark.parametrize("command", [("status",), ("logs",), ("delete", "--ignore-not-found"), ("list",)], ids=" ".join)
+def test_a_command_on_a_job_by_name_reads_the_spec_once(
+    cli, make_cluster, counts: Counter[str], command: tuple[str, ...]
+) -> None:
+    """No NAME: the job's name and namespace are ddp.yaml's, read once for both."""
+    c = make_cluster(namespaces=("default", "team"))
+    cli(*command, *c.args, "--on", "cluster")
+    assert counts == Counter(file=1, env=1)
