@@ -4,13 +4,10 @@ that a GitOps repository holds never has half a manifest in it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import yaml
-
-from ddpctl.atomic import write_text_atomic
 
 
 class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[misc]  # base chosen at run time
@@ -47,6 +44,8 @@ def to_yaml_documents(objects: list[dict[str, Any]]) -> str:
 
 def to_json_list(objects: list[dict[str, Any]]) -> str:
     """kubectl's shape for several objects: a v1 List."""
+    import json  # only for -o json: ~1 ms of every render otherwise
+
     return json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}, indent=2, ensure_ascii=False) + "\n"
 
 
@@ -56,6 +55,8 @@ def object_filename(obj: dict[str, Any]) -> str:
 
 def write_output_dir(objects: list[dict[str, Any]], directory: Path) -> list[Path]:
     """One file per object plus a kustomization.yaml, so `kubectl kustomize DIR` gives the same objects."""
+    from ddpctl.atomic import write_text_atomic  # tempfile: ~2 ms that a render to stdout does not need
+
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     names: list[str] = []

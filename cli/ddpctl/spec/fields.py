@@ -191,9 +191,12 @@ def number_text(value: float) -> str:
     same YAML number (a whole one as an integer, else Go's JSON form, its shortest digits)."""
     if float(value).is_integer():
         return str(int(value))
-    from decimal import Decimal
+    text = repr(float(value))  # the shortest digits that read back the same
+    if "e" not in text:
+        return text
+    from decimal import Decimal  # an exponent to write out (only then: decimal takes ~1 ms to import)
 
-    return format(Decimal(repr(float(value))), "f")
+    return format(Decimal(text), "f")
 
 
 class NodeCount(Rule):
