@@ -33,8 +33,10 @@ class Net(nn.Module):
         return self.fc(x)
 
 
-def main() -> None:
-    dist.init_process_group("gloo")
+def train() -> None:
+    """The steps, in a function of their own: the DDP model (and the detector's hook on it) are gone
+    when it returns, before the process group is destroyed; one still alive then can abort at
+    interpreter exit (gloo's teardown, pytorch/pytorch#179291), as PyTorch's DDP tutorial avoids."""
     torch.manual_seed(0)
     net = Net()
     model = nn.parallel.DistributedDataParallel(net)
@@ -49,6 +51,11 @@ def main() -> None:
             optimizer.zero_grad()
     if dist.get_rank() == 0:
         print(f"[rank 0] finished {STEPS} steps", flush=True)
+
+
+def main() -> None:
+    dist.init_process_group("gloo")
+    train()
     dist.destroy_process_group()
 
 
