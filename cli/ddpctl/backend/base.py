@@ -173,10 +173,11 @@ class Backend(ABC, Generic[RequestT]):
         """Where this backend looks, for messages: `the cluster (KUBECONFIG)`, `./ddp-runs`."""
 
     @abstractmethod
-    def prepare(self, spec_input: SpecInput, say: Say) -> AbstractContextManager[RequestT]:
+    def prepare(self, spec_input: SpecInput, say: Say, *, dry_run: bool = False) -> AbstractContextManager[RequestT]:
         """The first phase: what `start` will carry out (the objects, the processes, the
         containers), made and checked with nothing started; it holds what it needs (a packed
-        workspace, a connection) while the context lasts."""
+        workspace, a connection) while the context lasts. `dry_run`: only to be shown, so nothing
+        is made for it that only a start needs (a run directory, a connection)."""
 
     @abstractmethod
     def start(self, request: RequestT, out: Say, say: Say) -> int:
@@ -185,7 +186,7 @@ class Backend(ABC, Generic[RequestT]):
 
     def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
         """Print what `start` would do; start nothing."""
-        with self.prepare(spec_input, say) as request:
+        with self.prepare(spec_input, say, dry_run=True) as request:
             request.show(out, say)
 
     def run(self, spec_input: SpecInput, out: Say, say: Say) -> int:

@@ -59,13 +59,14 @@ class ClusterBackend(Backend["Submission"]):
         with connect(dataclasses.replace(self.options, namespace=namespace)) as cluster:
             yield cluster
 
-    def prepare(self, spec_input: SpecInput, say: Say) -> AbstractContextManager[Submission]:
+    def prepare(self, spec_input: SpecInput, say: Say, *, dry_run: bool = False) -> AbstractContextManager[Submission]:
         from ddpctl.cluster.submit import prepare
 
+        submit = self.submit
+        if dry_run and submit.dry_run is DryRun.none:
+            submit = dataclasses.replace(submit, dry_run=DryRun.client)  # shown: the cluster is not asked
         # the spec's namespace wins over --namespace's place in the options
-        return prepare(
-            spec_input, options=dataclasses.replace(self.options, namespace=None), submit=self.submit, say=say
-        )
+        return prepare(spec_input, options=dataclasses.replace(self.options, namespace=None), submit=submit, say=say)
 
     def start(self, request: Submission, out: Say, say: Say) -> int:
         from ddpctl.cluster.submit import start
@@ -78,10 +79,8 @@ class ClusterBackend(Backend["Submission"]):
         --dry-run=server sends them to the API server, which checks them and keeps nothing."""
         if self.submit.dry_run is DryRun.server:
             self.run(spec_input, out, say)
-            return
-        client = ClusterBackend(self.options, dataclasses.replace(self.submit, dry_run=DryRun.client))
-        with client.prepare(spec_input, say) as request:
-            request.show(out, say)
+        else:
+            super().dry_run(spec_input, out, say)
 
     def status(self, name: str) -> JobStatus:
         from ddpctl.cluster.operate import job_status

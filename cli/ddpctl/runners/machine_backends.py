@@ -5,9 +5,8 @@ containers (`DockerBackend`), and the run directories they leave in ./ddp-runs, 
 from __future__ import annotations
 
 import shlex
-import sys
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -102,7 +101,7 @@ class LocalBackend(_RunsHere[LocalRun]):
     where = Where.local
 
     @contextmanager
-    def prepare(self, spec_input: SpecInput, say: Say) -> Iterator[LocalRun]:
+    def prepare(self, spec_input: SpecInput, say: Say, *, dry_run: bool = False) -> Iterator[LocalRun]:
         from ddpctl.runners.local import plan_local, port_asked_for
 
         yield LocalRun(
@@ -144,16 +143,9 @@ class DockerBackend(_RunsHere[DockerRun]):
 
     where = Where.docker
 
-    def prepare(self, spec_input: SpecInput, say: Say) -> AbstractContextManager[DockerRun]:
-        """The containers to run, with the spec's workspace (as its pods would get it) while it lasts."""
-        return self._prepare(spec_input, say, dry_run=False)
-
-    def dry_run(self, spec_input: SpecInput, out: Say, say: Say) -> None:
-        with self._prepare(spec_input, say, dry_run=True) as request:  # names no network, makes no dirs
-            request.show(out, say)
-
     @contextmanager
-    def _prepare(self, spec_input: SpecInput, say: Say, *, dry_run: bool) -> Iterator[DockerRun]:
+    def prepare(self, spec_input: SpecInput, say: Say, *, dry_run: bool = False) -> Iterator[DockerRun]:
+        """The containers to run, with the spec's workspace (as its pods would get it) while it lasts."""
         from ddpctl.engines import plan_for
         from ddpctl.manifests.shipment import shipment_of
         from ddpctl.runners.docker import plan_docker
@@ -161,7 +153,7 @@ class DockerBackend(_RunsHere[DockerRun]):
         spec = spec_input.spec()
         with shipment_of(plan_for(spec), cwd=self.cwd, to_store=False) as shipment:
             if shipment is not None:
-                say_err(f"ddpctl: {shipment.pack.summary()}")
+                say(f"ddpctl: {shipment.pack.summary()}")
             yield DockerRun(
                 plan_docker(
                     spec,
@@ -192,7 +184,3 @@ def _inherited() -> dict[str, str]:
     from ddpctl.runners.node_env import inherited_env
 
     return inherited_env(os.environ)
-
-
-def say_err(text: str) -> None:
-    sys.stderr.write(text + "\n")

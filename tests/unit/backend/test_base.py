@@ -117,8 +117,8 @@ def test_a_dry_run_shows_the_prepared_request_and_a_run_starts_it_inside_its_con
         where = Where.local
 
         @contextmanager
-        def prepare(self, spec_input, say):  # type: ignore[no-untyped-def]
-            events.append("prepared")
+        def prepare(self, spec_input, say, *, dry_run=False):  # type: ignore[no-untyped-def]
+            events.append("prepared to show" if dry_run else "prepared")
             yield Shown()
             events.append("released")
 
@@ -130,7 +130,7 @@ def test_a_dry_run_shows_the_prepared_request_and_a_run_starts_it_inside_its_con
 
     out: list[str] = []
     Minimal().dry_run(None, out.append, out.append)  # type: ignore[arg-type]
-    assert out == ["would start"] and events == ["prepared", "released"]
+    assert out == ["would start"] and events == ["prepared to show", "released"]
     events.clear()
     assert Minimal().run(None, out.append, out.append) == 7  # type: ignore[arg-type]
     assert events == ["prepared", "started", "released"]
