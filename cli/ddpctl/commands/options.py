@@ -11,13 +11,13 @@ import inspect
 import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import typer
 from typer.core import TyperCommand
 
 from ddpctl.errors import UsageError
-from ddpctl.spec.fields import Declared, Int, Number, Part, declared, declared_at
+from ddpctl.spec.fields import REPEATABLE, Declared, Flag, Int, Number, Part, declared, declared_at
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.sources import SpecInput, set_path
 
@@ -102,30 +102,6 @@ def parse_layout(flag: str, text: str) -> list[dict[str, Any]]:
     return groups
 
 
-class Flag(NamedTuple):
-    """One spec flag: its option names, the spec path it sets, and its --help panel. How to read
-    it (`kind`) follows from the key's rule (a whole number, a list, a map of strings), and its help
-    from the key's doc (its first sentence); a flag states them only where its syntax is its own
-    (`--layout 4+3`). `note` adds what only the flag means. (A NamedTuple, not a frozen dataclass:
-    every start-up defines it, and a dataclass takes ~0.7 ms longer.)"""
-
-    names: tuple[str, ...]
-    path: str
-    panel: str
-    kind: str = ""  # int | str | list | map from the rule; or volumes, secretEnv, tolerations, shell, layout, topology
-    help: str = ""
-    note: str = ""
-
-    @property
-    def repeatable(self) -> bool:
-        return self.kind in REPEATABLE
-
-    @property
-    def param(self) -> str:
-        return "flag_" + self.names[0].lstrip("-").replace("-", "_")
-
-
-REPEATABLE = frozenset({"list", "map", "volumes", "secretEnv", "tolerations"})
 # How a flag of each kind spells its value, where that is not the YAML's.
 SYNTAX = {
     "map": "KEY=VALUE",
@@ -180,11 +156,11 @@ def _resolved(flag: Flag) -> Flag:
 
 def _declared_flags(part: type = JobSpec, prefix: str = "") -> Iterator[Flag]:
     """The flags each key declares with itself (`doc(..., flag(...))`), in declaration order, its
-    parts' keys at their place."""
+    parts' keys at their place, each with the path of the key it sets."""
     for key in declared(part):
         path = prefix + key.key
         for f in key.field.metadata.get("flags", ()):
-            yield Flag(f.names, path, f.panel, f.kind, f.help, f.note)
+            yield f._replace(path=path)
         if isinstance(key.rule, Part):
             yield from _declared_flags(key.rule.cls, path + ".")
 
@@ -192,6 +168,7 @@ def _declared_flags(part: type = JobSpec, prefix: str = "") -> Iterator[Flag]:
 SPEC_FLAGS: tuple[Flag, ...] = tuple(_resolved(f) for f in _declared_flags())
 
 
+# The --help panels, in this order after the command's own options (--config goes first in Job).
 HELP_PANELS = (
     "Job",
     "Image and entrypoint",
@@ -216,7 +193,7 @@ def flags_to_layer(values: dict[str, Any], args: list[str] | None) -> dict[str, 
         if raw is None or raw == []:
             continue
         name = flag.names[0]
-        if not flag.repeatable:
+        if flag.kind not in REPEATABLE:
             if len(raw) > 1:
                 given = " ".join(f"{name} {v}" for v in raw)
                 raise UsageError(f"{name} was given {len(raw)} times ({given}); give it once")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from ddpctl.errors import SpecError
 from ddpctl.spec.checks import (
@@ -62,25 +62,36 @@ from ddpctl.spec.schema import (
 from ddpctl_trainer import protocol
 
 
-def doc(text: str, rule: Rule, *flags: FlagOf) -> dict[str, Any]:
+def doc(text: str, rule: Rule, *flags: Flag) -> dict[str, Any]:
     """A key's declaration, kept in its field's metadata: `text` documents it (values.yaml, the
     spec reference, `ddpctl init`'s comments, the flag's help), `rule` checks it, and `flags`
     (`flag("--nodes", panel="Layout")`) are the command-line flags that set it."""
     return {"doc": text, "rule": rule, "flags": flags}
 
 
-class FlagOf:
-    """A key's command-line flag: names, --help panel, and a `kind`, `help` or `note` only where
-    its syntax or meaning is its own (`--layout 4+3`). (Slots: cheaper to define than a NamedTuple.)"""
+class Flag(NamedTuple):
+    """A key's command-line flag (`flag(...)` in its `doc`): option names, the spec path it sets
+    (filled in by the commands' options) and --help panel. Its `kind` (how to read it) and help
+    follow from the key's rule and doc; a flag states them only where its syntax is its own
+    (`--layout 4+3`); `note` adds what only the flag means. (A NamedTuple: cheaper than a dataclass.)"""
 
-    __slots__ = ("help", "kind", "names", "note", "panel")
+    names: tuple[str, ...]
+    path: str
+    panel: str
+    kind: str = ""  # int | str | list | map from the rule; or volumes, secretEnv, tolerations, shell, layout, topology
+    help: str = ""
+    note: str = ""
 
-    def __init__(self, names: tuple[str, ...], panel: str, kind: str, help: str, note: str) -> None:
-        self.names, self.panel, self.kind, self.help, self.note = names, panel, kind, help, note
+    @property
+    def param(self) -> str:
+        return "flag_" + self.names[0].lstrip("-").replace("-", "_")
 
 
-def flag(*names: str, panel: str, kind: str = "", help: str = "", note: str = "") -> FlagOf:
-    return FlagOf(names, panel, kind, help, note)
+REPEATABLE = frozenset({"list", "map", "volumes", "secretEnv", "tolerations"})
+
+
+def flag(*names: str, panel: str, kind: str = "", help: str = "", note: str = "") -> Flag:
+    return Flag(names, "", panel, kind, help, note)
 
 
 def camel(snake: str) -> str:
