@@ -171,8 +171,8 @@ def merged_layers(
 ) -> dict[str, Any]:
     """What the user set (file < DDPCTL_* env < flags), merged, without the defaults: the file and
     the environment read now (a command reads them once, through `SpecInput`)."""
-    file_layer, _ = layer_from_file(config)
-    return merge_layers(file_layer, layer_from_env(os.environ if environ is None else environ), flags)
+    layers = read_layers(config, environ)
+    return merge_layers(layers.file, layers.env, flags)
 
 
 def merge_layers(
@@ -207,8 +207,7 @@ def load_spec(
     flags: Mapping[str, Any], config: Path | None = None, environ: Mapping[str, str] | None = None
 ) -> JobSpec:
     """The JobSpec for a command: defaults < file < DDPCTL_* env < flags."""
-    file_layer, path = layer_from_file(config)
-    return _spec_of(_Layers(file_layer, path, layer_from_env(os.environ if environ is None else environ)), flags)
+    return _spec_of(read_layers(config, environ), flags)
 
 
 class _Layers(NamedTuple):
@@ -218,6 +217,12 @@ class _Layers(NamedTuple):
     file: dict[str, Any]
     path: Path | None
     env: dict[str, Any]
+
+
+def read_layers(config: Path | None, environ: Mapping[str, str] | None = None) -> _Layers:
+    """Read the spec file (--config, else ./ddp.yaml when present) and the environment."""
+    file_layer, path = layer_from_file(config)
+    return _Layers(file_layer, path, layer_from_env(os.environ if environ is None else environ))
 
 
 def _spec_of(layers: _Layers, flags: Mapping[str, Any]) -> JobSpec:
@@ -252,8 +257,7 @@ class _Read:
 
     def get(self) -> _Layers:
         if self.layers is None:
-            file_layer, path = layer_from_file(self.config)
-            self.layers = _Layers(file_layer, path, layer_from_env(os.environ))
+            self.layers = read_layers(self.config)
         return self.layers
 
 
