@@ -69,11 +69,10 @@ def _refuse_flag_mixes(submit: SubmitOptions) -> None:
         raise UsageError("--rank: only with --follow; for a running job use `ddpctl logs NAME --rank N`")
     if rank is not None and rank < 0:
         raise UsageError(f"--rank: {rank} is negative; node ranks count from 0")
-    if submit.dry_run is not DryRun.none:
-        asked = (("--wait", submit.wait), ("--follow", submit.follow), ("--build", submit.build))
-        used = next((f for f, on in (*asked, ("--replace", submit.replace)) if on), None)
-        if used is not None:
-            raise UsageError(f"{used} cannot be combined with --dry-run={submit.dry_run.value}; drop one of them")
+    flags = {"--wait": submit.wait, "--follow": submit.follow, "--build": submit.build, "--replace": submit.replace}
+    used = [name for name, on in flags.items() if on]
+    if submit.dry_run is not DryRun.none and used:
+        raise UsageError(f"{used[0]} cannot be combined with --dry-run={submit.dry_run.value}; drop one of them")
 
 
 @contextmanager
