@@ -144,11 +144,14 @@ def died_after_finishing(state: JobState) -> list[Failure]:
     at exit (gloo's teardown, pytorch/pytorch#179291). Empty when that cannot be known (any other
     failure, a node stopped while its workers still ran, a job of one rank). A node whose workers
     had all ended when it was stopped (`finished_nodes`: its agent waited in torchrun's exit
-    barrier for the failed one) counts as having exited 0."""
+    barrier for the failed one) counts as having exited 0, and so does a rank that torchrun
+    SIGTERMed on an aborting rank's node after that abort (torchrun stops a failed worker's
+    siblings): the others completed every collective with it too."""
     failures = [f for f in state.failures if f.rank is not None]
     if not failures or len(failures) >= state.world or state.stall_lines:
         return []
-    if any(f.code not in _TEARDOWN_SIGNALS for f in failures):
+    aborted = [f for f in failures if f.code in _TEARDOWN_SIGNALS]
+    if not aborted or any(not _stopped_by_torchrun(f, aborted) for f in failures if f not in aborted):
         return []
     failed_nodes = {f.node for f in failures}
     others = {n: code for n, code in state.node_codes.items() if n not in failed_nodes}
@@ -156,7 +159,12 @@ def died_after_finishing(state: JobState) -> list[Failure]:
         return []
     if state.stopped - state.finished_nodes:
         return []
-    return failures
+    return aborted
+
+
+def _stopped_by_torchrun(f: Failure, aborted: list[Failure]) -> bool:
+    """A rank SIGTERMed on the node of a rank that aborted, not the first failure torchrun saw there."""
+    return f.code == -15 and not f.root_cause and any(a.node == f.node for a in aborted)
 
 
 def describe_failure(state: JobState, node: int, node_code: int, ranks: range) -> str:

@@ -160,6 +160,11 @@ def test_cause_of_failure(
         # nodes stopped while their agents waited in torchrun's exit barrier, every worker done
         ([Failure(2, 2, 0, -6)], {0: -15, 1: -15, 2: 1}, {0, 1}, {0, 1}, True),
         ([Failure(0, 0, 0, -6)], {0: 1}, set(), set(), False),  # a job of one rank: nobody vouches for its work
+        # torchrun SIGTERMed rank 3 after rank 2, on its node, aborted at exit: still the work was done
+        ([Failure(1, 2, 0, -6, root_cause=True), Failure(1, 3, 1, -15)], {0: 0, 1: 1, 2: 0}, set(), set(), True),
+        # ... but not a SIGTERM that came first, nor one on a node where nobody aborted
+        ([Failure(1, 2, 0, -6), Failure(1, 3, 1, -15, root_cause=True)], {0: 0, 1: 1, 2: 0}, set(), set(), False),
+        ([Failure(1, 2, 0, -6), Failure(2, 4, 0, -15)], {0: 0, 1: 1, 2: 1}, set(), set(), False),
     ],
 )
 def test_a_rank_killed_at_exit_after_every_other_finished(
