@@ -129,6 +129,8 @@ def queue_warnings(cluster: Cluster, target: str, obj: dict[str, Any], queue: st
     """What `submit` (also with --dry-run=server, which runs Kueue's webhooks) can tell from the
     cluster about `--queue` and `--workload-priority-class`: no Kueue, no such LocalQueue or
     WorkloadPriorityClass, or Kueue left the object unsuspended (its integration for this kind is off)."""
+    from ddpctl.cluster import workloads
+    from ddpctl.cluster.kinds import BY_TARGET
     from ddpctl.engines import engine_for
 
     ns = (obj.get("metadata") or {}).get("namespace") or ""
@@ -147,7 +149,7 @@ def queue_warnings(cluster: Cluster, target: str, obj: dict[str, Any], queue: st
     if cq is None:
         notes.append(f"--queue {queue}: {_no_local_queue(queue, ns)}")
     engine = engine_for(target)
-    if not engine.suspended(obj):
+    if not workloads.suspended(BY_TARGET[target], obj):
         notes.append(
             f"--queue {queue}: Kueue did not suspend the {engine.workload.kind}: its integration "
             f"{engine.kueue_framework} looks off (integrations.frameworks in Kueue's configuration), so the job "

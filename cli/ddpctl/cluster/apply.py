@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ddpctl.cluster import errors as E
+from ddpctl.cluster import workloads
 from ddpctl.cluster.config import FIELD_MANAGER, Cluster, iter_lines
 from ddpctl.cluster.kinds import JOB_OBJECT_KINDS, POD, SECRET, WORKLOADS, Kind, job_selector, kind_of
 from ddpctl.engines import engine_for
@@ -96,9 +97,7 @@ def find_job(cluster: Cluster, name: str, namespace: str) -> tuple[Kind, dict[st
 
 def _first_rank(kind: Kind, obj: dict[str, Any]) -> int:
     """The node rank of a workload object's first pod (0 unless it runs a later node group)."""
-    from ddpctl.engines import engine_for
-
-    return engine_for(kind.target).first_node_rank(obj) if kind.target else 0
+    return workloads.first_node_rank(obj) if kind.target else 0
 
 
 def raise_not_found(cluster: Cluster, name: str, namespace: str) -> None:

@@ -1,5 +1,5 @@
-"""The kinds ddpctl creates and reads; how each engine names and ranks its pods is asked of its engine
-(`Kind.engine`, ddpctl.engines)."""
+"""The kinds ddpctl creates and reads; a workload kind's engine (`Kind.engine`, ddpctl.engines) has
+the static facts that ddpctl.cluster.workloads reads its live objects and pods by."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class Kind:
 
     @property
     def engine(self) -> Engine:
-        """The engine of a workload kind, which knows how its pods are named, ranked and selected."""
+        """The engine of a workload kind: the labels its pods carry, where its object keeps its node count."""
         if self.target is None:
             raise TypeError(f"{self.kind} is not the workload of an engine")
         return engine_for(self.target)

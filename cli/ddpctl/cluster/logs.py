@@ -21,6 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ddpctl.cluster import errors as E
+from ddpctl.cluster import workloads
 from ddpctl.cluster.config import Cluster, iter_lines
 from ddpctl.cluster.kinds import POD, Kind
 from ddpctl.errors import ClusterError, DdpctlError
@@ -201,7 +202,7 @@ class Follower:
             for name, pod in self.pods.items():
                 if name in self.threads:
                     continue
-                rank = self.kind.engine.rank_of(self.job, pod)
+                rank = workloads.rank_of(self.kind, self.job, pod)
                 if self.rank is not None and rank != self.rank:
                     continue
                 t = threading.Thread(

@@ -26,6 +26,7 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
     why a node fails or waits, Kueue's admission, a stall, rank 0's progress, its preflight report
     and its straggler lines."""
     from ddpctl.cluster import pods as P
+    from ddpctl.cluster import workloads
     from ddpctl.cluster.admission import admission
     from ddpctl.cluster.apply import find_job
     from ddpctl.cluster.kinds import POD, age, finished
@@ -33,7 +34,7 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
 
     ns = cluster.namespace
     kind, job = find_job(cluster, name, ns)
-    pods = P.ranked(kind, job, cluster.list(POD, ns, kind.engine.pod_selector(name)).get("items") or [])
+    pods = P.ranked(kind, job, cluster.list(POD, ns, workloads.pod_selector(kind, name)).get("items") or [])
     result, cond = finished(kind, job)
     rows: list[dict[str, Any]] = []
     for rank, pod in pods:
@@ -71,7 +72,7 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
         "kind": kind.kind,
         "apiVersion": kind.api_version,
         "state": state,
-        "nodes": kind.engine.expected_nodes(job),
+        "nodes": workloads.expected_nodes(kind, job),
         "replicas": replicas,
         "conditions": [
             {k: c.get(k) for k in ("type", "status", "reason", "message") if c.get(k) is not None}
@@ -147,6 +148,7 @@ def logs(
     """Every node's logs (or node `options.rank`'s), read once or followed until the job ends."""
     from ddpctl.cluster import pods as P
     from ddpctl.cluster import watch as W
+    from ddpctl.cluster import workloads
     from ddpctl.cluster.apply import find_job
     from ddpctl.cluster.kinds import POD, rank_notice
     from ddpctl.cluster.logs import Follower, Output, read_logs
@@ -154,7 +156,7 @@ def logs(
     rank = options.rank
     ns = cluster.namespace
     kind, job = find_job(cluster, name, ns)
-    nodes = kind.engine.expected_nodes(job)
+    nodes = workloads.expected_nodes(kind, job)
     if rank is not None and nodes is not None and rank >= nodes:
         raise UsageError(
             f"--rank: node rank {rank} is out of range; job {name} has {plural(nodes, 'node')}, "
@@ -165,7 +167,7 @@ def logs(
         say(notice)
     output = Output()
     if not options.follow:
-        pods = P.ranked(kind, job, cluster.list(POD, ns, kind.engine.pod_selector(name)).get("items") or [])
+        pods = P.ranked(kind, job, cluster.list(POD, ns, workloads.pod_selector(kind, name)).get("items") or [])
         if rank is not None:
             pods = [(r, p) for r, p in pods if r == rank]
         if not pods:
@@ -204,6 +206,7 @@ def logs(
 def list_jobs(cluster: Cluster, all_namespaces: bool) -> list[JobSummary]:
     """The jobs ddpctl made in the namespace (or all), found by label: all four kinds, each once."""
     from ddpctl.cluster import errors as E
+    from ddpctl.cluster import workloads
     from ddpctl.cluster.admission import admission
     from ddpctl.cluster.kinds import MANAGED_BY, WORKLOADS, age, finished, job_name_of
     from ddpctl.spec.kueue import QUEUE_LABEL
@@ -220,7 +223,7 @@ def list_jobs(cluster: Cluster, all_namespaces: bool) -> list[JobSummary]:
         for item in items:
             if (item.get("metadata") or {}).get("ownerReferences"):
                 continue  # a TrainJob's JobSet and such: listed through their owner
-            if kind.engine.first_node_rank(item) > 0:
+            if workloads.first_node_rank(item) > 0:
                 continue  # a later node group's Job: the job is listed once, by its rank-0 group's object
             item.setdefault("apiVersion", kind.api_version)
             item.setdefault("kind", kind.kind)
@@ -235,7 +238,7 @@ def list_jobs(cluster: Cluster, all_namespaces: bool) -> list[JobSummary]:
             JobSummary(
                 name=job_name_of(obj),
                 target=kind.target or "",
-                nodes=str(kind.engine.expected_nodes(obj) or "?"),
+                nodes=str(workloads.expected_nodes(kind, obj) or "?"),
                 state=finished(kind, obj)[0] or _active_state(obj),
                 age=age(md.get("creationTimestamp")),
                 namespace=md.get("namespace", ""),

@@ -12,6 +12,7 @@ from typing import Any
 
 from ddpctl.backend.stragglers import stopped_for, stopping_note
 from ddpctl.cluster import errors as E
+from ddpctl.cluster import workloads
 from ddpctl.cluster.config import Cluster
 from ddpctl.cluster.kinds import EVENT, POD, Kind, finished, job_name_of
 from ddpctl.console import plural
@@ -42,7 +43,7 @@ class Outcome:
 
 
 def ranked(kind: Kind, job: dict[str, Any] | None, pods: Any) -> list[tuple[int | None, dict[str, Any]]]:
-    out = [(kind.engine.rank_of(job, p), p) for p in pods]
+    out = [(workloads.rank_of(kind, job, p), p) for p in pods]
     out.sort(
         key=lambda rp: (
             rp[0] is None,
@@ -159,7 +160,7 @@ def pod_phase(pod: dict[str, Any]) -> str:
 def counts(kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> dict[str, Counter[str]]:
     out: dict[str, Counter[str]] = {}
     for _, pod in pods:
-        out.setdefault(kind.engine.replica_type(pod), Counter())[pod_phase(pod)] += 1
+        out.setdefault(workloads.replica_type(kind, pod), Counter())[pod_phase(pod)] += 1
     return out
 
 
@@ -173,7 +174,7 @@ def state_of(monitor_result: str | None, pods: list[tuple[int | None, dict[str, 
 def status_line(
     kind: Kind, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]], result: str | None
 ) -> str:
-    nodes = kind.engine.expected_nodes(job)
+    nodes = workloads.expected_nodes(kind, job)
     groups = counts(kind, pods)
     if not groups:
         groups = {kind.engine.replica_types[0]: Counter()}

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ddpctl.cluster import errors as E
+from ddpctl.cluster import workloads
 from ddpctl.cluster.admission import Admission, admission
 from ddpctl.cluster.config import Cluster, iter_lines
 from ddpctl.cluster.kinds import (
@@ -150,7 +151,9 @@ class JobMonitor:
         )
         self.watchers = [
             Watcher(cluster, kind, self.namespace, "job", self.events, **job_filter),
-            Watcher(cluster, POD, self.namespace, "pod", self.events, selector=kind.engine.pod_selector(self.job_name)),
+            Watcher(
+                cluster, POD, self.namespace, "pod", self.events, selector=workloads.pod_selector(kind, self.job_name)
+            ),
         ]
         self._scheduler_messages: dict[str, str] = {}
 
@@ -212,7 +215,9 @@ class JobMonitor:
     def refresh_pods(self) -> None:
         """Re-list the pods: the job's final condition can arrive before the pods' last updates
         (two watch streams), and the final line and the failure reasons must see the end state."""
-        items = self.cluster.list(POD, self.namespace, self.kind.engine.pod_selector(self.job_name)).get("items") or []
+        items = (
+            self.cluster.list(POD, self.namespace, workloads.pod_selector(self.kind, self.job_name)).get("items") or []
+        )
         self.pods = {p["metadata"]["name"]: p for p in items}
 
     def wait_synced(self, deadline: float | None) -> bool:
@@ -357,8 +362,8 @@ class _Refusals:
         self._next = 0.0
 
     def check(self, job: dict[str, Any], pods: list[tuple[int | None, dict[str, Any]]]) -> None:
-        expected = self.kind.engine.expected_nodes(job)
-        self.pods_missing = expected is not None and len(pods) < expected and not self.kind.engine.suspended(job)
+        expected = workloads.expected_nodes(self.kind, job)
+        self.pods_missing = expected is not None and len(pods) < expected and not workloads.suspended(self.kind, job)
         if not self.pods_missing or time.monotonic() < self._next:
             return
         self._next = time.monotonic() + ADMISSION_POLL_SECONDS

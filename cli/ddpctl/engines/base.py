@@ -3,11 +3,12 @@
 An engine is everything ddpctl knows about one way of running a multi-node job on Kubernetes: the
 objects it creates and their names, the pods' hostnames and DNS names, where rank 0 listens, the
 env its controller injects into the training container, how a pod learns its node rank, what it
-can run (elastic layouts, node groups), and how `status`/`logs`/`delete` find its pods. Render,
-explain, `run --local`, `run --docker` and the cluster commands read the `Plan` the engine makes
-(`engine.plan(spec)`), which asks the engine what depends on the target; none of them branches on
-the target. Each engine module's docstring states its contract, with the upstream documentation it
-comes from.
+can run (elastic layouts, node groups). Render, explain, `run --local`, `run --docker` and the
+cluster commands read the `Plan` the engine makes (`engine.plan(spec)`); none of them branches on
+the target. Reading live objects (`status`, `logs`, `delete`) is the cluster package's
+(ddpctl.cluster.workloads), which asks an engine only for static facts: the labels its pods carry
+and where its object keeps its node count. Each engine module's docstring states its contract,
+with the upstream documentation it comes from.
 """
 
 from __future__ import annotations
@@ -61,17 +62,15 @@ class WorkloadKind(NamedTuple):
     failure: tuple[str, ...]
 
 
-def _field(obj: Any, path: tuple[str, ...]) -> Any:
-    for key in path:
-        obj = obj.get(key) if isinstance(obj, dict) else None
-    return obj
+class NodeCount(NamedTuple):
+    """Where a live workload object says how many node pods it asks for (a static fact the
+    cluster package reads objects by): the number at `path`; with `factors`, the sum over the
+    items at `path` (a list, or a mapping's `keys` that it has) of the product of each item's
+    factors, each the first of its paths that is set (none set: 1)."""
 
-
-def _int(text: Any) -> int | None:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return None
+    path: tuple[str, ...]
+    factors: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    keys: tuple[str, ...] = ()
 
 
 #: every engine class by its target, as each module defines one: what `alternatives` names (this
@@ -98,10 +97,13 @@ class Engine(ABC):
     delete_propagation: ClassVar[str] = "Foreground"
     runtime: ClassVar[str | None] = None  # a cluster-scoped runtime object it needs as well
     replica_types: ClassVar[tuple[str, ...]] = ("node",)  # pod roles, rank 0's first (status lines)
-
-    def suspended(self, obj: dict[str, Any]) -> bool:
-        """Whether the applied object came back suspended (Kueue's webhook suspends what it queues)."""
-        return _field(obj, self.suspend_field) is True
+    # How the cluster package reads live objects of this kind (ddpctl.cluster.workloads):
+    node_count: ClassVar[NodeCount]  # how many node pods a workload object asks for
+    index_label: ClassVar[str] = COMPLETION_INDEX  # a pod's index (label, else annotation)
+    role_label: ClassVar[str | None] = None  # a pod's replica type; None: every pod is replica_types[0]
+    # the replica spec of the workload that holds rank 0 alone; the other roles' indexes count after it
+    lead_replica: ClassVar[tuple[str, ...] | None] = None
+    pods_labelled: ClassVar[str | None] = None  # the label naming the workload on its pods, when not ours
 
     def added_container_hint(self, container: str) -> str | None:
         """The fix when Pod Security refuses `container`, which the engine's controller (not ddpctl)
@@ -259,41 +261,6 @@ class Engine(ABC):
     def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
         """What the engine's controller adds to the container env of `node`'s pod (so local runs
         and containers get exactly the pod's env); the later entry wins, as in the pod."""
-
-    # ------------------------------------------------------------ status / logs / delete
-
-    def pod_selector(self, name: str) -> str:
-        """The label selector that finds job NAME's pods: our labels are on every pod template."""
-        return f"{INSTANCE}={name},{MANAGED_BY}"
-
-    def replica_type(self, pod: dict[str, Any]) -> str:
-        return "node"
-
-    def rank_of(self, job: dict[str, Any] | None, pod: dict[str, Any]) -> int | None:
-        """Node rank of a pod: its completion index, plus its group's offset (node groups)."""
-        md = pod.get("metadata") or {}
-        labels, annotations = md.get("labels") or {}, md.get("annotations") or {}
-        index = _int(labels.get(COMPLETION_INDEX, annotations.get(COMPLETION_INDEX)))
-        if index is None:
-            return None
-        return index + (_offset(pod) or 0)
-
-    def first_node_rank(self, workload: dict[str, Any]) -> int:
-        """The node rank of a workload object's first pod: its node group's offset (0 without groups)."""
-        return _offset((workload.get("spec") or {}).get("template") or {}) or 0
-
-    @abstractmethod
-    def expected_nodes(self, job: dict[str, Any]) -> int | None:
-        """How many node pods the workload object asks for."""
-
-
-def _offset(pod: dict[str, Any]) -> int | None:
-    """PET_NODE_RANK_OFFSET from the pod's training container (node groups on job/jobset)."""
-    for container in (pod.get("spec") or {}).get("containers") or []:
-        for item in container.get("env") or []:
-            if item.get("name") == NODE_RANK_OFFSET:
-                return _int(item.get("value"))
-    return None
 
 
 class IndexedEngine(Engine):

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import NODE_RANK_OFFSET, RESUBMIT, IndexedEngine, WorkloadKind, _int
+from ddpctl.engines.base import RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
@@ -52,6 +52,7 @@ class JobEngine(IndexedEngine):
     builtin = True
     on_disruption = "Ignore"  # replaced without counting; only the pod with the cause counts
     peer_stop_codes = protocol.CAUSED_BY_A_PEER
+    node_count = NodeCount(("spec", "completions"))  # with node groups, one Job per group: PET_NNODES
 
     def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return {"pod_failure_policy": self.pod_failure_policy(plan)}
@@ -110,15 +111,6 @@ class JobEngine(IndexedEngine):
     def subdomain(self, plan: Plan) -> str:
         """The pods' `spec.subdomain`: the headless Service's name."""
         return plan.service_name
-
-    def expected_nodes(self, job: dict[str, Any]) -> int | None:
-        """The Job's completions; with node groups (one Job per group) the job's PET_NNODES."""
-        spec = job.get("spec") or {}
-        for container in ((spec.get("template") or {}).get("spec") or {}).get("containers") or []:
-            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
-            if NODE_RANK_OFFSET in env:
-                return _int(env.get("PET_NNODES"))
-        return _int(spec.get("completions"))
 
 
 ENGINE = JobEngine()

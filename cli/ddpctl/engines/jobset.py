@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import RESUBMIT, IndexedEngine, WorkloadKind, _int
+from ddpctl.engines.base import RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
@@ -54,6 +54,11 @@ class JobSetEngine(IndexedEngine):
     # index; a lost peer (138) is left to the default (counted): see the module docstring.
     on_disruption = "FailJob"
     peer_stop_codes = (protocol.EXIT_PREEMPTED,)
+    # replicas x completions (else parallelism) of each replicatedJob
+    node_count = NodeCount(
+        ("spec", "replicatedJobs"),
+        ((("replicas",),), (("template", "spec", "completions"), ("template", "spec", "parallelism"))),
+    )
 
     def failure_policy(self, plan: Plan) -> dict[str, Any]:
         """The JobSet's failurePolicy: maxRestarts, plus rules where the child Jobs have them."""
@@ -140,15 +145,6 @@ class JobSetEngine(IndexedEngine):
     def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
         host = self.pod_hostname(plan, node)
         return (host, f"{host}.{plan.spec.name}")
-
-    def expected_nodes(self, job: dict[str, Any]) -> int | None:
-        total = 0
-        for rj in (job.get("spec") or {}).get("replicatedJobs") or []:
-            jspec = (rj.get("template") or {}).get("spec") or {}
-            total += (_int(rj.get("replicas", 1)) or 0) * (
-                _int(jspec.get("completions", jspec.get("parallelism", 1))) or 0
-            )
-        return total
 
 
 def _codes(rule: dict[str, Any]) -> list[int]:

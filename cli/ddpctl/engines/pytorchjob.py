@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import RESUBMIT, Engine, WorkloadKind, _int
+from ddpctl.engines.base import RESUBMIT, Engine, NodeCount, WorkloadKind
 from ddpctl.errors import SpecError
 from ddpctl.spec import kueue
 from ddpctl_trainer import protocol
@@ -65,6 +65,10 @@ class PyTorchJobEngine(Engine):
     container_name = "pytorch"
     kueue_framework = "kubeflow.org/pytorchjob"
     suspend_field = ("spec", "runPolicy", "suspend")
+    node_count = NodeCount(("spec", "pytorchReplicaSpecs"), ((("replicas",),),), keys=("Master", "Worker"))
+    index_label = REPLICA_INDEX
+    role_label = REPLICA_TYPE  # master, else worker
+    lead_replica = ("spec", "pytorchReplicaSpecs", "Master")  # master 0, worker i -> i+1 (i without a Master)
     kueue_note = (
         "Kueue deprecates its PyTorchJob integration and leaves it off by default from v0.19: the cluster's Kueue "
         "must list kubeflow.org/pytorchjob in integrations.frameworks (else the job runs unqueued); "
@@ -247,25 +251,6 @@ class PyTorchJobEngine(Engine):
             PET_NNODES=str(plan.spec.nodes),
         )
         return env
-
-    def replica_type(self, pod: dict[str, Any]) -> str:
-        return str((pod["metadata"].get("labels") or {}).get(REPLICA_TYPE, "worker"))
-
-    def rank_of(self, job: dict[str, Any] | None, pod: dict[str, Any]) -> int | None:
-        """Master 0, worker i -> i+1 (i when the job has no Master: elastic)."""
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        index = _int(labels.get(REPLICA_INDEX))
-        if index is None:
-            return None
-        if labels.get(REPLICA_TYPE) == "master":
-            return index
-        specs = ((job or {}).get("spec") or {}).get("pytorchReplicaSpecs") or {}
-        has_master = "Master" in specs if job else True
-        return index + (1 if has_master else 0)
-
-    def expected_nodes(self, job: dict[str, Any]) -> int | None:
-        specs = (job.get("spec") or {}).get("pytorchReplicaSpecs") or {}
-        return sum(_int((specs.get(r) or {}).get("replicas", 1)) or 0 for r in ("Master", "Worker") if r in specs)
 
 
 ENGINE = PyTorchJobEngine()

@@ -16,9 +16,9 @@ Node groups: refused beyond one group -- Trainer v2 has a single numProcPerNode 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from ddpctl.engines.base import Engine, WorkloadKind, _int
+from ddpctl.engines.base import Engine, NodeCount, WorkloadKind
 from ddpctl.errors import SpecError
 from ddpctl_trainer import protocol
 
@@ -45,6 +45,10 @@ class TrainJobEngine(Engine):
     # Trainer v2.3 reconciles a TrainJob that the foreground finalizer holds and creates its JobSet
     # again, so a foreground delete can take minutes; with the TrainJob gone nothing re-creates it
     delete_propagation = "Background"
+    node_count = NodeCount(("spec", "trainer", "numNodes"))
+    pods_labelled = (
+        JOBSET_NAME  # its pods come from the runtime's template: they carry the JobSet's (= TrainJob's) name
+    )
 
     def restart_limit(self, plan: Plan) -> int:
         """Restarts are the training runtime's to decide; a local run does not guess them."""
@@ -132,13 +136,6 @@ class TrainJobEngine(Engine):
             "PET_MASTER_ADDR": plan.rank0_host,
             "PET_MASTER_PORT": str(plan.master_port),
         }
-
-    def pod_selector(self, name: str) -> str:
-        """A TrainJob's pods come from its runtime's template: they carry the JobSet (= TrainJob) name."""
-        return f"{JOBSET_NAME}={name}"
-
-    def expected_nodes(self, job: dict[str, Any]) -> int | None:
-        return _int(((job.get("spec") or {}).get("trainer") or {}).get("numNodes"))
 
 
 ENGINE = TrainJobEngine()

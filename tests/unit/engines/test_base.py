@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from ddpctl.engines import ENGINES, engine_for, plan_for
-from ddpctl.engines.base import COMPLETION_INDEX, NODE_RANK_LAUNCHER, NODE_RANK_OFFSET, Engine
+from ddpctl.engines.base import NODE_RANK_LAUNCHER, NODE_RANK_OFFSET, Engine
 from ddpctl.errors import SpecError
 from ddpctl.plan import Plan
 from ddpctl.spec.model import JobSpec
@@ -75,25 +75,8 @@ def test_the_pods_restart_policy(data: dict[str, Any], policy: str) -> None:
 
 
 @pytest.mark.parametrize("target", sorted(ENGINES))
-def test_every_engine_has_a_template_and_knows_when_kueue_suspended_it(target: str) -> None:
-    engine = engine_for(target)
-    assert engine.template == f"{target}.yaml.j2"
-    obj: dict[str, Any] = {}
-    node = obj
-    for key in engine.suspend_field[:-1]:
-        node = node.setdefault(key, {})
-    assert engine.suspended(obj) is False
-    node[engine.suspend_field[-1]] = True
-    assert engine.suspended(obj) is True
-
-
-@pytest.mark.parametrize(("target", "selector"), [
-    ("job", "app.kubernetes.io/instance=w,app.kubernetes.io/managed-by=ddpctl"),
-    ("jobset", "app.kubernetes.io/instance=w,app.kubernetes.io/managed-by=ddpctl"),
-    ("trainjob", "jobset.sigs.k8s.io/jobset-name=w"),  # its pods come from a JobSet the runtime makes
-])  # fmt: skip
-def test_the_pod_selector(target: str, selector: str) -> None:
-    assert engine_for(target).pod_selector("w") == selector
+def test_every_engine_has_a_template(target: str) -> None:
+    assert engine_for(target).template == f"{target}.yaml.j2"
 
 
 # ------------------------------------------------------------------------------ wiring of Indexed Jobs
@@ -176,37 +159,6 @@ def test_the_pod_failure_policy(data: dict[str, Any], rules: list[tuple[str, Any
         else:
             seen.append((rule["action"], rule["onPodConditions"][0]["type"]))
     assert seen == rules
-
-
-def _pod(index: str | None = None, *, annotation: bool = False, offset: str | None = None) -> dict[str, Any]:
-    md: dict[str, Any] = {"labels": {}, "annotations": {}}
-    if index is not None:
-        md["annotations" if annotation else "labels"][COMPLETION_INDEX] = index
-    env = [{"name": NODE_RANK_OFFSET, "value": offset}] if offset is not None else []
-    return {"metadata": md, "spec": {"containers": [{"name": "trainer", "env": env}]}}
-
-
-@pytest.mark.parametrize(
-    ("pod", "rank"),
-    [
-        (_pod("3"), 3),
-        (_pod("3", annotation=True), 3),  # older pods carry the annotation only
-        (_pod("1", offset="2"), 3),  # a later node group's pod
-        (_pod(), None),
-        (_pod("x"), None),
-    ],
-)
-def test_rank_of_a_pod(pod: dict[str, Any], rank: int | None) -> None:
-    assert engine_for("job").rank_of(None, pod) == rank
-
-
-def test_the_first_node_rank_of_a_groups_workload() -> None:
-    plan = planned(nodeGroups=GROUPS)
-    from ddpctl.manifests.render import render_plan
-
-    jobs = [o for o in render_plan(plan) if o["kind"] == "Job"]
-    assert [engine_for("job").first_node_rank(j) for j in jobs] == [0, 2]
-    assert engine_for("job").first_node_rank({}) == 0
 
 
 def test_an_exit_code_rule_sorts_its_codes() -> None:

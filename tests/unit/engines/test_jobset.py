@@ -100,27 +100,5 @@ def test_a_straggler_stop_fails_the_set_at_once_only_where_the_launcher_maps_it(
     assert "the JobSet fails at once" not in ENGINE.straggler_failure(planned(**SCRIPT))
 
 
-@pytest.mark.parametrize(
-    ("data", "nodes"),
-    [({"nodes": 3}, 3), ({"nodeGroups": UNEVEN}, 3), ({"nodes": 1}, 1)],
-)
-def test_expected_nodes_of_the_rendered_jobset(data: dict[str, Any], nodes: int) -> None:
-    (jobset,) = [o for o in render_plan(planned(**data)) if o["kind"] == "JobSet"]
-    assert ENGINE.expected_nodes(jobset) == nodes
-
-
-@pytest.mark.parametrize(
-    ("replicated_jobs", "nodes"),
-    [
-        ([{"replicas": 2, "template": {"spec": {"completions": 3}}}], 6),  # replicas x completions
-        ([{"template": {"spec": {"parallelism": 2}}}], 2),  # completions defaults to parallelism
-        ([{"template": {}}], 1),  # both default to 1
-        ([], 0),
-    ],
-)
-def test_expected_nodes_of_a_live_jobset(replicated_jobs: list[dict[str, Any]], nodes: int) -> None:
-    assert ENGINE.expected_nodes({"spec": {"replicatedJobs": replicated_jobs}}) == nodes
-
-
 def _codes(rule: dict[str, Any]) -> list[int]:
     return list((rule.get("onExitCodes") or {}).get("values", []))

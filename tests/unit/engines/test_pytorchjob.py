@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from ddpctl.engines import engine_for, plan_for
-from ddpctl.engines.pytorchjob import REPLICA_INDEX, REPLICA_TYPE
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import render_plan
 from ddpctl.plan import Plan
@@ -176,33 +175,6 @@ def test_master_and_worker_are_placed_as_one(data: dict[str, Any], group: str | 
         spec["template"]["metadata"].get("annotations", {}) for spec in workload["spec"]["pytorchReplicaSpecs"].values()
     ]
     assert {a.get("kueue.x-k8s.io/podset-group-name") for a in annotations} == {group}
-
-
-def _pod(kind: str | None, index: str | None) -> dict[str, Any]:
-    labels = {k: v for k, v in ((REPLICA_TYPE, kind), (REPLICA_INDEX, index)) if v is not None}
-    return {"metadata": {"labels": labels}}
-
-
-@pytest.mark.parametrize(
-    ("job", "pod", "rank"),
-    [
-        (None, _pod("master", "0"), 0),
-        (None, _pod("worker", "0"), 1),  # master 0, worker i -> i + 1
-        ({"spec": {"pytorchReplicaSpecs": {"Master": {}, "Worker": {}}}}, _pod("worker", "2"), 3),
-        ({"spec": {"pytorchReplicaSpecs": {"Worker": {}}}}, _pod("worker", "2"), 2),  # elastic: no Master
-        (None, _pod("worker", None), None),
-    ],
-)
-def test_rank_of_a_pod(job: dict[str, Any] | None, pod: dict[str, Any], rank: int | None) -> None:
-    assert ENGINE.rank_of(job, pod) == rank
-
-
-def test_expected_nodes_and_replica_types_of_the_rendered_job() -> None:
-    job = render_plan(planned(nodes=4))[-1]
-    assert ENGINE.expected_nodes(job) == 4
-    assert ENGINE.expected_nodes(render_plan(planned(nodes="2:5"))[-1]) == 5
-    assert ENGINE.replica_type(_pod("master", "0")) == "master"
-    assert ENGINE.replica_type({"metadata": {}}) == "worker"
 
 
 def test_the_operators_init_container_gets_a_hint() -> None:
