@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 from ddpctl.engines import ENGINES, plan_for
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import render
-from ddpctl.plan import Plan
+from ddpctl.plan import Layout
 from ddpctl.spec import TARGETS, JobSpec
 from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.schema import (
@@ -387,7 +387,7 @@ def _distinct_paths(volumes: dict[str, Any]) -> bool:
 def fitting_name(values: dict[str, Any], name: str) -> str:
     """`name`, cut to what the names its engine derives leave of a DNS label."""
     spec = JobSpec.from_dict({**values, "name": "n"})
-    room = MAX_DNS_LABEL - (len(Plan(spec, ENGINES[spec.target]).longest_generated_name) - 1)
+    room = MAX_DNS_LABEL - (len(ENGINES[spec.target].unchecked_plan(Layout(spec)).longest_generated_name) - 1)
     return name[:room].rstrip("-")
 
 

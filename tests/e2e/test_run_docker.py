@@ -22,7 +22,7 @@ import pytest
 
 from ddpctl.engines import plan_for
 from ddpctl.errors import UsageError
-from ddpctl.runners.docker import dns_names, plan_docker, quantity_bytes
+from ddpctl.runners.docker import plan_docker, quantity_bytes
 from ddpctl.spec.model import JobSpec
 from tests.support import REPO, skip_unless
 from tests.support.docker import BASE_IMAGE, docker_works, image_present, local_images
@@ -185,7 +185,7 @@ def fault_image(trainer_image: str) -> str:
 )
 def test_rank0_alias_is_the_address_the_cluster_gives(target: str, rank0: tuple[str, ...]) -> None:
     plan = plan_for(JobSpec(name="w", target=target))
-    names = dns_names(plan)
+    names = plan.dns_names
     assert names[0] == rank0
     assert plan.rank0_host in names[0]  # MASTER_ADDR / the rendezvous host resolves on the network
 

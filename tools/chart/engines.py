@@ -10,7 +10,7 @@ from typing import Any
 from ddpctl.engines import ENGINES
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import view
-from ddpctl.plan import Node, Plan
+from ddpctl.plan import Layout, Node, Plan
 from ddpctl.spec import JobSpec, NodeGroup
 from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.schema import RESTART_POLICIES
@@ -211,7 +211,7 @@ def _name_message(target: str) -> dict[str, str]:
     probes = []
     for name, nodes in (("za" + "b" * 59, 12), ("zc" + "d" * 60, 120)):
         values = {"target": target, "name": name, "nodes": nodes}
-        longest = Plan(JobSpec.from_dict(values), ENGINES[target]).longest_generated_name
+        longest = ENGINES[target].unchecked_plan(Layout(JobSpec.from_dict(values))).longest_generated_name
         limit = MAX_DNS_LABEL - (len(longest) - len(name))
         probes.append({"name": name, "longest": longest, "length": len(longest), "limit": limit, "_values": values})
     return error_message(lambda a: typing.cast(dict[str, Any], a["_values"]), *probes)

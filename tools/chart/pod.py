@@ -48,15 +48,15 @@ def _with_features(p: Args, features: Sequence[str]) -> tuple[dict[str, Any], Ar
 
 
 def _env(code: str) -> list[dict[str, Any]]:
-    """The env ddpctl gives the training container besides the engine's wiring (Plan.container_env)
+    """The env ddpctl gives the training container besides the engine's wiring (Layout.container_env)
     for the ddpctl trainer or other code: each variable's template, and the features it needs
     (`when`, all of them; a variable with two entries needs either's)."""
 
     def env_of(values: dict[str, Any]) -> dict[str, str]:
         plan = plan_of({**CODES[code], **values})
         group = plan.spec.groups[0]
-        wired = {**plan.engine.torchrun_env(plan, group), **plan.stragglers_env}  # the stragglers' are their own
-        return {k: v for k, v in plan.container_env(group).items() if k not in wired}
+        unwired = plan.container_env(group, {})  # without the engine's wiring
+        return {k: v for k, v in unwired.items() if k not in plan.stragglers_env}  # the stragglers' are their own
 
     probes = [_with_features(p, FEATURES)[1] | {"_values": _with_features(p, FEATURES)[0]} for p in ENV_PROBES]
     templates = derive(lambda a: env_of(a["_values"]), probes)
@@ -175,7 +175,7 @@ def _group_env() -> str:
     on, off = plan_of(groups), plan_of({**groups, "stragglers": {"mode": "off"}})
     found = set()
     for group, other in zip(on.spec.groups, off.spec.groups):
-        env, quiet = on.container_env(group), off.container_env(other)
+        env, quiet = on.group_of(group).env, off.group_of(other).env
         found.add(frozenset(k for k, v in env.items() if v == group.name and k not in quiet))
     uniform = plan_of({})
     if len(found) != 1 or len(names := next(iter(found))) != 1 or uniform.group_env(uniform.spec.groups[0]):

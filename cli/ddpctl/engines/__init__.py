@@ -30,7 +30,7 @@ def engine_for(target: str) -> Engine:
 
 
 def engine_of(plan: Plan) -> Engine:
-    """The whole engine of a plan (the Plan itself sees only the part it derives from)."""
+    """The engine a plan was made by (for rendering and `--explain`; the Plan holds no reference to it)."""
     return ENGINES[plan.spec.target]
 
 

@@ -17,7 +17,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 from ddpctl.errors import SpecError
-from ddpctl.plan import Node, Plan
+from ddpctl.plan import Layout, Node, Plan, RetryRule
 from ddpctl.spec.schema import TARGETS
 from ddpctl_trainer import protocol
 
@@ -110,7 +110,7 @@ class Engine(ABC):
         adds to the job's pods; None when the controller adds no container of that name."""
         return None
 
-    def podset_group(self, plan: Plan) -> str | None:
+    def podset_group(self, plan: Layout) -> str | None:
         """The Kueue podset-group-name that makes two of the job's PodSets one placement unit."""
         return None
 
@@ -122,14 +122,47 @@ class Engine(ABC):
     def plan(self, spec: JobSpec) -> Plan:
         """The spec's Plan on this engine, once the engine has checked that it can run the spec
         (settings it cannot express are refused, never dropped) and that every name it derives fits."""
-        plan = Plan(spec, self)
-        self.check(plan)
+        layout = Layout(spec)
+        self.check(layout)
+        plan = self.unchecked_plan(layout)
         plan.check_names()
         return plan
 
+    def unchecked_plan(self, layout: Layout) -> Plan:
+        """Everything this engine derives from `layout`, computed once into a Plan (no check)."""
+        nodes = layout.nodes
+        groups = tuple(
+            layout.group_plan(
+                group,
+                workload_name=self.workload_name(layout, group),
+                replicated_job=self.replicated_job_name(layout, group),
+                command=self.entrypoint(layout, group),
+                wiring=self.torchrun_env(layout, group),
+            )
+            for group in layout.spec.groups
+        )
+        return Plan(
+            layout.spec,
+            target=self.target,
+            rank0_host=self.rank0_host(layout),
+            master_port=self.master_port(layout),
+            node_rank_from_index=self.node_rank_from_index(layout),
+            node_rank_source=self.node_rank_source(layout),
+            pod_hostnames=tuple(self.pod_hostname(layout, n) for n in nodes),
+            dns_names=tuple(self.dns_names(layout, n) for n in nodes),
+            # names differ only by index within a group: each group's first and last node are enough
+            longest_generated_name=max((self.pod_hostname(layout, n) for n in layout.edge_nodes()), key=len),
+            groups=groups,
+            injected_env=tuple(self.injected_env(layout, n) for n in nodes),
+            pod_restart_policy=self.pod_restart_policy(layout),
+            failure_handling=self.failure_handling(layout),
+            restart_limit=self.restart_limit(layout),
+            retry=self.retry_rule(layout),
+        )
+
     # ------------------------------------------------------------ what it can run
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: Layout) -> None:
         """Refuse, with a field error, what this engine cannot express (never drop it silently)."""
         self.check_restart_policy(plan)
         if plan.spec.elastic and not self.supports_elastic:
@@ -153,36 +186,36 @@ class Engine(ABC):
         """`elastic` or `groups` (any node-group layout)."""
         return self.supports_elastic if feature == "elastic" else True
 
-    def restart_limit(self, plan: Plan) -> int:
+    def restart_limit(self, plan: Layout) -> int:
         """How many times this engine restarts the whole group after a node fails (`run --local`
         plays the same rule). Plain Jobs and JobSets retry up to backoffLimit."""
         return plan.spec.backoff_limit
 
-    def retriable(self, plan: Plan, code: int) -> bool:
-        """Whether a node that exited `code` is restarted (with its group) under the rendered
-        rules: every failure but what fails the job at once (`protocol.FAILS_THE_JOB`: a usage
-        error, a straggler under --stragglers fail); under restartPolicy OnFailure the kubelet
-        restarts every failed container, those too."""
+    def retry_rule(self, plan: Layout) -> RetryRule:
+        """Which exit codes of a node are restarted (with its group) under the rendered rules:
+        every failure but what fails the job at once (`protocol.FAILS_THE_JOB`: a usage error, a
+        straggler under --stragglers fail); under restartPolicy OnFailure the kubelet restarts
+        every failed container, those too."""
         if self.pod_restart_policy(plan) == "OnFailure":
-            return code != 0
-        return code not in (0, *protocol.FAILS_THE_JOB)
+            return RetryRule()
+        return RetryRule(but=protocol.FAILS_THE_JOB)
 
-    def pod_restart_policy(self, plan: Plan) -> str:
+    def pod_restart_policy(self, plan: Layout) -> str:
         """The pods' restartPolicy: the spec's, else Never (a Job's podFailurePolicy needs it)."""
         return plan.spec.restart_policy or "Never"
 
     @abstractmethod
-    def failure_handling(self, plan: Plan) -> str:
+    def failure_handling(self, plan: Layout) -> str:
         """What the rendered objects do when a pod fails or is preempted, in words (`--explain`)."""
 
-    def preflight_failure(self, plan: Plan) -> str:
+    def preflight_failure(self, plan: Layout) -> str:
         """What this engine does with pods that exit EXIT_PREFLIGHT (every rank does, under
         --preflight fail with a finding), in words (`--explain`): by its retry rule."""
-        if self.retriable(plan, protocol.EXIT_PREFLIGHT):
+        if self.retry_rule(plan).retries(protocol.EXIT_PREFLIGHT):
             return f"a failed attempt like a crash: the whole group restarts, up to {self.restart_limit(plan)} times"
         return f"the job fails: {self.pod_restart_policy(plan)} does not retry exit {protocol.EXIT_PREFLIGHT}"
 
-    def straggler_failure(self, plan: Plan) -> str:
+    def straggler_failure(self, plan: Layout) -> str:
         """What this engine does with pods that exit EXIT_STRAGGLER (every rank does, after the
         same step, under --stragglers fail with a node named), in words (`--explain`)."""
         code = protocol.EXIT_STRAGGLER
@@ -197,11 +230,11 @@ class Engine(ABC):
                 f"to {self.restart_limit(plan)} times, on the same nodes, so the straggler is likely named again; "
                 "leave restartPolicy unset to end the job at once"
             )
-        if self.retriable(plan, code):
+        if self.retry_rule(plan).retries(code):
             return f"a failed attempt like a crash: the whole group restarts, up to {self.restart_limit(plan)} times"
         return f"the job fails at once; {RESUBMIT}"
 
-    def check_restart_policy(self, plan: Plan) -> None:
+    def check_restart_policy(self, plan: Layout) -> None:
         if plan.spec.restart_policy == "ExitCode":
             raise SpecError(
                 "restartPolicy",
@@ -212,53 +245,60 @@ class Engine(ABC):
 
     # ------------------------------------------------------------ names
 
-    def workload_name(self, plan: Plan, group: NodeGroup) -> str:
+    def workload_name(self, plan: Layout, group: NodeGroup) -> str:
         """The name of the object that runs `group`'s pods (one object for all of them by default)."""
         return plan.spec.name
 
-    def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str | None:
+    def replicated_job_name(self, plan: Layout, group: NodeGroup) -> str | None:
         """The JobSet replicatedJob that runs `group` (JobSet-based engines only)."""
         return None
 
-    def subdomain(self, plan: Plan) -> str | None:
+    def subdomain(self, plan: Layout) -> str | None:
         """The pods' `spec.subdomain`, where we set it in the pod template."""
         return None
 
-    def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def template_values(self, plan: Layout, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         """Extra values this engine's template needs, from the per-group views (by group name)."""
         return {}
 
     @abstractmethod
-    def pod_hostname(self, plan: Plan, node: Node) -> str:
+    def pod_hostname(self, plan: Layout, node: Node) -> str:
         """The hostname the engine gives `node`'s pod."""
 
     @abstractmethod
-    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+    def dns_names(self, plan: Layout, node: Node) -> tuple[str, ...]:
         """The names other pods reach `node`'s pod by; the last is the one ddpctl wires."""
 
-    def master_port(self, plan: Plan) -> int:
+    def master_port(self, plan: Layout) -> int:
         return plan.spec.rendezvous.port
+
+    def rank0_host(self, plan: Layout) -> str:
+        """The name rank 0's pod is wired by: MASTER_ADDR / the rendezvous host."""
+        return self.dns_names(plan, plan.first_node)[-1]
+
+    def rdzv_endpoint(self, plan: Layout) -> str:
+        return f"{self.rank0_host(plan)}:{self.master_port(plan)}"
 
     # ------------------------------------------------------------ wiring
 
     @abstractmethod
-    def node_rank_source(self, plan: Plan) -> str:
+    def node_rank_source(self, plan: Layout) -> str:
         """Where a pod learns its node rank, in words."""
 
-    def node_rank_from_index(self, plan: Plan) -> bool:
+    def node_rank_from_index(self, plan: Layout) -> bool:
         """Do we (not an operator) give PET_NODE_RANK from the completion index (downward API)?"""
         return False
 
     @abstractmethod
-    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]:
+    def torchrun_env(self, plan: Layout, group: NodeGroup) -> dict[str, str]:
         """The PET_* env we put in `group`'s pods (what the engine does not inject itself)."""
 
-    def entrypoint(self, plan: Plan, group: NodeGroup) -> tuple[str, ...]:
+    def entrypoint(self, plan: Layout, group: NodeGroup) -> tuple[str, ...]:
         """The container command of `group`'s pods."""
         return plan.entrypoint
 
     @abstractmethod
-    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
+    def injected_env(self, plan: Layout, node: Node) -> dict[str, str]:
         """What the engine's controller adds to the container env of `node`'s pod (so local runs
         and containers get exactly the pod's env); the later entry wins, as in the pod."""
 
@@ -268,7 +308,7 @@ class IndexedEngine(Engine):
     settings are PET_* env in the pod; the node rank is the completion index (downward API), plus
     the group's offset through NODE_RANK_LAUNCHER when there are node groups."""
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: Layout) -> None:
         super().check(plan)
         if plan.spec.node_groups and plan.rdzv_mode != "static":
             raise SpecError(
@@ -278,7 +318,7 @@ class IndexedEngine(Engine):
                 "leave rendezvous.mode at auto or static",
             )
 
-    def node_rank_from_index(self, plan: Plan) -> bool:
+    def node_rank_from_index(self, plan: Layout) -> bool:
         return plan.rdzv_mode == "static"
 
     def exit_code_rule(self, action: str, codes: tuple[int, ...]) -> dict[str, Any]:
@@ -293,7 +333,7 @@ class IndexedEngine(Engine):
         """A podFailurePolicy rule for a pod the cluster took away (preemption, eviction, node drain or loss)."""
         return {"action": action, "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
 
-    def failure_rules_apply(self, plan: Plan) -> bool:
+    def failure_rules_apply(self, plan: Layout) -> bool:
         """podFailurePolicy needs restartPolicy Never (OnFailure restarts containers in place instead)."""
         return self.pod_restart_policy(plan) == "Never"
 
@@ -302,7 +342,7 @@ class IndexedEngine(Engine):
     on_disruption: ClassVar[str]
     peer_stop_codes: ClassVar[tuple[int, ...]]
 
-    def pod_failure_policy(self, plan: Plan) -> dict[str, Any] | None:
+    def pod_failure_policy(self, plan: Layout) -> dict[str, Any] | None:
         """The (child) Job's podFailurePolicy: a usage error and a straggler (`protocol.FAILS_THE_JOB`)
         fail it at once, a disruption and its knock-on stops get `on_disruption` (exit-code rules
         only where the pods run ddpctl's launcher)."""
@@ -317,7 +357,7 @@ class IndexedEngine(Engine):
             rules.append(self.exit_code_rule(self.on_disruption, self.peer_stop_codes))
         return {"rules": rules}
 
-    def node_rank_source(self, plan: Plan) -> str:
+    def node_rank_source(self, plan: Layout) -> str:
         if plan.rdzv_mode == "c10d":
             return "the c10d rendezvous, in the order nodes join"
         if plan.spec.node_groups:
@@ -329,29 +369,29 @@ class IndexedEngine(Engine):
             )
         return "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)"
 
-    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]:
+    def torchrun_env(self, plan: Layout, group: NodeGroup) -> dict[str, str]:
         env: dict[str, str] = {"PET_NNODES": plan.nnodes, "PET_NPROC_PER_NODE": str(group.nproc)}
         if plan.rdzv_mode == "static":
-            env["PET_MASTER_ADDR"] = plan.rank0_host
-            env["PET_MASTER_PORT"] = str(plan.master_port)
+            env["PET_MASTER_ADDR"] = self.rank0_host(plan)
+            env["PET_MASTER_PORT"] = str(self.master_port(plan))
             if plan.spec.node_groups:
                 env[NODE_RANK_OFFSET] = str(plan.group_offset(group))
         else:
             env["PET_RDZV_BACKEND"] = "c10d"
-            env["PET_RDZV_ENDPOINT"] = plan.rdzv_endpoint
+            env["PET_RDZV_ENDPOINT"] = self.rdzv_endpoint(plan)
             env["PET_RDZV_ID"] = plan.spec.name
             rdzv = plan.spec.rendezvous
             env["PET_RDZV_CONF"] = f"join_timeout={rdzv.join_timeout},last_call_timeout={rdzv.last_call_timeout}"
         env["PET_MAX_RESTARTS"] = str(plan.spec.rendezvous.max_restarts)
         return env
 
-    def entrypoint(self, plan: Plan, group: NodeGroup) -> tuple[str, ...]:
+    def entrypoint(self, plan: Layout, group: NodeGroup) -> tuple[str, ...]:
         entry = plan.entrypoint
         if plan.spec.node_groups and entry[0] == "torchrun":
             return (LAUNCHER_PYTHON, "-c", NODE_RANK_LAUNCHER, *entry[1:])
         return entry
 
-    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
+    def injected_env(self, plan: Layout, node: Node) -> dict[str, str]:
         env = {"JOB_COMPLETION_INDEX": str(node.index)}
         if self.node_rank_from_index(plan) and not plan.spec.node_groups:
             env["PET_NODE_RANK"] = str(node.index)  # the downward API field, resolved

@@ -39,7 +39,7 @@ from ddpctl.engines.base import RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
-    from ddpctl.plan import Node, Plan
+    from ddpctl.plan import Layout, Node
     from ddpctl.spec.model import NodeGroup
 
 
@@ -54,10 +54,10 @@ class JobEngine(IndexedEngine):
     peer_stop_codes = protocol.CAUSED_BY_A_PEER
     node_count = NodeCount(("spec", "completions"))  # with node groups, one Job per group: PET_NNODES
 
-    def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def template_values(self, plan: Layout, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return {"pod_failure_policy": self.pod_failure_policy(plan)}
 
-    def failure_handling(self, plan: Plan) -> str:
+    def failure_handling(self, plan: Layout) -> str:
         limit = f"backoffLimit {plan.spec.backoff_limit}"
         if not self.failure_rules_apply(plan):
             return (
@@ -82,7 +82,7 @@ class JobEngine(IndexedEngine):
             "its peers, so every pod is recreated and the whole group resumes from the last checkpoint"
         )
 
-    def preflight_failure(self, plan: Plan) -> str:
+    def preflight_failure(self, plan: Layout) -> str:
         if not self.failure_rules_apply(plan):
             return super().preflight_failure(plan)
         return (
@@ -90,7 +90,7 @@ class JobEngine(IndexedEngine):
             "them, and new pods may land on other nodes (--avoid-node keeps them off the one named)"
         )
 
-    def straggler_failure(self, plan: Plan) -> str:
+    def straggler_failure(self, plan: Layout) -> str:
         if not (plan.uses_launcher and self.failure_rules_apply(plan)):
             return super().straggler_failure(plan)
         return (
@@ -98,17 +98,17 @@ class JobEngine(IndexedEngine):
             f"whatever backoffLimit is left); {RESUBMIT}"
         )
 
-    def workload_name(self, plan: Plan, group: NodeGroup) -> str:
+    def workload_name(self, plan: Layout, group: NodeGroup) -> str:
         return f"{plan.spec.name}-{group.name}" if plan.spec.node_groups else plan.spec.name
 
-    def pod_hostname(self, plan: Plan, node: Node) -> str:
+    def pod_hostname(self, plan: Layout, node: Node) -> str:
         return f"{self.workload_name(plan, node.group)}-{node.index}"
 
-    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+    def dns_names(self, plan: Layout, node: Node) -> tuple[str, ...]:
         host = self.pod_hostname(plan, node)
         return (host, f"{host}.{plan.service_name}")
 
-    def subdomain(self, plan: Plan) -> str:
+    def subdomain(self, plan: Layout) -> str:
         """The pods' `spec.subdomain`: the headless Service's name."""
         return plan.service_name
 

@@ -38,7 +38,7 @@ from ddpctl.engines.base import RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
-    from ddpctl.plan import Node, Plan
+    from ddpctl.plan import Layout, Node
     from ddpctl.spec.model import NodeGroup
 
 REPLICATED_JOB = "node"
@@ -60,7 +60,7 @@ class JobSetEngine(IndexedEngine):
         ((("replicas",),), (("template", "spec", "completions"), ("template", "spec", "parallelism"))),
     )
 
-    def failure_policy(self, plan: Plan) -> dict[str, Any]:
+    def failure_policy(self, plan: Layout) -> dict[str, Any]:
         """The JobSet's failurePolicy: maxRestarts, plus rules where the child Jobs have them."""
         policy: dict[str, Any] = {"maxRestarts": plan.spec.backoff_limit}
         child = self.pod_failure_policy(plan)
@@ -98,10 +98,10 @@ class JobSetEngine(IndexedEngine):
         policy["rules"] = rules
         return policy
 
-    def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def template_values(self, plan: Layout, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         return {"pod_failure_policy": self.pod_failure_policy(plan), "failure_policy": self.failure_policy(plan)}
 
-    def failure_handling(self, plan: Plan) -> str:
+    def failure_handling(self, plan: Layout) -> str:
         limit = f"failurePolicy.maxRestarts {plan.spec.backoff_limit}"
         if not self.failure_rules_apply(plan):
             return (
@@ -122,13 +122,13 @@ class JobSetEngine(IndexedEngine):
             f"any other failure restarts the whole set, up to {limit}, and it resumes from the last checkpoint"
         )
 
-    def preflight_failure(self, plan: Plan) -> str:
+    def preflight_failure(self, plan: Layout) -> str:
         return (
             f"the whole JobSet restarts, up to failurePolicy.maxRestarts {plan.spec.backoff_limit}; its new pods "
             "may land on other nodes (--avoid-node keeps them off the one named)"
         )
 
-    def straggler_failure(self, plan: Plan) -> str:
+    def straggler_failure(self, plan: Layout) -> str:
         if not (plan.uses_launcher and self.failure_rules_apply(plan)):
             return super().straggler_failure(plan)
         return (
@@ -136,13 +136,13 @@ class JobSetEngine(IndexedEngine):
             "(no restart, whatever failurePolicy.maxRestarts is left); " + RESUBMIT
         )
 
-    def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str:
+    def replicated_job_name(self, plan: Layout, group: NodeGroup) -> str:
         return group.name if plan.spec.node_groups else REPLICATED_JOB
 
-    def pod_hostname(self, plan: Plan, node: Node) -> str:
+    def pod_hostname(self, plan: Layout, node: Node) -> str:
         return f"{plan.spec.name}-{self.replicated_job_name(plan, node.group)}-0-{node.index}"
 
-    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+    def dns_names(self, plan: Layout, node: Node) -> tuple[str, ...]:
         host = self.pod_hostname(plan, node)
         return (host, f"{host}.{plan.spec.name}")
 

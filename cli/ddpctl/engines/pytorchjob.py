@@ -39,11 +39,12 @@ from typing import TYPE_CHECKING, Any
 
 from ddpctl.engines.base import RESUBMIT, Engine, NodeCount, WorkloadKind
 from ddpctl.errors import SpecError
+from ddpctl.plan import NEVER, RetryRule
 from ddpctl.spec import kueue
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
-    from ddpctl.plan import Node, Plan
+    from ddpctl.plan import Layout, Node
     from ddpctl.spec.model import NodeGroup
 
 REPLICA_TYPE = "training.kubeflow.org/replica-type"
@@ -77,7 +78,7 @@ class PyTorchJobEngine(Engine):
     port_name = "pytorchjob-port"
     replica_types = ("master", "worker")
 
-    def pod_restart_policy(self, plan: Plan) -> str:
+    def pod_restart_policy(self, plan: Layout) -> str:
         """ExitCode where the launcher's exit codes say what a restart can cure, else Never."""
         return plan.spec.restart_policy or ("ExitCode" if plan.uses_launcher else "Never")
 
@@ -91,21 +92,21 @@ class PyTorchJobEngine(Engine):
             "or use --target jobset or job"
         )
 
-    def check_restart_policy(self, plan: Plan) -> None:
+    def check_restart_policy(self, plan: Layout) -> None:
         """Every policy is the operator's to apply."""
 
-    def restart_limit(self, plan: Plan) -> int:
+    def restart_limit(self, plan: Layout) -> int:
         """The operator restarts failed replicas under restartPolicy OnFailure and ExitCode (the
         latter without a limit but activeDeadlineSeconds: a local run stops at backoffLimit)."""
         return plan.spec.backoff_limit if self.pod_restart_policy(plan) in ("OnFailure", "ExitCode") else 0
 
-    def retriable(self, plan: Plan, code: int) -> bool:
+    def retry_rule(self, plan: Layout) -> RetryRule:
         policy = self.pod_restart_policy(plan)
         if policy == "ExitCode":
-            return code in protocol.KUBEFLOW_RETRYABLE
-        return policy == "OnFailure" and code != 0
+            return RetryRule(only=frozenset(protocol.KUBEFLOW_RETRYABLE))
+        return RetryRule() if policy == "OnFailure" else NEVER
 
-    def failure_handling(self, plan: Plan) -> str:
+    def failure_handling(self, plan: Layout) -> str:
         policy, limit = self.pod_restart_policy(plan), f"runPolicy.backoffLimit {plan.spec.backoff_limit}"
         if policy == "ExitCode":
             bound = (
@@ -126,7 +127,7 @@ class PyTorchJobEngine(Engine):
             )
         return "restartPolicy Never: a failed pod fails the job (set restartPolicy OnFailure to retry)"
 
-    def preflight_failure(self, plan: Plan) -> str:
+    def preflight_failure(self, plan: Layout) -> str:
         if self.pod_restart_policy(plan) == "ExitCode":
             retried = ", ".join(map(str, protocol.KUBEFLOW_RETRYABLE))
             return (
@@ -135,7 +136,7 @@ class PyTorchJobEngine(Engine):
             )
         return super().preflight_failure(plan)
 
-    def straggler_failure(self, plan: Plan) -> str:
+    def straggler_failure(self, plan: Layout) -> str:
         if plan.uses_launcher and self.pod_restart_policy(plan) == "ExitCode":
             retried = ", ".join(map(str, protocol.KUBEFLOW_RETRYABLE))
             return (
@@ -147,7 +148,7 @@ class PyTorchJobEngine(Engine):
     def can(self, feature: str) -> bool:
         return feature != "groups"  # only some group shapes: see check()
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: Layout) -> None:
         super().check(plan)
         groups = plan.spec.node_groups
         if len(groups) > 2 or (len(groups) == 2 and groups[0].nodes != 1):
@@ -165,7 +166,7 @@ class PyTorchJobEngine(Engine):
                     "use target job, jobset or trainjob for slices, or drop sliceLevel and sliceSize",
                 )
 
-    def podset_group(self, plan: Plan) -> str | None:
+    def podset_group(self, plan: Layout) -> str | None:
         """Kueue places Master and Worker as one (podset-group-name) when both ask for the same
         required or preferred level: else rank 0 could land in another rack than the workers."""
         specs = self.replica_specs(plan)
@@ -174,7 +175,7 @@ class PyTorchJobEngine(Engine):
         first, second = (plan.spec.topology_of(g) for _, _, g in specs)
         return plan.spec.name if first == second and first.level else None
 
-    def replica_specs(self, plan: Plan) -> list[tuple[str, int, NodeGroup]]:
+    def replica_specs(self, plan: Layout) -> list[tuple[str, int, NodeGroup]]:
         """(replica type, replicas, the group whose pods it makes), Master first."""
         groups = plan.spec.groups
         if plan.spec.elastic:
@@ -186,7 +187,7 @@ class PyTorchJobEngine(Engine):
             out.append(("Worker", plan.replicas - 1, groups[0]))
         return out
 
-    def template_values(self, plan: Plan, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    def template_values(self, plan: Layout, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
         podset_group = self.podset_group(plan)
         pods = []
         for _, _, group in self.replica_specs(plan):
@@ -203,24 +204,24 @@ class PyTorchJobEngine(Engine):
             "nproc_text": str(self.nproc_per_node_field(plan)),  # nprocPerNode is a string
         }
 
-    def pod_hostname(self, plan: Plan, node: Node) -> str:
+    def pod_hostname(self, plan: Layout, node: Node) -> str:
         if plan.spec.elastic:
             return f"{plan.spec.name}-worker-{node.rank}"
         return f"{plan.spec.name}-master-0" if node.rank == 0 else f"{plan.spec.name}-worker-{node.rank - 1}"
 
-    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+    def dns_names(self, plan: Layout, node: Node) -> tuple[str, ...]:
         return (self.pod_hostname(plan, node),)  # one Service per replica, named like the pod
 
-    def node_rank_source(self, plan: Plan) -> str:
+    def node_rank_source(self, plan: Layout) -> str:
         if plan.rdzv_mode == "c10d":
             return "the c10d rendezvous, in the order nodes join"
         return "the training operator (PET_NODE_RANK: master 0, worker i -> i+1)"
 
-    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]:
+    def torchrun_env(self, plan: Layout, group: NodeGroup) -> dict[str, str]:
         # The operator sets the rest, and PET_MAX_RESTARTS itself for elastic jobs.
         return {} if plan.spec.elastic else {"PET_MAX_RESTARTS": str(plan.spec.rendezvous.max_restarts)}
 
-    def entrypoint(self, plan: Plan, group: NodeGroup) -> tuple[str, ...]:
+    def entrypoint(self, plan: Layout, group: NodeGroup) -> tuple[str, ...]:
         entry = plan.entrypoint
         if not plan.spec.node_groups:
             return entry
@@ -229,20 +230,20 @@ class PyTorchJobEngine(Engine):
                 return (*launcher, "--nproc-per-node", str(group.nproc), *entry[len(launcher) :])
         return entry
 
-    def nproc_per_node_field(self, plan: Plan) -> int:
+    def nproc_per_node_field(self, plan: Layout) -> int:
         """`plan.spec.nprocPerNode`: the first group's count (per-template counts are on the command line)."""
         return plan.spec.groups[0].nproc
 
-    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
+    def injected_env(self, plan: Layout, node: Node) -> dict[str, str]:
         nproc = self.nproc_per_node_field(plan)
         env = {"PYTHONUNBUFFERED": "1", "PET_NPROC_PER_NODE": str(nproc)}
         if plan.spec.elastic:
-            env.update(PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=plan.rdzv_endpoint, PET_NNODES=plan.nnodes)
+            env.update(PET_RDZV_BACKEND="c10d", PET_RDZV_ENDPOINT=self.rdzv_endpoint(plan), PET_NNODES=plan.nnodes)
             return env
-        port, rank = str(plan.master_port), str(node.rank)
+        port, rank, master = str(self.master_port(plan)), str(node.rank), self.rank0_host(plan)
         env.update(
-            MASTER_ADDR=plan.rank0_host,
-            PET_MASTER_ADDR=plan.rank0_host,
+            MASTER_ADDR=master,
+            PET_MASTER_ADDR=master,
             MASTER_PORT=port,
             PET_MASTER_PORT=port,
             WORLD_SIZE=str(plan.replicas * nproc),

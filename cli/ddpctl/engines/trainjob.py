@@ -20,10 +20,11 @@ from typing import TYPE_CHECKING
 
 from ddpctl.engines.base import Engine, NodeCount, WorkloadKind
 from ddpctl.errors import SpecError
+from ddpctl.plan import NEVER, RetryRule
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
-    from ddpctl.plan import Node, Plan
+    from ddpctl.plan import Layout, Node
     from ddpctl.spec.model import NodeGroup
 
 RUNTIME_PORT = 29500
@@ -50,14 +51,14 @@ class TrainJobEngine(Engine):
         JOBSET_NAME  # its pods come from the runtime's template: they carry the JobSet's (= TrainJob's) name
     )
 
-    def restart_limit(self, plan: Plan) -> int:
+    def restart_limit(self, plan: Layout) -> int:
         """Restarts are the training runtime's to decide; a local run does not guess them."""
         return 0
 
-    def retriable(self, plan: Plan, code: int) -> bool:
-        return False
+    def retry_rule(self, plan: Layout) -> RetryRule:
+        return NEVER
 
-    def failure_handling(self, plan: Plan) -> str:
+    def failure_handling(self, plan: Layout) -> str:
         return (
             f"decided by the {self.runtime} runtime, not per TrainJob: the JobSet it makes carries the runtime's "
             "failurePolicy and podFailurePolicy (the upstream runtime sets neither, nor a backoffLimit: Kubernetes' "
@@ -65,10 +66,10 @@ class TrainJobEngine(Engine):
             "job fails); a platform team can add the rules ddpctl renders for target jobset to the runtime"
         )
 
-    def preflight_failure(self, plan: Plan) -> str:
+    def preflight_failure(self, plan: Layout) -> str:
         return f"the {self.runtime} runtime decides, as for any failed pod (the upstream runtime sets no retry rule)"
 
-    def straggler_failure(self, plan: Plan) -> str:
+    def straggler_failure(self, plan: Layout) -> str:
         return (
             f"the {self.runtime} runtime decides, as for any failed pod: the upstream runtime has no rule on exit "
             f"codes, so its Job replaces failed pods (Kubernetes' default backoffLimit of 6) rather than end at once "
@@ -76,7 +77,7 @@ class TrainJobEngine(Engine):
             f"(exit {', '.join(map(str, protocol.FAILS_THE_JOB))}) to the runtime"
         )
 
-    def check(self, plan: Plan) -> None:
+    def check(self, plan: Layout) -> None:
         other = "or use target job, jobset or pytorchjob"
         if plan.spec.elastic:
             raise SpecError(
@@ -103,23 +104,23 @@ class TrainJobEngine(Engine):
                 f"list the variables in secretEnv, {other}",
             )
 
-    def replicated_job_name(self, plan: Plan, group: NodeGroup) -> str:
+    def replicated_job_name(self, plan: Layout, group: NodeGroup) -> str:
         return REPLICATED_JOB
 
-    def pod_hostname(self, plan: Plan, node: Node) -> str:
+    def pod_hostname(self, plan: Layout, node: Node) -> str:
         return f"{plan.spec.name}-{REPLICATED_JOB}-0-{node.index}"
 
-    def dns_names(self, plan: Plan, node: Node) -> tuple[str, ...]:
+    def dns_names(self, plan: Layout, node: Node) -> tuple[str, ...]:
         host = self.pod_hostname(plan, node)
         return (host, f"{host}.{plan.spec.name}")
 
-    def master_port(self, plan: Plan) -> int:
+    def master_port(self, plan: Layout) -> int:
         return RUNTIME_PORT  # the torch runtime always uses it
 
-    def node_rank_source(self, plan: Plan) -> str:
+    def node_rank_source(self, plan: Layout) -> str:
         return "the Trainer v2 torch runtime (PET_NODE_RANK from the completion index)"
 
-    def torchrun_env(self, plan: Plan, group: NodeGroup) -> dict[str, str]:
+    def torchrun_env(self, plan: Layout, group: NodeGroup) -> dict[str, str]:
         env: dict[str, str] = {}
         if plan.rdzv_mode == "c10d":
             env["PET_RDZV_CONF"] = (
@@ -128,13 +129,13 @@ class TrainJobEngine(Engine):
         env["PET_MAX_RESTARTS"] = str(plan.spec.rendezvous.max_restarts)
         return env
 
-    def injected_env(self, plan: Plan, node: Node) -> dict[str, str]:
+    def injected_env(self, plan: Layout, node: Node) -> dict[str, str]:
         return {
             "PET_NNODES": str(plan.spec.nodes),
             "PET_NPROC_PER_NODE": str(node.nproc),
             "PET_NODE_RANK": str(node.index),
-            "PET_MASTER_ADDR": plan.rank0_host,
-            "PET_MASTER_PORT": str(plan.master_port),
+            "PET_MASTER_ADDR": self.rank0_host(plan),
+            "PET_MASTER_PORT": str(self.master_port(plan)),
         }
 
 

@@ -18,7 +18,7 @@ from ddpctl.engines import engine_of, plan_for
 from ddpctl.engines.base import COMPLETION_INDEX as COMPLETION_INDEX_ANNOTATION
 from ddpctl.manifests.yamlsafe import finalize, to_yaml
 from ddpctl.plan import GroupPlan, Plan
-from ddpctl.plan.plan import NODE_GROUP_LABEL
+from ddpctl.plan.layout import NODE_GROUP_LABEL
 from ddpctl.spec.model import JobSpec, NodeGroup
 from ddpctl.spec.schema import SHM_MOUNT
 

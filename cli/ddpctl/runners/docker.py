@@ -100,11 +100,6 @@ class DockerPlan:
         return self.job.spec
 
 
-def dns_names(plan: Plan) -> list[tuple[str, ...]]:
-    """Per node: the names other pods reach it by in the cluster (its engine's DNS names)."""
-    return [plan.engine.dns_names(plan, node) for node in plan.nodes]
-
-
 def require_engine_cli(engine: str) -> str:
     path = shutil.which(engine)
     if path is None:
@@ -275,7 +270,7 @@ def plan_docker(
     shm = quantity_bytes(spec.shm_size)
     passed, notes = credentials_passed(job)
     containers = []
-    for index, (hostname, names) in enumerate(zip(job.pod_hostnames, dns_names(job))):
+    for index, (hostname, names) in enumerate(zip(job.pod_hostnames, job.dns_names)):
         env = {**cluster_env(job, index), **extra_env}
         name = f"ddpctl-{run_id}-{hostname}"
         argv = [engine, "run", "--name", name, "--hostname", hostname, "--network", network]

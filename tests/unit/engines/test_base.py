@@ -85,7 +85,7 @@ def test_every_engine_has_a_template(target: str) -> None:
 @pytest.mark.parametrize("target", ["job", "jobset"])
 def test_static_rendezvous_env(target: str) -> None:
     plan = planned(target=target, nodes=3, procsPerNode=2)
-    env = plan.engine.torchrun_env(plan, plan.spec.groups[0])
+    env = engine_for(plan.target).torchrun_env(plan, plan.spec.groups[0])
     assert env == {
         "PET_NNODES": "3",
         "PET_NPROC_PER_NODE": "2",
@@ -93,13 +93,13 @@ def test_static_rendezvous_env(target: str) -> None:
         "PET_MASTER_PORT": "29500",
         "PET_MAX_RESTARTS": "0",
     }
-    assert plan.engine.injected_env(plan, plan.nodes[2]) == {"JOB_COMPLETION_INDEX": "2", "PET_NODE_RANK": "2"}
-    assert plan.engine.node_rank_source(plan).startswith("the pod's job-completion-index annotation")
+    assert plan.injected_env[2] == {"JOB_COMPLETION_INDEX": "2", "PET_NODE_RANK": "2"}
+    assert plan.node_rank_source.startswith("the pod's job-completion-index annotation")
 
 
 def test_c10d_rendezvous_env() -> None:
     plan = planned(nodes="1:4", procsPerNode=1)
-    env = plan.engine.torchrun_env(plan, plan.spec.groups[0])
+    env = engine_for(plan.target).torchrun_env(plan, plan.spec.groups[0])
     assert env == {
         "PET_NNODES": "1:4",
         "PET_NPROC_PER_NODE": "1",
@@ -110,8 +110,8 @@ def test_c10d_rendezvous_env() -> None:
         "PET_MAX_RESTARTS": "0",
     }
     # torchrun numbers the nodes itself: no node rank from the index
-    assert plan.engine.injected_env(plan, plan.nodes[1]) == {"JOB_COMPLETION_INDEX": "1"}
-    assert plan.engine.node_rank_source(plan) == "the c10d rendezvous, in the order nodes join"
+    assert plan.injected_env[1] == {"JOB_COMPLETION_INDEX": "1"}
+    assert plan.node_rank_source == "the c10d rendezvous, in the order nodes join"
 
 
 @pytest.mark.parametrize(
@@ -126,13 +126,13 @@ def test_c10d_rendezvous_env() -> None:
 def test_node_groups_add_their_offset_to_the_completion_index(data: dict[str, Any], entry: tuple, adder: str) -> None:
     plan = planned(nodeGroups=GROUPS, **data)
     second = plan.spec.groups[1]
-    env = plan.engine.torchrun_env(plan, second)
+    env = engine_for(plan.target).torchrun_env(plan, second)
     assert (env[NODE_RANK_OFFSET], env["PET_NPROC_PER_NODE"], env["PET_NNODES"]) == ("2", "1", "3")
-    assert plan.engine.entrypoint(plan, second) == entry
+    assert plan.group_of(second).command == entry
     node = plan.nodes[2]  # the second group's first pod: completion index 0, node rank 2
     assert (node.rank, node.index) == (2, 0)
-    assert plan.engine.injected_env(plan, node) == {"JOB_COMPLETION_INDEX": "0"}  # the launcher adds the rank
-    assert plan.engine.node_rank_source(plan).endswith(f"added by {adder})")
+    assert plan.injected_env[node.rank] == {"JOB_COMPLETION_INDEX": "0"}  # the launcher adds the rank
+    assert plan.node_rank_source.endswith(f"added by {adder})")
 
 
 @pytest.mark.parametrize(
@@ -146,7 +146,7 @@ def test_node_groups_add_their_offset_to_the_completion_index(data: dict[str, An
 )
 def test_the_pod_failure_policy(data: dict[str, Any], rules: list[tuple[str, Any]] | None) -> None:
     plan = planned(**data)
-    policy = plan.engine.pod_failure_policy(plan)  # type: ignore[attr-defined]
+    policy = engine_for(plan.target).pod_failure_policy(plan)  # type: ignore[attr-defined]
     if rules is None:
         assert policy is None
         return
@@ -154,7 +154,7 @@ def test_the_pod_failure_policy(data: dict[str, Any], rules: list[tuple[str, Any
     for rule in policy["rules"]:
         if "onExitCodes" in rule:
             codes = rule["onExitCodes"]
-            assert (codes["containerName"], codes["operator"]) == (plan.engine.container_name, "In")
+            assert (codes["containerName"], codes["operator"]) == (engine_for(plan.target).container_name, "In")
             seen.append((rule["action"], codes["values"]))
         else:
             seen.append((rule["action"], rule["onPodConditions"][0]["type"]))
@@ -184,7 +184,7 @@ def test_an_exit_code_rule_sorts_its_codes() -> None:
 )
 def test_what_each_engine_does_with_a_straggler_exit(data: dict[str, Any], words: str) -> None:
     plan = planned(**data)
-    said = plan.engine.straggler_failure(plan)
+    said = engine_for(plan.target).straggler_failure(plan)
     assert words in said, said
     if plan.uses_launcher and plan.pod_restart_policy != "OnFailure" and plan.spec.target != "trainjob":
         assert "--avoid-node NODE" in said

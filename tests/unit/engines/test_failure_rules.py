@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from ddpctl.engines import plan_for
+from ddpctl.engines import engine_for, plan_for
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec
 from ddpctl_trainer import protocol
@@ -265,16 +265,18 @@ def test_one_fail_job_rule_takes_every_code_that_fails_the_job_where_the_launche
     """The launcher's codes that end the job at once (`protocol.FAILS_THE_JOB`) are one FailJob rule,
     the first: the JobSet rule that fails the set matches the child Job's message by that rule's index."""
     plan = plan_for(JobSpec.from_dict({"target": target, "name": "fr", **changes}))
-    policy = plan.engine.pod_failure_policy(plan)  # type: ignore[attr-defined]
+    policy = engine_for(plan.target).pod_failure_policy(plan)  # type: ignore[attr-defined]
     first = policy["rules"][0]
     assert (first["action"], first["onExitCodes"]["values"]) == ("FailJob", codes)
     codes_of = [set(r.get("onExitCodes", {}).get("values", [])) for r in policy["rules"]]
     fails_the_job = [r for r, of in zip(policy["rules"], codes_of) if of & set(protocol.FAILS_THE_JOB)]
     assert fails_the_job == [first]
     if target == "jobset":
-        rules = plan.engine.failure_policy(plan)["rules"]  # type: ignore[attr-defined]
+        rules = engine_for(plan.target).failure_policy(plan)["rules"]  # type: ignore[attr-defined]
         assert (rules[0]["name"], rules[0]["action"]) == (name, "FailJobSet")
         assert rules[0]["onJobFailureMessagePatterns"] == ["matching FailJob rule at index (0)$"]
         for code in codes:
             message = f"Container trainer for pod ns/p failed with exit code {code} matching FailJob rule at index 0"
-            assert jobset_action(plan.engine.failure_policy(plan), "PodFailurePolicy", message) == "FailJobSet"  # type: ignore[attr-defined]
+            assert (
+                jobset_action(engine_for(plan.target).failure_policy(plan), "PodFailurePolicy", message) == "FailJobSet"
+            )  # type: ignore[attr-defined]

@@ -1,14 +1,16 @@
-"""ddpctl.plan: what a spec and its engine derive (layout, backend, rendezvous, container env,
-restart rules), table-driven."""
+"""ddpctl.plan.plan: what a spec and its engine derive (container env, restart rules, names),
+held in a Plan with no reference to its engine; table-driven."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
-from ddpctl.engines import plan_for
-from ddpctl.plan import Plan
+from ddpctl.engines import ENGINES, plan_for
+from ddpctl.engines.base import Engine
+from ddpctl.plan import NEVER, Plan, RetryRule
 from ddpctl.spec.model import JobSpec
 
 
@@ -16,36 +18,33 @@ def planned(data: dict[str, Any]) -> Plan:
     return plan_for(JobSpec.from_dict(data))
 
 
-VALID = [
-    ({}, 2, 2, 4),
-    ({"nodes": 1, "gpusPerNode": 8}, 1, 8, 8),
-    ({"nodes": 4, "gpusPerNode": 4, "procsPerNode": 2}, 4, 2, 8),
-    ({"nodes": 3, "procsPerNode": 5}, 3, 5, 15),
-    ({"nodes": "1:4", "gpusPerNode": 2}, 4, 2, 8),
-    ({"nodes": 64, "gpusPerNode": 8, "target": "pytorchjob"}, 64, 8, 512),
-]
-
-_FR = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
-
-
-@pytest.mark.parametrize("data,replicas,nproc,world", VALID)
-def test_layout_is_derived(data: dict, replicas: int, nproc: int, world: int) -> None:
-    plan = planned(data)
-    assert (plan.replicas, plan.nproc_per_node, plan.world_size) == (replicas, nproc, world)
+@pytest.mark.parametrize("target", sorted(ENGINES))
+def test_a_plan_holds_values_not_its_engine(target: str) -> None:
+    """Render, the runners and the cluster commands read a Plan; none can reach its engine through it."""
+    plan = planned({"target": target, "nodes": 3})
+    held = [getattr(plan, f.name) for f in dataclasses.fields(plan)]
+    assert not any(isinstance(v, Engine) for v in held)
+    assert not hasattr(plan, "engine")
+    assert plan.rdzv_endpoint == f"{plan.dns_names[0][-1]}:{plan.master_port}"
+    assert len(plan.pod_hostnames) == len(plan.dns_names) == len(plan.injected_env) == 3
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.rank0_host = "elsewhere"  # type: ignore[misc]
 
 
 @pytest.mark.parametrize(
-    "data,backend,mode",
+    ("rule", "codes"),
     [
-        ({}, "gloo", "static"),
-        ({"gpusPerNode": 1}, "nccl", "static"),
-        ({"nodes": "1:2"}, "gloo", "c10d"),
-        ({"gpusPerNode": 1, "backend": "gloo"}, "gloo", "static"),
+        (RetryRule(), {0: False, 1: True, 2: True, -9: True}),
+        (RetryRule(but=(2, 202)), {0: False, 1: True, 2: False, 202: False, 143: True}),
+        (RetryRule(only=frozenset({137, 143})), {0: False, 1: False, 137: True, 143: True}),
+        (NEVER, {0: False, 1: False, 143: False}),
     ],
 )
-def test_backend_and_rendezvous_auto(data: dict, backend: str, mode: str) -> None:
-    plan = planned(data)
-    assert (plan.backend, plan.rdzv_mode) == (backend, mode)
+def test_a_retry_rule(rule: RetryRule, codes: dict[int, bool]) -> None:
+    assert {code: rule.retries(code) for code in codes} == codes
+
+
+_FR = {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}
 
 
 @pytest.mark.parametrize(
@@ -199,7 +198,7 @@ def test_the_preflight_reaches_the_trainer_as_its_variables(
     plan = planned(data)
     assert plan.preflight_env == env
     assert list(plan.downward_env) == downward
-    container = plan.container_env(plan.spec.groups[0])
+    container = plan.group_of(plan.spec.groups[0]).env
     assert {k: container[k] for k in env} == env
     assert "DDP_POD_NAME" not in container or container["DDP_POD_NAME"] == "mine"
 
@@ -259,7 +258,7 @@ def test_the_straggler_settings_reach_the_pods_as_the_trainers_variables(
     plan = planned(data)
     assert plan.stragglers_env == env
     assert list(plan.downward_env) == downward
-    container = plan.container_env(plan.spec.groups[0])
+    container = plan.group_of(plan.spec.groups[0]).env
     assert {k: container[k] for k in env} == {**env, **{k: v for k, v in plan.spec.env.items() if k in env}}
     assert not any(k.startswith("DDP_TRAINER_STRAGGLERS") for k in set(container) - set(env) - set(plan.spec.env))
 
@@ -284,7 +283,7 @@ def test_the_straggler_settings_reach_the_pods_as_the_trainers_variables(
 def test_a_fabric_adds_its_device_and_env(data: dict[str, Any], resource: str | None, env: dict[str, str]) -> None:
     plan = planned(data)
     assert plan.fabric_resource == resource
-    container = plan.container_env(plan.spec.groups[0])
+    container = plan.group_of(plan.spec.groups[0]).env
     assert {k: v for k, v in container.items() if k.startswith(("NCCL_IB", "FI_"))} == env
 
 
@@ -341,11 +340,11 @@ def test_each_pod_carries_its_node_group_for_the_straggler_detector(target: str)
     so that the detector compares a node with its own group's; not without groups or detector."""
     groups = [{"name": "a100", "nodes": 1, "gpusPerNode": 4}, {"name": "l4", "nodes": 2, "gpusPerNode": 4}]
     plan = planned({"target": target, "nodeGroups": groups})
-    assert [plan.container_env(g)["DDP_NODE_GROUP"] for g in plan.spec.groups] == ["a100", "l4"]
+    assert [plan.group_of(g).env["DDP_NODE_GROUP"] for g in plan.spec.groups] == ["a100", "l4"]
     assert [plan.node_env(n)["DDP_NODE_GROUP"] for n in plan.nodes] == ["a100", "l4", "l4"]  # run --local's too
     off = planned({"target": target, "nodeGroups": groups, "stragglers": {"mode": "off"}})
-    assert not any("DDP_NODE_GROUP" in off.container_env(g) for g in off.spec.groups)
+    assert not any("DDP_NODE_GROUP" in off.group_of(g).env for g in off.spec.groups)
     uniform = planned({"target": target, "nodes": 2})
-    assert "DDP_NODE_GROUP" not in uniform.container_env(uniform.spec.groups[0])
+    assert "DDP_NODE_GROUP" not in uniform.group_of(uniform.spec.groups[0]).env
     mine = planned({"target": target, "nodeGroups": groups, "env": {"DDP_NODE_GROUP": "x"}})
-    assert {mine.container_env(g)["DDP_NODE_GROUP"] for g in mine.spec.groups} == {"x"}  # the user's env wins
+    assert {mine.group_of(g).env["DDP_NODE_GROUP"] for g in mine.spec.groups} == {"x"}  # the user's env wins

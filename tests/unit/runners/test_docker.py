@@ -18,7 +18,6 @@ from ddpctl.runners.docker import (
     DockerLauncher,
     DockerPlan,
     credentials_passed,
-    dns_names,
     plan_docker,
     prepare_volume_dir,
     quantity_bytes,
@@ -155,7 +154,7 @@ def test_what_is_refused_before_any_container_runs(data: dict, kw: dict, message
 
 def test_dns_names_are_the_engines(tmp_path: Path) -> None:
     job = plan_for(JobSpec(name="w", nodes=2, procs_per_node=1, target="pytorchjob"))
-    assert dns_names(job) == [("w-master-0",), ("w-worker-0",)]
+    assert job.dns_names == (("w-master-0",), ("w-worker-0",))
 
 
 # ------------------------------------------------------------------------------ host directories

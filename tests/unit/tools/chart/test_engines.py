@@ -9,7 +9,7 @@ import pytest
 
 from ddpctl.engines import ENGINES, TARGETS
 from ddpctl.errors import SpecError
-from ddpctl.plan import Plan
+from ddpctl.plan import Layout
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.names import MAX_DNS_LABEL
 from tools.chart import engines
@@ -26,7 +26,7 @@ def test_the_name_too_long_message_fits_a_fresh_name(table: tuple[str, dict[str,
     target, t = table
     name = "zq" + "x" * 61  # at the DNS label limit: every derived name is longer
     values = {"target": target, "name": name, "nodes": 100}
-    longest = Plan(JobSpec.from_dict(values), ENGINES[target]).longest_generated_name
+    longest = ENGINES[target].unchecked_plan(Layout(JobSpec.from_dict(values))).longest_generated_name
     limit = MAX_DNS_LABEL - (len(longest) - len(name))
     exc = refusal(values)
     assert isinstance(exc, SpecError)

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from ddpctl.engines import engine_for
 from tools.chart import pod
 from tools.chart.derive import fill
 from tools.chart.probes import CODES, plan_of
@@ -25,8 +26,8 @@ def test_the_env_table_gives_a_fresh_specs_env(parts: dict[str, Any], code: str,
     values, args = pod._with_features(FRESH, features)
     plan = plan_of({**CODES[code], **values})
     group = plan.spec.groups[0]
-    wired = {**plan.engine.torchrun_env(plan, group), **plan.stragglers_env}
-    expected = {k: v for k, v in plan.container_env(group).items() if k not in wired}
+    wired = {**engine_for(plan.target).torchrun_env(plan, group), **plan.stragglers_env}
+    expected = {k: v for k, v in plan.group_of(group).env.items() if k not in wired}
     table = {
         e["name"]: fill(e["value"], args) for e in parts["env"][code] if set(e["when"]) <= set(features)
     }  # fmt: skip
@@ -54,7 +55,7 @@ def test_the_group_variable_carries_each_groups_name() -> None:
     plan = plan_of(
         {"nodeGroups": [{"name": "zq1", "nodes": 1, "gpusPerNode": 0}, {"name": "zq2", "nodes": 2, "gpusPerNode": 0}]}
     )
-    assert [plan.container_env(g)[name] for g in plan.spec.groups] == ["zq1", "zq2"]
+    assert [plan.group_of(g).env[name] for g in plan.spec.groups] == ["zq1", "zq2"]
 
 
 def test_the_labels_table_gives_a_fresh_names_labels(parts: dict[str, Any]) -> None:
