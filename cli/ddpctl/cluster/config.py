@@ -229,6 +229,25 @@ def kubeconfig_paths(explicit: str | None) -> tuple[str | None, str]:
     return (str(default), str(default)) if default.exists() else (None, "~/.kube/config")
 
 
+def _contexts(path: str) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """The kubeconfig's contexts (a KUBECONFIG list merged as the client merges it) and its
+    current one, None when current-context is unset or names none of them. (The client's own
+    list_kube_config_contexts refuses a file without current-context even where --context names
+    one; kubectl takes it.)"""
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.config.kube_config import ConfigNode, KubeConfigMerger
+
+    merged = KubeConfigMerger(path).config
+    if merged is None:
+        raise ConfigException("Invalid kube-config file. No configuration found.")
+    found = merged.safe_get("contexts") or []
+    contexts = [c.value if isinstance(c, ConfigNode) else c for c in found]
+    name = merged.safe_get("current-context")
+    return contexts, next(
+        (c for c in contexts if isinstance(c, dict) and c.get("name") == name), None
+    ) if name else None
+
+
 def _first_current_context(paths: str) -> str | None:
     import yaml
 
@@ -289,12 +308,12 @@ def load(options: ClusterOptions) -> Cluster:
             "set KUBECONFIG or pass --kubeconfig FILE (or `kubectl config view` to check yours)"
         )
     try:
-        contexts, current = config.list_kube_config_contexts(config_file=path)
+        contexts, current = _contexts(path)
     except ConfigException as exc:
         raise E.config_error(label, exc) from None
     except Exception as exc:  # noqa: BLE001 - unreadable YAML and friends
         raise E.config_error(label, f"cannot read it: {exc}") from None
-    names = [c.get("name") for c in contexts or []]
+    names = [str(c.get("name")) for c in contexts]
     if options.context is not None:
         chosen = next((c for c in contexts or [] if c.get("name") == options.context), None)
         if chosen is None:

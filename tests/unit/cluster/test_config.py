@@ -286,15 +286,9 @@ def test_a_kubeconfig_without_a_current_context_asks_for_one(tmp_path: Path, iso
     path = _kubeconfig(tmp_path / "kc", ("a", None), ("b", None))
     with pytest.raises(UsageError) as error:
         load(ClusterOptions(str(path)))
-    assert str(error.value).startswith(f"{path}: ") and "current-context" in str(error.value)
-    assert str(error.value).endswith("; fix the kubeconfig or pass --kubeconfig / --context")
+    assert str(error.value) == f"{path} has no current-context; pass --context (one of: a, b)"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: load() lists contexts with the client's list_kube_config_contexts, which refuses a "
-    "kubeconfig without current-context even when --context names one (kubectl takes it)",
-)
 def test_a_context_named_needs_no_current_context(tmp_path: Path, isolated_kube) -> None:
     path = _kubeconfig(tmp_path / "kc", ("a", None), ("b", "team-b"))
     cluster = load(ClusterOptions(str(path), "b"))
