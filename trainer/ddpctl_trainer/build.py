@@ -56,9 +56,15 @@ def wrap(module: nn.Module, cfg: TrainConfig, ctx: DistContext, device: torch.de
     if cfg.strategy == "ddp" and ctx.is_distributed:
         from torch.nn.parallel import DistributedDataParallel as DDP
 
+        from .recovery import current
+
+        membership = current()
         model = DDP(
             module,
             device_ids=[device.index] if device.type == "cuda" else None,
+            # A group formed again (pod recovery) must not take rank 0's parameters: rank 0 may be
+            # a replacement, fresh from its init; the rank furthest along hands its state over
+            init_sync=membership is None or membership.generation == 0,
             bucket_cap_mb=cfg.bucket_cap_mb,
             gradient_as_bucket_view=cfg.gradient_as_bucket_view,
             static_graph=cfg.static_graph,

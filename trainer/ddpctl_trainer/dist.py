@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .errors import UsageError
-from .protocol import COMPLETION_INDEX_ENV
+from .protocol import COMPLETION_INDEX_ENV, JOB_NODE_RANK_ENV, JOB_WORLD_SIZE_ENV, NODE_FIRST_RANK_ENV
 
 if TYPE_CHECKING:
     import torch
@@ -42,6 +42,7 @@ class DistContext:
     node_rank: int
     restart_count: int
     launcher: str
+    coordinator: str | None = None  # HOST:PORT of the job's coordinator (pod recovery), else None
 
     @property
     def is_main(self) -> bool:
@@ -104,17 +105,25 @@ def detect(env: Mapping[str, str] | None = None) -> DistContext:
                 "multi-process job but RANK/WORLD_SIZE are not set: launch with `torchrun -m ddpctl_trainer ...`"
             )
         return DistContext(0, 0, 1, 1, 0, restarts, "single")
+    from .recovery import coordinator_address
+
+    coordinator = coordinator_address(env)
+    if coordinator is not None:  # torchrun runs this node alone: the job's layout is ddpctl's
+        rank = _int(env, NODE_FIRST_RANK_ENV) + local_rank
+        world = _int(env, JOB_WORLD_SIZE_ENV)
+        node_rank = _int(env, JOB_NODE_RANK_ENV)
+        launcher = "torchrun+coordinator"
     if world < 1:
         raise UsageError(f"WORLD_SIZE must be at least 1, got {world}")
     if not 0 <= rank < world:
         raise UsageError(f"RANK={rank} is outside 0..{world - 1} (WORLD_SIZE={world})")
     if local_rank < 0:
         raise UsageError(f"LOCAL_RANK must be 0 or more, got {local_rank}")
-    if world > 1 and not env.get("MASTER_ADDR"):
+    if world > 1 and not env.get("MASTER_ADDR") and coordinator is None:
         raise UsageError(
             "WORLD_SIZE > 1 but MASTER_ADDR is not set: launch with torchrun or set MASTER_ADDR/MASTER_PORT"
         )
-    return DistContext(rank, local_rank, world, local_world, node_rank, restarts, launcher)
+    return DistContext(rank, local_rank, world, local_world, node_rank, restarts, launcher, coordinator)
 
 
 def resolve_backend(choice: str, cuda_available: bool) -> str:
@@ -157,7 +166,11 @@ def setup(ctx: DistContext, backend: str, timeout_s: int, need_group: bool) -> t
         return device
     timeout = datetime.timedelta(seconds=timeout_s)
     kwargs: dict[str, Any] = {"device_id": device} if backend == "nccl" else {}
-    if ctx.world_size == 1 and not os.environ.get("MASTER_ADDR"):
+    if ctx.coordinator is not None:
+        from . import recovery
+
+        recovery.start(ctx.coordinator, ctx.rank, ctx.world_size, backend, timeout).join(**kwargs)
+    elif ctx.world_size == 1 and not os.environ.get("MASTER_ADDR"):
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, timeout=timeout, **kwargs)
     else:
         # torchrun's agent shares one TCPStore across restarts; keys left by the previous attempt
@@ -187,10 +200,13 @@ def teardown() -> None:
 
 
 def group_active() -> bool:
-    """True when collectives are possible (and needed)."""
+    """True when collectives are possible (and needed): not for a replacement still setting
+    itself up alone (``recovery.solo``), whose peers are busy training."""
     import torch.distributed as dist
 
-    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+    from .recovery import solo
+
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1 and not solo()
 
 
 def barrier() -> None:

@@ -117,7 +117,9 @@ def _run(argv: Sequence[str] | None, label: list[int | None]) -> int:
 
             nccl.prepare_capture()  # NCCL reads its debug settings once, when it first initialises
         device = setup(ctx, backend, cfg.timeout_s, need_group=cfg.strategy == "fsdp")
-        if cfg.preflight != "off":
+        from .recovery import solo
+
+        if cfg.preflight != "off" and not solo():  # a replacement's peers are training: no checks now
             from . import preflight
 
             # after the rendezvous, before anything is built: every rank measures, rank 0 reports

@@ -330,6 +330,17 @@ OBJECT_STORE_SECRET_ENV: tuple[str, ...] = (
     "AZURE_CLIENT_SECRET",
 )
 
+# ------------------------------------------------------------------------------------ pod recovery
+# A job that replaces a lost pod alone: each pod's torchrun supervises its own node only
+# (--nnodes 1), and the trainer forms the global group itself through the job's coordinator, a
+# store that outlives any pod (``python -m ddpctl_trainer.coordinator``). The node's place in
+# the job comes from these variables instead of torchrun's: global rank = first rank + LOCAL_RANK.
+COORDINATOR_ENV = "DDP_COORDINATOR"  # host:port of the coordinator's store
+JOB_NODE_RANK_ENV = "DDP_NODE_RANK"
+NODE_FIRST_RANK_ENV = "DDP_NODE_FIRST_RANK"  # the global rank of this node's local rank 0
+JOB_WORLD_SIZE_ENV = "DDP_WORLD_SIZE"
+COORDINATOR_PORT = 29510
+
 # ------------------------------------------------------------------------------------ workspace
 # The user's own code, shipped without a rebuild: the CLI packs the workspace into a deterministic
 # tar (named by the sha256 of its uncompressed bytes), gzipped, and the pod's launcher (or

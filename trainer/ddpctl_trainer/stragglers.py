@@ -339,6 +339,7 @@ class StepClock:
         self._waits: list[list[Any]] = []
         self._steps: list[tuple[Any, Any, list[list[Any]]]] = []
         self.hooked = False
+        self._handles: list[Any] = []  # the forward pre-hooks, removed by ``unhook``
 
     def _now(self) -> Any:
         return self._event() if self._event is not None else time.perf_counter()
@@ -411,10 +412,19 @@ class StepClock:
             ddp.register_comm_hook(ddp.process_group, stamped)
         except RuntimeError:  # DDP takes one comm hook: the script registered its own
             return "the script registered a DDP comm hook of its own, and DDP takes only one"
-        ddp.register_forward_pre_hook(lambda module, args: self.wait_begins())
-        ddp.module.register_forward_pre_hook(lambda module, args: self.wait_ends())
+        self._handles = [
+            ddp.register_forward_pre_hook(lambda module, args: self.wait_begins()),
+            ddp.module.register_forward_pre_hook(lambda module, args: self.wait_ends()),
+        ]
         self.hooked = True
         return None
+
+    def unhook(self) -> None:
+        """Take the forward pre-hooks off (the module outlives its DDP wrapper); the comm hook goes
+        with its wrapper."""
+        for handle in self._handles:
+            handle.remove()
+        self._handles, self.hooked = [], False
 
 
 def _is_fsdp(model: Any) -> bool:
@@ -467,6 +477,17 @@ class Stragglers:
                         flush=True,
                     )
         self._first: int | None = None
+
+    def rearm(self, model: Any) -> None:
+        """Time ``model``, the DDP wrapper made after the group formed again with a replacement
+        (pod recovery): the window in progress starts over, with the same judge."""
+        if not self.active:
+            return
+        self.clock.unhook()
+        self.model, self.clock = model, StepClock(self.device_type or "cpu")
+        self._first, self._received = None, None
+        self.unwatched = self.clock.hook(model)
+        self.active = self.unwatched is None
 
     def begin(self) -> None:
         if self.active:

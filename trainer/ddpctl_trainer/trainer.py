@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from . import dist as d
-from . import stop, watchdog
-from .build import build, param_dtype, steps_per_epoch, total_steps, unwrap
+from . import recovery, stop, watchdog
+from .build import build, param_dtype, steps_per_epoch, total_steps, unwrap, wrap
 from .callbacks import (
     Callback,
     FirstStepMetric,
@@ -45,7 +45,16 @@ from .checkpointer import Checkpointer, Position
 from .config import TrainConfig, straggler_config
 from .data import DataBundle
 from .dist import DistContext
-from .errors import Preempted, StoreError, Straggling, TrainerError, TrainerFailure, is_peer_lost, peer_lost
+from .errors import (
+    Preempted,
+    StoreError,
+    Straggling,
+    TrainerError,
+    TrainerFailure,
+    failure_reason,
+    is_peer_lost,
+    peer_lost,
+)
 from .metrics import Meter, MetricsLog, Progress
 from .protocol import STOPPED_BY_SIGTERM
 from .stragglers import Stragglers
@@ -97,6 +106,11 @@ class Trainer:
         self.epoch = 0
         self.step = 0
         self.batches_done = 0  # micro-batches of self.epoch already trained (this rank)
+        # Pod recovery: the position after the last optimizer step and the RNG state there, what
+        # this rank hands a replacement (or goes back to) when the group forms again
+        self.membership = recovery.current()
+        self.committed = Position()
+        self._committed_rng = torch.get_rng_state()
         self.done = False  # set by a step hook (--max-steps, a callback's request) to end training after this step
         self.save_requested = False  # set by a callback: a checkpoint of this step
         # The stop flag's all-reduce runs on a CPU (gloo) group: with nccl it would otherwise make
@@ -245,6 +259,8 @@ class Trainer:
                 self._optimizer_step()
                 if i == nb:  # position: the start of the next epoch
                     self.batches_done = 0
+                if self.membership is not None:
+                    self._commit(epoch + 1 if i == nb else epoch)
                 for hook in self.hooks:
                     hook.on_step_end(self.view)
                 if self.done:
@@ -290,13 +306,18 @@ class Trainer:
         stop.defer(True)
         try:
             while self.epoch < cfg.epochs and not self.done:
-                self._run_epoch(self.epoch)
-                if self.batches_done == 0:  # the epoch ended (not cut short by --max-steps)
-                    if self.data.eval_loader is not None:
-                        self.evaluate()
-                    self.epoch += 1
-                    for hook in self.hooks:
-                        hook.on_epoch_end(self.view)
+                try:
+                    self._run_epoch(self.epoch)
+                    if self.batches_done == 0:  # the epoch ended (not cut short by --max-steps)
+                        if self.data.eval_loader is not None:
+                            self.evaluate()
+                        self.epoch += 1
+                        for hook in self.hooks:
+                            hook.on_epoch_end(self.view)
+                except Exception as exc:
+                    if self.membership is None or not is_peer_lost(exc, after_setup=True):
+                        raise
+                    self._recover(exc)
         finally:
             stop.defer(False)
         elapsed = time.perf_counter() - t0
@@ -325,6 +346,71 @@ class Trainer:
 
     def max_steps_reached(self) -> bool:
         return bool(self.cfg.max_steps) and self.step >= self.cfg.max_steps
+
+    # ----------------------------------------------------------------------------- pod recovery
+    def _commit(self, epoch: int) -> None:
+        """After an optimizer step: the position a recovery goes back to (``epoch``: the next one
+        when this step ended it), and this rank's RNG state there."""
+        self.committed = Position(epoch, self.step, self.batches_done)
+        self._committed_rng = torch.get_rng_state()
+
+    def _recover(self, exc: BaseException) -> None:
+        """A peer was lost: form the next generation of the group with its replacement, take the
+        state of the rank furthest along, and train on from its position (nothing is lost)."""
+        assert self.membership is not None
+        t0 = time.monotonic()
+        print(
+            f"[rank {self.ctx.rank}] lost a peer after step {self.committed.step} ({failure_reason(exc)}); "
+            "waiting for its replacement",
+            flush=True,
+        )
+        self.membership.rejoin()
+        self.model = wrap(self.module, self.cfg, self.ctx, self.device)  # DDP over the new group
+        self.stragglers.rearm(self.model)
+        self.handoff()
+        self.metrics.emit(
+            "recovered", step=self.step, generation=self.membership.generation, seconds=time.monotonic() - t0
+        )
+        if self.ctx.is_main:
+            self.progress.note(
+                f"recovered: the group formed again (generation {self.membership.generation}) and resumed "
+                f"at step {self.step} in {time.monotonic() - t0:.1f}s"
+            )
+
+    def handoff(self) -> None:
+        """Collective, once the group formed again: every rank takes the model, optimizer,
+        scheduler and position of the rank furthest along (``recovery.source_rank``); survivors
+        go back to their own RNG state of that step, a replacement takes the source's."""
+        source = recovery.source_rank(d.all_gather_object(self.committed.step))
+        mine = self.ctx.rank == source
+        sent = d.broadcast_object(self._memory_state() if mine else None, source)
+        assert sent is not None  # the source sent its state
+        state: dict[str, Any] = sent
+        if not mine:
+            self.module.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+            if self.scheduler is not None and state["scheduler"] is not None:
+                self.scheduler.load_state_dict(state["scheduler"])
+        rejoined = self.membership is not None and self.membership.rejoined
+        torch.set_rng_state(state["rng"] if rejoined else self._committed_rng)
+        self.optimizer.zero_grad(set_to_none=True)  # a step cut short left its gradients
+        self.committed = state["position"]
+        self.epoch, self.step, self.batches_done = (
+            self.committed.epoch,
+            self.committed.step,
+            self.committed.batches_done,
+        )
+        self.beacon.step = self.step
+        self.done = self.max_steps_reached()
+
+    def _memory_state(self) -> dict[str, Any]:
+        return {
+            "position": self.committed,
+            "model": self.module.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
+            "rng": self._committed_rng,
+        }
 
     # ----------------------------------------------------------------------------- checkpoints
     def resume(self) -> None:
@@ -446,7 +532,19 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
         trainer = _on_every_rank(lambda: Trainer.from_config(cfg, ctx, device, backend), device)
         watch = watchdog.start(trainer.beacon, cfg.stall_timeout, ctx)
         try:
-            trainer.resume()
+            membership = recovery.current()
+            if membership is not None and membership.solo:  # a replacement: the others hold the state
+                membership.solo = False
+                trainer.handoff()
+                trainer.metrics.emit("rejoined", step=trainer.step, generation=membership.generation)
+                print(
+                    f"[rank {ctx.rank}] replaced a lost process: joined the running job at step {trainer.step} "
+                    f"(generation {membership.generation})",
+                    flush=True,
+                )
+            else:
+                trainer.resume()
+                trainer.committed = trainer.position
             trainer.beacon.step = trainer.step
             trained_from = True
             trainer.fit()

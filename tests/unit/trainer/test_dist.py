@@ -59,6 +59,21 @@ TORCHRUN_2x2_RANK3 = {
             DistContext(1, 0, 2, 1, 1, 0, "pod-index"),
             id="indexed-job-plain",
         ),
+        # pod recovery: torchrun runs node 1 (2 processes) alone; the job's layout is ddpctl's
+        pytest.param(
+            {
+                **TORCHRUN_2x2_RANK3,
+                "RANK": "1",
+                "WORLD_SIZE": "2",
+                "GROUP_RANK": "0",
+                "DDP_COORDINATOR": "job-coordinator:29510",
+                "DDP_NODE_RANK": "1",
+                "DDP_NODE_FIRST_RANK": "2",
+                "DDP_WORLD_SIZE": "4",
+            },
+            DistContext(3, 1, 4, 2, 1, 2, "torchrun+coordinator", "job-coordinator:29510"),
+            id="torchrun-per-node-with-a-coordinator",
+        ),
     ],
 )
 def test_detect_reads_each_engine(env: dict[str, str], expected: DistContext) -> None:
@@ -85,6 +100,14 @@ def test_detect_reads_each_engine(env: dict[str, str], expected: DistContext) ->
         ),
         pytest.param({"RANK": "1", "LOCAL_RANK": "1", "WORLD_SIZE": "2"}, "MASTER_ADDR", id="no-master"),
         pytest.param({"RANK": "x", "LOCAL_RANK": "0", "WORLD_SIZE": "2"}, "not an integer", id="garbage"),
+        pytest.param(
+            {**TORCHRUN_2x2_RANK3, "DDP_COORDINATOR": "nowhere"}, "is not HOST:PORT", id="coordinator-without-port"
+        ),
+        pytest.param(
+            {**TORCHRUN_2x2_RANK3, "DDP_COORDINATOR": "c:1"},
+            "DDP_NODE_FIRST_RANK is not set",
+            id="coordinator-no-layout",
+        ),
     ],
 )
 def test_detect_rejects_inconsistent_environments(env: dict[str, str], message: str) -> None:

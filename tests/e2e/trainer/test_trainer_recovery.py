@@ -1,0 +1,119 @@
+"""Pod recovery in the built-in trainer: three nodes, each a torchrun of its own (--nnodes 1), meet
+through the job's coordinator; one node is SIGKILLed after a known step and started again alone.
+The survivors keep running (the same processes), form the group again with the replacement, hand
+it their state from memory, and the job ends with the weights of an uninterrupted run: no step is
+lost and no checkpoint is read."""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from ddpctl_trainer.protocol import COORDINATOR_ENV, JOB_NODE_RANK_ENV, JOB_WORLD_SIZE_ENV, NODE_FIRST_RANK_ENV
+from tests.support.models.faults import kill_at, plugin_env
+from tests.support.trainer import PY, TINY, Run, assert_same_params, clean_env, kill_tree, launch, start
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+NODES = 3
+# 72 samples / global batch 12 = 6 steps an epoch, 2 epochs: 12 steps
+ARGS = [
+    *TINY,
+    "--synthetic-samples",
+    "72",
+    "--dtype",
+    "float64",
+    "--global-batch-size",
+    "12",
+    "--epochs",
+    "2",
+    "--lr",
+    "0.1",
+    "--momentum",
+    "0.9",
+    "--seed",
+    "3",
+    "--strategy",
+    "ddp",
+    "--save-final",
+    "final.pt",
+]
+KILLED_AT = 4  # mid-epoch 0
+ATOL = 1e-12
+
+
+class Drained:
+    """A started process whose output is read as it comes (a full pipe would stall it mid-collective)."""
+
+    def __init__(self, proc: subprocess.Popen) -> None:
+        self.proc, self.out, self.err = proc, [], []
+        self._threads = [
+            threading.Thread(target=lambda s=stream, into=into: into.extend(s), daemon=True)  # type: ignore[misc]
+            for stream, into in ((proc.stdout, self.out), (proc.stderr, self.err))
+        ]
+        for t in self._threads:
+            t.start()
+
+    def wait(self, timeout: float) -> int:
+        code = self.proc.wait(timeout)
+        for t in self._threads:
+            t.join(30)
+        return code
+
+    @property
+    def text(self) -> str:
+        return "".join(self.out) + "".join(self.err)
+
+
+def _node(workdir: Path, node: int, port: int, extra_env: dict[str, str]) -> Drained:
+    cmd = [PY, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1", "-m", "ddpctl_trainer"]
+    cmd += ["--checkpoint-dir", str(workdir / "ckpt"), "--metrics-file", str(workdir / "metrics.jsonl"), *ARGS]
+    env = {
+        COORDINATOR_ENV: f"127.0.0.1:{port}",
+        JOB_NODE_RANK_ENV: str(node),
+        NODE_FIRST_RANK_ENV: str(node),
+        JOB_WORLD_SIZE_ENV: str(NODES),
+        **extra_env,
+    }
+    return Drained(start(cmd, workdir, clean_env(env)))
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Run:
+    run = launch(tmp_path_factory.mktemp("recovery") / "uninterrupted", ARGS, nproc=NODES)
+    assert run.code == 0, run.explain()
+    return run
+
+
+@pytest.mark.parametrize("lost", [1, 0])
+def test_a_lost_node_is_replaced_alone_and_the_job_loses_no_step(uninterrupted: Run, tmp_path: Path, lost: int) -> None:
+    coordinator = start(
+        [PY, "-m", "ddpctl_trainer.coordinator", "--host", "127.0.0.1", "--port", "0"], tmp_path, clean_env()
+    )
+    try:
+        assert coordinator.stdout is not None
+        line = coordinator.stdout.readline()  # the coordinator says where it listens once it does
+        assert "coordinator listening on port" in line, line
+        port = int(line.split()[-1])
+        nodes = [_node(tmp_path, n, port, plugin_env(kill_at(KILLED_AT, rank=lost))) for n in range(NODES)]
+        assert nodes[lost].wait(240) != 0, nodes[lost].text
+        assert f"[fault] killing rank {lost} at step {KILLED_AT}" in nodes[lost].text
+        replacement = _node(tmp_path, lost, port, {})  # no fault this time: a new process, as a new pod is
+        survivors = [n for i, n in enumerate(nodes) if i != lost]
+        codes = [n.wait(240) for n in (*survivors, replacement)]
+        assert codes == [0, 0, 0], "\n---\n".join(n.text[-3000:] for n in (*survivors, replacement))
+    finally:
+        kill_tree(coordinator.tag)  # type: ignore[attr-defined]
+    for survivor in survivors:  # the same processes trained on: they saw the loss and recovered
+        assert f"lost a peer after step {KILLED_AT}" in survivor.text, survivor.text[-3000:]
+    run = Run(0, "", "", tmp_path)
+    # rank 0 writes the metrics: it recovered, or (lost itself) its replacement joined at that step
+    (back,) = run.events("rejoined" if lost == 0 else "recovered")
+    assert back["step"] == KILLED_AT and back["generation"] == 1, run.events()
+    assert f"joined the running job at step {KILLED_AT}" in replacement.text, replacement.text[-3000:]
+    assert not run.events("resume"), "no checkpoint was read: the state came from the survivors' memory"
+    assert run.events("done")[-1]["step"] == 12
+    assert_same_params(run.final(), uninterrupted.final(), atol=ATOL)

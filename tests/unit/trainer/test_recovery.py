@@ -1,0 +1,74 @@
+"""ddpctl_trainer.recovery: the generations of a pod-recovery job's group, kept in a real TCPStore
+(the coordinator's kind): a fresh rank joins the current generation, a replacement the next, and
+the generation moves once however many ranks notice a loss; the rank whose state everyone takes."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator
+
+import pytest
+import torch.distributed as dist
+
+from ddpctl_trainer import recovery
+from ddpctl_trainer.recovery import GENERATION_KEY, Membership, source_rank
+
+TIMEOUT = datetime.timedelta(seconds=30)
+
+
+@pytest.fixture
+def coordinator() -> Iterator[str]:
+    """The store the coordinator hosts, in this process (its address)."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
+    store.set(GENERATION_KEY, "0")
+    yield f"127.0.0.1:{store.port}"
+    del store
+
+
+def member(address: str, rank: int) -> Membership:
+    return Membership(address, rank, 3, "gloo", TIMEOUT)
+
+
+def record_joined(m: Membership) -> None:
+    """What `join` records once the group formed (the group itself is not formed here)."""
+    m.store.set(f"ddpctl/member/{m.rank}", str(m.generation))
+
+
+def test_fresh_ranks_join_the_current_generation(coordinator: str) -> None:
+    ranks = [member(coordinator, r) for r in range(3)]
+    assert [(m.generation, m.solo, m.rejoined) for m in ranks] == [(0, False, False)] * 3
+
+
+def test_a_replacement_joins_the_next_generation_and_it_moves_once(coordinator: str) -> None:
+    ranks = [member(coordinator, r) for r in range(3)]
+    for m in ranks:
+        record_joined(m)
+    replacement = member(coordinator, 1)  # rank 1 ran before: it is a replacement
+    assert (replacement.generation, replacement.solo, replacement.rejoined) == (1, True, True)
+    for survivor in (ranks[0], ranks[2]):  # each survivor moves it too, from the one it was in
+        survivor.store.compare_set(GENERATION_KEY, "0", "1")
+    assert replacement.store.get(GENERATION_KEY) == b"1"
+    never_joined = Membership(coordinator, 3, 4, "gloo", TIMEOUT)  # no record: it takes the current one
+    assert (never_joined.generation, never_joined.solo) == (1, False)
+
+
+def test_a_process_without_a_coordinator_has_no_membership() -> None:
+    assert recovery.current() is None and not recovery.solo()
+
+
+@pytest.mark.parametrize(
+    ("steps", "source"),
+    [
+        ([4, 4, 4], 0),  # all alike: the lowest rank
+        ([0, 4, 4], 1),  # rank 0 is the replacement
+        ([4, 5, 4], 1),  # rank 1 completed a step the others did not
+        ([3, 0, 5], 2),
+    ],
+)
+def test_the_state_comes_from_the_rank_furthest_along(steps: list[int], source: int) -> None:
+    assert source_rank(steps) == source
+
+
+@pytest.mark.parametrize(("value", "address"), [("", None), ("coord:29510", "coord:29510"), ("[::1]:5", "[::1]:5")])
+def test_the_coordinators_address(value: str, address: str | None) -> None:
+    assert recovery.coordinator_address({"DDP_COORDINATOR": value} if value else {}) == address

@@ -1,0 +1,123 @@
+"""Pod recovery: the global process group formed through the job's coordinator, and formed again
+with a lone replacement when a rank is lost, while the survivors keep their training state.
+
+Set ``DDP_COORDINATOR=HOST:PORT`` (``python -m ddpctl_trainer.coordinator`` listens there) and
+start each node's torchrun for that node alone (``--nnodes 1``), with the node's place in the job
+in ``DDP_NODE_RANK``, ``DDP_NODE_FIRST_RANK`` and ``DDP_WORLD_SIZE`` (``dist.detect``). No pod
+hosts the store, so losing any pod, node 0's included, leaves the others a place to meet.
+
+Generations: each formation of the group is a generation with a key prefix of its own in the
+store (gloo's peer addresses of a dead process must not be read by the next one). Every rank
+records the generation it joined. A rank with a record is a replacement: it joins the next
+generation. A survivor whose collective failed because a peer went away joins the next one too.
+Both move the store's current generation forward with compare-and-set, so it moves once however
+many ranks notice. The new group forms when every rank has joined, the replacement included:
+the world never shrinks silently.
+
+The replacement sets itself up alone (``solo``: the trainer's own collectives are skipped until
+it has joined the others' state), then every rank takes the state of the rank furthest along
+(``Trainer.handoff``).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from .errors import UsageError
+from .protocol import COORDINATOR_ENV
+
+GENERATION_KEY = "ddpctl/generation"
+
+
+def _member_key(rank: int) -> str:
+    return f"ddpctl/member/{rank}"
+
+
+def coordinator_address(env: Mapping[str, str] | None = None) -> str | None:
+    """``DDP_COORDINATOR`` as HOST:PORT, or None when the job does not recover pods."""
+    value = (os.environ if env is None else env).get(COORDINATOR_ENV, "")
+    if not value:
+        return None
+    host, _, port = value.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"{COORDINATOR_ENV}={value!r} is not HOST:PORT (the job's coordinator)")
+    return value
+
+
+class Membership:
+    """This rank's place in the generations of the job's group (see the module docstring)."""
+
+    def __init__(self, address: str, rank: int, world_size: int, backend: str, timeout: datetime.timedelta) -> None:
+        import torch.distributed as dist
+
+        host, _, port = address.rpartition(":")
+        self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
+        self.rank, self.world_size, self.backend, self.timeout = rank, world_size, backend, timeout
+        self.recoveries = 0
+        key = _member_key(rank)
+        if self.store.check([key]):  # this rank ran before: a replacement joins the next generation
+            last = int(self.store.get(key))
+            self.generation = last + 1
+            self.store.compare_set(GENERATION_KEY, str(last), str(self.generation))
+            self.solo = True
+        else:
+            self.generation = int(self.store.get(GENERATION_KEY))
+            self.solo = False
+
+    @property
+    def rejoined(self) -> bool:
+        """Whether this process replaced a lost one (it took the others' state, or will)."""
+        return self.generation > 0 and self.recoveries == 0
+
+    def join(self, **kwargs: Any) -> None:
+        """Form this generation's group with every other rank (blocks until all have joined)."""
+        import torch.distributed as dist
+
+        store = dist.PrefixStore(f"ddpctl/generation/{self.generation}", self.store)
+        dist.init_process_group(
+            self.backend, store=store, rank=self.rank, world_size=self.world_size, timeout=self.timeout, **kwargs
+        )
+        self.store.set(_member_key(self.rank), str(self.generation))
+
+    def rejoin(self, **kwargs: Any) -> None:
+        """After a lost peer: leave the broken group and form the next generation with its replacement."""
+        import torch.distributed as dist
+
+        try:
+            dist.destroy_process_group()
+        except Exception:  # noqa: BLE001, S110 - the broken group's teardown must not stop the recovery
+            pass
+        self.store.compare_set(GENERATION_KEY, str(self.generation), str(self.generation + 1))
+        self.generation += 1
+        self.recoveries += 1
+        self.join(**kwargs)
+
+
+_current: Membership | None = None
+
+
+def current() -> Membership | None:
+    """This process's membership, when its job recovers pods (``dist.setup`` makes it)."""
+    return _current
+
+
+def start(address: str, rank: int, world_size: int, backend: str, timeout: datetime.timedelta) -> Membership:
+    global _current
+    _current = Membership(address, rank, world_size, backend, timeout)
+    return _current
+
+
+def solo() -> bool:
+    """Whether this rank is a replacement still setting itself up alone: the trainer's own
+    collectives (data preparation, the setup check, resume) are skipped until the handoff."""
+    return _current is not None and _current.solo
+
+
+def source_rank(steps: list[int]) -> int:
+    """The rank whose state every rank takes: the furthest along (the lowest such rank on a tie).
+    A survivor whose gradient all-reduce finished before the peer died completed a step the others
+    did not; only its state is exact."""
+    return max(range(len(steps)), key=lambda r: (steps[r], -r))
