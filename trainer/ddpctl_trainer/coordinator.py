@@ -26,12 +26,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch.distributed as dist
 
-    from .recovery import GENERATION_KEY
-
     store = dist.TCPStore(
         args.host, args.port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(days=365)
     )
-    store.set(GENERATION_KEY, "0")
     print(f"[ddpctl] coordinator listening on port {store.port}", flush=True)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())

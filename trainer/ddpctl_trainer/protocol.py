@@ -340,6 +340,9 @@ JOB_NODE_RANK_ENV = "DDP_NODE_RANK"
 NODE_FIRST_RANK_ENV = "DDP_NODE_FIRST_RANK"  # the global rank of this node's local rank 0
 JOB_WORLD_SIZE_ENV = "DDP_WORLD_SIZE"
 COORDINATOR_PORT = 29510
+# Which start of the whole group the keys belong to (a runner that restarts every node at once
+# after too many losses keeps its coordinator: the new start must not read the last one's records)
+RECOVERY_SCOPE_ENV = "DDP_RECOVERY_SCOPE"
 
 # ------------------------------------------------------------------------------------ workspace
 # The user's own code, shipped without a rebuild: the CLI packs the workspace into a deterministic

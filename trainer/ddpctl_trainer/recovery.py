@@ -27,13 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import UsageError
-from .protocol import COORDINATOR_ENV
-
-GENERATION_KEY = "ddpctl/generation"
-
-
-def _member_key(rank: int) -> str:
-    return f"ddpctl/member/{rank}"
+from .protocol import COORDINATOR_ENV, RECOVERY_SCOPE_ENV
 
 
 def coordinator_address(env: Mapping[str, str] | None = None) -> str | None:
@@ -50,22 +44,35 @@ def coordinator_address(env: Mapping[str, str] | None = None) -> str | None:
 class Membership:
     """This rank's place in the generations of the job's group (see the module docstring)."""
 
-    def __init__(self, address: str, rank: int, world_size: int, backend: str, timeout: datetime.timedelta) -> None:
+    def __init__(
+        self,
+        address: str,
+        rank: int,
+        world_size: int,
+        backend: str,
+        timeout: datetime.timedelta,
+        scope: str = "",
+    ) -> None:
         import torch.distributed as dist
 
         host, _, port = address.rpartition(":")
         self.store = dist.TCPStore(host, int(port), is_master=False, timeout=timeout)
         self.rank, self.world_size, self.backend, self.timeout = rank, world_size, backend, timeout
+        self.prefix = f"ddpctl/{scope}/" if scope else "ddpctl/"
+        self.generation_key = self.prefix + "generation"
         self.recoveries = 0
-        key = _member_key(rank)
+        key = self._member_key()
         if self.store.check([key]):  # this rank ran before: a replacement joins the next generation
             last = int(self.store.get(key))
             self.generation = last + 1
-            self.store.compare_set(GENERATION_KEY, str(last), str(self.generation))
+            self.store.compare_set(self.generation_key, str(last), str(self.generation))
             self.solo = True
         else:
-            self.generation = int(self.store.get(GENERATION_KEY))
+            self.generation = int(self.store.add(self.generation_key, 0))  # made at 0 by the first to come
             self.solo = False
+
+    def _member_key(self) -> str:
+        return f"{self.prefix}member/{self.rank}"
 
     @property
     def rejoined(self) -> bool:
@@ -76,11 +83,11 @@ class Membership:
         """Form this generation's group with every other rank (blocks until all have joined)."""
         import torch.distributed as dist
 
-        store = dist.PrefixStore(f"ddpctl/generation/{self.generation}", self.store)
+        store = dist.PrefixStore(f"{self.prefix}generation/{self.generation}", self.store)
         dist.init_process_group(
             self.backend, store=store, rank=self.rank, world_size=self.world_size, timeout=self.timeout, **kwargs
         )
-        self.store.set(_member_key(self.rank), str(self.generation))
+        self.store.set(self._member_key(), str(self.generation))
 
     def rejoin(self, **kwargs: Any) -> None:
         """After a lost peer: leave the broken group and form the next generation with its replacement."""
@@ -90,7 +97,7 @@ class Membership:
             dist.destroy_process_group()
         except Exception:  # noqa: BLE001, S110 - the broken group's teardown must not stop the recovery
             pass
-        self.store.compare_set(GENERATION_KEY, str(self.generation), str(self.generation + 1))
+        self.store.compare_set(self.generation_key, str(self.generation), str(self.generation + 1))
         self.generation += 1
         self.recoveries += 1
         self.join(**kwargs)
@@ -106,7 +113,7 @@ def current() -> Membership | None:
 
 def start(address: str, rank: int, world_size: int, backend: str, timeout: datetime.timedelta) -> Membership:
     global _current
-    _current = Membership(address, rank, world_size, backend, timeout)
+    _current = Membership(address, rank, world_size, backend, timeout, os.environ.get(RECOVERY_SCOPE_ENV, ""))
     return _current
 
 

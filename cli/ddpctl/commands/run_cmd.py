@@ -19,6 +19,11 @@ class Color(str, Enum):
     never = "never"
 
 
+class Recovery(str, Enum):
+    gang = "gang"
+    pod = "pod"
+
+
 def run_command(
     spec_input: SpecInput,
     local: bool = typer.Option(
@@ -46,6 +51,12 @@ def run_command(
     engine: str = typer.Option(
         "docker", "--engine", help="With --docker: the container engine CLI (docker or podman)."
     ),
+    recovery: Recovery = typer.Option(
+        Recovery.gang,
+        "--recovery",
+        help="gang: a failed node restarts the whole group (from its checkpoint); pod (--local, the built-in "
+        "trainer on gloo): the failed node alone starts again and the others hand it their state.",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print each node's command and env (or each `docker run`); start nothing."
     ),
@@ -60,6 +71,8 @@ def run_command(
 
     if local and docker:
         raise UsageError("--local and --docker exclude each other: choose one")
+    if docker and recovery is Recovery.pod:
+        raise UsageError("--recovery pod: run --docker restarts the whole group; use it with --local")
     options = RunOptions(
         run_dir=run_dir,
         mounts=tuple(mount or ()),
@@ -67,6 +80,7 @@ def run_command(
         timeout=timeout,
         color=None if color is Color.auto else color is Color.always,
         engine=engine,
+        recovery=recovery.value,
     )
     backend = DockerBackend(options) if docker else LocalBackend(options)
     say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import os
 import secrets
+import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -35,7 +36,14 @@ from ddpctl.engines.base import LAUNCHER_PYTHON, NODE_RANK_LAUNCHER
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.plan import Plan
 from ddpctl.runners.common import arg_value, check_trainer_args, remap_paths, remove_checkpoints, volume_dirs
-from ddpctl.runners.failures import NodeFailed, after_finishing_note, died_after_finishing, node_failed, start_failure
+from ddpctl.runners.failures import (
+    NodeFailed,
+    after_finishing_note,
+    died_after_finishing,
+    node_failed,
+    signal_name,
+    start_failure,
+)
 from ddpctl.runners.node_env import LOOPBACK, cluster_env, inherited_env, loopback_env, loopback_ifname, start_env
 from ddpctl.runners.procs import RANK_MARK
 from ddpctl.runners.runs import RunRecord, node_log
@@ -78,6 +86,7 @@ class LocalPlan:
     cwd: Path
     notes: tuple[str, ...] = ()
     port_explicit: bool = False  # the user chose the port: it is used on every start, never replaced
+    coordinator_port: int | None = None  # pod recovery: where the job's coordinator listens (else None)
 
     @property
     def spec(self) -> JobSpec:
@@ -140,9 +149,12 @@ def plan_local(
     mounts: Mapping[str, Path] | None = None,
     cwd: Path | None = None,
     parent_env: Mapping[str, str] | None = None,
+    recovery: str = "gang",
 ) -> LocalPlan:
     """Compute the agents' commands and env; checks what can be checked before anything starts
-    (what the target can run, the script, the trainer's flags, the port). Starts nothing."""
+    (what the target can run, the script, the trainer's flags, the port). Starts nothing.
+    `recovery` pod: a lost node is started again alone and the others keep their state
+    (`pod_recovery_env`); gang: the whole group restarts by the target's rules."""
     job = plan_for(spec)
     require_torch()
     cwd = (cwd or Path.cwd()).resolve()
@@ -170,12 +182,22 @@ def plan_local(
         notes.append(f"secretEnv {', '.join(missing)} come from Secrets in the cluster; export them to set them here")
 
     args = remap_paths(job.trainer_args, {spec.volumes[n].mount_path: d for n, d in dirs.items() if n in spec.volumes})
+    coordinator_port = None
+    if recovery == "pod":
+        from ddpctl.runners.procs import free_port
+
+        problem = pod_recovery_problem(job, args)
+        if problem:
+            raise UsageError(f"--recovery pod: {problem}; leave --recovery at gang (whole-group restarts)")
+        coordinator_port = free_port()
     base = inherited_env(parent_env if parent_env is not None else os.environ)
     ifname = loopback_ifname()
     checkpoint_dir: Path | str | None = None
     nodes = []
     for index, hostname in enumerate(job.pod_hostnames):
         env = {**base, **loopback_env(cluster_env(job, index), job, index, LOOPBACK, port)}
+        if coordinator_port is not None:
+            env = pod_recovery_env(env, job, index, f"{LOOPBACK}:{coordinator_port}")
         if ifname and "GLOO_SOCKET_IFNAME" not in spec.env:
             env["GLOO_SOCKET_IFNAME"] = ifname  # gloo would pick the interface of the hostname
         if spec.uses_trainer:
@@ -191,8 +213,55 @@ def plan_local(
     if spec.uses_trainer:
         check_trainer_args(args, nodes[0].env, job.world_size)
     return LocalPlan(
-        job, run_dir, port, note, tuple(nodes), checkpoint_dir, cwd, tuple(notes), _explicit(job, port_explicit)
+        job,
+        run_dir,
+        port,
+        note,
+        tuple(nodes),
+        checkpoint_dir,
+        cwd,
+        tuple(notes),
+        _explicit(job, port_explicit),
+        coordinator_port,
     )
+
+
+RECOVERY_MODES = ("gang", "pod")
+_RENDEZVOUS_ENV = ("PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NODE_RANK", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT")
+
+
+def pod_recovery_problem(job: Plan, args: Sequence[str]) -> str | None:
+    """Why a lost node of this job cannot be started again alone here (None: it can)."""
+    spec = job.spec
+    if not job.uses_launcher:
+        return "only the built-in trainer forms its group again and hands a replacement its state"
+    if spec.elastic:
+        return "an elastic layout admits nodes through torchrun's c10d rendezvous instead"
+    if job.backend != "gloo":
+        return f"a {job.backend} group is not formed again yet (gloo only: --gpus 0)"
+    if arg_value(args, "--strategy") not in (None, "ddp"):
+        return "only DDP is formed again (every rank holds the whole state); FSDP's shards are not"
+    return None
+
+
+def pod_recovery_env(env: Mapping[str, str], job: Plan, index: int, coordinator: str) -> dict[str, str]:
+    """Node `index`'s env when a lost node is started again alone: its torchrun supervises this
+    node only (`--standalone`, one node), and the trainer forms the job's group through the
+    coordinator, with the node's place from ddpctl (ddpctl_trainer.recovery)."""
+    node = job.nodes[index]
+    out = {k: v for k, v in env.items() if k not in _RENDEZVOUS_ENV}
+    out.update(
+        {
+            "PET_NNODES": "1",
+            "PET_NPROC_PER_NODE": str(node.nproc),
+            "PET_STANDALONE": "1",
+            protocol.COORDINATOR_ENV: coordinator,
+            protocol.JOB_NODE_RANK_ENV: str(node.rank),
+            protocol.NODE_FIRST_RANK_ENV: str(node.first_rank),
+            protocol.JOB_WORLD_SIZE_ENV: str(job.world_size),
+        }
+    )
+    return dict(sorted(out.items()))
 
 
 def require_torch() -> None:
@@ -228,31 +297,72 @@ class LocalLauncher(Launcher):
         self.nonce = secrets.token_hex(4)
         self.ports: dict[int, int] = {}
         self.logs = relative_path(plan.run_dir / "logs", plan.cwd)
+        self.coordinator: subprocess.Popen[str] | None = None
+        self.replacements: dict[int, int] = {}  # node -> times it was started again alone
 
-    def start_node(self, index: int, attempt: int) -> Child:
+    def setup(self) -> None:
+        if self.plan.coordinator_port is not None:
+            self.coordinator = start_coordinator(self.plan)
+
+    def teardown(self) -> list[str]:
+        if self.coordinator is not None:
+            from ddpctl.runners import procs
+
+            procs.stop_process(self.coordinator)
+        return []
+
+    def start_node(self, index: int, attempt: int, replacement: str = "") -> Child:
         from ddpctl.runners import procs
 
         node = self.plan.nodes[index]
         port = self.ports.setdefault(attempt, port_for_start(self.plan, attempt))
         run_id = f"{self.plan.spec.name}-{self.nonce}-{attempt}"
+        env = start_env(node.env, port, run_id)
+        if self.coordinator is not None:  # each start of the whole group keeps records of its own
+            env[protocol.RECOVERY_SCOPE_ENV] = f"{self.nonce}-{attempt}"
+        log = node_log(self.plan.run_dir, node.index, attempt)
+        if replacement:  # the same start's log goes on: nothing of the lost process's output is lost
+            with log.open("a", encoding="utf-8") as fh:
+                fh.write(f"ddpctl: {replacement}\n")
         try:
-            return procs.start_child(
+            child = procs.start_child(
                 node.index,
                 f"node {node.index}",
                 node.argv,
-                start_env(node.env, port, run_id),
+                env,
                 cwd=self.plan.cwd,
-                log_path=node_log(self.plan.run_dir, node.index, attempt),
+                log_path=log,
+                append=bool(replacement),
             )
         except OSError as exc:
             raise start_failure(
                 node.argv, exc, user_command=bool(self.plan.spec.command), what=f"node {node.index}"
             ) from None
+        if self.coordinator is not None:  # its torchrun runs this node alone: its ranks count from 0
+            child.rank_base = self.plan.job.nodes[index].first_rank
+        return child
 
     def stop(self, children: list[Child]) -> None:
         from ddpctl.runners import procs
 
         procs.stop_children([c for c in children if c.poll() is None], grace_s=STOP_GRACE_S)
+
+    def replace_node(self, failed: Child, state: JobState) -> Child | None:
+        """With pod recovery: start the failed node again alone, up to backoffLimit times per
+        node, unless its code says a restart cannot help (a usage error, a straggler stop)."""
+        code = failed.returncode or 1
+        if self.coordinator is None or code in protocol.FAILS_THE_JOB:
+            return None
+        index, limit = failed.index, self.plan.spec.backoff_limit
+        done = self.replacements.get(index, 0)
+        if done >= limit:
+            self.console.note(f"node {index} failed again, and it was started again alone {done} of {limit} times")
+            return None
+        self.replacements[index] = done + 1
+        how = f"was killed by {signal_name(code)}" if code < 0 else f"exited with code {code}"
+        said = f"node {index} {how}; starting it again alone (replacement {done + 1} of {limit})"
+        self.console.note(f"{said}: the others keep training and hand it their state")
+        return self.start_node(index, state.attempt, replacement=said)
 
     def node_failed(self, state: JobState, failed: Child) -> NodeFailed | None:
         finished = died_after_finishing(state)
@@ -269,6 +379,44 @@ class LocalLauncher(Launcher):
             f"job {self.plan.spec.name} was still running after --timeout {timeout or 0:g}s; stopped it "
             f"(logs in {self.logs})"
         )
+
+
+def coordinator_argv(plan: LocalPlan) -> list[str]:
+    """The job's coordinator: a store on loopback, at the port planned for it."""
+    return [
+        sys.executable,
+        "-m",
+        "ddpctl_trainer.coordinator",
+        "--host",
+        LOOPBACK,
+        "--port",
+        str(plan.coordinator_port),
+    ]
+
+
+def start_coordinator(plan: LocalPlan) -> subprocess.Popen[str]:
+    """The job's coordinator on loopback (pod recovery): a store no node hosts, so that losing any
+    node leaves the others a place to meet its replacement. Returns once it listens."""
+    proc = subprocess.Popen(  # an argv list, no shell
+        coordinator_argv(plan),
+        env=dict(plan.nodes[0].env),
+        cwd=plan.cwd,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    assert proc.stdout is not None
+    said = proc.stdout.readline()  # one line once it listens; EOF if it could not
+    if "listening" not in said:
+        rest = said + proc.stdout.read()
+        proc.wait()
+        raise RuntimeFailure(
+            f"the job's coordinator did not start on {LOOPBACK}:{plan.coordinator_port} (exit code {proc.returncode}): "
+            f"{' '.join(rest.split())[-300:]}"
+        )
+    return proc
 
 
 def run_local(

@@ -31,6 +31,7 @@ class RunOptions:
     timeout: float | None = None
     color: bool | None = None  # None: colour on a terminal
     engine: str = "docker"  # with --docker: the container engine's CLI
+    recovery: str = "gang"  # with --local: pod starts a failed node again alone
 
 
 class _RunsHere(Backend[RequestT]):
@@ -88,6 +89,11 @@ class LocalRun:
         plan = self.plan
         say(f"ddpctl: {plan.spec.name}: {len(plan.nodes)} torchrun agents would start in {plan.cwd} (dry run)")
         inherited = _inherited()
+        if plan.coordinator_port is not None:
+            from ddpctl.runners.local import coordinator_argv
+
+            out("# the job's coordinator (--recovery pod: a lost node is started again alone)")
+            out(shlex.join(coordinator_argv(plan)))
         for node in plan.nodes:
             env = {k: v for k, v in node.env.items() if inherited.get(k) != v}
             out(f"# node {node.index} ({node.hostname})")
@@ -111,6 +117,7 @@ class LocalBackend(_RunsHere[LocalRun]):
                 port_explicit=port_asked_for(spec_input.chosen()),
                 mounts=_mounts(self.options.mounts),
                 cwd=self.cwd,
+                recovery=self.options.recovery,
             )
         )
 

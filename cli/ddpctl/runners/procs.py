@@ -39,22 +39,23 @@ RANK_LINE = re.compile(re.escape(RANK_MARK) + r"(\d+)@@(.*)$")
 _ANY_MARK = re.compile(re.escape(RANK_MARK) + r"\d+@@")
 
 
-def split_rank_line(text: str) -> tuple[int, str] | None:
+def split_rank_line(text: str, rank_base: int = 0) -> tuple[int, str] | None:
     """(rank, the rank's text) of a worker's marked line, without the trainer's own `[rank R] ` when
-    it says the same rank; None for the agent's own lines."""
+    it says the same rank; None for the agent's own lines. `rank_base`: the global rank of the
+    node's local rank 0, where its torchrun numbers ranks from 0 (a node run alone: pod recovery)."""
     match = RANK_LINE.search(text)
     if not match:
         return None
     # torchrun may join a line's prefix to the end of the one before (a line written in two parts):
     # a marker is never the worker's own text
-    rank, rest = int(match.group(1)), _ANY_MARK.sub("", match.group(2))
+    rank, rest = rank_base + int(match.group(1)), _ANY_MARK.sub("", match.group(2))
     rest = rest.removeprefix(protocol.rank_prefix(rank))
     return rank, rest
 
 
-def log_line(text: str) -> str:
+def log_line(text: str, rank_base: int = 0) -> str:
     """A line as the node's log file keeps it: a worker's marker replaced by `[rank R] `."""
-    found = split_rank_line(text)
+    found = split_rank_line(text, rank_base)
     return text if found is None else protocol.rank_prefix(found[0]) + found[1]
 
 
@@ -240,6 +241,7 @@ class Child:
     known_tree: dict[int, int] = field(default_factory=dict)
     scanned_at: float = float("-inf")
     started: int | None = None  # the child's own start time, read while it cannot be reaped yet
+    rank_base: int = 0  # what its torchrun's rank 0 is in the job (a node run alone: its first rank)
 
     @property
     def pid(self) -> int:
@@ -285,6 +287,7 @@ def start_child(
     env: Mapping[str, str],
     cwd: str | os.PathLike[str] | None = None,
     log_path: Path | None = None,
+    append: bool = False,
 ) -> Child:
     """Start `cmd` in a new session with stdout+stderr merged into one line-buffered pipe. The log
     file is opened first, so a failure leaves no process running; OSError (no such executable, no
@@ -292,7 +295,7 @@ def start_child(
     log = None
     if log_path is not None:
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        log = open(log_path, "w", encoding="utf-8")  # noqa: SIM115 - closed by LineMux
+        log = open(log_path, "a" if append else "w", encoding="utf-8")  # noqa: SIM115 - closed by LineMux
     try:
         popen = subprocess.Popen(  # an argv list, no shell
             list(cmd),
@@ -334,7 +337,7 @@ class LineMux:
             for line in iter(stream.readline, ""):
                 line = line.rstrip("\r\n")
                 if child.log is not None:
-                    child.log.write(log_line(line) + "\n")
+                    child.log.write(log_line(line, child.rank_base) + "\n")
                     child.log.flush()
                 self._queue.put((child, line))
         except (OSError, ValueError):
@@ -346,6 +349,13 @@ class LineMux:
                 with contextlib.suppress(OSError, ValueError):
                     child.log.close()
             self._queue.put((child, None))
+
+    def add(self, child: Child) -> None:
+        """Read one more child (a node started again alone) as the others are read."""
+        thread = threading.Thread(target=self._pump, args=(child,), daemon=True, name=f"ddpctl-log-{child.index}")
+        self._threads.append(thread)
+        self.open += 1
+        thread.start()
 
     def get(self, timeout: float) -> tuple[Child, str | None] | None:
         try:
@@ -377,6 +387,19 @@ def stop_children(children: Sequence[Child], grace_s: float = 10.0, sig: int = s
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.popen.wait(timeout=0.2)
     kill_leftovers(children)
+
+
+def stop_process(popen: subprocess.Popen[str], grace_s: float = 5.0) -> None:
+    """Stop one helper process that runs no workers (the job's coordinator): SIGTERM, then SIGKILL."""
+    if popen.poll() is None:
+        _signal_pid(popen.pid, signal.SIGTERM)
+        try:
+            popen.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            _signal_pid(popen.pid, signal.SIGKILL)
+            popen.wait()
+    if popen.stdout is not None:
+        popen.stdout.close()
 
 
 def kill_leftovers(children: Sequence[Child]) -> list[int]:

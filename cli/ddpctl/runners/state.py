@@ -197,12 +197,14 @@ class JobState:
         return " | ".join(parts)
 
 
-def show_line(console: Console, state: JobState, node: int, text: str, *, stopping: bool = False) -> None:
+def show_line(
+    console: Console, state: JobState, node: int, text: str, *, stopping: bool = False, rank_base: int = 0
+) -> None:
     """One line of node `node`'s output: a rank's line (behind the marker torchrun adds in a local
     run, or the trainer's own `[rank R] `) goes to the console with its rank, and the rest is the
     agent's or the container's own, shown unless it is noise (torchrun's failure report, its
     banner after the first node, an agent's traceback, blank lines of a node being stopped)."""
-    found = split_rank_line(text) or protocol.parse_rank_line(text)
+    found = split_rank_line(text, rank_base) or protocol.parse_rank_line(text)
     if found:
         rank, rest = found
         state.on_rank_line(rank, rest)

@@ -63,17 +63,20 @@ def supervise(
     stop: Callable[[list[Child]], None],
     timeout: float | None,
     tick: Callable[[JobState, list[Child]], None] | None = None,
+    replace: Callable[[Child, JobState], Child | None] | None = None,
 ) -> tuple[Child | None, bool]:
     """Start the children, stream their lines, stop the rest when one fails (after a grace for
     their own reports) or on --timeout, and wait for all. Returns (first failed child, timed out).
     `tick` sees the state about twice a second (the run record follows the job with it).
     `start` yields each child as soon as it runs, so one that fails to start (or a Ctrl-C while
     starting) leaves none of the earlier ones untracked. On Ctrl-C/SIGTERM every child is stopped
-    before KeyboardInterrupt goes on. Whatever happens, no child process (nor a child's child) is
-    left running."""
+    before KeyboardInterrupt goes on. `replace(failed, state)` may start a failed child again alone
+    (pod recovery): the others go on, and the new child takes the failed one's place. Whatever
+    happens, no child process (nor a child's child) is left running."""
     from ddpctl.runners import procs
 
     children: list[Child] = []
+    replaced: list[Child] = []
     reaper = procs.set_child_subreaper(True)
     failed: Child | None = None
     stop_at: float | None = None
@@ -91,9 +94,15 @@ def supervise(
                 if item is not None and item[1] is not None:
                     show(item[0], item[1])
                 procs.remember_trees(children)  # at most once a second: it reads all of /proc
-                for child in children:
+                for position, child in enumerate(children):
                     code = child.poll()
                     if code is not None and code != 0 and failed is None and not child.stopping:
+                        again = replace(child, state) if replace is not None else None
+                        if again is not None:
+                            children[position] = again
+                            replaced.append(child)
+                            mux.add(again)
+                            continue
                         failed = child
                         state.phase = "failing"
                         stop_at = time.monotonic() + PEER_GRACE_S
@@ -123,7 +132,7 @@ def supervise(
         stop(children)
         raise
     finally:
-        procs.kill_leftovers(children)
+        procs.kill_leftovers(children + replaced)
         if reaper:
             procs.set_child_subreaper(False)
         console.done()
@@ -248,6 +257,11 @@ class Launcher(ABC):
     def after_start(self) -> None:  # noqa: B027 - a hook
         """After each start of the group, whatever happened (remove its containers)."""
 
+    def replace_node(self, failed: Child, state: JobState) -> Child | None:
+        """Start node `failed` again alone while the others go on (pod recovery), or None: the
+        group stops and the target's restart rules decide."""
+        return None
+
     @abstractmethod
     def node_failed(self, state: JobState, failed: Child) -> NodeFailed | None:
         """What node `failed` failing means for this start: None when the job's work was done after all."""
@@ -278,11 +292,18 @@ def run_job(
                 yield launcher.start_node(index, state.attempt)
 
         def show(child: Child, text: str) -> None:
-            show_line(console, state, child.index, text, stopping=child.stopping)
+            show_line(console, state, child.index, text, stopping=child.stopping, rank_base=child.rank_base)
 
         try:
             failed, timed_out = supervise(
-                starts, state, console, show=show, stop=launcher.stop, timeout=left, tick=record.tick
+                starts,
+                state,
+                console,
+                show=show,
+                stop=launcher.stop,
+                timeout=left,
+                tick=record.tick,
+                replace=launcher.replace_node,
             )
             launcher.collect(state)
         finally:

@@ -349,3 +349,45 @@ def test_the_timeout_error_names_the_logs(tmp_path: Path) -> None:
     assert str(launcher.timed_out(90)) == (
         "job w was still running after --timeout 90s; stopped it (logs in ddp-runs/w/logs)"
     )
+
+
+# ------------------------------------------------------------------------------ --recovery pod
+
+UNEVEN = [
+    {"name": "a", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2},
+    {"name": "b", "nodes": 2, "gpusPerNode": 0, "procsPerNode": 1},
+]
+
+
+def test_with_pod_recovery_each_node_runs_alone_and_meets_the_others_through_the_coordinator(
+    tmp_path: Path,
+) -> None:
+    plan = _plan(tmp_path, {"nodeGroups": UNEVEN}, recovery="pod")
+    assert plan.coordinator_port is not None
+    address = f"127.0.0.1:{plan.coordinator_port}"
+    seen = []
+    for node in plan.nodes:
+        env = node.env
+        assert (env["PET_NNODES"], env["PET_STANDALONE"], env[protocol.COORDINATOR_ENV]) == ("1", "1", address)
+        assert not {"PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NODE_RANK"} & set(env)  # no job-wide rendezvous
+        seen.append((env[protocol.JOB_NODE_RANK_ENV], env[protocol.NODE_FIRST_RANK_ENV], env["PET_NPROC_PER_NODE"]))
+        assert env[protocol.JOB_WORLD_SIZE_ENV] == "4"
+    assert seen == [("0", "0", "2"), ("1", "2", "1"), ("2", "3", "1")]  # ranks contiguous per node, groups uneven
+    assert _plan(tmp_path).coordinator_port is None  # gang: torchrun's rendezvous as before
+
+
+@pytest.mark.parametrize(
+    ("data", "problem"),
+    [
+        ({"module": None, "script": "train.py"}, "only the built-in trainer"),
+        ({"nodes": "1:3"}, "an elastic layout"),
+        ({"gpusPerNode": 1}, "a nccl group is not formed again"),
+        ({"args": ["--strategy", "fsdp"]}, "only DDP is formed again"),
+    ],
+)
+def test_pod_recovery_is_refused_where_it_cannot_work(tmp_path: Path, data: dict, problem: str) -> None:
+    (tmp_path / "train.py").write_text("")
+    with pytest.raises(UsageError) as error:
+        _plan(tmp_path, data, recovery="pod")
+    assert str(error.value).startswith(f"--recovery pod: {problem}")
+    assert str(error.value).endswith("; leave --recovery at gang (whole-group restarts)")

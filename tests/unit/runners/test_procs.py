@@ -209,3 +209,16 @@ def test_await_gone_returns_once_a_killed_process_has_ended_and_gives_up_on_a_li
         live.kill()
         live.wait()
         victim.wait()
+
+
+@pytest.mark.parametrize(
+    ("line", "base", "found"),
+    [
+        (RANK_MARK + "0@@[rank 2] hello", 2, (2, "hello")),  # a node run alone: its rank 0 is rank 2
+        (RANK_MARK + "1@@hi", 4, (5, "hi")),
+        (RANK_MARK + "3@@[rank 3] same", 0, (3, "same")),
+        ("agent line", 2, None),
+    ],
+)
+def test_a_marked_line_counts_its_rank_from_the_nodes_first(line: str, base: int, found: tuple | None) -> None:
+    assert split_rank_line(line, base) == found

@@ -437,3 +437,47 @@ def test_a_ctrl_c_while_the_group_starts_stops_the_nodes_already_started(tmp_pat
     assert len(launcher.children) == 1 and launcher.children[0].poll() is not None  # node 0 is gone
     assert "ddpctl: stopping w: interrupted" in err
     assert recorded["state"] == "interrupted" and launcher.calls == ["setup", "after_start", "teardown"]
+
+
+class Replacing(Shell):
+    """Node 1 fails once and is started again alone (`replace_node`), as pod recovery does; its
+    peer keeps running until the replacement has said its line (a file, not a sleep)."""
+
+    def __init__(self, plan: Plan, run_dir: Path, flag: Path) -> None:
+        survivor = f"while [ ! -e {flag} ]; do :; done; " + SAY.format(rank=0, text="still here")
+        super().__init__(plan, run_dir, [[survivor, "exit 137"]])
+        self.flag = flag
+        self.replaced: list[int] = []
+
+    def replace_node(self, failed: Child, state: JobState) -> Child | None:
+        if self.replaced:
+            return None
+        self.replaced.append(failed.index)
+        child = procs.start_child(
+            failed.index,
+            f"node {failed.index}",
+            ["sh", "-c", SAY.format(rank=0, text="replacement") + f"; touch {self.flag}"],
+            {"PATH": os.environ.get("PATH", "/usr/bin:/bin")},
+        )
+        child.rank_base = 1  # its torchrun numbers its ranks from 0: rank 0 there is rank 1 here
+        return child
+
+
+def test_a_node_started_again_alone_takes_the_failed_ones_place(tmp_path: Path) -> None:
+    plan = plan_for(JobSpec(name="w", nodes=2, procs_per_node=1))
+    run_dir = tmp_path / "ddp-runs" / "w"
+    launcher = Replacing(plan, run_dir, tmp_path / "replaced")
+    out, err = io.StringIO(), io.StringIO()
+    outcome = run_job(
+        plan,
+        launcher,
+        make_console(out, err, False),
+        record=RunRecord(run_dir, plan, Where.local, "2 nodes x 1 process", None),
+        checkpoint_dir=None,
+        cwd=tmp_path,
+        logs=run_dir / "logs",
+        timeout=60,
+    )
+    assert outcome == 0, err.getvalue()
+    assert launcher.replaced == [1] and launcher.calls == ["setup", "after_start", "teardown"]  # no group restart
+    assert sorted(out.getvalue().splitlines()) == ["[rank 0] still here", "[rank 1] replacement"]

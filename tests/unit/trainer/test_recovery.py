@@ -11,7 +11,7 @@ import pytest
 import torch.distributed as dist
 
 from ddpctl_trainer import recovery
-from ddpctl_trainer.recovery import GENERATION_KEY, Membership, source_rank
+from ddpctl_trainer.recovery import Membership, source_rank
 
 TIMEOUT = datetime.timedelta(seconds=30)
 
@@ -20,18 +20,17 @@ TIMEOUT = datetime.timedelta(seconds=30)
 def coordinator() -> Iterator[str]:
     """The store the coordinator hosts, in this process (its address)."""
     store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
-    store.set(GENERATION_KEY, "0")
     yield f"127.0.0.1:{store.port}"
     del store
 
 
-def member(address: str, rank: int) -> Membership:
-    return Membership(address, rank, 3, "gloo", TIMEOUT)
+def member(address: str, rank: int, scope: str = "") -> Membership:
+    return Membership(address, rank, 3, "gloo", TIMEOUT, scope)
 
 
 def record_joined(m: Membership) -> None:
     """What `join` records once the group formed (the group itself is not formed here)."""
-    m.store.set(f"ddpctl/member/{m.rank}", str(m.generation))
+    m.store.set(f"{m.prefix}member/{m.rank}", str(m.generation))
 
 
 def test_fresh_ranks_join_the_current_generation(coordinator: str) -> None:
@@ -46,8 +45,8 @@ def test_a_replacement_joins_the_next_generation_and_it_moves_once(coordinator: 
     replacement = member(coordinator, 1)  # rank 1 ran before: it is a replacement
     assert (replacement.generation, replacement.solo, replacement.rejoined) == (1, True, True)
     for survivor in (ranks[0], ranks[2]):  # each survivor moves it too, from the one it was in
-        survivor.store.compare_set(GENERATION_KEY, "0", "1")
-    assert replacement.store.get(GENERATION_KEY) == b"1"
+        survivor.store.compare_set(survivor.generation_key, "0", "1")
+    assert replacement.store.get(replacement.generation_key) == b"1"
     never_joined = Membership(coordinator, 3, 4, "gloo", TIMEOUT)  # no record: it takes the current one
     assert (never_joined.generation, never_joined.solo) == (1, False)
 
@@ -72,3 +71,13 @@ def test_the_state_comes_from_the_rank_furthest_along(steps: list[int], source: 
 @pytest.mark.parametrize(("value", "address"), [("", None), ("coord:29510", "coord:29510"), ("[::1]:5", "[::1]:5")])
 def test_the_coordinators_address(value: str, address: str | None) -> None:
     assert recovery.coordinator_address({"DDP_COORDINATOR": value} if value else {}) == address
+
+
+def test_a_new_start_of_the_whole_group_has_records_of_its_own(coordinator: str) -> None:
+    """After a whole-group restart the coordinator still holds the last start's records: the ranks
+    of the new start (another scope) are fresh, not replacements."""
+    first = member(coordinator, 1, scope="0")
+    record_joined(first)
+    assert member(coordinator, 1, scope="0").solo
+    again = member(coordinator, 1, scope="1")
+    assert (again.generation, again.solo) == (0, False)

@@ -1,0 +1,88 @@
+"""`ddpctl run --local --recovery pod` as a user runs it: three nodes, each a torchrun agent of its
+own, meet through the job's coordinator; a node whose worker is SIGKILLed after a known step (the
+OOM killer's way) is started again alone, the others keep training in the same processes and hand
+it their state, and the job ends with the weights of an uninterrupted run. A usage error is never
+replaced. Real processes, gloo on loopback; waits are on process exits, never on sleeps."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.models.faults import env_flags, kill_at, plugin_env
+from tests.support.procs import run_ddpctl
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+LAYOUT = ["run", "--local", "--nodes", "3", "--procs", "1"]
+# 72 samples / global batch 12 = 6 steps an epoch, 2 epochs: 12 steps, float64
+TRAINER = [
+    "--",
+    "--progress",
+    "lines",
+    "--synthetic-samples",
+    "72",
+    "--eval-samples",
+    "24",
+    "--image-size",
+    "8",
+    "--num-classes",
+    "4",
+    "--global-batch-size",
+    "12",
+    "--epochs",
+    "2",
+    "--dtype",
+    "float64",
+    "--save-final",
+    "final.pt",
+]
+KILLED_AT = 4
+
+
+def _weights(path: Path) -> dict[str, Any]:
+    import torch
+
+    return dict(torch.load(path, weights_only=True)["model"])
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    cwd = tmp_path_factory.mktemp("uninterrupted")
+    run = run_ddpctl(*LAYOUT, *TRAINER, cwd=cwd)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return _weights(cwd / "final.pt")
+
+
+@pytest.mark.parametrize("lost", [1, 0])
+def test_a_killed_node_is_started_again_alone_and_no_step_is_lost(
+    uninterrupted: dict[str, Any], tmp_path: Path, lost: int
+) -> None:
+    import torch
+
+    hook = env_flags(plugin_env(kill_at(KILLED_AT, rank=lost)))
+    run = run_ddpctl(*LAYOUT, "--recovery", "pod", *hook, *TRAINER, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    said = f"ddpctl: node {lost} exited with code 137; starting it again alone (replacement 1 of 3)"
+    assert said in run.stderr, run.stderr[-3000:]
+    assert run.stderr.count("starting it again alone") == 1
+    for survivor in {0, 1, 2} - {lost}:  # the survivors' own processes saw the loss and went on
+        assert f"[rank {survivor}] lost a peer after step {KILLED_AT}" in run.stdout + run.stderr
+    assert (
+        f"[rank {lost}] replaced a lost process: joined the running job at step {KILLED_AT}" in run.stdout + run.stderr
+    )
+    logs = tmp_path / "ddp-runs" / "ddp-train" / "logs"
+    assert sorted(p.name for p in logs.glob("*.log")) == ["node-0.log", "node-1.log", "node-2.log"]  # no group restart
+    assert said.removeprefix("ddpctl: ") in (logs / f"node-{lost}.log").read_text()  # one log, both processes
+    ours = _weights(tmp_path / "final.pt")
+    assert ours.keys() == uninterrupted.keys()
+    for key in ours:
+        torch.testing.assert_close(ours[key], uninterrupted[key], atol=1e-12, rtol=0)
+
+
+def test_a_usage_error_is_not_replaced(tmp_path: Path) -> None:
+    run = run_ddpctl(*LAYOUT, "--recovery", "pod", "--", "--synthetic-samples", "-5", cwd=tmp_path)
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "starting it again alone" not in run.stderr
