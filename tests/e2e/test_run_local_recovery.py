@@ -6,6 +6,7 @@ replaced. Real processes, gloo on loopback; waits are on process exits, never on
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +71,16 @@ def test_a_killed_node_is_started_again_alone_and_no_step_is_lost(
     assert run.stderr.count("starting it again alone") == 1
     for survivor in {0, 1, 2} - {lost}:  # the survivors' own processes saw the loss and went on
         assert f"[rank {survivor}] lost a peer after step {KILLED_AT}" in run.stdout + run.stderr
-    assert (
-        f"[rank {lost}] replaced a lost process: joined the running job at step {KILLED_AT}" in run.stdout + run.stderr
+    joined = (
+        f"[rank {lost}] ddpctl-trainer: recovery: replaced a lost process: joined the running job at step {KILLED_AT}"
     )
+    assert joined in run.stdout + run.stderr
+    status = run_ddpctl("status", "ddp-train", cwd=tmp_path)
+    assert status.returncode == 0, status.stderr
+    assert re.search(
+        rf"Recoveries: +node {lost} exited with code 137: back at step {KILLED_AT} after [0-9.]+ s, no step lost",
+        status.stdout,
+    ), status.stdout
     logs = tmp_path / "ddp-runs" / "ddp-train" / "logs"
     assert sorted(p.name for p in logs.glob("*.log")) == ["node-0.log", "node-1.log", "node-2.log"]  # no group restart
     assert said.removeprefix("ddpctl: ") in (logs / f"node-{lost}.log").read_text()  # one log, both processes

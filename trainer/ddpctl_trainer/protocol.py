@@ -105,6 +105,21 @@ PREFLIGHT_VERDICT_TAG = f"{PREFLIGHT_PREFIX} verdict: "
 # (after `[rank 0] `), and one when a named node is back within the tolerance.
 STRAGGLER_TAG = f"{PROG}: straggler: "
 STRAGGLER_RECOVERED_TAG = f"{PROG}: straggler recovered: "
+# Pod recovery: a survivor's line once the group formed again with a replacement, and the
+# replacement's once it joined; both say the step training goes on from (`recovery_step`).
+RECOVERY_TAG = f"{PROG}: recovery: "
+_RECOVERY_STEP = re.compile(r"\bat step (\d+)\b")
+
+
+def recovery_step(text: str) -> int | None:
+    """The step a pod-recovery line (with or without its `[rank R] `) says training goes on from;
+    None for any other line."""
+    found = parse_rank_line(text)
+    body = found[1] if found else text
+    if not body.startswith(RECOVERY_TAG):
+        return None
+    step = _RECOVERY_STEP.search(body)
+    return int(step.group(1)) if step else None
 
 
 def preflight_line(text: str) -> tuple[str, str] | None:

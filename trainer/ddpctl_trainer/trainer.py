@@ -56,7 +56,7 @@ from .errors import (
     peer_lost,
 )
 from .metrics import Meter, MetricsLog, Progress
-from .protocol import STOPPED_BY_SIGTERM
+from .protocol import RECOVERY_TAG, STOPPED_BY_SIGTERM
 from .stragglers import Stragglers
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
@@ -373,8 +373,8 @@ class Trainer:
         )
         if self.ctx.is_main:
             self.progress.note(
-                f"recovered: the group formed again (generation {self.membership.generation}) and resumed "
-                f"at step {self.step} in {time.monotonic() - t0:.1f}s"
+                f"{RECOVERY_TAG}the group formed again (generation {self.membership.generation}), going on "
+                f"at step {self.step} after {time.monotonic() - t0:.1f}s"
             )
 
     def handoff(self) -> None:
@@ -538,8 +538,8 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
                 trainer.handoff()
                 trainer.metrics.emit("rejoined", step=trainer.step, generation=membership.generation)
                 print(
-                    f"[rank {ctx.rank}] replaced a lost process: joined the running job at step {trainer.step} "
-                    f"(generation {membership.generation})",
+                    f"[rank {ctx.rank}] {RECOVERY_TAG}replaced a lost process: joined the running job at step "
+                    f"{trainer.step} (generation {membership.generation})",
                     flush=True,
                 )
             else:

@@ -361,6 +361,7 @@ class LocalLauncher(Launcher):
         self.replacements[index] = done + 1
         how = f"was killed by {signal_name(code)}" if code < 0 else f"exited with code {code}"
         said = f"node {index} {how}; starting it again alone (replacement {done + 1} of {limit})"
+        state.on_replaced(index, how)
         self.console.note(f"{said}: the others keep training and hand it their state")
         return self.start_node(index, state.attempt, replacement=said)
 

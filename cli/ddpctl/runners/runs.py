@@ -94,6 +94,8 @@ class RunRecord:
                 self.preflight = list(self.job.preflight)
             if self.job.stragglers:
                 self.stragglers = list(self.job.stragglers)
+        if self.job is not None and self.job.recoveries:
+            record["recoveries"] = [{k: v for k, v in r.items() if not k.startswith("_")} for r in self.job.recoveries]
         if self.preflight:
             record["preflight"] = self.preflight
         if self.stragglers:
@@ -117,7 +119,8 @@ class RunRecord:
         self.job = job
         self.nodes = {c.index: c.poll() for c in children}
         nodes = sorted(self.nodes.items(), key=lambda kv: kv[0])
-        now = (job.attempt, job.progress, len(job.preflight), len(job.stragglers), nodes)
+        recovered = [r.get("step") for r in job.recoveries]
+        now = (job.attempt, job.progress, len(job.preflight), len(job.stragglers), recovered, nodes)
         if now == self._last or time.monotonic() - self._written < TICK_S:
             return
         self._last = now
@@ -219,6 +222,9 @@ def run_status(run_dir: Path, cwd: Path | None = None) -> JobStatus:
         step = latest_step(checkpoints)
         if step is not None:
             lines.append(("Checkpoint", f"step {step} in {relative_path(checkpoints, cwd)}"))
+    recoveries = record.get("recoveries") or []
+    if recoveries:
+        lines.append(("Recoveries", "; ".join(recovery_text(r) for r in recoveries)))
     lines.append(("Logs", f"{relative_path(run_dir / 'logs', cwd)} (ddpctl logs {name})"))
     lines.append(("Age", _age(record)))
     progress = record.get("progress") or {}
@@ -247,6 +253,14 @@ def run_status(run_dir: Path, cwd: Path | None = None) -> JobStatus:
         no_rows="No node has started yet." if _running(record) else "",
         data={**record, "state": state},
     )
+
+
+def recovery_text(recovery: Mapping[str, Any]) -> str:
+    """One node started again alone: `node 1 was killed by SIGKILL: back at step 4 after 4.4 s`."""
+    text = f"node {recovery.get('node')} {recovery.get('reason')}"
+    if recovery.get("step") is None:
+        return f"{text}: being replaced"
+    return f"{text}: back at step {recovery['step']} after {recovery.get('seconds')} s, no step lost"
 
 
 def _exit_reason(node: Mapping[str, Any]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ddpctl.console import Console, plural
 from ddpctl.runners.procs import split_rank_line
@@ -82,6 +82,9 @@ class JobState:
     already_complete: tuple[int, str] | None = None  # (step, checkpoint) of a rerun of a finished job
     preflight: list[str] = field(default_factory=list)  # rank 0's preflight report, its lines as printed
     stragglers: list[str] = field(default_factory=list)  # rank 0's straggler lines (named, recovered), as printed
+    # pod recovery: each node started again alone (`node`, `reason`; `step` and `seconds` once the
+    # group has formed again: the step training went on from, the seconds since the node failed)
+    recoveries: list[dict[str, Any]] = field(default_factory=list)
     failures: list[Failure] = field(default_factory=list)
     peer_failed_ranks: set[int] = field(default_factory=set)
     last_error: dict[int, str] = field(default_factory=dict)
@@ -117,9 +120,17 @@ class JobState:
             self.preflight.append(text)
         if rank == 0 and protocol.straggler_line(text) is not None:
             self.stragglers.append(text)
+        step = protocol.recovery_step(text)
+        pending = [r for r in self.recoveries if r.get("step") is None]
+        if step is not None and pending:
+            pending[0].update(step=step, seconds=round(time.monotonic() - pending[0].pop("_since"), 1))
         done = ALREADY_COMPLETE.search(text) if rank == 0 else None
         if done:
             self.already_complete = (int(done.group(1)), done.group(2))
+
+    def on_replaced(self, node: int, reason: str) -> None:
+        """Node `node` failed and is started again alone (pod recovery)."""
+        self.recoveries.append({"node": node, "reason": reason, "step": None, "_since": time.monotonic()})
 
     def is_progress(self, rank: int, text: str) -> bool:
         """Rank 0's progress lines: a live status line shows them instead, on a terminal."""

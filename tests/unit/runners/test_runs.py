@@ -29,6 +29,7 @@ from ddpctl.runners.runs import (
     list_runs,
     node_log,
     node_logs,
+    recovery_text,
     require_run,
     run_logs,
     run_status,
@@ -552,3 +553,17 @@ def test_deleting_a_running_run_stops_its_ddpctl_first(tmp_path: Path, live_chil
     assert live_child.wait(timeout=30) == -15  # SIGTERM: its ddpctl stops its nodes as on Ctrl-C
     assert said == [f"stopping local run w (ddpctl pid {live_child.pid})", "local run w deleted"]
     assert not run_dir.exists()
+
+
+@pytest.mark.parametrize(
+    ("recovery", "text"),
+    [
+        (
+            {"node": 1, "reason": "exited with code 137", "step": 4, "seconds": 4.4},
+            "node 1 exited with code 137: back at step 4 after 4.4 s, no step lost",
+        ),
+        ({"node": 0, "reason": "was killed by SIGKILL", "step": None}, "node 0 was killed by SIGKILL: being replaced"),
+    ],
+)
+def test_a_recovery_in_status(recovery: dict, text: str) -> None:
+    assert recovery_text(recovery) == text

@@ -306,3 +306,16 @@ def test_the_status_line_says_phase_nodes_world_and_progress() -> None:
 )
 def test_layout_phrase(data: dict, unit: str, phrase: str) -> None:
     assert layout_phrase(plan_for(JobSpec.from_dict(data)), unit) == phrase
+
+
+def test_a_node_started_again_alone_is_recorded_until_the_group_goes_on() -> None:
+    state = JobState("w", 3, 3)
+    state.on_replaced(1, "exited with code 137")
+    assert state.recoveries[0]["step"] is None
+    state.on_rank_line(
+        0, "ddpctl-trainer: recovery: the group formed again (generation 1), going on at step 4 after 1.0s"
+    )
+    state.on_rank_line(1, "ddpctl-trainer: recovery: replaced a lost process: joined the running job at step 4")
+    (recovery,) = state.recoveries
+    assert (recovery["node"], recovery["reason"], recovery["step"]) == (1, "exited with code 137", 4)
+    assert recovery["seconds"] >= 0 and "_since" not in recovery

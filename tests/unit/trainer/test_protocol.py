@@ -69,3 +69,16 @@ def test_progress_text_parses_back_and_counts_every_epoch() -> None:
     assert protocol.parse_progress(p.text()) == p
     assert p.percent == pytest.approx(100 * 15 / 40)
     assert protocol.Progress(1, 1, 0, 0).percent == 0.0
+
+
+@pytest.mark.parametrize(
+    ("line", "step"),
+    [
+        ("[rank 0] ddpctl-trainer: recovery: the group formed again (generation 1), going on at step 4 after 4.4s", 4),
+        ("ddpctl-trainer: recovery: replaced a lost process: joined the running job at step 12 (generation 2)", 12),
+        ("[rank 0] epoch 1/2 step 4/6 loss 1.37", None),
+        ("[rank 2] lost a peer after step 4 (Read error)", None),
+    ],
+)
+def test_a_recovery_line_says_the_step_training_goes_on_from(line: str, step: int | None) -> None:
+    assert protocol.recovery_step(line) == step
