@@ -364,10 +364,11 @@ class Trainer:
             "waiting for its replacement",
             flush=True,
         )
-        self.membership.rejoin()
-        self.model = wrap(self.module, self.cfg, self.ctx, self.device)  # DDP over the new group
-        self.stragglers.rearm(self.model)
-        self.handoff()
+        with watchdog.waiting_for_a_replacement():
+            self.membership.rejoin()
+            self.model = wrap(self.module, self.cfg, self.ctx, self.device)  # DDP over the new group
+            self.stragglers.rearm(self.model)
+            self.handoff()
         self.metrics.emit(
             "recovered", step=self.step, generation=self.membership.generation, seconds=time.monotonic() - t0
         )

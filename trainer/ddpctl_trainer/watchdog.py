@@ -22,6 +22,7 @@ How it works, and why it is cheap:
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import os
@@ -38,6 +39,7 @@ from .errors import keep_as_termination_message
 from .protocol import (
     EXIT_STALLED,
     PROG,
+    RECOVERY_SCOPE_ENV,
     STALL_SUMMARY_FIRST,
     STALL_SUMMARY_TAG,
     WARNING_TAG,
@@ -67,6 +69,18 @@ STORE_PREFIX = "ddpctl_watchdog"
 T = TypeVar("T")
 
 _stalling = threading.Event()  # set once this process's watchdog has declared a stall
+_waiting = threading.Event()  # set while this rank waits for a lost peer's replacement (pod recovery)
+
+
+@contextlib.contextmanager
+def waiting_for_a_replacement() -> Iterator[None]:
+    """While the group forms again with a lost peer's replacement (pod recovery), no progress is
+    expected: the watchdog's clock starts over when the wait ends, however long the new pod took."""
+    _waiting.set()
+    try:
+        yield
+    finally:
+        _waiting.clear()
 
 
 def stalling() -> bool:
@@ -231,6 +245,9 @@ class Watchdog:
         clock = StallClock(self.timeout, self._clock())
         try:
             while not self._stop.wait(self.interval):
+                if _waiting.is_set():
+                    clock = StallClock(self.timeout, self._clock())
+                    continue
                 moved = self.beacon.seq != self._published_seq
                 if moved:
                     self._publish()
@@ -356,16 +373,23 @@ class Watchdog:
         return None
 
 
-def connect_store(world_size: int, restart_count: int, env: Mapping[str, str] | None = None) -> Store:
+def connect_store(
+    world_size: int, restart_count: int, env: Mapping[str, str] | None = None, coordinator: str | None = None
+) -> Store:
     """A store every rank of this attempt shares: its own client connection to the store the job
-    already runs (torchrun's agent store, or rank 0's env:// store, at MASTER_ADDR:MASTER_PORT), so
-    the watchdog thread never shares a socket with the process group. One process: an in-memory
-    store."""
+    already runs (torchrun's agent store, or rank 0's env:// store, at MASTER_ADDR:MASTER_PORT; with
+    pod recovery the job's coordinator, as each node's torchrun store is its own), so the watchdog
+    thread never shares a socket with the process group. One process: an in-memory store."""
     import datetime
 
     import torch.distributed as dist
 
     env = os.environ if env is None else env
+    if coordinator is not None:
+        host, _, port = coordinator.rpartition(":")
+        client = dist.TCPStore(host, int(port), is_master=False, timeout=datetime.timedelta(seconds=60))
+        scope = env.get(RECOVERY_SCOPE_ENV, "")
+        return dist.PrefixStore(f"{STORE_PREFIX}/coordinated/{scope}", client)
     if world_size == 1 or not env.get("MASTER_ADDR"):
         base: Any = dist.HashStore()
     else:
@@ -386,7 +410,7 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
     import torch.distributed as dist
 
     try:
-        store = connect_store(ctx.world_size, ctx.restart_count)
+        store = connect_store(ctx.world_size, ctx.restart_count, coordinator=ctx.coordinator)
     except Exception as exc:  # noqa: BLE001 - training goes on without the watchdog
         print(
             f"{WARNING_TAG}{rank_prefix(ctx.rank)}stall watchdog off: cannot reach the job's store ({exc})",
