@@ -248,3 +248,27 @@ def test_a_store_gone_after_the_summary_leaves_the_summary_the_last_word() -> No
     printed = [o.getvalue() for o in outs]
     assert STALL_SUMMARY_TAG in printed[0] and "could not agree" not in "".join(printed), printed
     assert not any(STALL_SUMMARY_TAG in text for text in printed[1:]), printed
+
+
+def test_no_stall_is_declared_while_a_rank_waits_for_a_replacement() -> None:
+    """Pod recovery: a survivor makes no progress while the lost peer's replacement starts (a new pod
+    can take minutes); the watchdog's clock starts over when the wait ends."""
+    store = dist.PrefixStore("waiting", dist.HashStore())
+    exited = threading.Event()
+    beacon = Beacon()
+    dog = Watchdog(
+        beacon,
+        store,
+        rank=0,
+        world_size=1,
+        node=0,
+        local_rank=0,
+        timeout=0.2,
+        interval=0.02,
+        out=io.StringIO(),
+        exit=lambda code: exited.set(),
+    )
+    with watchdog.waiting_for_a_replacement():
+        dog.start()
+        assert not exited.wait(1.0)  # five timeouts without progress, none of them a stall
+    assert exited.wait(30)  # the wait is over: no progress now is a stall
