@@ -85,6 +85,9 @@ class JobState:
     # pod recovery: each node started again alone (`node`, `reason`; `step` and `seconds` once the
     # group has formed again: the step training went on from, the seconds since the node failed)
     recoveries: list[dict[str, Any]] = field(default_factory=list)
+    # node -> the global rank of its torchrun's rank 0, where that torchrun runs the node alone
+    # (pod recovery): the ranks its failure report names are counted from there
+    rank_bases: dict[int, int] = field(default_factory=dict)
     failures: list[Failure] = field(default_factory=list)
     peer_failed_ranks: set[int] = field(default_factory=set)
     last_error: dict[int, str] = field(default_factory=dict)
@@ -178,7 +181,7 @@ class JobState:
             return
         match = _FAIL_RANK.match(text)
         if match:
-            self._pending[node] = (int(match.group(1)), int(match.group(2)))
+            self._pending[node] = (self.rank_bases.get(node, 0) + int(match.group(1)), int(match.group(2)))
             return
         match = _FAIL_CODE.match(text)
         if match and node in self._pending:
@@ -215,6 +218,8 @@ def show_line(
     run, or the trainer's own `[rank R] `) goes to the console with its rank, and the rest is the
     agent's or the container's own, shown unless it is noise (torchrun's failure report, its
     banner after the first node, an agent's traceback, blank lines of a node being stopped)."""
+    if rank_base:
+        state.rank_bases[node] = rank_base
     found = split_rank_line(text, rank_base) or protocol.parse_rank_line(text)
     if found:
         rank, rest = found

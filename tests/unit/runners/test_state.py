@@ -8,7 +8,7 @@ import io
 
 import pytest
 
-from ddpctl.console import Console
+from ddpctl.console import Console, make_console
 from ddpctl.engines import plan_for
 from ddpctl.runners.procs import RANK_MARK
 from ddpctl.runners.state import PREEMPTED_AGENT, Failure, JobState, layout_phrase, show_line
@@ -319,3 +319,13 @@ def test_a_node_started_again_alone_is_recorded_until_the_group_goes_on() -> Non
     (recovery,) = state.recoveries
     assert (recovery["node"], recovery["reason"], recovery["step"]) == (1, "exited with code 137", 4)
     assert recovery["seconds"] >= 0 and "_since" not in recovery
+
+
+def test_a_node_run_alone_reports_its_failed_rank_as_the_jobs_rank() -> None:
+    """Pod recovery: node 2's torchrun runs that node alone and numbers its rank 0; in the job it is rank 5."""
+    state = JobState("w", 3, 6)
+    report = ["=" * 20, "Root Cause (first observed failure):", "[0]:", "  time      : 2026-12-06_10:00:01"]
+    report += ["  rank      : 0 (local_rank: 0)", "  exitcode  : -9 (pid: 7)", "=" * 20]
+    for line in report:
+        show_line(make_console(io.StringIO(), io.StringIO(), False), state, 2, line, rank_base=5)
+    assert [(f.node, f.rank, f.local_rank, f.code) for f in state.failures] == [(2, 5, 0, -9)]
