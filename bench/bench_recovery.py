@@ -57,7 +57,7 @@ TRAINER = [
 def one_run(recovery: str, kill_at: int) -> tuple[float, int]:
     """(seconds from the kill to step kill_at + 1 done, steps trained again)."""
     sys.path.insert(0, str(REPO))
-    from tests.support.procs import descendants, with_env
+    from tests.support.procs import cmdline, descendants, with_env
 
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     with tempfile.TemporaryDirectory() as cwd:
@@ -80,7 +80,7 @@ def one_run(recovery: str, kill_at: int) -> tuple[float, int]:
         for line in proc.stdout:
             now = time.monotonic()
             if killed is None and hold.exists():  # rank 1 finished step K and holds: its node is lost now
-                workers = [p for p in descendants(proc.pid) if "ddpctl_trainer.launch" not in _cmdline(p)]
+                workers = [p for p in descendants(proc.pid) if "ddpctl_trainer.launch" not in cmdline(p)]
                 os.kill(with_env(workers, "JOB_COMPLETION_INDEX", "1"), signal.SIGKILL)
                 killed = time.monotonic()
             found = re.search(r"\(epoch \d+, step (\d+)\)", line)  # a whole-group restart's resume line
@@ -96,13 +96,6 @@ def one_run(recovery: str, kill_at: int) -> tuple[float, int]:
         if proc.returncode != 0 or killed is None or done is None:
             raise SystemExit(f"the {recovery} run failed (exit {proc.returncode})")
     return done - killed, kill_at - resumed
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def main() -> None:

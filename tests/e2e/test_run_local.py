@@ -30,8 +30,8 @@ from ddpctl.runners.procs import alive
 from ddpctl.spec.model import JobSpec
 from tests.support import skip_unless
 from tests.support.models.faults import env_flags, hold_at, plugin_env
+from tests.support.procs import cmdline, descendants, start_ddpctl, stop_like_a_user, with_env
 from tests.support.procs import ddpctl_env as _env
-from tests.support.procs import descendants, start_ddpctl, stop_like_a_user, with_env
 from tests.support.procs import run_ddpctl as _ddpctl
 
 JOB_TIMEOUT = 240  # seconds; a hang fails the test instead of the CI run
@@ -84,17 +84,10 @@ def _trainer_pids(root: int) -> list[int]:
     return [
         pid
         for pid in descendants(root)
-        if "-m ddpctl_trainer" in (cmd := _cmdline(pid))
+        if "-m ddpctl_trainer" in (cmd := cmdline(pid))
         and "torch.distributed.run" not in cmd
         and "ddpctl_trainer.launch" not in cmd
     ]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
 
 
 def needs_proc() -> None:
@@ -182,7 +175,7 @@ def test_a_killed_rank_fails_the_job_names_the_rank_and_leaves_no_process(starte
     _wait_for_file(proc, hold)
     workers = _trainer_pids(proc.pid)
     tree = descendants(proc.pid)
-    assert len(workers) == 4, [_cmdline(p) for p in tree]
+    assert len(workers) == 4, [cmdline(p) for p in tree]
     os.kill(with_env(workers, "RANK", "3"), signal.SIGKILL)
     out, err = proc.communicate(timeout=JOB_TIMEOUT)
     assert proc.returncode not in (0, None)
@@ -605,7 +598,7 @@ RESTART_ARGS = [
 
 def _node_agent(root: int, node: int) -> int:
     """The torchrun agent (ddpctl_trainer.launch) of node `node` under ddpctl process `root`."""
-    agents = [pid for pid in descendants(root) if "ddpctl_trainer.launch" in _cmdline(pid)]
+    agents = [pid for pid in descendants(root) if "ddpctl_trainer.launch" in cmdline(pid)]
     return with_env(agents, "PET_NODE_RANK", str(node))
 
 

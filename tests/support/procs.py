@@ -24,6 +24,14 @@ def descendants(pid: int) -> list[int]:
     return list(descendant_starts(pid))
 
 
+def cmdline(pid: int) -> str:
+    """A process's command line, its arguments joined by spaces ("" once it is gone)."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
 def with_env(pids: Iterable[int], name: str, value: str) -> int:
     """The first of `pids` whose environment has NAME=value (RANK=3: that rank's process;
     PET_NODE_RANK=1: node 1's agent). Processes that ended meanwhile are skipped."""
