@@ -545,7 +545,7 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
                 )
             else:
                 trainer.resume()
-                trainer.committed = trainer.position
+                trainer._commit(trainer.epoch)  # where a recovery before the next step goes back to
             trainer.beacon.step = trainer.step
             trained_from = True
             trainer.fit()

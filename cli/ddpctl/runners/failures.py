@@ -272,13 +272,16 @@ class NodeFailed:
     the restart rules decide on (and the job ends with if it is not restarted), the one-line error
     it ends with (the runner's own details in it: logs, container, out of memory), and `cause`,
     that error's failure part for the restart line. `again`: the runner's own reason to start the
-    group again without counting a restart (a rendezvous port taken before node 0 bound it)."""
+    group again without counting a restart (a rendezvous port taken before node 0 bound it).
+    `final`: the job ends here, whatever restarts are left (a node started again alone as often as
+    the limit allows, under pod recovery)."""
 
     node: int
     code: int
     message: str
     cause: str = ""
     again: str | None = None
+    final: bool = False
 
 
 def node_failed(state: JobState, first: int, first_code: int, plan: Plan, where: str) -> NodeFailed:

@@ -20,6 +20,7 @@ Nothing here imports torch: the agents do.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import secrets
 import subprocess
@@ -299,6 +300,7 @@ class LocalLauncher(Launcher):
         self.logs = relative_path(plan.run_dir / "logs", plan.cwd)
         self.coordinator: subprocess.Popen[str] | None = None
         self.replacements: dict[int, int] = {}  # node -> times it was started again alone
+        self.spent: set[int] = set()  # nodes that failed again once started again alone as often as allowed
 
     def setup(self) -> None:
         if self.plan.coordinator_port is not None:
@@ -318,7 +320,7 @@ class LocalLauncher(Launcher):
         port = self.ports.setdefault(attempt, port_for_start(self.plan, attempt))
         run_id = f"{self.plan.spec.name}-{self.nonce}-{attempt}"
         env = start_env(node.env, port, run_id)
-        if self.coordinator is not None:  # each start of the whole group keeps records of its own
+        if self.plan.coordinator_port is not None:  # each start of the whole group keeps records of its own
             env[protocol.RECOVERY_SCOPE_ENV] = f"{self.nonce}-{attempt}"
         log = node_log(self.plan.run_dir, node.index, attempt)
         if replacement:  # the same start's log goes on: nothing of the lost process's output is lost
@@ -338,7 +340,7 @@ class LocalLauncher(Launcher):
             raise start_failure(
                 node.argv, exc, user_command=bool(self.plan.spec.command), what=f"node {node.index}"
             ) from None
-        if self.coordinator is not None:  # its torchrun runs this node alone: its ranks count from 0
+        if self.plan.coordinator_port is not None:  # its torchrun runs this node alone: ranks count from 0
             child.rank_base = self.plan.job.nodes[index].first_rank
         return child
 
@@ -351,12 +353,12 @@ class LocalLauncher(Launcher):
         """With pod recovery: start the failed node again alone, up to backoffLimit times per
         node, unless its code says a restart cannot help (a usage error, a straggler stop)."""
         code = failed.returncode or 1
-        if self.coordinator is None or code in protocol.FAILS_THE_JOB:
+        if self.plan.coordinator_port is None or code in protocol.FAILS_THE_JOB:
             return None
         index, limit = failed.index, self.plan.spec.backoff_limit
         done = self.replacements.get(index, 0)
         if done >= limit:
-            self.console.note(f"node {index} failed again, and it was started again alone {done} of {limit} times")
+            self.spent.add(index)
             return None
         self.replacements[index] = done + 1
         how = f"was killed by {signal_name(code)}" if code < 0 else f"exited with code {code}"
@@ -373,7 +375,16 @@ class LocalLauncher(Launcher):
         if state.port_taken and not self.plan.port_explicit:
             again = f"node 0 could not bind rendezvous port {self.ports[state.attempt]}: another process took it first"
             return NodeFailed(0, failed.returncode or 1, "", again=again)
-        return node_failed(state, failed.index, failed.returncode or 1, self.plan.job, f"logs in {self.logs}")
+        found = node_failed(state, failed.index, failed.returncode or 1, self.plan.job, f"logs in {self.logs}")
+        if failed.index in self.spent:  # pod recovery: not replaced forever, and no whole-group restart either
+            limit = self.plan.spec.backoff_limit
+            return dataclasses.replace(
+                found,
+                final=True,
+                message=f"{found.message}; node {failed.index} was started again alone {limit} times already "
+                "(--backoff-limit, per node): not again",
+            )
+        return found
 
     def timed_out(self, timeout: float | None) -> WaitTimeout:
         return WaitTimeout(

@@ -186,6 +186,8 @@ def run_with_restarts(
         failed = start_group(state, left)
         if failed is None:
             return state
+        if failed.final:
+            raise JobFailed(failed.message, failed.code)
         if failed.again and free < MAX_FREE_STARTS:
             free += 1
             console.note(f"{failed.again}; starting all {plural(nodes, 'node')} again (not counted as a restart)")

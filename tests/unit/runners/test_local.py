@@ -391,3 +391,31 @@ def test_pod_recovery_is_refused_where_it_cannot_work(tmp_path: Path, data: dict
         _plan(tmp_path, data, recovery="pod")
     assert str(error.value).startswith(f"--recovery pod: {problem}")
     assert str(error.value).endswith("; leave --recovery at gang (whole-group restarts)")
+
+
+def test_a_node_that_keeps_failing_is_not_started_again_forever(tmp_path: Path) -> None:
+    """Pod recovery: past --backoff-limit replacements of one node the job ends, naming it, and
+    the group is not restarted as a whole either; a usage error is never replaced."""
+    import subprocess
+
+    from ddpctl.runners.procs import Child
+
+    plan = _plan(tmp_path, {"backoffLimit": 2}, recovery="pod")
+    launcher = LocalLauncher(plan, make_console(io.StringIO(), io.StringIO(), False))
+    state = JobState("w", 2, 2)
+
+    def ended(code: int) -> Child:
+        child = Child(1, "node 1", subprocess.Popen([sys.executable, "-c", f"raise SystemExit({code})"]))
+        child.popen.wait()
+        child.poll()
+        return child
+
+    assert launcher.replace_node(ended(2), state) is None  # a usage error ends the job as before
+    assert launcher.spent == set()
+    launcher.replacements[1] = 2  # started again alone twice already
+    assert launcher.replace_node(ended(137), state) is None
+    failed = launcher.node_failed(state, ended(137))
+    assert failed is not None and failed.final
+    assert failed.message.endswith(
+        "node 1 was started again alone 2 times already (--backoff-limit, per node): not again"
+    )

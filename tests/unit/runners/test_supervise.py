@@ -66,6 +66,8 @@ USAGE = Start(NodeFailed(0, 2, "job w failed: rank 0 exited with code 2: unknown
 CRASHED = Start(NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: x"))
 STALLED = Start(NodeFailed(0, 200, "job w stalled: rank 1 waits in all_reduce"))
 STRAGGLER = Start(NodeFailed(0, 202, "job w stopped for a straggler (exit 202): node 1 (pod w-1, k8s node h) ..."))
+# pod recovery: node 1 failed again once it was started again alone as often as allowed
+SPENT = Start(NodeFailed(1, 137, "job w failed: node 1 was killed by SIGKILL; ... not again", final=True))
 AGENT_KILLED = Start(NodeFailed(1, -9, "job w failed: node 1 (rank 1) was killed by SIGKILL"))
 CRASHED_AGAIN = Start(
     NodeFailed(0, 1, "job w failed: rank 0 exited with code 1: ValueError: y"),
@@ -208,6 +210,7 @@ def test_a_failed_node_restarts_the_whole_group_until_it_succeeds(starts: list[S
         (JobSpec(name="w", backoff_limit=0), [LOST_NODE], 1, 0),  # a lost node needs a restart to be allowed
         # --stragglers fail: ends the job at once on every target, like a usage error
         (JobSpec(name="w", backoff_limit=3), [STRAGGLER], 202, 0),
+        (JobSpec(name="w", backoff_limit=3), [SPENT], 137, 0),  # no whole-group restart after it either
         (JobSpec(name="w", backoff_limit=3), [KILLED, STRAGGLER], 202, 1),
         (JobSpec(name="w", target="jobset", backoff_limit=3), [STRAGGLER], 202, 0),
         (JobSpec(name="w", target="pytorchjob", backoff_limit=3), [STRAGGLER], 202, 0),
