@@ -81,6 +81,8 @@ def test_a_killed_node_is_started_again_alone_and_no_step_is_lost(
         rf"Recoveries: +node {lost} exited with code 137: back at step {KILLED_AT} after [0-9.]+ s, no step lost",
         status.stdout,
     ), status.stdout
+    listed = run_ddpctl("list", cwd=tmp_path).stdout.splitlines()
+    assert listed[0].split()[4] == "RECOVERIES" and listed[1].split()[4] == "1", listed
     logs = tmp_path / "ddp-runs" / "ddp-train" / "logs"
     assert sorted(p.name for p in logs.glob("*.log")) == ["node-0.log", "node-1.log", "node-2.log"]  # no group restart
     assert said.removeprefix("ddpctl: ") in (logs / f"node-{lost}.log").read_text()  # one log, both processes

@@ -122,6 +122,7 @@ class JobSummary:
     age: str
     namespace: str = ""
     admission: str | None = None  # Kueue's word, when the job is queued
+    recoveries: int | None = None  # nodes started again alone (pod recovery), where it is counted
     ref: str = ""  # `job.batch/NAME`, a run directory: what `-o name` and `-o wide` show
     image: str = ""
     raw: Mapping[str, Any] = field(default_factory=dict)  # the object or record, for -o json|yaml

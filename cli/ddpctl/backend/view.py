@@ -131,10 +131,12 @@ def list_text(jobs: Sequence[JobSummary], output: ListFormat, *, all_namespaces:
     if not jobs:
         return empty
     queued = any(j.admission is not None for j in jobs)
+    recovered = any(j.recoveries for j in jobs)
     header = (
         (["NAMESPACE"] if all_namespaces else [])
         + ["NAME", "TARGET", "NODES", "STATE"]
         + (["ADMISSION"] if queued else [])
+        + (["RECOVERIES"] if recovered else [])
         + ["AGE"]
     )
     if output is ListFormat.wide:
@@ -143,6 +145,7 @@ def list_text(jobs: Sequence[JobSummary], output: ListFormat, *, all_namespaces:
     for j in jobs:
         row = [*([j.namespace] if all_namespaces else []), j.name, j.target, j.nodes, j.state]
         row += [j.admission or "-"] if queued else []
+        row += [str(j.recoveries) if j.recoveries is not None else "-"] if recovered else []
         row.append(j.age)
         if output is ListFormat.wide:
             row += [j.ref, j.image]

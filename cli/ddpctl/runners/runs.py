@@ -379,6 +379,7 @@ def list_runs(cwd: Path | None = None) -> Listing:
                 age=_age(record),
                 ref=f"{RUNS_DIR}/{run_dir.name}",
                 image=str(record.get("backend") or "local"),
+                recoveries=len(record.get("recoveries") or []),
                 raw={"apiVersion": "ddpctl.io/v1", "kind": "LocalRun", "metadata": {"name": run_dir.name}, **record},
             )
         )

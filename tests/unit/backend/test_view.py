@@ -3,6 +3,7 @@ list of jobs (`list_text` in each output format), whichever backend answered."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -145,6 +146,16 @@ JOBS = [
             [
                 "NAME   TARGET   NODES   STATE     AGE   KIND          IMAGE",
                 "a      job      2       Running   5m    job.batch/a   img:1",
+            ],
+        ),
+        (
+            [dataclasses.replace(JOBS[0], recoveries=2), dataclasses.replace(JOBS[0], name="c", recoveries=0)],
+            ListFormat.table,
+            False,
+            [  # a column of its own once some job has had a node started again alone (pod recovery)
+                "NAME   TARGET   NODES   STATE     RECOVERIES   AGE",
+                "a      job      2       Running   2            5m",
+                "c      job      2       Running   0            5m",
             ],
         ),
         (JOBS, ListFormat.name, False, ["job.batch/a", "pytorchjob.kubeflow.org/b"]),
