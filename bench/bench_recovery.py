@@ -10,9 +10,10 @@ output, each line stamped as it arrives:
 - steps lost: the steps trained again (gang resumes from the newest checkpoint before K; pod goes
   on at K).
 
-Printed: both, and the ratio pod / gang of the seconds (target <= 0.5). Where the pod recovery's
-time goes is in the trainer's `recovered` line (formation and handoff) and the rest is the new
-node's start: its Python, torch import and the trainer's set-up.
+Printed: each, and the ratios pod / gang (target <= 0.5) and pod with one warm spare (`--spares 1`)
+/ gang (target <= 0.15). Where the pod recovery's time goes is in the trainer's recovery line
+(formation and handoff); without a spare the rest is the new node's start: its Python, torch
+import and the trainer's set-up, which a spare has done ahead.
 
     .venv/bin/python bench/bench_recovery.py [--kill-at 4] [--repeats 1]
 """
@@ -54,7 +55,7 @@ TRAINER = [
 ]
 
 
-def one_run(recovery: str, kill_at: int) -> tuple[float, int]:
+def one_run(mode: str, kill_at: int) -> tuple[float, int]:
     """(seconds from the kill to step kill_at + 1 done, steps trained again)."""
     sys.path.insert(0, str(REPO))
     from tests.support.procs import cmdline, descendants, with_env
@@ -70,7 +71,10 @@ def one_run(recovery: str, kill_at: int) -> tuple[float, int]:
         }
         cmd = [sys.executable, "-m", "ddpctl", "run", "--local", "--nodes", "3", "--procs", "1", "--backoff-limit", "2"]
         cmd += [arg for name, value in fault.items() for arg in ("-e", f"{name}={value}")]  # the job's env
-        cmd += ["--recovery", recovery, "--", *TRAINER]
+        recovery = {"gang": ["--recovery", "gang"], "pod": ["--recovery", "pod"]}.get(
+            mode, ["--recovery", "pod", "--spares", "1"]
+        )
+        cmd += [*recovery, "--", *TRAINER]
         proc = subprocess.Popen(
             cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
         )
@@ -94,7 +98,7 @@ def one_run(recovery: str, kill_at: int) -> tuple[float, int]:
                 done = now
         proc.wait()
         if proc.returncode != 0 or killed is None or done is None:
-            raise SystemExit(f"the {recovery} run failed (exit {proc.returncode})")
+            raise SystemExit(f"the {mode} run failed (exit {proc.returncode})")
     return done - killed, kill_at - resumed
 
 
@@ -103,15 +107,16 @@ def main() -> None:
     parser.add_argument("--kill-at", type=int, default=5, help="the step after which node 1 is killed (default 5)")
     parser.add_argument("--repeats", type=int, default=1)
     args = parser.parse_args()
-    results: dict[str, list[tuple[float, int]]] = {"gang": [], "pod": []}
+    results: dict[str, list[tuple[float, int]]] = {"gang": [], "pod": [], "spare": []}
     for _ in range(args.repeats):
-        for mode in ("gang", "pod"):  # the baseline first, in the same run
+        for mode in results:  # the baseline first, in the same run
             results[mode].append(one_run(mode, args.kill_at))
     print(f"one node of 3 lost after step {args.kill_at} (run --local, CPU, gloo), best of {args.repeats}:")
     best = {mode: min(runs) for mode, runs in results.items()}
     for mode, (seconds, lost) in best.items():
-        print(f"  {mode:5s} {seconds:6.2f} s from the kill to the next step done, {lost} steps trained again")
+        print(f"  {mode:6s} {seconds:6.2f} s from the kill to the next step done, {lost} steps trained again")
     print(f"ratio pod / gang: {best['pod'][0] / best['gang'][0]:.2f}  (target <= 0.5)")
+    print(f"ratio pod with a warm spare / gang: {best['spare'][0] / best['gang'][0]:.2f}  (target <= 0.15)")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ replaced. Real processes, gloo on loopback; waits are on process exits, never on
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -96,3 +97,24 @@ def test_a_usage_error_is_not_replaced(tmp_path: Path) -> None:
     run = run_ddpctl(*LAYOUT, "--recovery", "pod", "--", "--synthetic-samples", "-5", cwd=tmp_path)
     assert run.returncode == 2, run.stderr[-3000:]
     assert "starting it again alone" not in run.stderr
+
+
+def test_a_warm_spare_takes_the_lost_nodes_place(uninterrupted: dict[str, Any], tmp_path: Path) -> None:
+    """--spares 1: a node process started ahead (torch imported) takes node 1's place at once, and
+    a new spare starts behind it; the job ends as an uninterrupted run does."""
+    import torch
+
+    hook = env_flags(plugin_env(kill_at(KILLED_AT, rank=1)))
+    run = run_ddpctl(*LAYOUT, "--recovery", "pod", "--spares", "1", *hook, *TRAINER, cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert (
+        "ddpctl: node 1 exited with code 137; a warm spare (spare 0) takes its place (replacement 1 of 3)" in run.stderr
+    )
+    assert "starting it again alone" not in run.stderr
+    logs = tmp_path / "ddp-runs" / "ddp-train" / "logs"
+    assert (logs / "spare-0.log").is_file() and (logs / "spare-1.log").is_file()  # the one used, the one behind it
+    assignment = json.loads((tmp_path / "ddp-runs" / "ddp-train" / "spares" / "spare-0.json").read_text())
+    assert assignment["env"]["DDP_NODE_RANK"] == "1" and "PATH" not in assignment["env"]  # its place, nothing shared
+    ours = _weights(tmp_path / "final.pt")
+    for key in ours:
+        torch.testing.assert_close(ours[key], uninterrupted[key], atol=1e-12, rtol=0)

@@ -29,6 +29,7 @@ from .protocol import (
     EXIT_STALLED,
     EXIT_STRAGGLER,
     EXIT_USAGE,
+    SPARE_ENV,
     STOPPED_BY_SECOND_SIGTERM,
     STOPPED_BY_SIGTERM,
 )
@@ -93,6 +94,12 @@ def _run(argv: Sequence[str] | None, label: list[int | None]) -> int:
         from .config import parse_args, require_object_store_client, validate_for_world
         from .dist import detect
 
+        spare = os.environ.get(SPARE_ENV)
+        if spare:  # a warm spare: torch imported now, its node's place when one is lost
+            from . import trainer as _  # noqa: F401 - the trainer's modules, imported while it waits
+            from .recovery import wait_as_a_spare
+
+            wait_as_a_spare(spare)
         # Everything that can be checked without a process group is checked here, identically
         # on every rank, so bad input makes all ranks stop instead of some waiting forever.
         ctx = detect()

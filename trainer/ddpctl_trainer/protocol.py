@@ -358,6 +358,10 @@ COORDINATOR_PORT = 29510
 # Which start of the whole group the keys belong to (a runner that restarts every node at once
 # after too many losses keeps its coordinator: the new start must not read the last one's records)
 RECOVERY_SCOPE_ENV = "DDP_RECOVERY_SCOPE"
+# A warm spare: a node process started before any loss, torch imported, that waits until this
+# file names the node it takes (JSON: {"env": {...}}, the node's own variables) and then joins
+# as that node's replacement would.
+SPARE_ENV = "DDP_SPARE_ASSIGNMENT"
 
 # ------------------------------------------------------------------------------------ workspace
 # The user's own code, shipped without a rebuild: the CLI packs the workspace into a deterministic

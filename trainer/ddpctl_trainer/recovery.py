@@ -123,6 +123,22 @@ def solo() -> bool:
     return _current is not None and _current.solo
 
 
+def wait_as_a_spare(assignment: str, poll_s: float = 0.05) -> None:
+    """A warm spare: import what a replacement needs (torch, the trainer), then wait until the
+    runner writes ``assignment`` (it does so atomically) with the env of the node this process
+    takes, and take it on. Stopped by the runner's SIGTERM while it waits."""
+    import json
+    import time
+    from pathlib import Path
+
+    import torch.distributed  # noqa: F401 - the import a spare is there to have done already
+
+    path = Path(assignment)
+    while not path.exists():
+        time.sleep(poll_s)  # the runner's file is the only signal a spare gets
+    os.environ.update({str(k): str(v) for k, v in json.loads(path.read_text())["env"].items()})
+
+
 def source_rank(steps: list[int]) -> int:
     """The rank whose state every rank takes: the furthest along (the lowest such rank on a tie).
     A survivor whose gradient all-reduce finished before the peer died completed a step the others

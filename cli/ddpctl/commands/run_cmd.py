@@ -57,6 +57,13 @@ def run_command(
         help="gang: a failed node restarts the whole group (from its checkpoint); pod (--local, the built-in "
         "trainer on gloo): the failed node alone starts again and the others hand it their state.",
     ),
+    spares: int = typer.Option(
+        0,
+        "--spares",
+        min=0,
+        help="With --recovery pod: node processes started ahead (torch imported) that take a lost node's place "
+        "at once; a new one starts behind each.",
+    ),
     dry_run: bool = typer.Option(
         False, "--dry-run", help="Print each node's command and env (or each `docker run`); start nothing."
     ),
@@ -81,6 +88,7 @@ def run_command(
         color=None if color is Color.auto else color is Color.always,
         engine=engine,
         recovery=recovery.value,
+        spares=spares,
     )
     backend = DockerBackend(options) if docker else LocalBackend(options)
     say = lambda s: typer.echo(s, err=True)  # noqa: E731 - the one place both streams are named

@@ -21,6 +21,7 @@ Nothing here imports torch: the agents do.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import secrets
 import subprocess
@@ -88,6 +89,7 @@ class LocalPlan:
     notes: tuple[str, ...] = ()
     port_explicit: bool = False  # the user chose the port: it is used on every start, never replaced
     coordinator_port: int | None = None  # pod recovery: where the job's coordinator listens (else None)
+    spares: int = 0  # pod recovery: node processes started ahead, torch imported, to take a lost node's place
 
     @property
     def spec(self) -> JobSpec:
@@ -151,6 +153,7 @@ def plan_local(
     cwd: Path | None = None,
     parent_env: Mapping[str, str] | None = None,
     recovery: str = "gang",
+    spares: int = 0,
 ) -> LocalPlan:
     """Compute the agents' commands and env; checks what can be checked before anything starts
     (what the target can run, the script, the trainer's flags, the port). Starts nothing.
@@ -184,6 +187,10 @@ def plan_local(
 
     args = remap_paths(job.trainer_args, {spec.volumes[n].mount_path: d for n, d in dirs.items() if n in spec.volumes})
     coordinator_port = None
+    if spares and recovery != "pod":
+        raise UsageError("--spares: a warm spare takes a lost node's place under --recovery pod; add --recovery pod")
+    if spares and len({n.nproc for n in job.nodes}) > 1:
+        raise UsageError("--spares: the nodes run different numbers of processes, so one spare cannot stand for any")
     if recovery == "pod":
         from ddpctl.runners.procs import free_port
 
@@ -224,6 +231,7 @@ def plan_local(
         tuple(notes),
         _explicit(job, port_explicit),
         coordinator_port,
+        spares,
     )
 
 
@@ -300,18 +308,39 @@ class LocalLauncher(Launcher):
         self.logs = relative_path(plan.run_dir / "logs", plan.cwd)
         self.coordinator: subprocess.Popen[str] | None = None
         self.replacements: dict[int, int] = {}  # node -> times it was started again alone
+        self.spares: list[tuple[Child, Path]] = []  # warm spares waiting, each with its assignment file
+        self.spares_started = 0
         self.spent: set[int] = set()  # nodes that failed again once started again alone as often as allowed
 
     def setup(self) -> None:
         if self.plan.coordinator_port is not None:
             self.coordinator = start_coordinator(self.plan)
+            for _ in range(self.plan.spares):
+                self._start_spare(0)
 
     def teardown(self) -> list[str]:
-        if self.coordinator is not None:
-            from ddpctl.runners import procs
+        from ddpctl.runners import procs
 
+        procs.stop_children([spare for spare, _ in self.spares], grace_s=STOP_GRACE_S)
+        self.spares = []
+        if self.coordinator is not None:
             procs.stop_process(self.coordinator)
         return []
+
+    def _start_spare(self, attempt: int) -> None:
+        """A warm spare (pod recovery): node 0's command, torch imported, waiting for the file
+        that names the node it takes (`replace_node` writes it)."""
+        from ddpctl.runners import procs
+
+        n, self.spares_started = self.spares_started, self.spares_started + 1
+        assignment = self.plan.run_dir / "spares" / f"spare-{n}.json"
+        assignment.parent.mkdir(parents=True, exist_ok=True)
+        assignment.unlink(missing_ok=True)
+        env = {**self.plan.nodes[0].env, protocol.SPARE_ENV: str(assignment)}
+        env[protocol.RECOVERY_SCOPE_ENV] = f"{self.nonce}-{attempt}"
+        log = self.plan.run_dir / "logs" / f"spare-{n}.log"
+        child = procs.start_child(-1, f"spare {n}", self.plan.nodes[0].argv, env, cwd=self.plan.cwd, log_path=log)
+        self.spares.append((child, assignment))
 
     def start_node(self, index: int, attempt: int, replacement: str = "") -> Child:
         from ddpctl.runners import procs
@@ -362,10 +391,33 @@ class LocalLauncher(Launcher):
             return None
         self.replacements[index] = done + 1
         how = f"was killed by {signal_name(code)}" if code < 0 else f"exited with code {code}"
-        said = f"node {index} {how}; starting it again alone (replacement {done + 1} of {limit})"
         state.on_replaced(index, how)
+        waiting = [(spare, file) for spare, file in self.spares if spare.poll() is None]
+        if waiting:
+            return self._assign_spare(index, state, how, f"replacement {done + 1} of {limit}", *waiting[0])
+        said = f"node {index} {how}; starting it again alone (replacement {done + 1} of {limit})"
         self.console.note(f"{said}: the others keep training and hand it their state")
         return self.start_node(index, state.attempt, replacement=said)
+
+    def _assign_spare(self, index: int, state: JobState, how: str, count: str, spare: Child, file: Path) -> Child:
+        """A warm spare takes node `index`'s place: its env, written to the spare's file at once
+        (atomically); a new spare starts behind it."""
+        from ddpctl.atomic import write_text_atomic
+
+        self.spares = [(c, f) for c, f in self.spares if c is not spare]
+        # only what differs from node 0's env, which the spare has: its place, never a secret
+        first, node = self.plan.nodes[0].env, self.plan.nodes[index].env
+        env = {k: v for k, v in node.items() if first.get(k) != v}
+        env[protocol.RECOVERY_SCOPE_ENV] = f"{self.nonce}-{state.attempt}"
+        write_text_atomic(file, json.dumps({"env": env}))
+        was = spare.label
+        spare.index, spare.label, spare.rank_base = index, f"node {index}", self.plan.job.nodes[index].first_rank
+        self.console.note(
+            f"node {index} {how}; a warm spare ({was}) takes its place ({count}): the others keep training and "
+            "hand it their state; a new spare starts"
+        )
+        self._start_spare(state.attempt)
+        return spare
 
     def node_failed(self, state: JobState, failed: Child) -> NodeFailed | None:
         finished = died_after_finishing(state)

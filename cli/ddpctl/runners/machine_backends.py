@@ -32,6 +32,7 @@ class RunOptions:
     color: bool | None = None  # None: colour on a terminal
     engine: str = "docker"  # with --docker: the container engine's CLI
     recovery: str = "gang"  # with --local: pod starts a failed node again alone
+    spares: int = 0  # with --recovery pod: warm spares started ahead
 
 
 class _RunsHere(Backend[RequestT]):
@@ -118,6 +119,7 @@ class LocalBackend(_RunsHere[LocalRun]):
                 mounts=_mounts(self.options.mounts),
                 cwd=self.cwd,
                 recovery=self.options.recovery,
+                spares=self.options.spares,
             )
         )
 

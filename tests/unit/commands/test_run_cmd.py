@@ -11,6 +11,7 @@ import pytest
     [
         (["--docker", "--recovery", "pod"], "ddpctl: error: --recovery pod: run --docker restarts the whole group"),
         (["--local", "--recovery", "pod", "--script", "x.py"], "ddpctl: error: --recovery pod: only the built-in"),
+        (["--local", "--spares", "1"], "ddpctl: error: --spares: a warm spare takes a lost node's place"),
     ],
 )
 def test_pod_recovery_where_it_cannot_run_is_a_usage_error(cli, tmp_path, args: list[str], message: str) -> None:

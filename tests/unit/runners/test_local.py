@@ -419,3 +419,16 @@ def test_a_node_that_keeps_failing_is_not_started_again_forever(tmp_path: Path) 
     assert failed.message.endswith(
         "node 1 was started again alone 2 times already (--backoff-limit, per node): not again"
     )
+
+
+@pytest.mark.parametrize(
+    ("data", "recovery", "message"),
+    [
+        ({}, "gang", "--spares: a warm spare takes a lost node's place under --recovery pod"),
+        ({"nodeGroups": UNEVEN}, "pod", "--spares: the nodes run different numbers of processes"),
+    ],
+)
+def test_spares_where_they_cannot_stand_in(tmp_path: Path, data: dict, recovery: str, message: str) -> None:
+    with pytest.raises(UsageError) as error:
+        _plan(tmp_path, data, recovery=recovery, spares=1)
+    assert str(error.value).startswith(message)

@@ -81,3 +81,14 @@ def test_a_new_start_of_the_whole_group_has_records_of_its_own(coordinator: str)
     assert member(coordinator, 1, scope="0").solo
     again = member(coordinator, 1, scope="1")
     assert (again.generation, again.solo) == (0, False)
+
+
+def test_a_spare_takes_on_the_env_of_the_node_it_stands_in_for(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    assignment = tmp_path / "spare-0.json"
+    assignment.write_text('{"env": {"DDP_NODE_RANK": "2", "DDP_NODE_FIRST_RANK": "4"}}')
+    monkeypatch.setenv("DDP_NODE_RANK", "0")  # node 0's, which the spare was started with
+    monkeypatch.setenv("DDP_NODE_FIRST_RANK", "0")  # (and so restored when the test ends)
+    recovery.wait_as_a_spare(str(assignment))
+    import os
+
+    assert (os.environ["DDP_NODE_RANK"], os.environ["DDP_NODE_FIRST_RANK"]) == ("2", "4")
