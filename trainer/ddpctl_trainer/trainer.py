@@ -380,9 +380,17 @@ class Trainer:
 
     def handoff(self) -> None:
         """Collective, once the group formed again: every rank takes the model, optimizer,
-        scheduler and position of the rank furthest along (``recovery.source_rank``); survivors
-        go back to their own RNG state of that step, a replacement takes the source's."""
-        source = recovery.source_rank(d.all_gather_object(self.committed.step))
+        scheduler and position of the rank furthest along among the survivors
+        (``recovery.source_rank``); survivors go back to their own RNG state of that step, a
+        replacement takes the source's. With no survivor (every rank lost at once) every rank
+        resumes from the newest checkpoint instead."""
+        rejoined = self.membership is not None and self.membership.rejoined
+        seen = d.all_gather_object((self.committed.step, rejoined))
+        if all(was_lost for _, was_lost in seen):  # no survivor holds the state: the checkpoint does
+            self.resume()
+            self._commit(self.epoch)
+            return
+        source = recovery.source_rank([step if not was_lost else -1 for step, was_lost in seen])
         mine = self.ctx.rank == source
         sent = d.broadcast_object(self._memory_state() if mine else None, source)
         assert sent is not None  # the source sent its state
@@ -392,7 +400,6 @@ class Trainer:
             self.optimizer.load_state_dict(state["optimizer"])
             if self.scheduler is not None and state["scheduler"] is not None:
                 self.scheduler.load_state_dict(state["scheduler"])
-        rejoined = self.membership is not None and self.membership.rejoined
         torch.set_rng_state(state["rng"] if rejoined else self._committed_rng)
         self.optimizer.zero_grad(set_to_none=True)  # a step cut short left its gradients
         self.committed = state["position"]

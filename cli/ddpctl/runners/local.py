@@ -382,7 +382,9 @@ class LocalLauncher(Launcher):
         """With pod recovery: start the failed node again alone, up to backoffLimit times per
         node, unless its code says a restart cannot help (a usage error, a straggler stop)."""
         code = failed.returncode or 1
-        if self.plan.coordinator_port is None or code in protocol.FAILS_THE_JOB:
+        # a preempted node (143): the trainer's stop vote stops every rank after the same step and
+        # rank 0 checkpoints, so the whole group restarts from that checkpoint, as without pod recovery
+        if self.plan.coordinator_port is None or code in (*protocol.FAILS_THE_JOB, protocol.EXIT_PREEMPTED):
             return None
         index, limit = failed.index, self.plan.spec.backoff_limit
         done = self.replacements.get(index, 0)

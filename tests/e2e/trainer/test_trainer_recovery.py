@@ -117,3 +117,26 @@ def test_a_lost_node_is_replaced_alone_and_the_job_loses_no_step(uninterrupted: 
     assert not run.events("resume"), "no checkpoint was read: the state came from the survivors' memory"
     assert run.events("done")[-1]["step"] == 12
     assert_same_params(run.final(), uninterrupted.final(), atol=ATOL)
+
+
+def test_with_no_survivor_the_replacements_resume_from_the_checkpoint(uninterrupted: Run, tmp_path: Path) -> None:
+    """Every node lost at once: nobody holds the state in memory, so the replacements take it from
+    the newest checkpoint (here the finished job's last one: they train nothing more) instead of
+    starting from step 0."""
+    coordinator = start(
+        [PY, "-m", "ddpctl_trainer.coordinator", "--host", "127.0.0.1", "--port", "0"], tmp_path, clean_env()
+    )
+    try:
+        assert coordinator.stdout is not None
+        port = int(coordinator.stdout.readline().split()[-1])
+        first = [_node(tmp_path, n, port, {}) for n in range(NODES)]
+        assert [n.wait(240) for n in first] == [0, 0, 0]
+        again = [_node(tmp_path, n, port, {}) for n in range(NODES)]  # each rank ran before: all replacements
+        codes = [n.wait(240) for n in again]
+        assert codes == [0, 0, 0], "\n---\n".join(n.text[-3000:] for n in again)
+    finally:
+        kill_tree(coordinator.tag)  # type: ignore[attr-defined]
+    run = Run(0, "", "", tmp_path)
+    (back,) = run.events("rejoined")
+    assert back["step"] == 12 and back["generation"] == 1  # the checkpoint's step, not 0
+    assert_same_params(run.final(), uninterrupted.final(), atol=ATOL)

@@ -411,6 +411,7 @@ def test_a_node_that_keeps_failing_is_not_started_again_forever(tmp_path: Path) 
         return child
 
     assert launcher.replace_node(ended(2), state) is None  # a usage error ends the job as before
+    assert launcher.replace_node(ended(143), state) is None  # preempted: every rank stopped, the group restarts
     assert launcher.spent == set()
     launcher.replacements[1] = 2  # started again alone twice already
     assert launcher.replace_node(ended(137), state) is None
