@@ -56,7 +56,7 @@ from .errors import (
     peer_lost,
 )
 from .metrics import Meter, MetricsLog, Progress
-from .protocol import RECOVERY_TAG, STOPPED_BY_SIGTERM
+from .protocol import RECOVERY_TAG, STOPPED_BY_SIGTERM, rank_prefix
 from .stragglers import Stragglers
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
@@ -360,7 +360,7 @@ class Trainer:
         assert self.membership is not None
         t0 = time.monotonic()
         print(
-            f"[rank {self.ctx.rank}] lost a peer after step {self.committed.step} ({failure_reason(exc)}); "
+            f"{rank_prefix(self.ctx.rank)}lost a peer after step {self.committed.step} ({failure_reason(exc)}); "
             "waiting for its replacement",
             flush=True,
         )
@@ -546,7 +546,7 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
                 trainer.handoff()
                 trainer.metrics.emit("rejoined", step=trainer.step, generation=membership.generation)
                 print(
-                    f"[rank {ctx.rank}] {RECOVERY_TAG}replaced a lost process: joined the running job at step "
+                    f"{rank_prefix(ctx.rank)}{RECOVERY_TAG}replaced a lost process: joined the running job at step "
                     f"{trainer.step} (generation {membership.generation})",
                     flush=True,
                 )

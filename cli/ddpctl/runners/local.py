@@ -24,7 +24,6 @@ import dataclasses
 import json
 import os
 import secrets
-import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -306,7 +305,7 @@ class LocalLauncher(Launcher):
         self.nonce = secrets.token_hex(4)
         self.ports: dict[int, int] = {}
         self.logs = relative_path(plan.run_dir / "logs", plan.cwd)
-        self.coordinator: subprocess.Popen[str] | None = None
+        self.coordinator: Child | None = None
         self.replacements: dict[int, int] = {}  # node -> times it was started again alone
         self.spares: list[tuple[Child, Path]] = []  # warm spares waiting, each with its assignment file
         self.spares_started = 0
@@ -321,10 +320,9 @@ class LocalLauncher(Launcher):
     def teardown(self) -> list[str]:
         from ddpctl.runners import procs
 
-        procs.stop_children([spare for spare, _ in self.spares], grace_s=STOP_GRACE_S)
-        self.spares = []
-        if self.coordinator is not None:
-            procs.stop_process(self.coordinator)
+        helpers = [spare for spare, _ in self.spares] + ([self.coordinator] if self.coordinator else [])
+        procs.stop_children(helpers, grace_s=STOP_GRACE_S)
+        self.spares, self.coordinator = [], None
         return []
 
     def _start_spare(self, attempt: int) -> None:
@@ -460,29 +458,22 @@ def coordinator_argv(plan: LocalPlan) -> list[str]:
     ]
 
 
-def start_coordinator(plan: LocalPlan) -> subprocess.Popen[str]:
+def start_coordinator(plan: LocalPlan) -> Child:
     """The job's coordinator on loopback (pod recovery): a store no node hosts, so that losing any
     node leaves the others a place to meet its replacement. Returns once it listens."""
-    proc = subprocess.Popen(  # an argv list, no shell
-        coordinator_argv(plan),
-        env=dict(plan.nodes[0].env),
-        cwd=plan.cwd,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    assert proc.stdout is not None
-    said = proc.stdout.readline()  # one line once it listens; EOF if it could not
+    from ddpctl.runners import procs
+
+    child = procs.start_child(-1, "coordinator", coordinator_argv(plan), plan.nodes[0].env, cwd=plan.cwd)
+    assert child.popen.stdout is not None
+    said = child.popen.stdout.readline()  # one line once it listens; EOF if it could not
     if "listening" not in said:
-        rest = said + proc.stdout.read()
-        proc.wait()
+        rest = said + child.popen.stdout.read()
+        child.popen.wait()
         raise RuntimeFailure(
-            f"the job's coordinator did not start on {LOOPBACK}:{plan.coordinator_port} (exit code {proc.returncode}): "
-            f"{' '.join(rest.split())[-300:]}"
+            f"the job's coordinator did not start on {LOOPBACK}:{plan.coordinator_port} (exit code "
+            f"{child.popen.returncode}): {' '.join(rest.split())[-300:]}"
         )
-    return proc
+    return child
 
 
 def run_local(

@@ -389,19 +389,6 @@ def stop_children(children: Sequence[Child], grace_s: float = 10.0, sig: int = s
     kill_leftovers(children)
 
 
-def stop_process(popen: subprocess.Popen[str], grace_s: float = 5.0) -> None:
-    """Stop one helper process that runs no workers (the job's coordinator): SIGTERM, then SIGKILL."""
-    if popen.poll() is None:
-        _signal_pid(popen.pid, signal.SIGTERM)
-        try:
-            popen.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            _signal_pid(popen.pid, signal.SIGKILL)
-            popen.wait()
-    if popen.stdout is not None:
-        popen.stdout.close()
-
-
 def kill_leftovers(children: Sequence[Child]) -> list[int]:
     """SIGKILL every child still running and every process that was in a child's tree and is
     still that same process (an agent's workers outlive a SIGKILLed agent; a pid that now names
