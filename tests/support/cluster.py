@@ -125,3 +125,44 @@ def scheduled_pods(kube: RealCluster, ns: str, count: int, timeout: float = 60) 
         return pods if len(pods) >= count else None
 
     return list(wait_until(f"{count} scheduled pods in {ns}", bound, timeout))
+
+
+REAL_NODE = "ddpctl-real-node"
+
+
+@pytest.fixture
+def restricted(kube: RealCluster, namespace: str) -> str:
+    """The test's namespace, enforcing Pod Security `restricted` (pods that break it are refused)."""
+    kube.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
+    return namespace
+
+
+@pytest.fixture
+def local_volume(kube: RealCluster, tmp_path: Path) -> Iterator[Any]:
+    """make(ns, claim) -> host folder: a `local` PersistentVolume on the real node, pre-bound to a
+    claim in `ns`, its folder owned by the image's user (uid 1000) as a storage admin would set it."""
+    made: list[str] = []
+
+    def make(ns: str, claim: str) -> Path:
+        folder = tmp_path / claim
+        folder.mkdir()
+        os.chown(folder, 1000, 1000)
+        pv = f"{ns}-{claim}"
+        node_term = {"matchExpressions": [{"key": "kubernetes.io/hostname", "operator": "In", "values": [REAL_NODE]}]}
+        docs = [
+            {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": pv},
+             "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteOnce"],
+                      "persistentVolumeReclaimPolicy": "Retain", "storageClassName": "ddpctl-local",
+                      "local": {"path": str(folder)}, "nodeAffinity": {"required": {"nodeSelectorTerms": [node_term]}},
+                      "claimRef": {"namespace": ns, "name": claim}}},
+            {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim, "namespace": ns},
+             "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "ddpctl-local", "volumeName": pv,
+                      "resources": {"requests": {"storage": "1Gi"}}}},
+        ]  # fmt: skip
+        kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": docs}))
+        made.append(pv)
+        return folder
+
+    yield make
+    for pv in made:
+        kube.kubectl("delete", "pv", pv, "--wait=false", check=False)

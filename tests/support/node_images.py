@@ -108,3 +108,9 @@ def node_images(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFact
     images = NodeImages(trainer, user, store, project, project_dir)
     load(images.trainer, images.user, images.store, images.project)
     return images
+
+
+@pytest.fixture
+def node_image(node_images: NodeImages) -> str:
+    """The user image, on the real node (built and loaded once a session: tests/support/node_images.py)."""
+    return node_images.user

@@ -16,11 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.e2e.cluster import test_real_node
 from tests.e2e.cluster.test_real_node import NODE, ON_NODE, TINY
 from tests.support.cluster import RealCluster
-
-node_image, restricted = test_real_node.node_image, test_real_node.restricted  # its fixtures: the image, the namespace
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -16,11 +16,8 @@ import threading
 
 import pytest
 
-from tests.e2e.cluster import test_real_node
 from tests.e2e.cluster.test_real_node import NODE, ON_NODE
 from tests.support.cluster import RealCluster
-
-node_image, restricted = test_real_node.node_image, test_real_node.restricted  # its fixtures: the image, the namespace
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 

@@ -14,14 +14,12 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.cluster import test_real_node
 from tests.e2e.cluster.test_real_node import ON_NODE
 from tests.support import REPO
 from tests.support.cluster import RealCluster
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
-node_image, restricted = test_real_node.node_image, test_real_node.restricted  # its fixtures: the image, the namespace
 PROJECT = REPO / "tests" / "support" / "models"  # the image's build context: the user's folder, train.py in it
 
 

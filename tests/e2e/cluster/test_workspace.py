@@ -48,12 +48,6 @@ def trainer_image(node_images: NodeImages) -> str:
 
 
 @pytest.fixture
-def restricted(kube: RealCluster, namespace: str) -> str:
-    kube.kubectl("label", "namespace", namespace, "pod-security.kubernetes.io/enforce=restricted")
-    return namespace
-
-
-@pytest.fixture
 def project(tmp_path: Path) -> Path:
     return write_project(tmp_path)
 
