@@ -2,9 +2,13 @@
 
 With ``recovery: pod`` no pod of the job hosts the rendezvous store, so that losing any pod, node
 0's included, leaves the others a place to meet the replacement. This process hosts it (a
-``TCPStore``, the store torchrun's own rendezvous uses) and does nothing else until SIGTERM:
-which generation of the process group is current, and which generation each rank last joined
+``TCPStore``, the store torchrun's own rendezvous uses) and does nothing else: which generation
+of the process group is current, and which generation each rank last joined
 (``ddpctl_trainer.recovery``). It holds no training state.
+
+It runs until SIGTERM; given ``--world-size N`` (in a cluster, where it is a pod of its own) it
+also ends, with exit 0, once the training has: every rank reported that it finished, or one
+reported a code that ends the job at once (``Membership.report_end``).
 """
 
 from __future__ import annotations
@@ -16,13 +20,17 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from .protocol import COORDINATOR_PORT
+from .protocol import COORDINATOR_PORT, ENDED_KEY, FINISHED_KEY
+
+POLL_S = 1.0  # how often it reads the store's count of finished ranks (one key, on loopback)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m ddpctl_trainer.coordinator", description=__doc__)
     parser.add_argument("--host", default="0.0.0.0", help="the address to listen on (default: every one)")  # noqa: S104
     parser.add_argument("--port", type=int, default=COORDINATOR_PORT, help=f"default {COORDINATOR_PORT}; 0 picks one")
+    parser.add_argument("--world-size", type=int, default=0, help="end once this many ranks finished (0: never)")
+    parser.add_argument("--scope", default="", help="the key prefix the ranks use (DDP_RECOVERY_SCOPE)")
     args = parser.parse_args(argv)
     import torch.distributed as dist
 
@@ -33,7 +41,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     signal.signal(signal.SIGINT, lambda *_: stopped.set())
-    stopped.wait()
+    prefix = f"ddpctl/{args.scope}/" if args.scope else "ddpctl/"
+    while not stopped.wait(POLL_S if args.world_size else None):
+        if store.check([prefix + ENDED_KEY]):
+            print(f"[ddpctl] coordinator: a rank ended the job (exit {store.get(prefix + ENDED_KEY).decode()})")
+            break
+        if store.add(prefix + FINISHED_KEY, 0) >= args.world_size:
+            print(f"[ddpctl] coordinator: all {args.world_size} ranks finished", flush=True)
+            break
     return 0
 
 

@@ -29,11 +29,15 @@ from . import workspace
 from .protocol import (
     CAUSED_BY_A_PEER,
     COMPLETION_INDEX_ENV,
+    COORDINATOR_ENV,
     EXIT_FAILURE,
     EXIT_USAGE,
+    JOB_NODE_RANK_ENV,
     LAUNCHER_STOPPED_BY,
     LAUNCHER_TAG,
+    NODE_FIRST_RANK_ENV,
     NODE_RANK_OFFSET_ENV,
+    RANK_OFFSET_ENV,
 )
 
 
@@ -62,10 +66,19 @@ def set_node_rank(env: MutableMapping[str, str]) -> None:
     """Node groups: each group is its own Indexed Job whose completion index starts at 0, and the
     downward API cannot add the group's first node rank, so the pod carries it as
     PET_NODE_RANK_OFFSET and the node rank is PET_NODE_RANK_OFFSET + JOB_COMPLETION_INDEX (the Job
-    controller sets JOB_COMPLETION_INDEX). Without an offset, PET_NODE_RANK is left as given."""
+    controller sets JOB_COMPLETION_INDEX). Without an offset, PET_NODE_RANK is left as given. With
+    pod recovery (DDP_COORDINATOR) the node's place goes to the trainer instead (DDP_NODE_RANK,
+    DDP_NODE_FIRST_RANK: RANK_OFFSET_ENV in protocol), unless it was given outright."""
     offset = env.get(NODE_RANK_OFFSET_ENV)
-    if offset is not None and COMPLETION_INDEX_ENV in env:
-        env["PET_NODE_RANK"] = str(int(offset) + int(env[COMPLETION_INDEX_ENV]))
+    if offset is None or COMPLETION_INDEX_ENV not in env:
+        return
+    index = int(env[COMPLETION_INDEX_ENV])
+    if env.get(COORDINATOR_ENV):  # pod recovery: torchrun runs this node alone; the trainer reads its place
+        env.setdefault(JOB_NODE_RANK_ENV, str(int(offset) + index))
+        nproc = int(env.get("PET_NPROC_PER_NODE", "1"))
+        env.setdefault(NODE_FIRST_RANK_ENV, str(int(env.get(RANK_OFFSET_ENV, "0")) + index * nproc))
+        return
+    env["PET_NODE_RANK"] = str(int(offset) + index)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

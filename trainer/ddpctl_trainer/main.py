@@ -59,8 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     rank: list[int | None] = [None]  # this rank, once known, where its lines carry it (world size > 1)
     _armed = True
+    code = EXIT_PREEMPTED
     try:
-        return _run(argv, rank)
+        code = _run(argv, rank)
+        return code
     except Terminated:  # also when it lands while an error is being reported
         if stop.requested():  # the second signal: the checkpoint in progress is abandoned
             print_error(
@@ -74,7 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         stop.defer(False)
         if "torch" in sys.modules:  # nothing to tear down before torch was even imported
             from .dist import teardown
+            from .recovery import current
 
+            membership = current()
+            if membership is not None:
+                membership.report_end(code)
             teardown()
         signal.signal(signal.SIGTERM, previous)
 

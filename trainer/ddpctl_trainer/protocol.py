@@ -354,7 +354,17 @@ COORDINATOR_ENV = "DDP_COORDINATOR"  # host:port of the coordinator's store
 JOB_NODE_RANK_ENV = "DDP_NODE_RANK"
 NODE_FIRST_RANK_ENV = "DDP_NODE_FIRST_RANK"  # the global rank of this node's local rank 0
 JOB_WORLD_SIZE_ENV = "DDP_WORLD_SIZE"
+# In a pod, where the node's place is not given outright: its node rank is PET_NODE_RANK_OFFSET +
+# JOB_COMPLETION_INDEX and its first rank DDP_RANK_OFFSET + JOB_COMPLETION_INDEX x processes per
+# node (each node group's own offsets; ``launch`` adds DDP_NODE_RANK and DDP_NODE_FIRST_RANK).
+RANK_OFFSET_ENV = "DDP_RANK_OFFSET"
 COORDINATOR_PORT = 29510
+COORDINATOR_MODULE = "ddpctl_trainer.coordinator"
+COORDINATOR_COMPONENT = "coordinator"  # its pod's app.kubernetes.io/component label and container name
+# The coordinator's own job ends when every rank has finished (a count in its store), or when a
+# rank ended the job at once (a usage error, a straggler, a stall: the code, in its store)
+FINISHED_KEY = "finished"
+ENDED_KEY = "ended"
 # Which start of the whole group the keys belong to (a runner that restarts every node at once
 # after too many losses keeps its coordinator: the new start must not read the last one's records)
 RECOVERY_SCOPE_ENV = "DDP_RECOVERY_SCOPE"

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .errors import UsageError
-from .protocol import COORDINATOR_ENV, RECOVERY_SCOPE_ENV
+from .protocol import COORDINATOR_ENV, ENDED_KEY, EXIT_STALLED, FAILS_THE_JOB, FINISHED_KEY, RECOVERY_SCOPE_ENV
 
 
 def coordinator_address(env: Mapping[str, str] | None = None) -> str | None:
@@ -101,6 +101,17 @@ class Membership:
         self.generation += 1
         self.recoveries += 1
         self.join(**kwargs)
+
+    def report_end(self, code: int) -> None:
+        """Tell the coordinator how this rank ended, so that its own job ends with the training:
+        every rank finished, or one ended the job at once (a code no restart helps)."""
+        try:
+            if code == 0:
+                self.store.add(self.prefix + FINISHED_KEY, 1)
+            elif code in (*FAILS_THE_JOB, EXIT_STALLED):
+                self.store.set(self.prefix + ENDED_KEY, str(code))
+        except Exception:  # noqa: BLE001, S110 - a coordinator gone by now must not change this rank's exit
+            pass
 
 
 _current: Membership | None = None

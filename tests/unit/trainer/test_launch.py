@@ -74,3 +74,34 @@ def test_any_other_error_of_the_agent_is_not_taken_for_a_signal(monkeypatch: pyt
     monkeypatch.setattr(torchrun, "parse_args", lambda argv: argv)
     with pytest.raises(RuntimeError, match="rendezvous"):
         launch.main(["train.py"])
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        # node groups, gang: torchrun's node rank from the group's offset and the completion index
+        ({"PET_NODE_RANK_OFFSET": "2", "JOB_COMPLETION_INDEX": "1"}, {"PET_NODE_RANK": "3"}),
+        # pod recovery: torchrun runs the node alone; the trainer gets its place (uneven groups: 2 procs)
+        (
+            {"PET_NODE_RANK_OFFSET": "1", "DDP_RANK_OFFSET": "2", "JOB_COMPLETION_INDEX": "1",
+             "PET_NPROC_PER_NODE": "2", "DDP_COORDINATOR": "c:29510"},
+            {"DDP_NODE_RANK": "2", "DDP_NODE_FIRST_RANK": "4"},
+        ),
+        # given outright (run --local), the place is kept
+        (
+            {"PET_NODE_RANK_OFFSET": "0", "JOB_COMPLETION_INDEX": "1", "DDP_COORDINATOR": "c:1",
+             "DDP_NODE_RANK": "7", "DDP_NODE_FIRST_RANK": "9"},
+            {"DDP_NODE_RANK": "7", "DDP_NODE_FIRST_RANK": "9"},
+        ),
+        ({"JOB_COMPLETION_INDEX": "1"}, {}),  # no offset: as given
+    ],
+)  # fmt: skip
+def test_a_pods_place_comes_from_its_index_and_its_groups_offsets(env: dict, expected: dict) -> None:
+    from ddpctl_trainer.launch import set_node_rank
+
+    out = dict(env)
+    set_node_rank(out)
+    assert {k: v for k, v in out.items() if k not in env or env[k] != v} | {
+        k: out[k] for k in expected if k in env
+    } == expected
+    assert ("PET_NODE_RANK" in out) == ("DDP_COORDINATOR" not in env and "PET_NODE_RANK_OFFSET" in env)

@@ -5,6 +5,8 @@ the generation moves once however many ranks notice a loss; the rank whose state
 from __future__ import annotations
 
 import datetime
+import subprocess
+import sys
 from collections.abc import Iterator
 
 import pytest
@@ -92,3 +94,53 @@ def test_a_spare_takes_on_the_env_of_the_node_it_stands_in_for(tmp_path, monkeyp
     import os
 
     assert (os.environ["DDP_NODE_RANK"], os.environ["DDP_NODE_FIRST_RANK"]) == ("2", "4")
+
+
+@pytest.mark.parametrize(
+    ("codes", "finished", "ended"),
+    [
+        ([0, 0], 2, None),
+        ([0, 1], 1, None),  # a crash: the pod is replaced, the job is not over
+        ([0, 143], 1, None),  # preempted: the whole group starts again
+        ([2, 0], 1, "2"),  # a usage error ends the job at once
+        ([202], 0, "202"),
+        ([200], 0, "200"),
+    ],
+)
+def test_each_rank_tells_the_coordinator_how_it_ended(
+    coordinator: str, codes: list[int], finished: int, ended: str | None
+) -> None:
+    for rank, code in enumerate(codes):
+        member(coordinator, rank).report_end(code)
+    store = member(coordinator, 2).store
+    assert store.add("ddpctl/finished", 0) == finished
+    assert (store.get("ddpctl/ended").decode() if store.check(["ddpctl/ended"]) else None) == ended
+
+
+def _coordinator_process(*args: str) -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ddpctl_trainer.coordinator", "--host", "127.0.0.1", "--port", "0", *args],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # "[ddpctl] coordinator listening on port N", once it listens
+    assert "listening on port" in line, line
+    return proc, f"127.0.0.1:{line.split()[-1]}"
+
+
+@pytest.mark.parametrize(("codes", "said"), [([0, 0, 0], "all 3 ranks finished"), ([2], "a rank ended the job")])
+def test_the_coordinator_ends_once_the_training_has(codes: list[int], said: str) -> None:
+    """In a cluster the coordinator is a pod of its own: it ends (exit 0) when every rank finished,
+    or when one ended the job at once; before that it runs on."""
+    proc, address = _coordinator_process("--world-size", "3")
+    try:
+        for rank, code in enumerate(codes[:-1]):
+            member(address, rank).report_end(code)
+        assert proc.poll() is None  # not every rank has finished: still serving
+        member(address, len(codes) - 1).report_end(codes[-1])
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
+    assert said in out, out
