@@ -39,6 +39,8 @@ SPECS = {
         "labels": {"team": "vision"},
     },
     "elastic-1to4": {"name": "elastic", "nodes": "1:4", "gpusPerNode": 2},
+    # pod recovery: a coordinator Job, per-index limits, each pod's torchrun alone (target job only)
+    "recover-3x1": {"name": "recover", "nodes": 3, "procsPerNode": 1, "recovery": "pod", "backoffLimit": 2},
 }
 
 
@@ -46,6 +48,8 @@ def _cases():
     for spec_name, data in SPECS.items():
         for target in TARGETS:
             if target == "trainjob" and ":" in str(data.get("nodes", "")):
+                continue
+            if data.get("recovery") == "pod" and target != "job":
                 continue
             yield spec_name, target, data
 

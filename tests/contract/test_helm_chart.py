@@ -460,3 +460,13 @@ def test_the_chart_refuses_a_workspace_naming_the_fix(chart: Any, helm: Any) -> 
     message = str(refused.value)
     assert "workspace: the chart ships no code from a folder" in message and "ddpctl build" in message
     assert chart.render({"workspace": {"dir": None}})  # the default (nothing shipped) renders
+
+
+def test_the_chart_refuses_pod_recovery_naming_the_way_out(chart: Any, helm: Any) -> None:
+    """recovery: pod adds a coordinator Job and per-index limits the chart does not render yet: it
+    refuses in one line rather than render a gang job the values did not ask for."""
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render({"recovery": "pod", "gpusPerNode": 0})
+    message = str(refused.value)
+    assert "recovery: pod is rendered by ddpctl only" in message and "ddpctl render --recovery pod" in message
+    assert chart.render({"recovery": "gang"})

@@ -88,6 +88,9 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $C := $G.constants -}}
 {{- $M := $G.messages -}}
 {{- $E := index $G.engines $V.target -}}
+{{- if eq (toString $V.recovery) "pod" -}}
+{{- fail "recovery: pod is rendered by ddpctl only for now (its coordinator Job and per-index limits are not in this chart); render the manifests with `ddpctl render --recovery pod`, or set recovery: gang" -}}
+{{- end -}}
 {{- $name := $V.name -}}
 {{- $maxNodes := int64 $C.maxNodes -}}
 {{- if and $V.workspace $V.workspace.dir -}}

@@ -20,7 +20,7 @@ from typing import Any
 from ddpctl.cluster import errors as E
 from ddpctl.cluster import workloads
 from ddpctl.cluster.config import FIELD_MANAGER, Cluster, iter_lines
-from ddpctl.cluster.kinds import JOB_OBJECT_KINDS, POD, SECRET, WORKLOADS, Kind, job_selector, kind_of
+from ddpctl.cluster.kinds import JOB_OBJECT_KINDS, POD, SECRET, WORKLOADS, Kind, is_coordinator, job_selector, kind_of
 from ddpctl.engines import engine_for
 from ddpctl.errors import ClusterError, DdpctlError, NotFound
 
@@ -78,7 +78,7 @@ def find_objects(
 
 def find_job(cluster: Cluster, name: str, namespace: str) -> tuple[Kind, dict[str, Any]]:
     """The workload (Job, PyTorchJob, JobSet or TrainJob) of job NAME, or a one-line error."""
-    workloads = [(k, o) for k, o in find_objects(cluster, name, namespace, WORKLOADS)]
+    workloads = [(k, o) for k, o in find_objects(cluster, name, namespace, WORKLOADS) if not is_coordinator(o)]
     if not workloads:
         raise_not_found(cluster, name, namespace)
     if len(workloads) > 1:

@@ -124,6 +124,20 @@ def job_selector(name: str) -> str:
     return f"{INSTANCE}={name},{MANAGED_BY}"
 
 
+NOT_COORDINATOR = "app.kubernetes.io/component!=coordinator"  # a pod-recovery job's coordinator trains nothing
+
+
+def is_coordinator(obj: dict[str, Any]) -> bool:
+    """Whether `obj` is a pod-recovery job's coordinator (its Job or pod), not a training object."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get("app.kubernetes.io/component") == "coordinator"
+
+
+def trainer_selector(name: str) -> str:
+    """job NAME's training objects and pods: every object ddpctl made for it but its coordinator's."""
+    return f"{job_selector(name)},{NOT_COORDINATOR}"
+
+
 def job_name_of(obj: dict[str, Any]) -> str:
     """The ddpctl job a workload object belongs to: its instance label (with node groups, the
     `job` target makes one Job per group, `<job>-<group>`), else its own name."""

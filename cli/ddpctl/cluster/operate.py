@@ -208,14 +208,14 @@ def list_jobs(cluster: Cluster, all_namespaces: bool) -> list[JobSummary]:
     from ddpctl.cluster import errors as E
     from ddpctl.cluster import workloads
     from ddpctl.cluster.admission import admission
-    from ddpctl.cluster.kinds import MANAGED_BY, WORKLOADS, age, finished, job_name_of
+    from ddpctl.cluster.kinds import MANAGED_BY, NOT_COORDINATOR, WORKLOADS, age, finished, job_name_of
     from ddpctl.spec.kueue import QUEUE_LABEL
 
     ns = None if all_namespaces else cluster.namespace
     found = []
     for kind in WORKLOADS:
         try:
-            items = cluster.list(kind, ns, MANAGED_BY).get("items") or []
+            items = cluster.list(kind, ns, f"{MANAGED_BY},{NOT_COORDINATOR}").get("items") or []
         except E.ApiError as exc:
             if exc.not_served:
                 continue

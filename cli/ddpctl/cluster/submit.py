@@ -159,7 +159,7 @@ def start(sub: Submission, out: Callable[[str], None], say: Callable[[str], None
     from ddpctl.cluster import apply as A
     from ddpctl.cluster.flags import parse_duration
     from ddpctl.cluster.follow import follow_job
-    from ddpctl.cluster.kinds import BY_TARGET, rank_notice
+    from ddpctl.cluster.kinds import BY_TARGET, is_coordinator, rank_notice
 
     assert sub.cluster is not None, "a client dry run is shown, not started"
     cluster, plan, submit = sub.cluster, sub.plan, sub.submit
@@ -174,12 +174,13 @@ def start(sub: Submission, out: Callable[[str], None], say: Callable[[str], None
     applied = A.submit(
         cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=submit.replace, say=say
     )
+    kind = BY_TARGET[spec.target]
+    top = next(a.obj for a in applied if a.kind is kind and not is_coordinator(a.obj))  # rank 0's workload
     if shipment is not None and shipment.secret is not None and not server_dry:
-        A.own(cluster, next(a.obj for a in applied if a.kind is BY_TARGET[spec.target]), applied[0].obj)
+        A.own(cluster, top, applied[0].obj)
     if spec.queue or spec.workload_priority_class:
         from ddpctl.cluster.admission import queue_warnings
 
-        top = next(a.obj for a in applied if a.kind is BY_TARGET[spec.target])
         for note in queue_warnings(cluster, spec.target, top, spec.queue):
             say(f"ddpctl: warning: {note}")
     if submit.output is not None:
@@ -190,8 +191,7 @@ def start(sub: Submission, out: Callable[[str], None], say: Callable[[str], None
             out(f"{a.kind.ref(a.obj['metadata']['name'])} {'created' if a.created else 'configured'}{suffix}")
     if server_dry:
         return
-    kind = BY_TARGET[spec.target]
-    job = next(a.obj for a in applied if a.kind is kind)
+    job = top
     if not (submit.wait or submit.follow):
         say(
             f"ddpctl: follow it with `ddpctl logs {spec.name} -n {spec.namespace} -f`, or `ddpctl status "

@@ -21,7 +21,7 @@ from ddpctl.cluster.kinds import (
     Kind,
     finished,
     job_name_of,
-    job_selector,
+    trainer_selector,
 )
 from ddpctl.cluster.pods import (
     Outcome,
@@ -145,7 +145,7 @@ class JobMonitor:
         self.events: queue.Queue[Any] = queue.Queue()
         self.synced: set[str] = set()
         job_filter = (
-            {"selector": job_selector(self.job_name)}
+            {"selector": trainer_selector(self.job_name)}
             if self.grouped
             else {"field_selector": f"metadata.name={self.name}"}
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddpctl.cluster.kinds import Kind, job_selector
+from ddpctl.cluster.kinds import Kind, trainer_selector
 from ddpctl.engines.base import NODE_RANK_OFFSET, NodeCount
 
 
@@ -18,7 +18,7 @@ def pod_selector(kind: Kind, name: str) -> str:
     """The label selector that finds job NAME's pods: our labels, which every pod template we
     render carries, or the label the engine's runtime puts on the pods it makes."""
     label = kind.engine.pods_labelled
-    return f"{label}={name}" if label else job_selector(name)
+    return f"{label}={name}" if label else trainer_selector(name)
 
 
 def suspended(kind: Kind, obj: dict[str, Any]) -> bool:

@@ -19,11 +19,6 @@ class Color(str, Enum):
     never = "never"
 
 
-class Recovery(str, Enum):
-    gang = "gang"
-    pod = "pod"
-
-
 def run_command(
     spec_input: SpecInput,
     local: bool = typer.Option(
@@ -51,12 +46,6 @@ def run_command(
     engine: str = typer.Option(
         "docker", "--engine", help="With --docker: the container engine CLI (docker or podman)."
     ),
-    recovery: Recovery = typer.Option(
-        Recovery.gang,
-        "--recovery",
-        help="gang: a failed node restarts the whole group (from its checkpoint); pod (--local, the built-in "
-        "trainer on gloo): the failed node alone starts again and the others hand it their state.",
-    ),
     spares: int = typer.Option(
         0,
         "--spares",
@@ -78,7 +67,7 @@ def run_command(
 
     if local and docker:
         raise UsageError("--local and --docker exclude each other: choose one")
-    if docker and recovery is Recovery.pod:
+    if docker and spec_input.spec().recovery == "pod":
         raise UsageError("--recovery pod: run --docker restarts the whole group; use it with --local")
     options = RunOptions(
         run_dir=run_dir,
@@ -87,7 +76,6 @@ def run_command(
         timeout=timeout,
         color=None if color is Color.auto else color is Color.always,
         engine=engine,
-        recovery=recovery.value,
         spares=spares,
     )
     backend = DockerBackend(options) if docker else LocalBackend(options)

@@ -43,6 +43,7 @@ NODE_RANK_LAUNCHER = (
     "main()"
 )
 LAUNCHER_PYTHON = protocol.LAUNCHER_PYTHON
+COORDINATOR = "coordinator"  # pod recovery: the name (suffix) of the coordinator's workload
 RESUBMIT = (
     "submit again with --avoid-node NODE (the Kubernetes node rank 0's straggler line names) to keep the pods off it"
 )
@@ -104,6 +105,8 @@ class Engine(ABC):
     # the replica spec of the workload that holds rank 0 alone; the other roles' indexes count after it
     lead_replica: ClassVar[tuple[str, ...] | None] = None
     pods_labelled: ClassVar[str | None] = None  # the label naming the workload on its pods, when not ours
+    # why `recovery: pod` cannot run on this target (None: it can; the layout may still refuse)
+    pod_recovery_refused: ClassVar[str | None] = "its controller replaces pods by rules of its own (not built yet)"
 
     def added_container_hint(self, container: str) -> str | None:
         """The fix when Pod Security refuses `container`, which the engine's controller (not ddpctl)
@@ -124,6 +127,7 @@ class Engine(ABC):
         (settings it cannot express are refused, never dropped) and that every name it derives fits."""
         layout = Layout(spec)
         self.check(layout)
+        self.check_recovery(layout)
         plan = self.unchecked_plan(layout)
         plan.check_names()
         return plan
@@ -151,10 +155,18 @@ class Engine(ABC):
             pod_hostnames=tuple(self.pod_hostname(layout, n) for n in nodes),
             dns_names=tuple(self.dns_names(layout, n) for n in nodes),
             # names differ only by index within a group: each group's first and last node are enough
-            longest_generated_name=max((self.pod_hostname(layout, n) for n in layout.edge_nodes()), key=len),
+            longest_generated_name=max(
+                (
+                    *(self.pod_hostname(layout, n) for n in layout.edge_nodes()),
+                    *((self.coordinator_name(layout),) if layout.spec.recovery == "pod" else ()),
+                ),
+                key=len,
+            ),
             groups=groups,
             injected_env=tuple(self.injected_env(layout, n) for n in nodes),
             pod_restart_policy=self.pod_restart_policy(layout),
+            coordinator=self.coordinator(layout),
+            coordinator_name=self.coordinator_name(layout) if layout.spec.recovery == "pod" else None,
             failure_handling=self.failure_handling(layout),
             restart_limit=self.restart_limit(layout),
             retry=self.retry_rule(layout),
@@ -171,6 +183,22 @@ class Engine(ABC):
                 f"the {self.target} target has no elastic policy",
                 f"give a fixed count, or use target {self.alternatives('elastic')}",
             )
+
+
+    def check_recovery(self, plan: Layout) -> None:
+        """Refuse `recovery: pod` where this target or the layout cannot replace a lost pod alone."""
+        if plan.spec.recovery == "pod":
+            if self.pod_recovery_refused:
+                raise SpecError(
+                    "recovery",
+                    f"pod on the {self.target} target: {self.pod_recovery_refused}",
+                    f"use target {', '.join(t for t in TARGETS if t in KNOWN and not KNOWN[t].pod_recovery_refused)}, "
+                    "or leave recovery at gang (whole-group restarts)",
+                )
+            if plan.pod_recovery_problem:
+                raise SpecError(
+                    "recovery", f"pod: {plan.pod_recovery_problem}", "leave recovery at gang (whole-group restarts)"
+                )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -279,6 +307,20 @@ class Engine(ABC):
     def rdzv_endpoint(self, plan: Layout) -> str:
         return f"{self.rank0_host(plan)}:{self.master_port(plan)}"
 
+    def coordinator_name(self, plan: Layout) -> str:
+        """The name of the coordinator's workload (pod recovery)."""
+        raise NotImplementedError(self.target)
+
+    def coordinator_host(self, plan: Layout) -> str:
+        """The DNS name of the coordinator's pod (pod recovery)."""
+        raise NotImplementedError(self.target)
+
+    def coordinator(self, plan: Layout) -> str | None:
+        """HOST:PORT of the store a pod-recovery job meets in (the coordinator's pod); None: gang."""
+        if plan.spec.recovery != "pod":
+            return None
+        return f"{self.coordinator_host(plan)}:{protocol.COORDINATOR_PORT}"
+
     # ------------------------------------------------------------ wiring
 
     @abstractmethod
@@ -319,7 +361,7 @@ class IndexedEngine(Engine):
             )
 
     def node_rank_from_index(self, plan: Layout) -> bool:
-        return plan.rdzv_mode == "static"
+        return plan.rdzv_mode == "static" and plan.spec.recovery != "pod"
 
     def exit_code_rule(self, action: str, codes: tuple[int, ...]) -> dict[str, Any]:
         """A podFailurePolicy rule on the training container's exit code (values sorted, as the API wants)."""
@@ -354,10 +396,17 @@ class IndexedEngine(Engine):
         elif plan.ships_workspace:  # exit 2: a workspace that cannot be unpacked (plain torchrun exits 1 for the rest)
             rules.insert(0, self.exit_code_rule("FailJob", (protocol.EXIT_USAGE,)))
         if plan.uses_launcher:
-            rules.append(self.exit_code_rule(self.on_disruption, self.peer_stop_codes))
+            # pod recovery: a survivor does not stop for a lost peer (138); only the whole job's stop does (143)
+            peer = (protocol.EXIT_PREEMPTED,) if plan.spec.recovery == "pod" else self.peer_stop_codes
+            rules.append(self.exit_code_rule(self.on_disruption, peer))
         return {"rules": rules}
 
     def node_rank_source(self, plan: Layout) -> str:
+        if plan.spec.recovery == "pod":
+            return (
+                "the pod's completion index plus its group's first node rank (DDP_NODE_RANK, added by "
+                f"python3 -m {protocol.LAUNCHER_MODULE}; each pod's torchrun runs its node alone)"
+            )
         if plan.rdzv_mode == "c10d":
             return "the c10d rendezvous, in the order nodes join"
         if plan.spec.node_groups:
@@ -370,6 +419,9 @@ class IndexedEngine(Engine):
         return "the pod's job-completion-index annotation (PET_NODE_RANK via the downward API)"
 
     def torchrun_env(self, plan: Layout, group: NodeGroup) -> dict[str, str]:
+        coordinator = self.coordinator(plan)
+        if coordinator is not None:
+            return plan.recovery_env(group, coordinator)
         env: dict[str, str] = {"PET_NNODES": plan.nnodes, "PET_NPROC_PER_NODE": str(group.nproc)}
         if plan.rdzv_mode == "static":
             env["PET_MASTER_ADDR"] = self.rank0_host(plan)

@@ -25,6 +25,14 @@ break at once, or the stall watchdog ends them), so every index is recreated and
 meets again at a fresh rendezvous (a lone replacement could not join a static rendezvous whose
 other members still run).
 
+Pod recovery (`recovery: pod`): each pod's torchrun runs its node alone (`--standalone`) and the
+trainer forms the global group through a coordinator, a Job of one pod of its own (`<job>-coordinator`,
+hostname and subdomain so that the headless Service names it) that outlives any trainer pod.
+`backoffLimitPerIndex` (the spec's backoffLimit) replaces a failed pod alone, keeping its index,
+while the others run on; `maxFailedIndexes: 0` fails the Job once one index has used its limit.
+The podFailurePolicy keeps its FailJob rule and ignores disruptions and the whole job's
+preemption (143: every pod stopped after the same step).
+
 Node groups: one headless Service for all of them and one Indexed Job per group, named
 `<job>-<group>` (pods `<job>-<group>-<index>`); a pod's node rank is its group's offset (the nodes
 of the groups before it) plus its completion index, computed by `NODE_RANK_LAUNCHER`; each group's
@@ -35,7 +43,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
+from ddpctl.engines.base import COORDINATOR, RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
+from ddpctl.errors import SpecError
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
@@ -53,12 +62,43 @@ class JobEngine(IndexedEngine):
     on_disruption = "Ignore"  # replaced without counting; only the pod with the cause counts
     peer_stop_codes = protocol.CAUSED_BY_A_PEER
     node_count = NodeCount(("spec", "completions"))  # with node groups, one Job per group: PET_NNODES
+    pod_recovery_refused = None
+
+    def check(self, plan: Layout) -> None:
+        super().check(plan)
+        if plan.spec.recovery == "pod" and not self.failure_rules_apply(plan):
+            raise SpecError(
+                "restartPolicy",
+                f"{plan.spec.restart_policy} restarts a failed container in place, outside the per-pod limits and "
+                "failure rules of recovery: pod",
+                "leave restartPolicy unset (Never)",
+            )
+        if plan.spec.recovery == "pod" and any(g.name == COORDINATOR for g in plan.spec.node_groups):
+            raise SpecError(
+                "nodeGroups",
+                f"a group named {COORDINATOR!r} would share its Job's name with the coordinator of recovery: pod",
+                "rename the group",
+            )
+
+    def coordinator_name(self, plan: Layout) -> str:
+        return f"{plan.spec.name}-{COORDINATOR}"
+
+    def coordinator_host(self, plan: Layout) -> str:
+        return f"{self.coordinator_name(plan)}.{plan.service_name}"
 
     def template_values(self, plan: Layout, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return {"pod_failure_policy": self.pod_failure_policy(plan)}
+        return {"pod_failure_policy": self.pod_failure_policy(plan), "per_index": plan.spec.recovery == "pod"}
 
     def failure_handling(self, plan: Layout) -> str:
         limit = f"backoffLimit {plan.spec.backoff_limit}"
+        if plan.spec.recovery == "pod":
+            return (
+                f"a usage error (exit 2) or a straggler under --stragglers fail ({protocol.EXIT_STRAGGLER}) fails the "
+                "Job at once; any other failed pod is replaced alone, keeping its index, while the others run on and "
+                f"hand it their state (backoffLimitPerIndex {plan.spec.backoff_limit}; maxFailedIndexes 0: the Job "
+                "fails once a pod has failed that often); a preempted or evicted pod (DisruptionTarget) is replaced "
+                "without counting"
+            )
         if not self.failure_rules_apply(plan):
             return (
                 f"restartPolicy {self.pod_restart_policy(plan)}: the kubelet restarts a failed container in place "

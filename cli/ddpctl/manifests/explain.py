@@ -161,6 +161,20 @@ def _wrapped(label: str, text: str, width: int = 110) -> list[str]:
     return textwrap.wrap(text, width, initial_indent=label, subsequent_indent=" " * len(label), break_on_hyphens=False)
 
 
+def recovery_text(plan: Plan) -> str:
+    """What a lost pod costs under the plan's `recovery`, and why, in one line."""
+    if plan.coordinator is not None:
+        return (
+            "pod: a lost pod is replaced alone; the others keep their training state and hand it over (no step "
+            "lost, no checkpoint read)"
+        )
+    gang = "gang: a lost pod restarts every pod, and training resumes from the last checkpoint"
+    why = plan.pod_recovery_problem or engine_of(plan).pod_recovery_refused
+    if why:
+        return f"{gang}; recovery: pod cannot run here: {why}"
+    return f"{gang}; recovery: pod would replace the lost pod alone and keep the others' state"
+
+
 def explain(plan: Plan, shipment: Shipment | None = None, *, lint: str | None = None) -> str:
     """The layout in words; `shipment`, the workspace the job ships (what, where, what was left
     out); `lint`, what `ddpctl lint` found of the job's script before the run."""
@@ -186,7 +200,12 @@ def explain(plan: Plan, shipment: Shipment | None = None, *, lint: str | None = 
     else:
         nodes = f"{plural(spec.nodes, 'node')} (pods)"
         world = f"{plan.world_size} = {plural(spec.nodes, 'node')} x {plural(nproc, 'process', 'processes')}"
-    if plan.rdzv_mode == "static":
+    if plan.coordinator is not None:
+        rdzv = (
+            f"the coordinator (pod {plan.coordinator_name}): every node's trainer meets at {plan.coordinator}; "
+            "each pod's torchrun runs its own node alone"
+        )
+    elif plan.rdzv_mode == "static":
         rdzv = f"static: every node connects to MASTER_ADDR={plan.rank0_host} MASTER_PORT={plan.master_port}"
     else:
         rdzv = f"c10d: every node joins the store at {plan.rdzv_endpoint} (rendezvous id {spec.name})"
@@ -213,6 +232,7 @@ def explain(plan: Plan, shipment: Shipment | None = None, *, lint: str | None = 
         f"  rank 0:             node rank 0 = pod {hosts[0]}, local rank 0",
         f"  rendezvous:         {rdzv}",
         f"  node rank from:     {plan.node_rank_source}",
+        *_wrapped("  recovery:           ", recovery_text(plan)),
         *_wrapped("  on failure:         ", plan.failure_handling),
         f"  global rank:        {global_rank}",
         *command_lines,

@@ -21,6 +21,7 @@ from ddpctl.plan import GroupPlan, Plan
 from ddpctl.plan.layout import NODE_GROUP_LABEL
 from ddpctl.spec.model import JobSpec, NodeGroup
 from ddpctl.spec.schema import SHM_MOUNT
+from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
     import jinja2
@@ -194,6 +195,7 @@ def view(plan: Plan, shipment: Shipment | None = None) -> dict[str, Any]:
         "max_restarts": spec.rendezvous.max_restarts,
         "service_name": plan.service_name,
         "subdomain": engine.subdomain(plan),
+        "hostname": None,
         # A new key's template reads its plan entry (or the spec) here, with no entry of its own above.
         "plan": plan,
         "spec": spec,
@@ -203,7 +205,56 @@ def view(plan: Plan, shipment: Shipment | None = None) -> dict[str, Any]:
     v["groups"] = group_views
     v.update({k: val for k, val in group_views[0].items() if k not in ("name", "replicas", "top_labels")})
     v.update(engine.template_values(plan, {g.name: gv for g, gv in zip(plan.groups, group_views)}))
+    v["coordinator"] = _coordinator_view(plan, base) if plan.coordinator_name else None
     return v
+
+
+COMPONENT_LABEL = "app.kubernetes.io/component"
+# a store on one TCP port: no GPU, a little CPU, torch's import in memory
+COORDINATOR_RESOURCES = {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
+
+
+def _coordinator_view(plan: Plan, base: dict[str, Any]) -> dict[str, Any]:
+    """The view of the coordinator's pod (pod recovery): the store the trainer pods meet in, in the
+    trainer image, named by the headless Service, on the nodes the job may use; no GPU, no volume,
+    no Secret, no Kueue queue (it trains nothing)."""
+    spec = plan.spec
+    assert plan.coordinator_name is not None
+    labels = {**plan.object_labels, COMPONENT_LABEL: protocol.COORDINATOR_COMPONENT}
+    out = dict(base)
+    out.update(
+        {
+            "name": plan.coordinator_name,
+            "hostname": plan.coordinator_name,
+            "top_labels": dict(sorted(labels.items())),
+            "labels": dict(sorted(labels.items())),
+            "annotations": dict(spec.annotations),
+            "pod_annotations": {},
+            "container_name": protocol.COORDINATOR_COMPONENT,
+            "command": [
+                protocol.LAUNCHER_PYTHON,
+                "-m",
+                protocol.COORDINATOR_MODULE,
+                "--port",
+                str(protocol.COORDINATOR_PORT),
+                "--world-size",
+                str(plan.world_size),
+            ],
+            "args": [],
+            "env": [{"name": "PYTHONUNBUFFERED", "value": "1"}],
+            "env_from": [],
+            "port": protocol.COORDINATOR_PORT,
+            "port_name": protocol.COORDINATOR_COMPONENT,
+            "resources": dict(COORDINATOR_RESOURCES),
+            "volumes": [],
+            "volume_mounts": [],
+            "tolerations": [dict(t) for t in spec.tolerations],
+            "node_selector": dict(sorted(spec.node_selector.items())),
+            "restart_policy": "Never",
+            "replicas": 1,
+        }
+    )
+    return out
 
 
 def _group_view(plan: Plan, base: dict[str, Any], group: GroupPlan, shipment: Shipment | None) -> dict[str, Any]:

@@ -333,6 +333,42 @@ class Layout:
                 return f"{arg.split('=', 1)[1]} (--checkpoint-dir in args)"
         return None
 
+    @property
+    def pod_recovery_problem(self) -> str | None:
+        """Why a lost pod of this job cannot be replaced alone, whatever the target (None: it can)."""
+        spec = self.spec
+        if not self.uses_launcher:
+            return "only the built-in trainer forms its group again and hands a replacement its state"
+        if spec.elastic:
+            return "an elastic layout admits nodes through torchrun's c10d rendezvous instead"
+        if self.backend != "gloo":
+            return f"a {self.backend} group is not formed again yet (gloo only: gpusPerNode 0)"
+        strategy = spec.env.get(protocol.flag_env("--strategy"))
+        for i, arg in enumerate(spec.args):
+            if arg == "--strategy" and i + 1 < len(spec.args):
+                strategy = spec.args[i + 1]
+            elif arg.startswith("--strategy="):
+                strategy = arg.split("=", 1)[1]
+        if strategy not in (None, "ddp"):
+            return "only DDP is formed again (every rank holds the whole state); FSDP's shards are not"
+        return None
+
+    def recovery_env(self, group: NodeGroup, coordinator: str) -> dict[str, str]:
+        """torchrun's and the trainer's env of `group`'s pods under pod recovery: torchrun supervises
+        its own node alone, the trainer forms the group through the `coordinator` (HOST:PORT), and
+        the launcher derives the node's place from its completion index and the group's offsets."""
+        first_node = self.group_offset(group)
+        return {
+            "PET_NNODES": "1",
+            "PET_NPROC_PER_NODE": str(group.nproc),
+            "PET_STANDALONE": "1",
+            "PET_MAX_RESTARTS": "0",
+            protocol.NODE_RANK_OFFSET_ENV: str(first_node),
+            protocol.RANK_OFFSET_ENV: str(self.nodes[first_node].first_rank),
+            protocol.COORDINATOR_ENV: coordinator,
+            protocol.JOB_WORLD_SIZE_ENV: str(self.world_size),
+        }
+
     def container_env(self, group: NodeGroup, wiring: Mapping[str, str]) -> dict[str, str]:
         """Literal env of `group`'s training container: the engine's `wiring` (torchrun's PET_*)
         first, then ddpctl's, then the user's (user wins on clash)."""

@@ -50,6 +50,8 @@ class Plan(Layout):
     groups: tuple[GroupPlan, ...]  # each node group's workload and pods, spec order
     injected_env: tuple[Mapping[str, str], ...]  # per node: what the engine's controller adds to its env
     pod_restart_policy: str
+    coordinator: str | None  # pod recovery: HOST:PORT of the store the pods meet in; None: gang
+    coordinator_name: str | None  # pod recovery: the coordinator's workload name
     failure_handling: str  # what the rendered objects do when a pod fails or is preempted, in words
     restart_limit: int  # how many times the target restarts the whole group after a node fails
     retry: RetryRule  # which exit codes the target retries

@@ -25,7 +25,7 @@ import json
 import os
 import secrets
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -151,12 +151,11 @@ def plan_local(
     mounts: Mapping[str, Path] | None = None,
     cwd: Path | None = None,
     parent_env: Mapping[str, str] | None = None,
-    recovery: str = "gang",
     spares: int = 0,
 ) -> LocalPlan:
     """Compute the agents' commands and env; checks what can be checked before anything starts
     (what the target can run, the script, the trainer's flags, the port). Starts nothing.
-    `recovery` pod: a lost node is started again alone and the others keep their state
+    The spec's `recovery` pod: a lost node is started again alone and the others keep their state
     (`pod_recovery_env`); gang: the whole group restarts by the target's rules."""
     job = plan_for(spec)
     require_torch()
@@ -186,6 +185,7 @@ def plan_local(
 
     args = remap_paths(job.trainer_args, {spec.volumes[n].mount_path: d for n, d in dirs.items() if n in spec.volumes})
     coordinator_port = None
+    recovery = spec.recovery
     if spares and recovery != "pod":
         raise UsageError("--spares: a warm spare takes a lost node's place under --recovery pod; add --recovery pod")
     if spares and len({n.nproc for n in job.nodes}) > 1:
@@ -193,9 +193,6 @@ def plan_local(
     if recovery == "pod":
         from ddpctl.runners.procs import free_port
 
-        problem = pod_recovery_problem(job, args)
-        if problem:
-            raise UsageError(f"--recovery pod: {problem}; leave --recovery at gang (whole-group restarts)")
         coordinator_port = free_port()
     base = inherited_env(parent_env if parent_env is not None else os.environ)
     ifname = loopback_ifname()
@@ -234,39 +231,17 @@ def plan_local(
     )
 
 
-RECOVERY_MODES = ("gang", "pod")
-_RENDEZVOUS_ENV = ("PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_NODE_RANK", "PET_RDZV_BACKEND", "PET_RDZV_ENDPOINT")
-
-
-def pod_recovery_problem(job: Plan, args: Sequence[str]) -> str | None:
-    """Why a lost node of this job cannot be started again alone here (None: it can)."""
-    spec = job.spec
-    if not job.uses_launcher:
-        return "only the built-in trainer forms its group again and hands a replacement its state"
-    if spec.elastic:
-        return "an elastic layout admits nodes through torchrun's c10d rendezvous instead"
-    if job.backend != "gloo":
-        return f"a {job.backend} group is not formed again yet (gloo only: --gpus 0)"
-    if arg_value(args, "--strategy") not in (None, "ddp"):
-        return "only DDP is formed again (every rank holds the whole state); FSDP's shards are not"
-    return None
-
-
 def pod_recovery_env(env: Mapping[str, str], job: Plan, index: int, coordinator: str) -> dict[str, str]:
-    """Node `index`'s env when a lost node is started again alone: its torchrun supervises this
-    node only (`--standalone`, one node), and the trainer forms the job's group through the
-    coordinator, with the node's place from ddpctl (ddpctl_trainer.recovery)."""
+    """Node `index`'s env when a lost node is started again alone: the plan's (each node's torchrun
+    runs that node alone; the trainer forms the job's group through the coordinator), with the
+    coordinator on loopback and the node's place given outright (ddpctl_trainer.recovery)."""
     node = job.nodes[index]
-    out = {k: v for k, v in env.items() if k not in _RENDEZVOUS_ENV}
+    out = dict(env)
     out.update(
         {
-            "PET_NNODES": "1",
-            "PET_NPROC_PER_NODE": str(node.nproc),
-            "PET_STANDALONE": "1",
             protocol.COORDINATOR_ENV: coordinator,
             protocol.JOB_NODE_RANK_ENV: str(node.rank),
             protocol.NODE_FIRST_RANK_ENV: str(node.first_rank),
-            protocol.JOB_WORLD_SIZE_ENV: str(job.world_size),
         }
     )
     return dict(sorted(out.items()))

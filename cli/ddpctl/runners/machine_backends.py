@@ -31,7 +31,6 @@ class RunOptions:
     timeout: float | None = None
     color: bool | None = None  # None: colour on a terminal
     engine: str = "docker"  # with --docker: the container engine's CLI
-    recovery: str = "gang"  # with --local: pod starts a failed node again alone
     spares: int = 0  # with --recovery pod: warm spares started ahead
 
 
@@ -118,7 +117,6 @@ class LocalBackend(_RunsHere[LocalRun]):
                 port_explicit=port_asked_for(spec_input.chosen()),
                 mounts=_mounts(self.options.mounts),
                 cwd=self.cwd,
-                recovery=self.options.recovery,
                 spares=self.options.spares,
             )
         )

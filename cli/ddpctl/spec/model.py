@@ -64,6 +64,7 @@ from ddpctl.spec.schema import (
     MIN_GRACE_PERIOD,
     POD_SECURITY,
     PULL_POLICIES,
+    RECOVERY_MODES,
     RESTART_POLICIES,
     TARGETS,
     TRAINER_MODULE,
@@ -427,6 +428,17 @@ class JobSpec:
             "Restarts after failures before the job is marked failed (preemptions do not count).",
             Int(0),
             flag("--backoff-limit", panel="Lifecycle"),
+        ),
+    )
+    recovery: str = field(
+        default="gang",
+        metadata=doc(
+            "What a failed pod costs. gang (default): every pod restarts and training resumes from the last "
+            "checkpoint. pod (targets job and jobset, run --local; the built-in trainer, DDP on gloo): the failed pod "
+            "alone is replaced, up to backoffLimit times per pod, and the others keep their state and hand it over "
+            "(a coordinator pod holds the store they meet in).",
+            OneOf(RECOVERY_MODES),
+            flag("--recovery", panel="Lifecycle"),
         ),
     )
     ttl_seconds_after_finished: int | None = field(

@@ -25,6 +25,7 @@ RDZV_MODES: tuple[str, ...] = ("auto", "static", "c10d")
 PULL_POLICIES: tuple[str, ...] = ("Always", "IfNotPresent", "Never")
 RESTART_POLICIES: tuple[str, ...] = ("Never", "OnFailure", "ExitCode")
 POD_SECURITY: tuple[str, ...] = ("restricted", "baseline", "privileged")
+RECOVERY_MODES: tuple[str, ...] = ("gang", "pod")
 TRAINER_MODULE = protocol.TRAINER_MODULE
 DEFAULT_BACKOFF_LIMIT = 3
 DEFAULT_IMAGE = "ddpctl-trainer:latest"

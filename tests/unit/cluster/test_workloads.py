@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from ddpctl.cluster import workloads
-from ddpctl.cluster.kinds import BY_TARGET, JOB, JOBSET, PYTORCHJOB, TRAINJOB
+from ddpctl.cluster.kinds import BY_TARGET, JOB, JOBSET, NOT_COORDINATOR, PYTORCHJOB, TRAINJOB
 from ddpctl.engines import ENGINES, plan_for
 from ddpctl.engines.base import COMPLETION_INDEX, NODE_RANK_OFFSET
 from ddpctl.engines.pytorchjob import REPLICA_INDEX, REPLICA_TYPE
@@ -88,9 +88,10 @@ def test_what_kueue_suspended_is_read_where_the_engine_says(target: str) -> None
 
 
 @pytest.mark.parametrize(("target", "selector"), [
-    ("job", "app.kubernetes.io/instance=w,app.kubernetes.io/managed-by=ddpctl"),
-    ("jobset", "app.kubernetes.io/instance=w,app.kubernetes.io/managed-by=ddpctl"),
-    ("pytorchjob", "app.kubernetes.io/instance=w,app.kubernetes.io/managed-by=ddpctl"),
+    # our labels, but not a pod-recovery job's coordinator (it trains nothing)
+    ("job", f"app.kubernetes.io/instance=w,app.kubernetes.io/managed-by=ddpctl,{NOT_COORDINATOR}"),
+    ("jobset", f"app.kubernetes.io/instance=w,app.kubernetes.io/managed-by=ddpctl,{NOT_COORDINATOR}"),
+    ("pytorchjob", f"app.kubernetes.io/instance=w,app.kubernetes.io/managed-by=ddpctl,{NOT_COORDINATOR}"),
     ("trainjob", "jobset.sigs.k8s.io/jobset-name=w"),  # its pods come from a JobSet the runtime makes
 ])  # fmt: skip
 def test_the_pod_selector(target: str, selector: str) -> None:

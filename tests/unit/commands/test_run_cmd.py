@@ -10,7 +10,7 @@ import pytest
     ("args", "message"),
     [
         (["--docker", "--recovery", "pod"], "ddpctl: error: --recovery pod: run --docker restarts the whole group"),
-        (["--local", "--recovery", "pod", "--script", "x.py"], "ddpctl: error: --recovery pod: only the built-in"),
+        (["--local", "--recovery", "pod", "--script", "x.py"], "ddpctl: error: recovery: pod: only the built-in"),
         (["--local", "--spares", "1"], "ddpctl: error: --spares: a warm spare takes a lost node's place"),
     ],
 )

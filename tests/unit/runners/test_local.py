@@ -15,7 +15,7 @@ import pytest
 
 from ddpctl.console import make_console
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
-from ddpctl.errors import UsageError
+from ddpctl.errors import SpecError, UsageError
 from ddpctl.runners.local import (
     DEFAULT_PORT,
     RANK_TEMPLATE,
@@ -36,6 +36,8 @@ SHELL = {"HOME": "/home/u", "PATH": "/usr/bin:/bin"}
 
 def _plan(tmp_path: Path, data: dict | None = None, **kw: object) -> LocalPlan:
     layout = {} if "nodeGroups" in (data or {}) else {"nodes": 2, "procsPerNode": 1}
+    if "recovery" in kw:  # the spec's key, as --recovery gives it
+        data = {**(data or {}), "recovery": kw.pop("recovery")}
     spec = JobSpec.from_dict({"name": "w", **layout, **(data or {})})
     return plan_local(spec, cwd=tmp_path, parent_env=kw.pop("parent_env", SHELL), **kw)  # type: ignore[arg-type]
 
@@ -387,10 +389,11 @@ def test_with_pod_recovery_each_node_runs_alone_and_meets_the_others_through_the
 )
 def test_pod_recovery_is_refused_where_it_cannot_work(tmp_path: Path, data: dict, problem: str) -> None:
     (tmp_path / "train.py").write_text("")
-    with pytest.raises(UsageError) as error:
+    with pytest.raises(SpecError) as error:
         _plan(tmp_path, data, recovery="pod")
-    assert str(error.value).startswith(f"--recovery pod: {problem}")
-    assert str(error.value).endswith("; leave --recovery at gang (whole-group restarts)")
+    assert error.value.field == "recovery"
+    assert error.value.problem.startswith(f"pod: {problem}")
+    assert error.value.fix == "leave recovery at gang (whole-group restarts)"
 
 
 def test_a_node_that_keeps_failing_is_not_started_again_forever(tmp_path: Path) -> None:

@@ -1,0 +1,82 @@
+"""The job target's pod recovery (recovery: pod): what it plans, and the one-line refusals where
+it cannot run, on this target or another (render, the chart and submit agree: they plan alike)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ddpctl.engines import plan_for
+from ddpctl.engines.job import ENGINE
+from ddpctl.errors import SpecError
+from ddpctl.spec.model import JobSpec
+from ddpctl_trainer import protocol
+
+UNEVEN = [
+    {"name": "a", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2},
+    {"name": "b", "nodes": 2, "gpusPerNode": 0, "procsPerNode": 1},
+]
+
+
+def _plan(**data: object):
+    layout = {} if "nodeGroups" in data else {"nodes": 3, "procsPerNode": 1}
+    return plan_for(JobSpec.from_dict({"name": "w", **layout, "recovery": "pod", **data}))
+
+
+def test_on_job_each_group_meets_at_the_coordinator_with_its_own_offsets() -> None:
+    plan = _plan(nodeGroups=UNEVEN)
+    assert plan.coordinator == "w-coordinator.w:29510" and plan.coordinator_name == "w-coordinator"
+    seen = []
+    for group in plan.groups:
+        env = group.env
+        assert (env["PET_NNODES"], env["PET_STANDALONE"], env[protocol.COORDINATOR_ENV]) == ("1", "1", plan.coordinator)
+        assert not {"PET_MASTER_ADDR", "PET_MASTER_PORT", "PET_RDZV_ENDPOINT"} & set(env)  # no job-wide rendezvous
+        seen.append((env[protocol.NODE_RANK_OFFSET_ENV], env[protocol.RANK_OFFSET_ENV], env["PET_NPROC_PER_NODE"]))
+        assert env[protocol.JOB_WORLD_SIZE_ENV] == "4"
+    assert seen == [("0", "0", "2"), ("1", "2", "1")]
+    assert not plan.node_rank_from_index  # PET_NODE_RANK is torchrun's own (0): the launcher gives DDP_NODE_RANK
+    assert "PET_NODE_RANK" not in plan.node_env(plan.nodes[1])
+
+
+def test_the_coordinator_is_named_by_the_headless_service() -> None:
+    plan = _plan()
+    assert ENGINE.coordinator_host(plan) == f"{plan.coordinator_name}.{plan.service_name}"
+    assert ENGINE.pod_recovery_refused is None
+
+
+def test_gang_has_no_coordinator() -> None:
+    plan = _plan(recovery="gang")
+    assert plan.coordinator is None and plan.coordinator_name is None
+    assert plan.groups[0].env["PET_MASTER_ADDR"] == "w-0.w"
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "problem"),
+    [
+        ({"target": "jobset"}, "recovery", "pod on the jobset target:"),
+        ({"target": "pytorchjob"}, "recovery", "pod on the pytorchjob target:"),
+        ({"target": "trainjob"}, "recovery", "pod on the trainjob target:"),
+        ({"gpusPerNode": 1}, "recovery", "pod: a nccl group is not formed again"),
+        ({"nodes": "1:3"}, "recovery", "pod: an elastic layout"),
+        ({"module": None, "script": "train.py"}, "recovery", "pod: only the built-in trainer"),
+        ({"args": ["--strategy=fsdp"]}, "recovery", "pod: only DDP is formed again"),
+        ({"restartPolicy": "OnFailure"}, "restartPolicy", "OnFailure restarts a failed container in place"),
+        (
+            {"nodeGroups": [{**UNEVEN[0], "name": "coordinator"}]},
+            "nodeGroups",
+            "a group named 'coordinator'",
+        ),
+        ({"name": "n" * 52}, "name", f"'{'n' * 52}' makes the job name '{'n' * 52}-coordinator'"),
+    ],
+)
+def test_where_pod_recovery_cannot_run_it_is_refused_in_one_line(data: dict, field: str, problem: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        _plan(**data)
+    assert refused.value.field == field
+    assert refused.value.problem.startswith(problem), refused.value.problem
+    assert refused.value.fix
+
+
+def test_the_refusal_names_the_targets_that_can() -> None:
+    with pytest.raises(SpecError) as refused:
+        _plan(target="pytorchjob")
+    assert refused.value.fix.startswith("use target job, or leave recovery at gang")
