@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.support.models.faults import env_flags, kill_at, plugin_env
-from tests.support.procs import run_ddpctl
+from tests.support.cluster import wait_until
+from tests.support.models.faults import env_flags, hold_at, kill_at, plugin_env
+from tests.support.procs import ddpctl_env, run_ddpctl, start_ddpctl
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -115,6 +116,38 @@ def test_a_warm_spare_takes_the_lost_nodes_place(uninterrupted: dict[str, Any], 
     assert (logs / "spare-0.log").is_file() and (logs / "spare-1.log").is_file()  # the one used, the one behind it
     assignment = json.loads((tmp_path / "ddp-runs" / "ddp-train" / "spares" / "spare-0.json").read_text())
     assert assignment["env"]["DDP_NODE_RANK"] == "1" and "PATH" not in assignment["env"]  # its place, nothing shared
+    ours = _weights(tmp_path / "final.pt")
+    for key in ours:
+        torch.testing.assert_close(ours[key], uninterrupted[key], atol=1e-12, rtol=0)
+
+
+def test_a_node_that_alone_gets_sigterm_leaves_and_is_replaced_without_counting(
+    uninterrupted: dict[str, Any], tmp_path: Path
+) -> None:
+    """An eviction, run here: node 1's trainer alone gets SIGTERM (held after step 4 until it
+    does). It leaves after step 5 (143) with nothing to write, the runner starts it again alone
+    without counting it against --backoff-limit, and the others hand the new one their state."""
+    import os
+    import signal
+
+    import torch
+
+    held = tmp_path / "held"
+    hook = env_flags(plugin_env(hold_at(KILLED_AT, rank=1, file=held)))
+    proc = start_ddpctl([*LAYOUT, "--recovery", "pod", "--backoff-limit", "0", *hook, *TRAINER], tmp_path, ddpctl_env())
+    try:
+        wait_until("node 1 held after step 4", lambda: held.exists() or proc.poll() is not None, 240)
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        os.kill(int(held.read_text().split()[1]), signal.SIGTERM)
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "node 1 left after SIGTERM; starting it again alone (a disruption: not counted)" in err, err[-3000:]
+    assert f"after step {KILLED_AT + 1}; left alone" in out + err
+    status = run_ddpctl("status", "ddp-train", cwd=tmp_path)
+    assert re.search(rf"Recoveries: +node 1 left after SIGTERM: back at step {KILLED_AT + 1} after", status.stdout)
     ours = _weights(tmp_path / "final.pt")
     for key in ours:
         torch.testing.assert_close(ours[key], uninterrupted[key], atol=1e-12, rtol=0)

@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import datetime
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .errors import UsageError
+from .errors import TrainerError, TrainerFailure, UsageError
 from .protocol import COMPLETION_INDEX_ENV, JOB_NODE_RANK_ENV, JOB_WORLD_SIZE_ENV, NODE_FIRST_RANK_ENV
 
 if TYPE_CHECKING:
@@ -240,3 +240,25 @@ def all_gather_object(obj: T) -> list[T]:
     out: list[Any] = [None] * dist.get_world_size()
     dist.all_gather_object(out, obj)
     return out  # one T per rank: every rank sent the same kind of object
+
+
+def on_every_rank(make: Callable[[], T], device: torch.device) -> T:
+    """``make()``, once every rank has made its own: a ``TrainerError`` on any rank stops all."""
+    import torch
+    import torch.distributed as dist
+
+    made: T | None = None
+    error: TrainerError | None = None
+    try:
+        made = make()
+    except TrainerError as exc:
+        error = exc
+    if group_active():
+        flag = torch.tensor([0.0 if error else 1.0], device=device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        if error is None and flag.item() < 1:
+            raise TrainerFailure("another rank failed while setting up (see its error line); stopping")
+    if error is not None:
+        raise error
+    assert made is not None
+    return made

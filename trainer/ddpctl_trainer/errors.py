@@ -73,6 +73,16 @@ class Preempted(TrainerError):
     exit_code = EXIT_PREEMPTED
 
 
+class Left(Preempted):
+    """Pod recovery: this rank alone got SIGTERM (its pod evicted, its node drained) and left after
+    a step; the others go on and meet its replacement, so there is nothing to write (exit 143)."""
+
+
+class PeersLeft(TrainerFailure):
+    """Pod recovery: some ranks (not all) got SIGTERM and left after this step: form the group again
+    with their replacements (``Trainer._recover``), as after a lost peer."""
+
+
 class PeerLost(TrainerFailure):
     """Another rank went away during training: this rank's collective failed because of it."""
 

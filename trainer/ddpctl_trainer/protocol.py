@@ -108,6 +108,9 @@ STRAGGLER_RECOVERED_TAG = f"{PROG}: straggler recovered: "
 # Pod recovery: a survivor's line once the group formed again with a replacement, and the
 # replacement's once it joined; both say the step training goes on from (`recovery_step`).
 RECOVERY_TAG = f"{PROG}: recovery: "
+# A rank that alone got SIGTERM under pod recovery says this as it leaves (exit 143): its node is
+# replaced alone, not counted, and the whole group does not restart.
+LEFT_ALONE = "left alone: the others go on"
 _RECOVERY_STEP = re.compile(r"\bat step (\d+)\b")
 
 
@@ -358,6 +361,7 @@ JOB_WORLD_SIZE_ENV = "DDP_WORLD_SIZE"
 # JOB_COMPLETION_INDEX and its first rank DDP_RANK_OFFSET + JOB_COMPLETION_INDEX x processes per
 # node (each node group's own offsets; ``launch`` adds DDP_NODE_RANK and DDP_NODE_FIRST_RANK).
 RANK_OFFSET_ENV = "DDP_RANK_OFFSET"
+JOB_NNODES_ENV = "DDP_NNODES"  # the job's node count (PET_NNODES is 1: torchrun runs the node alone)
 COORDINATOR_PORT = 29510
 COORDINATOR_MODULE = "ddpctl_trainer.coordinator"
 COORDINATOR_COMPONENT = "coordinator"  # its pod's app.kubernetes.io/component label and container name

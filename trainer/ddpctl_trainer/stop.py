@@ -58,3 +58,19 @@ def reset() -> None:
     _requested.clear()
     _deferring = False
     _signal_at = None
+
+
+# Pod recovery: how many step boundaries in a row some ranks (not all) must be asked to stop before
+# they leave alone: a job preempted or deleted as a whole gets its SIGTERMs a little apart, and the
+# vote after next must see every rank asked (then all stop together, with a checkpoint).
+LEAVE_AFTER_VOTES = 2
+
+
+def decision(anyone: bool, everyone: bool, recovers_pods: bool, partial_votes: int) -> str:
+    """After a step's stop vote: "go" on, "stop" every rank (a checkpoint, 143), or "leave" (the
+    ranks asked to stop leave alone, the others form the group again with their replacements)."""
+    if not anyone:
+        return "go"
+    if everyone or not recovers_pods:
+        return "stop"
+    return "leave" if partial_votes >= LEAVE_AFTER_VOTES else "go"

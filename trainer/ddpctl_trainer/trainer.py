@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import IO, Any, NoReturn, TypeVar
+from collections.abc import Iterator, Sequence
+from typing import IO, Any, NoReturn
 
 import torch
 import torch.distributed as dist
@@ -46,21 +46,20 @@ from .config import TrainConfig, straggler_config
 from .data import DataBundle
 from .dist import DistContext
 from .errors import (
+    Left,
+    PeersLeft,
     Preempted,
     StoreError,
     Straggling,
-    TrainerError,
     TrainerFailure,
     failure_reason,
     is_peer_lost,
     peer_lost,
 )
 from .metrics import Meter, MetricsLog, Progress
-from .protocol import RECOVERY_TAG, STOPPED_BY_SIGTERM, rank_prefix
+from .protocol import LEFT_ALONE, RECOVERY_TAG, STOPPED_BY_SIGTERM, rank_prefix
 from .stragglers import Stragglers
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
-
-T = TypeVar("T")
 
 
 class Trainer:
@@ -116,6 +115,7 @@ class Trainer:
         # The stop flag's all-reduce runs on a CPU (gloo) group: with nccl it would otherwise make
         # the host wait for the GPU once per step. Created in fit(), where every rank arrives.
         self._control_group: Any = None
+        self._partial_votes = 0  # pod recovery: consecutive votes where some ranks, not all, were asked to stop
         self.beacon = Beacon()  # where this rank is, for the stall watchdog (trainer/ddpctl_trainer/watchdog.py)
         self.meter = Meter(device)  # loss sum, correct, samples since the last report (this rank)
         self.view = TrainerView(self)  # what every step hook is given
@@ -315,7 +315,7 @@ class Trainer:
                         for hook in self.hooks:
                             hook.on_epoch_end(self.view)
                 except Exception as exc:
-                    if self.membership is None or not is_peer_lost(exc, after_setup=True):
+                    if self.membership is None or not (isinstance(exc, PeersLeft) or is_peer_lost(exc, True)):
                         raise
                     self._recover(exc)
         finally:
@@ -446,19 +446,38 @@ class Trainer:
 
     # ----------------------------------------------------------------------------- stopping
     def stop_agreed(self) -> bool:
-        """Whether any rank was asked to stop: called by every rank after the same step, so all
-        of them stop after that step together (one 1-element all-reduce; at the end of a straggler
-        window it also carries every rank's figure)."""
+        """Whether every rank stops after this step (``stop.decision``): called by every rank after
+        the same step (one small all-reduce, carrying a straggler window's figures at its end).
+        Under pod recovery, ranks asked alone leave and the others recover: neither returns."""
         local = stop.requested()
         if not d.group_active():
             return local
         device = torch.device("cpu") if self._control_group is not None else self.device
         riders = self.stragglers.riders(self.step)  # a window's figures, one slot per rank (MAX keeps each)
-        flag = torch.tensor([1.0 if local else 0.0, *(riders or ())], device=device, dtype=torch.float64)
+        # MAX of the flag: any rank asked; MAX of its negation: minus "every rank asked"
+        flag = torch.tensor([float(local), -float(local), *(riders or ())], device=device, dtype=torch.float64)
         dist.all_reduce(flag, op=dist.ReduceOp.MAX, group=self._control_group)
         if riders is not None:
-            self.stragglers.receive(self.step, flag[1:].tolist())
-        return bool(flag[0].item() > 0)
+            self.stragglers.receive(self.step, flag[2:].tolist())
+        anyone, everyone = bool(flag[0].item() > 0), bool(flag[1].item() < 0)
+        self._partial_votes = self._partial_votes + 1 if anyone and not everyone else 0
+        decision = stop.decision(anyone, everyone, self.membership is not None, self._partial_votes)
+        if decision == "leave":
+            self._partial_votes = 0
+            if local:
+                self.leave()
+            raise PeersLeft(f"a peer left after step {self.step} (SIGTERM to its pod)")
+        return decision == "stop"
+
+    def leave(self) -> NoReturn:
+        """Pod recovery: this rank alone was asked to stop: it leaves after this step with nothing
+        to write (the others hold the same state and hand it to its replacement)."""
+        self.metrics.emit("left", step=self.step, epoch=self.epoch)
+        self.metrics.close()
+        raise Left(
+            f"{STOPPED_BY_SIGTERM} after step {self.step}; {LEFT_ALONE} and hand its replacement their state "
+            "(recovery: pod)"
+        )
 
     def preempt(self) -> NoReturn:
         """Write a checkpoint of this step boundary (unless one exists) and stop every rank. The
@@ -537,7 +556,7 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
     trainer: Trainer | None = None
     trained_from = False  # True once resume() has set the step training continues from
     try:
-        trainer = _on_every_rank(lambda: Trainer.from_config(cfg, ctx, device, backend), device)
+        trainer = d.on_every_rank(lambda: Trainer.from_config(cfg, ctx, device, backend), device)
         watch = watchdog.start(trainer.beacon, cfg.stall_timeout, ctx)
         try:
             membership = recovery.current()
@@ -563,25 +582,6 @@ def run_trainer(cfg: TrainConfig, ctx: DistContext, device: torch.device, backen
         if is_peer_lost(exc, after_setup=d.group_active()):
             raise peer_lost(exc, trainer.step if trainer is not None and trained_from else None) from exc
         raise
-
-
-def _on_every_rank(make: Callable[[], T], device: torch.device) -> T:
-    """``make()``, once every rank has made its own: a ``TrainerError`` on any rank stops all."""
-    made: T | None = None
-    error: TrainerError | None = None
-    try:
-        made = make()
-    except TrainerError as exc:
-        error = exc
-    if d.group_active():
-        flag = torch.tensor([0.0 if error else 1.0], device=device)
-        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
-        if error is None and flag.item() < 1:
-            raise TrainerFailure("another rank failed while setting up (see its error line); stopping")
-    if error is not None:
-        raise error
-    assert made is not None
-    return made
 
 
 __all__ = ["Trainer", "TrainerFailure", "run_trainer"]

@@ -355,11 +355,21 @@ class LocalLauncher(Launcher):
         """With pod recovery: start the failed node again alone, up to backoffLimit times per
         node, unless its code says a restart cannot help (a usage error, a straggler stop)."""
         code = failed.returncode or 1
-        # a preempted node (143): the trainer's stop vote stops every rank after the same step and
-        # rank 0 checkpoints, so the whole group restarts from that checkpoint, as without pod recovery
-        if self.plan.coordinator_port is None or code in (*protocol.FAILS_THE_JOB, protocol.EXIT_PREEMPTED):
-            return None
         index, limit = failed.index, self.plan.spec.backoff_limit
+        # 143: a node whose ranks alone got SIGTERM left after a step (the others go on): replaced
+        # alone and not counted, as Kubernetes ignores a disruption; but when the stop vote stopped
+        # every rank (rank 0 checkpointed), the whole group restarts from that checkpoint
+        left = code == protocol.EXIT_PREEMPTED and bool(state.left_ranks & set(self.plan.job.nodes[index].ranks))
+        if self.plan.coordinator_port is None or code in protocol.FAILS_THE_JOB:
+            return None
+        if code == protocol.EXIT_PREEMPTED and not left:
+            return None
+        if left:
+            state.left_ranks -= set(self.plan.job.nodes[index].ranks)
+            state.on_replaced(index, "left after SIGTERM")
+            said = f"node {index} left after SIGTERM; starting it again alone (a disruption: not counted)"
+            self.console.note(f"{said}: the others keep training and hand it their state")
+            return self.start_node(index, state.attempt, replacement=said)
         done = self.replacements.get(index, 0)
         if done >= limit:
             self.spent.add(index)

@@ -88,6 +88,7 @@ class JobState:
     # node -> the global rank of its torchrun's rank 0, where that torchrun runs the node alone
     # (pod recovery): the ranks its failure report names are counted from there
     rank_bases: dict[int, int] = field(default_factory=dict)
+    left_ranks: set[int] = field(default_factory=set)  # pod recovery: ranks that alone got SIGTERM and left
     failures: list[Failure] = field(default_factory=list)
     peer_failed_ranks: set[int] = field(default_factory=set)
     last_error: dict[int, str] = field(default_factory=dict)
@@ -117,6 +118,8 @@ class JobState:
             self.peer_failed_ranks.add(rank)
         if _ERROR_LINE.match(text):
             self.last_error[rank] = text
+        if protocol.LEFT_ALONE in text:
+            self.left_ranks.add(rank)
         if protocol.STALL_SUMMARY_TAG in text:
             self.stall_lines.append(text)
         if rank == 0 and protocol.preflight_line(text) is not None:

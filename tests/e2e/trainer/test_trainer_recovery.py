@@ -12,8 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl_trainer.protocol import COORDINATOR_ENV, JOB_NODE_RANK_ENV, JOB_WORLD_SIZE_ENV, NODE_FIRST_RANK_ENV
-from tests.support.models.faults import kill_at, plugin_env
+from ddpctl_trainer.protocol import (
+    COORDINATOR_ENV,
+    JOB_NODE_RANK_ENV,
+    JOB_WORLD_SIZE_ENV,
+    LEFT_ALONE,
+    NODE_FIRST_RANK_ENV,
+)
+from tests.support.cluster import wait_until
+from tests.support.models.faults import hold_at, kill_at, plugin_env
 from tests.support.trainer import PY, TINY, Run, assert_same_params, clean_env, kill_tree, launch, start
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -139,4 +146,36 @@ def test_with_no_survivor_the_replacements_resume_from_the_checkpoint(uninterrup
     run = Run(0, "", "", tmp_path)
     (back,) = run.events("rejoined")
     assert back["step"] == 12 and back["generation"] == 1  # the checkpoint's step, not 0
+    assert_same_params(run.final(), uninterrupted.final(), atol=ATOL)
+
+
+def test_a_sigterm_to_one_node_makes_it_leave_alone_and_nothing_is_lost(uninterrupted: Run, tmp_path: Path) -> None:
+    """An evicted pod: node 1 alone gets SIGTERM (held after step 4 until it arrives). The stop
+    vote sees one node asked, not all, twice in a row: node 1 leaves after step 5 with 143 and
+    writes nothing, the others form the group again with its replacement and hand it their state."""
+    import os
+    import signal
+
+    coordinator = start(
+        [PY, "-m", "ddpctl_trainer.coordinator", "--host", "127.0.0.1", "--port", "0"], tmp_path, clean_env()
+    )
+    held = tmp_path / "held"
+    try:
+        assert coordinator.stdout is not None
+        port = int(coordinator.stdout.readline().split()[-1])
+        nodes = [_node(tmp_path, n, port, plugin_env(hold_at(KILLED_AT, rank=1, file=held))) for n in range(NODES)]
+        wait_until("node 1 held after step 4", lambda: held.exists() or nodes[1].proc.poll() is not None, 240)
+        assert nodes[1].proc.poll() is None, nodes[1].text
+        os.killpg(nodes[1].proc.pid, signal.SIGTERM)  # torchrun and its worker, as the kubelet's SIGTERM reaches a pod
+        assert nodes[1].wait(240) != 0, nodes[1].text
+        replacement = _node(tmp_path, 1, port, {})
+        codes = [n.wait(240) for n in (nodes[0], nodes[2], replacement)]
+        assert codes == [0, 0, 0], "\n---\n".join(n.text[-3000:] for n in (nodes[0], nodes[2], replacement))
+    finally:
+        kill_tree(coordinator.tag)  # type: ignore[attr-defined]
+    assert f"after step {KILLED_AT + 1}; {LEFT_ALONE}" in nodes[1].text, nodes[1].text[-3000:]
+    run = Run(0, "", "", tmp_path)
+    (back,) = run.events("recovered")
+    assert back["step"] == KILLED_AT + 1, run.events()  # the step it left after: nothing to redo
+    assert not run.events("resume") and not run.events("preempted"), "no checkpoint written or read"
     assert_same_params(run.final(), uninterrupted.final(), atol=ATOL)

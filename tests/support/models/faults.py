@@ -9,10 +9,12 @@ fault acts on the first attempt only (torchrun's restart count 0):
 * ``DDPCTL_TEST_KILL_AT_STEP=K`` (``DDPCTL_TEST_KILL_RANK=R``, default 0): rank R SIGKILLs itself
   after step K, as the OOM killer or a lost node would end it. With ``DDPCTL_TEST_KILL_SETTLED=1``
   every rank first waits at step K for its checkpoint writer (a background save still storing is
-  lost with its process: this makes "the newest save before the kill" deterministic).
+  lost with its process: this makes "the newest save before the kill" deterministic). With
+  ``DDPCTL_TEST_KILL_ONCE_FILE=PATH`` it kills only while PATH does not exist, and writes it first:
+  a whole group restarted (new pods: restart count 0 again) goes past step K.
 * ``DDPCTL_TEST_HOLD_AT_STEP=K`` (``DDPCTL_TEST_HOLD_RANK=R``, default 0; ``DDPCTL_TEST_HOLD_FILE=PATH``):
-  rank R writes PATH after step K and waits there until it gets SIGTERM (at most ``HOLD_LIMIT_S``),
-  so a test can signal or kill it between two known steps without sleeping. Once PATH exists the
+  rank R writes PATH (the step and its pid) after step K and waits there until it gets SIGTERM (at
+  most ``HOLD_LIMIT_S``), so a test can signal or kill it between two known steps without sleeping. Once PATH exists the
   hold is spent: a group that its runner restarted (new agents, restart count 0 again) goes on.
 * ``DDPCTL_TEST_KILL_IN_CHECKPOINT=K`` (``DDPCTL_TEST_KILL_IN_CHECKPOINT_SIGNAL=KILL`` or ``TERM``):
   half-way through writing the checkpoint of step K, rank 0 cuts the temp file to half its size
@@ -49,6 +51,7 @@ IMAGE_CALLBACK = "test_faults:Faults"  # in the test image
 KILL_AT_STEP = "DDPCTL_TEST_KILL_AT_STEP"
 KILL_RANK = "DDPCTL_TEST_KILL_RANK"
 KILL_SETTLED = "DDPCTL_TEST_KILL_SETTLED"
+KILL_ONCE_FILE = "DDPCTL_TEST_KILL_ONCE_FILE"
 HOLD_AT_STEP = "DDPCTL_TEST_HOLD_AT_STEP"
 HOLD_RANK = "DDPCTL_TEST_HOLD_RANK"
 HOLD_FILE = "DDPCTL_TEST_HOLD_FILE"
@@ -72,6 +75,7 @@ class Faults:
     def __init__(self) -> None:
         self.kill_step, self.kill_rank = _int(KILL_AT_STEP), _int(KILL_RANK)
         self.kill_settled = _int(KILL_SETTLED) == 1
+        self.kill_once = os.environ.get(KILL_ONCE_FILE)
         self.hold_step, self.hold_rank = _int(HOLD_AT_STEP), _int(HOLD_RANK)
         self.hold_file = os.environ.get(HOLD_FILE)
         self.checkpoint_step = _int(KILL_IN_CHECKPOINT)
@@ -87,6 +91,10 @@ class Faults:
         if self.kill_step and step == self.kill_step and self.kill_settled:
             trainer.wait_for_checkpoint()  # every rank: the saves before step K are stored (or failed)
         if self.kill_step and step == self.kill_step and rank == self.kill_rank:
+            if self.kill_once:
+                if Path(self.kill_once).exists():
+                    return  # killed once already: a group restarted from a checkpoint goes on
+                Path(self.kill_once).write_text(str(step))
             print(f"[fault] killing rank {rank} at step {step}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         if self.hold_step and step == self.hold_step and rank == self.hold_rank:
@@ -96,7 +104,7 @@ class Faults:
         if self.hold_file and Path(self.hold_file).exists():
             return  # held once already
         if self.hold_file:
-            Path(self.hold_file).write_text(str(step))
+            Path(self.hold_file).write_text(f"{step} {os.getpid()}")  # the step, and whom to signal
         if not stop.wait(HOLD_LIMIT_S):
             raise TrainerFailure(f"test hook: no SIGTERM arrived within {HOLD_LIMIT_S:g}s of step {step}")
 

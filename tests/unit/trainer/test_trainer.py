@@ -147,3 +147,21 @@ def test_a_part_that_cannot_be_made_is_the_error_of_the_flag(tmp_path: Path) -> 
     cfg = parse_args([*ONE_PROCESS, "--checkpoint-dir", str(tmp_path), "--model", "no_such_module_xyz:build"], {})
     with pytest.raises(UsageError, match="--model 'no_such_module_xyz:build': cannot import"):
         run_trainer(cfg, ONE, CPU, "gloo")
+
+
+@pytest.mark.parametrize(
+    ("anyone", "everyone", "recovers_pods", "votes", "decision"),
+    [
+        (False, False, True, 0, "go"),
+        (True, True, False, 0, "stop"),  # gang: any rank asked stops them all, with a checkpoint
+        (True, False, False, 1, "stop"),
+        (True, True, True, 0, "stop"),  # pod recovery, the job preempted or deleted: every rank asked
+        (True, False, True, 1, "go"),  # one pod asked: the others get a vote to join in first
+        (True, False, True, 2, "leave"),  # still only some: they leave alone, the others recover
+        (True, False, True, 3, "leave"),
+    ],
+)
+def test_the_stop_vote_decides_who_stops(
+    anyone: bool, everyone: bool, recovers_pods: bool, votes: int, decision: str
+) -> None:
+    assert stop.decision(anyone, everyone, recovers_pods, votes) == decision
