@@ -39,7 +39,7 @@ SPECS = {
         "labels": {"team": "vision"},
     },
     "elastic-1to4": {"name": "elastic", "nodes": "1:4", "gpusPerNode": 2},
-    # pod recovery: a coordinator Job, per-index limits, each pod's torchrun alone (target job only)
+    # pod recovery: a coordinator, per-index limits, each pod's torchrun alone (targets job and jobset)
     "recover-3x1": {"name": "recover", "nodes": 3, "procsPerNode": 1, "recovery": "pod", "backoffLimit": 2},
 }
 
@@ -49,7 +49,7 @@ def _cases():
         for target in TARGETS:
             if target == "trainjob" and ":" in str(data.get("nodes", "")):
                 continue
-            if data.get("recovery") == "pod" and target != "job":
+            if data.get("recovery") == "pod" and target not in ("job", "jobset"):
                 continue
             yield spec_name, target, data
 

@@ -73,8 +73,9 @@ def _cases() -> list[tuple[str, dict]]:
         )
         for fabric in FABRICS:
             cases.append((target, {**full, **FABRIC_JOB, "fabric": fabric}))
-    # pod recovery (target job): the coordinator's Job and the per-index limits validate too
-    cases.append(("job", {**FULL, "gpusPerNode": 0, "restartPolicy": None, "recovery": "pod"}))
+    # pod recovery (job, jobset): the coordinator and the per-index limits validate too
+    for target in ("job", "jobset"):
+        cases.append((target, {**FULL, "gpusPerNode": 0, "restartPolicy": None, "recovery": "pod"}))
     return cases
 
 

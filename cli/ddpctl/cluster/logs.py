@@ -25,7 +25,14 @@ from ddpctl.cluster import workloads
 from ddpctl.cluster.config import Cluster, iter_lines
 from ddpctl.cluster.kinds import POD, Kind
 from ddpctl.errors import ClusterError, DdpctlError
-from ddpctl_trainer.protocol import Progress, parse_progress, parse_rank_line, preflight_line, straggler_line
+from ddpctl_trainer.protocol import (
+    Progress,
+    parse_progress,
+    parse_rank_line,
+    preflight_line,
+    recovery_step,
+    straggler_line,
+)
 
 PROGRESS_TAIL = 200  # lines of node 0's log searched for rank 0's progress (it reports every --log-every steps)
 PREFLIGHT_HEAD = 1 << 20  # bytes of node 0's log searched for rank 0's preflight report (printed before step 1)
@@ -33,6 +40,7 @@ PREFLIGHT_HEAD = 1 << 20  # bytes of node 0's log searched for rank 0's prefligh
 # status of a long run reads a few MB at most (20000 lines are ~2 MB, hours of progress lines at the
 # trainer's defaults); a line older than that is not shown (the log itself keeps it).
 STRAGGLER_TAIL = 20000
+RECOVERY_TAIL = 20000  # lines of rank 0's log `status` reads for its pod-recovery lines
 
 
 class Output:
@@ -366,6 +374,13 @@ def rank0_stragglers(cluster: Cluster, kind: Kind, pods: list[tuple[int | None, 
     lines of node 0's pod's log."""
     lines = _rank0_lines(cluster, kind, pods, [("tailLines", str(STRAGGLER_TAIL))])
     return [line for line in lines if straggler_line(line)]
+
+
+def rank0_recoveries(cluster: Cluster, kind: Kind, pods: list[tuple[int | None, dict[str, Any]]]) -> list[str]:
+    """Rank 0's pod-recovery lines (the group formed again, at which step, after how long), oldest
+    first, from the last RECOVERY_TAIL lines of node 0's current pod's log."""
+    lines = _rank0_lines(cluster, kind, pods, [("tailLines", str(RECOVERY_TAIL))])
+    return [line for line in lines if recovery_step(line) is not None]
 
 
 def rank0_progress(

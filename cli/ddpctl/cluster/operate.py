@@ -30,11 +30,21 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
     from ddpctl.cluster.admission import admission
     from ddpctl.cluster.apply import find_job
     from ddpctl.cluster.kinds import POD, age, finished
-    from ddpctl.cluster.logs import rank0_preflight, rank0_progress, rank0_stragglers
+    from ddpctl.cluster.logs import rank0_preflight, rank0_progress, rank0_recoveries, rank0_stragglers
 
     ns = cluster.namespace
     kind, job = find_job(cluster, name, ns)
     pods = P.ranked(kind, job, cluster.list(POD, ns, workloads.pod_selector(kind, name)).get("items") or [])
+    recoveries: list[str] = []
+    if P.recovers_pods(pods):  # recovery: pod: a node's failed pods were replaced alone, its newest is the node's
+        pods, gone = P.replaced(pods)
+        said = rank0_recoveries(cluster, kind, pods)
+        recoveries = [
+            P.recovery_text(kind, rank, pod, said[i] if i < len(said) else None)
+            for i, (rank, pod, _) in enumerate(gone)
+        ]
+        # recoveries rank 0 saw whose pod objects are gone (an evicted pod is deleted)
+        recoveries += [P.recovery_text(kind, None, None, line) for line in said[len(gone) :]]
     result, cond = finished(kind, job)
     rows: list[dict[str, Any]] = []
     for rank, pod in pods:
@@ -82,6 +92,7 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
         **({"stall": {"node": stalled[0], "summary": stalled[1]}} if stalled else {}),
         **({"cause": {"node": missing[0], "text": missing[1]}} if missing else {}),
         **({"admission": queued.as_dict()} if queued else {}),
+        **({"recoveries": recoveries} if recoveries else {}),
     }
     lines = [("Admission", queued.message)] if queued else []
     lines.append(("Age", age(job["metadata"].get("creationTimestamp"))))
@@ -89,6 +100,8 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
         lines.append(("Stalled", f"node {stalled[0]} stalled: {stalled[1]}"))
     if missing:
         lines.append(("Cause", f"node {missing[0]}: {missing[1]}"))
+    if recoveries:
+        lines.append(("Recoveries", "; ".join(recoveries)))
     return JobStatus(
         name=name,
         backend=Where.cluster,

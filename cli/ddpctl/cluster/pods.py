@@ -55,6 +55,64 @@ def ranked(kind: Kind, job: dict[str, Any] | None, pods: Any) -> list[tuple[int 
     return out
 
 
+def recovers_pods(pods: list[tuple[int | None, dict[str, Any]]]) -> bool:
+    """Whether the job's pods meet at a coordinator (recovery: pod): a failed pod is replaced alone."""
+    return any(protocol.COORDINATOR_ENV in workloads.container_env(p) for _, p in pods)
+
+
+def replaced(
+    pods: list[tuple[int | None, dict[str, Any]]],
+) -> tuple[list[tuple[int | None, dict[str, Any]]], list[tuple[int, dict[str, Any], dict[str, Any]]]]:
+    """Under pod recovery: each node's current pod (its newest), and every pod that was replaced
+    alone (node rank, the pod, its replacement), in the order they were replaced."""
+    current: dict[int, dict[str, Any]] = {}
+    gone: list[tuple[int, dict[str, Any], dict[str, Any]]] = []
+    for rank, pod in pods:  # ranked: each node's pods oldest first
+        if rank is None:
+            continue
+        if rank in current:
+            gone.append((rank, current[rank], pod))
+        current[rank] = pod
+    gone.sort(key=lambda r: finished_at(r[1]))
+    out: list[tuple[int | None, dict[str, Any]]] = list(current.items())
+    return out + [(r, p) for r, p in pods if r is None], gone
+
+
+def finished_at(pod: dict[str, Any]) -> str:
+    """When the pod's main container ended (RFC 3339; empty while it runs)."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        ended = ((cs.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        if ended:
+            return str(ended)
+    return ""
+
+
+def recovery_text(kind: Kind, rank: int | None, pod: dict[str, Any] | None, line: str | None) -> str:
+    """One replaced pod, said as `ddpctl status` says a local recovery: the node, the pod and where
+    it ran, why it ended (the kubelet's reason, the exit code), and, from rank 0's recovery line,
+    the step training went on from and how long the others waited. Without the pod (evicted and
+    deleted: its object is gone), what rank 0 said."""
+    if pod is None:
+        text = "a pod was replaced (its object is gone, as an evicted pod's is)"
+    else:
+        cs = main_status(kind, pod)
+        ended = (cs.get("state") or {}).get("terminated") or {}
+        where = (pod.get("spec") or {}).get("nodeName")
+        code, reason = ended.get("exitCode"), ended.get("reason") or (pod.get("status") or {}).get("reason")
+        why = f"exited with code {code}" if code is not None else "was lost"
+        if reason and reason not in ("Error", "Completed"):
+            why += f" ({reason})"
+        text = f"node {rank} (pod {pod['metadata']['name']}" + (f" on {where}" if where else "") + f") {why}"
+    step = protocol.recovery_step(line) if line else None
+    if step is None:
+        return f"{text}: replaced alone"
+    waited = _RECOVERY_WAIT.search(line or "")
+    return f"{text}: back at step {step}" + (f" after {waited.group(1)} s" if waited else "") + ", no step lost"
+
+
+_RECOVERY_WAIT = re.compile(r"\bafter (\d+(?:\.\d+)?)s\b")
+
+
 def scheduler_event(cluster: Cluster, namespace: str, pod: str) -> str | None:
     try:
         items = (

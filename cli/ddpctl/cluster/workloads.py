@@ -12,6 +12,7 @@ from typing import Any
 
 from ddpctl.cluster.kinds import Kind, trainer_selector
 from ddpctl.engines.base import NODE_RANK_OFFSET, NodeCount
+from ddpctl_trainer import protocol
 
 
 def pod_selector(kind: Kind, name: str) -> str:
@@ -58,9 +59,9 @@ def first_node_rank(workload: dict[str, Any]) -> int:
 def expected_nodes(kind: Kind, job: dict[str, Any]) -> int | None:
     """How many node pods the workload object asks for. A Job of one node group (its pod template
     carries the group's offset) is part of a larger job: the job's count is its PET_NNODES."""
-    env = _container_env((job.get("spec") or {}).get("template") or {})
-    if NODE_RANK_OFFSET in env:
-        return as_int(env.get("PET_NNODES"))
+    env = container_env((job.get("spec") or {}).get("template") or {})
+    if NODE_RANK_OFFSET in env:  # under pod recovery PET_NNODES is 1 (each pod alone): DDP_NNODES counts them
+        return as_int(env.get(protocol.JOB_NNODES_ENV) or env.get("PET_NNODES"))
     return count_nodes(kind.engine.node_count, job)
 
 
@@ -75,6 +76,8 @@ def count_nodes(count: NodeCount, obj: dict[str, Any]) -> int | None:
         items = found if isinstance(found, list) else []
     total = 0
     for item in items:
+        if isinstance(item, dict) and item.get("name") in count.skip:
+            continue
         product = 1
         for paths in count.factors:
             value = next((v for v in (field(item, p) for p in paths) if v is not None), 1)
@@ -85,11 +88,11 @@ def count_nodes(count: NodeCount, obj: dict[str, Any]) -> int | None:
 
 def rank_offset(pod: dict[str, Any]) -> int | None:
     """PET_NODE_RANK_OFFSET from a pod (or pod template)'s containers (node groups on job/jobset)."""
-    value = _container_env(pod).get(NODE_RANK_OFFSET)
+    value = container_env(pod).get(NODE_RANK_OFFSET)
     return None if value is None else as_int(value)
 
 
-def _container_env(pod: dict[str, Any]) -> dict[str, Any]:
+def container_env(pod: dict[str, Any]) -> dict[str, Any]:
     """The literal env of a pod's containers, the first container that sets a name winning."""
     env: dict[str, Any] = {}
     for container in (pod.get("spec") or {}).get("containers") or []:

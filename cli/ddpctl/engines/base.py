@@ -67,11 +67,12 @@ class NodeCount(NamedTuple):
     """Where a live workload object says how many node pods it asks for (a static fact the
     cluster package reads objects by): the number at `path`; with `factors`, the sum over the
     items at `path` (a list, or a mapping's `keys` that it has) of the product of each item's
-    factors, each the first of its paths that is set (none set: 1)."""
+    factors, each the first of its paths that is set (none set: 1), but for the items named in `skip`."""
 
     path: tuple[str, ...]
     factors: tuple[tuple[tuple[str, ...], ...], ...] = ()
     keys: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()  # items of the list by `name` that run no node (a coordinator)
 
 
 #: every engine class by its target, as each module defines one: what `alternatives` names (this
@@ -184,7 +185,6 @@ class Engine(ABC):
                 f"give a fixed count, or use target {self.alternatives('elastic')}",
             )
 
-
     def check_recovery(self, plan: Layout) -> None:
         """Refuse `recovery: pod` where this target or the layout cannot replace a lost pod alone."""
         if plan.spec.recovery == "pod":
@@ -192,8 +192,8 @@ class Engine(ABC):
                 raise SpecError(
                     "recovery",
                     f"pod on the {self.target} target: {self.pod_recovery_refused}",
-                    f"use target {', '.join(t for t in TARGETS if t in KNOWN and not KNOWN[t].pod_recovery_refused)}, "
-                    "or leave recovery at gang (whole-group restarts)",
+                    f"use target {' or '.join(t for t in TARGETS if t in KNOWN and not KNOWN[t].pod_recovery_refused)}"
+                    ", or leave recovery at gang (whole-group restarts)",
                 )
             if plan.pod_recovery_problem:
                 raise SpecError(
@@ -352,6 +352,19 @@ class IndexedEngine(Engine):
 
     def check(self, plan: Layout) -> None:
         super().check(plan)
+        if plan.spec.recovery == "pod" and not self.failure_rules_apply(plan):
+            raise SpecError(
+                "restartPolicy",
+                f"{plan.spec.restart_policy} restarts a failed container in place, outside the per-pod limits and "
+                "failure rules of recovery: pod",
+                "leave restartPolicy unset (Never)",
+            )
+        if plan.spec.recovery == "pod" and any(g.name == COORDINATOR for g in plan.spec.node_groups):
+            raise SpecError(
+                "nodeGroups",
+                f"a group named {COORDINATOR!r} would share its workload's name with the coordinator of recovery: pod",
+                "rename the group",
+            )
         if plan.spec.node_groups and plan.rdzv_mode != "static":
             raise SpecError(
                 "rendezvous.mode",
@@ -390,7 +403,9 @@ class IndexedEngine(Engine):
         only where the pods run ddpctl's launcher)."""
         if not self.failure_rules_apply(plan):
             return None
-        rules = [self.disruption_rule(self.on_disruption)]
+        # pod recovery: a pod the cluster took away is replaced alone, never the whole group
+        on_disruption = "Ignore" if plan.spec.recovery == "pod" else self.on_disruption
+        rules = [self.disruption_rule(on_disruption)]
         if plan.uses_launcher:  # exit 2: bad input; 202: a straggler under --stragglers fail
             rules.insert(0, self.exit_code_rule("FailJob", protocol.FAILS_THE_JOB))
         elif plan.ships_workspace:  # exit 2: a workspace that cannot be unpacked (plain torchrun exits 1 for the rest)
@@ -398,7 +413,7 @@ class IndexedEngine(Engine):
         if plan.uses_launcher:
             # pod recovery: a survivor does not stop for a lost peer (138); only the whole job's stop does (143)
             peer = (protocol.EXIT_PREEMPTED,) if plan.spec.recovery == "pod" else self.peer_stop_codes
-            rules.append(self.exit_code_rule(self.on_disruption, peer))
+            rules.append(self.exit_code_rule(on_disruption, peer))
         return {"rules": rules}
 
     def node_rank_source(self, plan: Layout) -> str:

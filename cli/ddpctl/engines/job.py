@@ -44,7 +44,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ddpctl.engines.base import COORDINATOR, RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
-from ddpctl.errors import SpecError
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
@@ -63,22 +62,6 @@ class JobEngine(IndexedEngine):
     peer_stop_codes = protocol.CAUSED_BY_A_PEER
     node_count = NodeCount(("spec", "completions"))  # with node groups, one Job per group: PET_NNODES
     pod_recovery_refused = None
-
-    def check(self, plan: Layout) -> None:
-        super().check(plan)
-        if plan.spec.recovery == "pod" and not self.failure_rules_apply(plan):
-            raise SpecError(
-                "restartPolicy",
-                f"{plan.spec.restart_policy} restarts a failed container in place, outside the per-pod limits and "
-                "failure rules of recovery: pod",
-                "leave restartPolicy unset (Never)",
-            )
-        if plan.spec.recovery == "pod" and any(g.name == COORDINATOR for g in plan.spec.node_groups):
-            raise SpecError(
-                "nodeGroups",
-                f"a group named {COORDINATOR!r} would share its Job's name with the coordinator of recovery: pod",
-                "rename the group",
-            )
 
     def coordinator_name(self, plan: Layout) -> str:
         return f"{plan.spec.name}-{COORDINATOR}"

@@ -25,6 +25,13 @@ on the first and restarts without counting on the second. Anything else (a crash
 pod of a child Job fails first is a race, and the root cause (an OOM kill, say) must not hide
 behind its peers' 138 forever.
 
+Pod recovery (`recovery: pod`): a replicatedJob `coordinator` (one pod, `<jobset>-coordinator-0-0`,
+named by the JobSet's Service) holds the store the trainers meet in; each trainer child Job has
+per-index limits (`backoffLimitPerIndex`, `maxFailedIndexes: 0`) and ignores a disruption, so a
+lost pod is recreated alone inside its child Job and the JobSet's failure policy never fires for
+it; the JobSet itself restarts nothing (`maxRestarts: 0`): a pod that used its limit, or a usage
+error, fails it. The coordinator ends when the training has, so the success policy (All) holds.
+
 Node groups: one replicatedJob per group (named after the group, replicas 1, completions = the
 group's nodes); node rank = group offset + completion index (`NODE_RANK_LAUNCHER`). Without
 groups the one replicatedJob is `node`, as Trainer v2's torch runtime names it.
@@ -34,7 +41,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from ddpctl.engines.base import RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
+from ddpctl.engines.base import COORDINATOR, RESUBMIT, IndexedEngine, NodeCount, WorkloadKind
 from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
@@ -58,10 +65,21 @@ class JobSetEngine(IndexedEngine):
     node_count = NodeCount(
         ("spec", "replicatedJobs"),
         ((("replicas",),), (("template", "spec", "completions"), ("template", "spec", "parallelism"))),
+        skip=(COORDINATOR,),
     )
+
+    pod_recovery_refused = None
+
+    def coordinator_name(self, plan: Layout) -> str:
+        return f"{plan.spec.name}-{COORDINATOR}-0-0"  # the pod's hostname: <jobset>-<replicatedJob>-0-0
+
+    def coordinator_host(self, plan: Layout) -> str:
+        return f"{self.coordinator_name(plan)}.{plan.service_name}"
 
     def failure_policy(self, plan: Layout) -> dict[str, Any]:
         """The JobSet's failurePolicy: maxRestarts, plus rules where the child Jobs have them."""
+        if plan.spec.recovery == "pod":  # a lost pod is replaced inside its child Job: a failed child ends the set
+            return {"maxRestarts": 0}
         policy: dict[str, Any] = {"maxRestarts": plan.spec.backoff_limit}
         child = self.pod_failure_policy(plan)
         if child is None:
@@ -99,10 +117,23 @@ class JobSetEngine(IndexedEngine):
         return policy
 
     def template_values(self, plan: Layout, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return {"pod_failure_policy": self.pod_failure_policy(plan), "failure_policy": self.failure_policy(plan)}
+        return {
+            "pod_failure_policy": self.pod_failure_policy(plan),
+            "failure_policy": self.failure_policy(plan),
+            "per_index": plan.spec.recovery == "pod",
+            "coordinator_rjob": COORDINATOR,
+        }
 
     def failure_handling(self, plan: Layout) -> str:
         limit = f"failurePolicy.maxRestarts {plan.spec.backoff_limit}"
+        if plan.spec.recovery == "pod":
+            return (
+                f"a usage error (exit 2) or a straggler under --stragglers fail ({protocol.EXIT_STRAGGLER}) fails the "
+                "JobSet at once; any other failed pod is replaced alone inside its child Job, keeping its index, "
+                f"while the others run on and hand it their state (backoffLimitPerIndex {plan.spec.backoff_limit}; "
+                "maxFailedIndexes 0 and failurePolicy.maxRestarts 0: the JobSet fails once a pod has failed that "
+                "often); a preempted or evicted pod (DisruptionTarget) is replaced without counting"
+            )
         if not self.failure_rules_apply(plan):
             return (
                 f"restartPolicy {self.pod_restart_policy(plan)}: containers restart in place; a failed child Job "

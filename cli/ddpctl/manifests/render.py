@@ -226,6 +226,7 @@ def _coordinator_view(plan: Plan, base: dict[str, Any]) -> dict[str, Any]:
         {
             "name": plan.coordinator_name,
             "hostname": plan.coordinator_name,
+            "subdomain": plan.service_name,  # the headless Service names the pod <hostname>.<subdomain>
             "top_labels": dict(sorted(labels.items())),
             "labels": dict(sorted(labels.items())),
             "annotations": dict(spec.annotations),

@@ -367,6 +367,7 @@ class Layout:
             protocol.RANK_OFFSET_ENV: str(self.nodes[first_node].first_rank),
             protocol.COORDINATOR_ENV: coordinator,
             protocol.JOB_WORLD_SIZE_ENV: str(self.world_size),
+            protocol.JOB_NNODES_ENV: str(self.replicas),
         }
 
     def container_env(self, group: NodeGroup, wiring: Mapping[str, str]) -> dict[str, str]:

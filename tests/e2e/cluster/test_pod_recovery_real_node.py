@@ -1,8 +1,9 @@
-"""Pod recovery on the real node (`recovery: pod`, target job): a lost pod is replaced alone.
+"""Pod recovery on the real node (`recovery: pod`, targets job and jobset): a lost pod is replaced alone.
 
 Three pods of one process each train float64 on gloo, with a coordinator pod of their own; the
 trainer of node 1 SIGKILLs itself after step 4 (the tests' fault plugin in the user image, as the
-OOM killer or a lost node would end it). The Job's per-index backoff replaces that pod alone,
+OOM killer or a lost node would end it), or its pod is evicted after step 4 (it leaves alone after
+step 5, 143, and the disruption is not counted). The Job's per-index backoff replaces that pod alone,
 keeping its index; the other two pods run on (one pod each, never restarted), form the group again
 with the replacement through the coordinator and hand it their state, so the job ends with an
 uninterrupted run's weights and no checkpoint read. The uninterrupted run is the same job without
@@ -11,6 +12,7 @@ the fault, on the same node at the same time.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,8 +22,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.cluster.test_real_node import JOB_TIMEOUT, ON_NODE
-from tests.support.cluster import RealCluster
-from tests.support.models.faults import env_flags, kill_at, plugin_env
+from tests.support.cluster import RealCluster, wait_until
+from tests.support.models.faults import env_flags, hold_at, kill_at, plugin_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -34,8 +36,8 @@ ARGS = [
 ATOL = 1e-12
 
 
-def _job(ns: str, name: str, image: str, claim: str, *extra: str) -> list[str]:
-    return ["submit", "-n", ns, "--target", "job", "--name", name, "--nodes", "3", "--procs", "1", "--gpus", "0",
+def _job(ns: str, target: str, name: str, image: str, claim: str, *extra: str) -> list[str]:
+    return ["submit", "-n", ns, "--target", target, "--name", name, "--nodes", "3", "--procs", "1", "--gpus", "0",
             "--image", image, *ON_NODE, "--volume", f"checkpoints={claim}:/checkpoints", "--recovery", "pod",
             "--backoff-limit", "2", *extra, "--", *ARGS]  # fmt: skip
 
@@ -53,6 +55,10 @@ def _weights(folder: Path) -> dict[str, Any]:
     return torch.load(folder / "final.pt", weights_only=True)["model"]
 
 
+def _pods(kube: RealCluster, ns: str, name: str, component: str) -> list[dict[str, Any]]:
+    return kube.pods(ns, f"app.kubernetes.io/instance={name},app.kubernetes.io/component={component}")
+
+
 def _by_index(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for pod in pods:
@@ -61,44 +67,83 @@ def _by_index(pods: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def test_a_killed_pod_is_replaced_alone_and_the_others_keep_their_state(
+TARGETS = ("job", "jobset")
+
+
+def _evict(kube: RealCluster, ns: str, pod: str) -> None:
+    """The Eviction API, as `kubectl drain` calls it: the kubelet's SIGTERM, a DisruptionTarget condition."""
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod, "namespace": ns}}
+    kube.kubectl("create", "--raw", f"/api/v1/namespaces/{ns}/pods/{pod}/eviction", "-f", "-",
+                 input=json.dumps(eviction))  # fmt: skip
+
+
+def test_a_lost_pod_is_replaced_alone_and_the_others_keep_their_state(
     cli, kube: RealCluster, restricted: str, node_image: str, local_volume
 ) -> None:
+    """Side by side with the reference (one uninterrupted job): node 1 SIGKILLed after step 4 on job
+    and on jobset, and node 1's pod evicted after step 4 on job (it leaves alone after step 5)."""
     ns = restricted
-    ref_folder, folder = local_volume(ns, "ref"), local_volume(ns, "ckpt")
     kill = env_flags(plugin_env(kill_at(KILLED_AT, rank=1), image=True))
-    reference = _start(*_job(ns, "ref", node_image, "ref", "--wait"))
-    faulted = _start(*_job(ns, "pr", node_image, "ckpt", *kill, "--follow"))
+    hold = env_flags(plugin_env(hold_at(KILLED_AT, rank=1, file="/checkpoints/held"), image=True))
+    folders = {name: local_volume(ns, name) for name in ("ref", *TARGETS, "evict")}
+    runs = {"ref": _start(*_job(ns, "job", "ref", node_image, "ref", "--wait"))}
+    for target in TARGETS:
+        runs[target] = _start(*_job(ns, target, f"pr-{target}", node_image, target, *kill, "--follow"))
+    runs["evict"] = _start(*_job(ns, "job", "pr-evict", node_image, "evict", *hold, "--follow"))
+    outputs = {}
     try:
-        out, err = faulted.communicate(timeout=JOB_TIMEOUT)
-        ref_out, ref_err = reference.communicate(timeout=JOB_TIMEOUT)
+        wait_until("node 1 of pr-evict held after step 4",
+                   lambda: (folders["evict"] / "held").exists() or runs["evict"].poll() is not None,
+                   JOB_TIMEOUT)  # fmt: skip
+        assert runs["evict"].poll() is None, runs["evict"].communicate()[1][-3000:]
+        (victim,) = _by_index(_pods(kube, ns, "pr-evict", "trainer"))["1"]
+        _evict(kube, ns, victim["metadata"]["name"])
+        for name, proc in runs.items():
+            outputs[name] = proc.communicate(timeout=JOB_TIMEOUT)
     finally:
-        for proc in (reference, faulted):
+        for proc in runs.values():
             if proc.poll() is None:
                 proc.kill()
-    assert reference.returncode == 0, ref_err[-3000:] + ref_out[-3000:]
-    assert faulted.returncode == 0, err[-4000:] + out[-4000:]
-    assert f"killing rank 1 at step {KILLED_AT}" in out + err, (out + err)[-4000:]
-    assert f"at step {KILLED_AT}" in out and "recovery: " in out, out[-4000:]
-    assert "resumed from" not in out  # the state came from the survivors' memory, not a checkpoint
-
-    pods = _by_index(kube.pods(ns, "job-name=pr"))
-    assert sorted(pods) == ["0", "1", "2"], pods.keys()
-    for index in ("0", "2"):  # the survivors: the same pod from start to end, never restarted
-        assert len(pods[index]) == 1, [p["metadata"]["name"] for p in pods[index]]
-        survivor = pods[index][0]
-        assert survivor["status"]["phase"] == "Succeeded"
-        assert survivor["status"]["containerStatuses"][0]["restartCount"] == 0
-    phases = sorted(p["status"]["phase"] for p in pods["1"])
-    assert phases == ["Failed", "Succeeded"], phases  # node 1's pod, and its replacement alone
-    job = kube.get("job", "pr", "-n", ns)
-    assert job["status"].get("failed") == 1 and job["status"].get("succeeded") == 3, job["status"]
-    coordinator = kube.get("job", "pr-coordinator", "-n", ns)
-    assert coordinator["status"].get("succeeded") == 1, coordinator["status"]  # it ended with the training
+    for name, proc in runs.items():
+        out, err = outputs[name]
+        assert proc.returncode == 0, f"{name}: " + err[-3000:] + out[-3000:]
 
     import torch
 
-    ours, theirs = _weights(folder), _weights(ref_folder)
-    assert ours.keys() == theirs.keys()
-    for key in ours:
-        assert torch.allclose(ours[key], theirs[key], rtol=0, atol=ATOL), key
+    reference = _weights(folders["ref"])
+    for run in ("job", "jobset", "evict"):
+        name, (out, err) = f"pr-{run}", outputs[run]
+        back = KILLED_AT + 1 if run == "evict" else KILLED_AT  # an evicted pod leaves after the next step
+        if run == "evict":
+            assert f"after step {back}; left alone" in out + err, (out + err)[-4000:]
+        else:
+            assert f"killing rank 1 at step {KILLED_AT}" in out + err, (out + err)[-4000:]
+        assert f"at step {back}" in out and "recovery: " in out, out[-4000:]
+        assert "resumed from" not in out  # the state came from the survivors' memory, not a checkpoint
+
+        pods = _by_index(_pods(kube, ns, name, "trainer"))
+        assert sorted(pods) == ["0", "1", "2"], (run, pods.keys())
+        for index in ("0", "2"):  # the survivors: the same pod from start to end, never restarted
+            assert len(pods[index]) == 1, (run, [p["metadata"]["name"] for p in pods[index]])
+            survivor = pods[index][0]
+            assert survivor["status"]["phase"] == "Succeeded", run
+            assert survivor["status"]["containerStatuses"][0]["restartCount"] == 0, run
+        phases = sorted(p["status"]["phase"] for p in pods["1"])
+        status = cli("status", name, "-n", ns)  # each recovery said: the pod, why, the step reached
+        recoveries = [line for line in status.out.splitlines() if line.startswith("Recoveries:")]
+        assert recoveries and f": back at step {back} after " in recoveries[0], status.out
+        if run == "evict":  # the Eviction API deletes the pod: its replacement alone is left
+            assert phases == ["Succeeded"] and pods["1"][0]["metadata"]["name"] != victim["metadata"]["name"]
+            assert "a pod was replaced (its object is gone" in recoveries[0], recoveries
+        else:
+            assert phases == ["Failed", "Succeeded"], (run, phases)  # node 1's pod, and its replacement alone
+            assert "node 1 (pod " in recoveries[0] and "exited with code 137" in recoveries[0], recoveries
+        coordinator = _pods(kube, ns, name, "coordinator")
+        assert [p["status"]["phase"] for p in coordinator] == ["Succeeded"], run  # it ended with the training
+
+        ours = _weights(folders[run])
+        assert ours.keys() == reference.keys()
+        for key in ours:
+            assert torch.allclose(ours[key], reference[key], rtol=0, atol=ATOL), (run, key)
+    evicted = kube.get("job", "pr-evict", "-n", ns)
+    assert not evicted["status"].get("failed"), evicted["status"]  # a disruption is not counted

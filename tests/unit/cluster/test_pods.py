@@ -21,6 +21,9 @@ from ddpctl.cluster.pods import (
     missing_code,
     pod_problem,
     ranked,
+    recovers_pods,
+    recovery_text,
+    replaced,
     scheduler_event,
     stalled_node,
     state_of,
@@ -310,3 +313,67 @@ def test_explain_failure_and_status_name_a_script_the_image_lacks_in_one_line(su
     assert str(error).startswith(f'job "{NAME}" failed: node 0: the image has no /app/train.py ("No such file"): ')
     status = job_status(cluster, NAME)
     assert ("Cause", f'node 0: the image has no /app/train.py ("No such file"): {MISSING_FIX}') in status.lines
+
+
+def _recovering(name: str, index: str, created: str, **kw: Any) -> dict[str, Any]:
+    """A pod of a pod-recovery job (its trainer meets at the coordinator), with index and creation time."""
+    obj = pod(name, labels={"batch.kubernetes.io/job-completion-index": index}, **kw)
+    obj["metadata"]["creationTimestamp"] = created
+    obj["spec"]["nodeName"] = "node-a"
+    obj["spec"]["containers"][0]["env"] = [{"name": protocol.COORDINATOR_ENV, "value": "w-coordinator.w:29510"}]
+    return obj
+
+
+def test_under_pod_recovery_a_node_is_its_newest_pod_and_the_older_ones_were_replaced() -> None:
+    killed = _recovering("w-1-a", "1", "t01", state=terminated(137, finishedAt="t05"), phase="Failed")
+    oom = _recovering("w-1-b", "1", "t06", state=terminated(137, "OOMKilled", finishedAt="t09"), phase="Failed")
+    pods = ranked(
+        JOB,
+        None,
+        [
+            _recovering("w-0-a", "0", "t01"),
+            killed,
+            oom,
+            _recovering("w-1-c", "1", "t10"),
+            _recovering("w-2-a", "2", "t01"),
+        ],
+    )
+    assert recovers_pods(pods)
+    current, gone = replaced(pods)
+    assert [(r, p["metadata"]["name"]) for r, p in current] == [(0, "w-0-a"), (1, "w-1-c"), (2, "w-2-a")]
+    assert [(r, a["metadata"]["name"], b["metadata"]["name"]) for r, a, b in gone] == [
+        (1, "w-1-a", "w-1-b"),
+        (1, "w-1-b", "w-1-c"),
+    ]
+    assert not recovers_pods([(0, pod())])  # gang: every pod of every start is shown, as before
+
+
+@pytest.mark.parametrize(
+    ("obj", "line", "text"),
+    [
+        (
+            _recovering("w-1-a", "1", "t1", state=terminated(137), phase="Failed"),
+            "[rank 0] ddpctl-trainer: recovery: the group formed again (generation 1), going on at step 4 after 21.3s",
+            "node 1 (pod w-1-a on node-a) exited with code 137: back at step 4 after 21.3 s, no step lost",
+        ),
+        (
+            _recovering("w-1-a", "1", "t1", state=terminated(137, "OOMKilled"), phase="Failed"),
+            "[rank 0] ddpctl-trainer: recovery: replaced a lost process: joined the running job at step 9 (gen 2)",
+            "node 1 (pod w-1-a on node-a) exited with code 137 (OOMKilled): back at step 9, no step lost",
+        ),
+        (
+            _recovering("w-1-a", "1", "t1", phase="Failed", reason="Evicted"),
+            None,  # rank 0 has not said it yet (or its log is gone)
+            "node 1 (pod w-1-a on node-a) was lost (Evicted): replaced alone",
+        ),
+        (
+            None,  # an evicted pod: its object is deleted, only rank 0's line is left
+            "[rank 0] ddpctl-trainer: recovery: the group formed again (generation 1), going on at step 5 after 8.0s",
+            "a pod was replaced (its object is gone, as an evicted pod's is): back at step 5 after 8.0 s, no step lost",
+        ),
+    ],
+)
+def test_a_replaced_pod_is_said_in_one_line(obj: dict[str, Any] | None, line: str | None, text: str) -> None:
+    if obj is not None and "reason" in obj["status"]:
+        obj["status"]["containerStatuses"][0]["state"] = {"running": {}}
+    assert recovery_text(JOB, 1, obj, line) == text

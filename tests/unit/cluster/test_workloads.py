@@ -40,6 +40,12 @@ def rendered(target: str, **data: Any) -> list[dict[str, Any]]:
         ("pytorchjob", {"nodes": "2:5"}, [5]),  # elastic: the maximum
         ("pytorchjob", {"nodes": 1}, [1]),
         ("trainjob", {"nodes": 2}, [2]),
+        # pod recovery: each pod's torchrun counts 1 node, and the coordinator runs none
+        ("job", {"nodes": 3, "gpusPerNode": 0, "recovery": "pod"}, [1, 3]),  # the coordinator's Job (left out by
+        # its label where jobs are read), then the trainers'
+        ("job", {"nodeGroups": UNEVEN, "recovery": "pod"}, [1, 3, 3]),
+        ("jobset", {"nodes": 3, "gpusPerNode": 0, "recovery": "pod"}, [3]),
+        ("jobset", {"nodeGroups": UNEVEN, "recovery": "pod"}, [3]),
     ],
 )
 def test_expected_nodes_of_what_render_makes(target: str, data: dict[str, Any], nodes: list[int]) -> None:

@@ -52,7 +52,6 @@ def test_gang_has_no_coordinator() -> None:
 @pytest.mark.parametrize(
     ("data", "field", "problem"),
     [
-        ({"target": "jobset"}, "recovery", "pod on the jobset target:"),
         ({"target": "pytorchjob"}, "recovery", "pod on the pytorchjob target:"),
         ({"target": "trainjob"}, "recovery", "pod on the trainjob target:"),
         ({"gpusPerNode": 1}, "recovery", "pod: a nccl group is not formed again"),
@@ -79,4 +78,4 @@ def test_where_pod_recovery_cannot_run_it_is_refused_in_one_line(data: dict, fie
 def test_the_refusal_names_the_targets_that_can() -> None:
     with pytest.raises(SpecError) as refused:
         _plan(target="pytorchjob")
-    assert refused.value.fix.startswith("use target job, or leave recovery at gang")
+    assert refused.value.fix.startswith("use target job or jobset, or leave recovery at gang")
