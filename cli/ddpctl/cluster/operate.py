@@ -16,6 +16,7 @@ from ddpctl_trainer import protocol
 
 if TYPE_CHECKING:
     from ddpctl.cluster.config import Cluster
+    from ddpctl.cluster.kinds import Kind
 
 
 # ------------------------------------------------------------------------------ status
@@ -36,8 +37,11 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
     kind, job = find_job(cluster, name, ns)
     pods = P.ranked(kind, job, cluster.list(POD, ns, workloads.pod_selector(kind, name)).get("items") or [])
     recoveries: list[str] = []
+    spent = None
     if P.recovers_pods(pods):  # recovery: pod: a node's failed pods were replaced alone, its newest is the node's
         pods, gone = P.replaced(pods)
+        if finished(kind, job)[0] == "Failed":
+            spent = P.spent_node(kind, gone, pods)
         said = rank0_recoveries(cluster, kind, pods)
         recoveries = [
             P.recovery_text(kind, rank, pod, said[i] if i < len(said) else None)
@@ -102,6 +106,8 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
         lines.append(("Cause", f"node {missing[0]}: {missing[1]}"))
     if recoveries:
         lines.append(("Recoveries", "; ".join(recoveries)))
+    if spent and not stalled and not missing:
+        lines.append(("Cause", spent))
     return JobStatus(
         name=name,
         backend=Where.cluster,
@@ -243,6 +249,7 @@ def list_jobs(cluster: Cluster, all_namespaces: bool) -> list[JobSummary]:
             found.append((kind, item))
     found.sort(key=lambda ko: (ko[1]["metadata"].get("namespace") or "", ko[1]["metadata"]["name"]))
     queued = any(QUEUE_LABEL in (o["metadata"].get("labels") or {}) for _, o in found)
+    recovered = _recoveries(cluster, ns, found)
     jobs = []
     for kind, obj in found:
         md = obj["metadata"]
@@ -256,12 +263,33 @@ def list_jobs(cluster: Cluster, all_namespaces: bool) -> list[JobSummary]:
                 age=age(md.get("creationTimestamp")),
                 namespace=md.get("namespace", ""),
                 admission=admitted,
+                recoveries=recovered.get((md.get("namespace", ""), job_name_of(obj))),
                 ref=kind.ref(md["name"]),
                 image=_image(obj),
                 raw=obj,
             )
         )
     return jobs
+
+
+def _recoveries(
+    cluster: Cluster, ns: str | None, found: list[tuple[Kind, dict[str, Any]]]
+) -> dict[tuple[str, str], int]:
+    """Pod-recovery jobs' replaced pods, by (namespace, job): one list of the namespace's pods
+    (only when such a job is listed). An evicted pod's object is deleted: it is not counted."""
+    from ddpctl.cluster import pods as P
+    from ddpctl.cluster.kinds import MANAGED_BY, NOT_COORDINATOR, POD, job_name_of
+
+    recovering = [(k, o) for k, o in found if f'"{protocol.COORDINATOR_ENV}"' in json.dumps(o.get("spec") or {})]
+    if not recovering:
+        return {}
+    pods = cluster.list(POD, ns, f"{MANAGED_BY},{NOT_COORDINATOR}").get("items") or []
+    out = {}
+    for kind, obj in recovering:
+        where, name = obj["metadata"].get("namespace", ""), job_name_of(obj)
+        mine = [p for p in pods if p["metadata"].get("namespace", "") == where and job_name_of(p) == name]
+        out[(where, name)] = len(P.replaced(P.ranked(kind, obj, mine))[1])
+    return out
 
 
 def _active_state(obj: dict[str, Any]) -> str:

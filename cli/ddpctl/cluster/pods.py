@@ -110,6 +110,31 @@ def recovery_text(kind: Kind, rank: int | None, pod: dict[str, Any] | None, line
     return f"{text}: back at step {step}" + (f" after {waited.group(1)} s" if waited else "") + ", no step lost"
 
 
+def spent_node(kind: Kind, gone: list[tuple[int, dict[str, Any], dict[str, Any]]],
+               current: list[tuple[int | None, dict[str, Any]]]) -> str | None:  # fmt: skip
+    """Under pod recovery, once the job failed: the node whose pod kept failing (the most failed
+    pods, its last included), where they ran, and the resubmit that keeps the pods off that node
+    (a running job's pod template cannot change). None when no node's pod failed."""
+    failed: dict[int, list[dict[str, Any]]] = {}
+    for rank, pod, _ in gone:
+        failed.setdefault(rank, []).append(pod)
+    for node, pod in current:
+        if node is not None and pod_phase(pod) == "Failed":
+            failed.setdefault(node, []).append(pod)
+    if not failed:
+        return None
+    rank, pods = max(failed.items(), key=lambda rp: (len(rp[1]), -rp[0]))
+    where = sorted({str((p.get("spec") or {}).get("nodeName")) for p in pods if (p.get("spec") or {}).get("nodeName")})
+    last = main_status(kind, pods[-1])
+    code = ((last.get("state") or {}).get("terminated") or {}).get("exitCode")
+    if code in protocol.FAILS_THE_JOB:  # a usage error or a straggler stop: the pod rows say why
+        return None
+    text = f"node {rank}'s pod failed {plural(len(pods), 'time')}" + (f", last with exit code {code}" if code else "")
+    if where:
+        text += f", on {', '.join(where)}; if that node is at fault, submit again with --avoid-node {where[-1]}"
+    return text
+
+
 _RECOVERY_WAIT = re.compile(r"\bafter (\d+(?:\.\d+)?)s\b")
 
 

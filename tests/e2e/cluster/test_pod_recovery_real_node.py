@@ -3,11 +3,12 @@
 Three pods of one process each train float64 on gloo, with a coordinator pod of their own; the
 trainer of node 1 SIGKILLs itself after step 4 (the tests' fault plugin in the user image, as the
 OOM killer or a lost node would end it), or its pod is evicted after step 4 (it leaves alone after
-step 5, 143, and the disruption is not counted). The Job's per-index backoff replaces that pod alone,
-keeping its index; the other two pods run on (one pod each, never restarted), form the group again
-with the replacement through the coordinator and hand it their state, so the job ends with an
-uninterrupted run's weights and no checkpoint read. The uninterrupted run is the same job without
-the fault, on the same node at the same time.
+step 5, 143, and the disruption is not counted). The (child) Job's per-index backoff replaces that
+pod alone, keeping its index; the other two pods run on (one pod each, never restarted), form the
+group again with the replacement through the coordinator and hand it their state, so the job ends
+with an uninterrupted run's weights and no checkpoint read. The uninterrupted run is the same job
+without the fault, on the same node at the same time. Beside them, a job whose node 1 fails on
+every attempt ends once that pod has used its limit, `status` naming the node to avoid.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pytest
 
 from tests.e2e.cluster.test_real_node import JOB_TIMEOUT, ON_NODE
 from tests.support.cluster import RealCluster, wait_until
-from tests.support.models.faults import env_flags, hold_at, kill_at, plugin_env
+from tests.support.models.faults import crash_from, env_flags, hold_at, kill_at, plugin_env
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -36,10 +37,10 @@ ARGS = [
 ATOL = 1e-12
 
 
-def _job(ns: str, target: str, name: str, image: str, claim: str, *extra: str) -> list[str]:
+def _job(ns: str, target: str, name: str, image: str, claim: str, *extra: str, limit: int = 2) -> list[str]:
     return ["submit", "-n", ns, "--target", target, "--name", name, "--nodes", "3", "--procs", "1", "--gpus", "0",
             "--image", image, *ON_NODE, "--volume", f"checkpoints={claim}:/checkpoints", "--recovery", "pod",
-            "--backoff-limit", "2", *extra, "--", *ARGS]  # fmt: skip
+            "--backoff-limit", str(limit), *extra, "--", *ARGS]  # fmt: skip
 
 
 def _start(*args: str) -> subprocess.Popen[str]:
@@ -85,11 +86,14 @@ def test_a_lost_pod_is_replaced_alone_and_the_others_keep_their_state(
     ns = restricted
     kill = env_flags(plugin_env(kill_at(KILLED_AT, rank=1), image=True))
     hold = env_flags(plugin_env(hold_at(KILLED_AT, rank=1, file="/checkpoints/held"), image=True))
-    folders = {name: local_volume(ns, name) for name in ("ref", *TARGETS, "evict")}
+    folders = {name: local_volume(ns, name) for name in ("ref", *TARGETS, "evict", "keep")}
     runs = {"ref": _start(*_job(ns, "job", "ref", node_image, "ref", "--wait"))}
     for target in TARGETS:
         runs[target] = _start(*_job(ns, target, f"pr-{target}", node_image, target, *kill, "--follow"))
     runs["evict"] = _start(*_job(ns, "job", "pr-evict", node_image, "evict", *hold, "--follow"))
+    # a pod that keeps failing: node 1 fails after step 2 on every attempt; --backoff-limit 1 per pod
+    crash = env_flags(plugin_env(crash_from(2, rank=1), image=True))
+    runs["keep"] = _start(*_job(ns, "job", "pr-keep", node_image, "keep", *crash, "--wait", limit=1))
     outputs = {}
     try:
         wait_until("node 1 of pr-evict held after step 4",
@@ -106,7 +110,15 @@ def test_a_lost_pod_is_replaced_alone_and_the_others_keep_their_state(
                 proc.kill()
     for name, proc in runs.items():
         out, err = outputs[name]
-        assert proc.returncode == 0, f"{name}: " + err[-3000:] + out[-3000:]
+        assert proc.returncode == (1 if name == "keep" else 0), f"{name}: " + err[-3000:] + out[-3000:]
+    # the pod that kept failing: replaced once (its limit), then the Job failed; status names its node
+    keep = _by_index(_pods(kube, ns, "pr-keep", "trainer"))
+    assert sorted(p["status"]["phase"] for p in keep["1"]) == ["Failed", "Failed"], keep["1"]
+    # the others were never replaced (once the Job failed, it deleted their pods: they may be gone)
+    assert all(len(pods) == 1 for index, pods in keep.items() if index != "1"), keep
+    status = cli("status", "pr-keep", "-n", ns).out
+    assert "node 1's pod failed 2 times, last with exit code 1, on ddpctl-real-node" in status, status
+    assert "submit again with --avoid-node ddpctl-real-node" in status, status
 
     import torch
 

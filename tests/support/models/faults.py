@@ -12,6 +12,8 @@ fault acts on the first attempt only (torchrun's restart count 0):
   lost with its process: this makes "the newest save before the kill" deterministic). With
   ``DDPCTL_TEST_KILL_ONCE_FILE=PATH`` it kills only while PATH does not exist, and writes it first:
   a whole group restarted (new pods: restart count 0 again) goes past step K.
+* ``DDPCTL_TEST_CRASH_FROM_STEP=K`` (``DDPCTL_TEST_CRASH_RANK=R``, default 0): rank R fails (exit 1)
+  after step K or any later step, on every attempt: a pod that keeps failing, whatever replaces it.
 * ``DDPCTL_TEST_HOLD_AT_STEP=K`` (``DDPCTL_TEST_HOLD_RANK=R``, default 0; ``DDPCTL_TEST_HOLD_FILE=PATH``):
   rank R writes PATH (the step and its pid) after step K and waits there until it gets SIGTERM (at
   most ``HOLD_LIMIT_S``), so a test can signal or kill it between two known steps without sleeping. Once PATH exists the
@@ -52,6 +54,8 @@ KILL_AT_STEP = "DDPCTL_TEST_KILL_AT_STEP"
 KILL_RANK = "DDPCTL_TEST_KILL_RANK"
 KILL_SETTLED = "DDPCTL_TEST_KILL_SETTLED"
 KILL_ONCE_FILE = "DDPCTL_TEST_KILL_ONCE_FILE"
+CRASH_FROM_STEP = "DDPCTL_TEST_CRASH_FROM_STEP"
+CRASH_RANK = "DDPCTL_TEST_CRASH_RANK"
 HOLD_AT_STEP = "DDPCTL_TEST_HOLD_AT_STEP"
 HOLD_RANK = "DDPCTL_TEST_HOLD_RANK"
 HOLD_FILE = "DDPCTL_TEST_HOLD_FILE"
@@ -76,6 +80,7 @@ class Faults:
         self.kill_step, self.kill_rank = _int(KILL_AT_STEP), _int(KILL_RANK)
         self.kill_settled = _int(KILL_SETTLED) == 1
         self.kill_once = os.environ.get(KILL_ONCE_FILE)
+        self.crash_step, self.crash_rank = _int(CRASH_FROM_STEP), _int(CRASH_RANK)
         self.hold_step, self.hold_rank = _int(HOLD_AT_STEP), _int(HOLD_RANK)
         self.hold_file = os.environ.get(HOLD_FILE)
         self.checkpoint_step = _int(KILL_IN_CHECKPOINT)
@@ -86,6 +91,8 @@ class Faults:
 
     def on_step_end(self, trainer: TrainerView) -> None:
         rank, step = trainer.ctx.rank, trainer.step
+        if self.crash_step and step >= self.crash_step and rank == self.crash_rank:  # on every attempt
+            raise TrainerFailure(f"test hook: rank {rank} crashes after step {step}, as on every attempt")
         if trainer.ctx.restart_count != 0:
             return
         if self.kill_step and step == self.kill_step and self.kill_settled:
@@ -150,6 +157,10 @@ def plugin_env(*faults: dict[str, str], image: bool = False) -> dict[str, str]:
 
 def kill_at(step: int, rank: int = 0, settled: bool = False) -> dict[str, str]:
     return {KILL_AT_STEP: str(step), KILL_RANK: str(rank), **({KILL_SETTLED: "1"} if settled else {})}
+
+
+def crash_from(step: int, rank: int = 0) -> dict[str, str]:
+    return {CRASH_FROM_STEP: str(step), CRASH_RANK: str(rank)}
 
 
 def hold_at(step: int, rank: int = 0, file: str | Path | None = None) -> dict[str, str]:

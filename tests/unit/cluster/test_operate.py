@@ -602,3 +602,35 @@ def test_status_logs_and_delete_of_a_job_with_node_groups(cli, make_cluster):
     r = cli("delete", NAME, *c.args, "-n", NS)
     assert r.code == 0, r.err
     assert objects_left(c.double) == [] and c.double.objects("Pod", NS) == []
+
+
+def test_status_and_list_of_a_pod_recovery_job_count_a_pod_replaced_alone(cli, make_cluster):
+    """recovery: pod: node 1's pod failed and the Job made another for its index; status shows the
+    node's new pod, a Recoveries line (the failed pod, its node, its code, the step rank 0 went on
+    from) and list a RECOVERIES column; the coordinator's pod is no node of the job."""
+    c = make_cluster()
+    submit(cli, c, "--recovery", "pod", "--gpus", "0")
+    d = c.double
+    p0, p1 = _run_two_ranks(d)
+    d.terminate_container(p1, NS, exit_code=137)
+    again = {**d.get("Pod", p1, NS), "status": {"phase": "Pending"}}
+    again["metadata"] = {
+        **again["metadata"],
+        "name": f"{NAME}-1-again",
+        "uid": "again",
+        "creationTimestamp": "2099-01-01T00:00:00Z",
+    }
+    d.store.put(d.rt("Pod"), again)
+    d.start_container(f"{NAME}-1-again", NS)
+    d.append_log(
+        p0,
+        "[rank 0] ddpctl-trainer: recovery: the group formed again (generation 1), going on at step 4 after 9.5s",
+        namespace=NS,
+    )
+    r = cli("status", NAME, *c.args, "-n", NS)
+    assert r.code == 0, r.err
+    (line,) = [x for x in r.out.splitlines() if x.startswith("Recoveries:")]
+    assert f"node 1 (pod {p1}" in line and "exited with code 137: back at step 4 after 9.5 s, no step lost" in line
+    assert f"{NAME}-1-again" in r.out and "Running" in r.out
+    rows = [x.split() for x in cli("list", *c.args, "-n", NS).out.splitlines()]
+    assert rows[0][4] == "RECOVERIES" and (rows[1][0], rows[1][4]) == (NAME, "1"), rows

@@ -25,6 +25,7 @@ from ddpctl.cluster.pods import (
     recovery_text,
     replaced,
     scheduler_event,
+    spent_node,
     stalled_node,
     state_of,
     status_line,
@@ -377,3 +378,21 @@ def test_a_replaced_pod_is_said_in_one_line(obj: dict[str, Any] | None, line: st
     if obj is not None and "reason" in obj["status"]:
         obj["status"]["containerStatuses"][0]["state"] = {"running": {}}
     assert recovery_text(JOB, 1, obj, line) == text
+
+
+def test_a_node_whose_pod_kept_failing_is_named_with_the_resubmit_that_avoids_its_node() -> None:
+    def failed(name: str, index: str, created: str, code: int) -> dict[str, Any]:
+        return _recovering(name, index, created, state=terminated(code), phase="Failed")
+
+    pods = ranked(JOB, None, [
+        _recovering("w-0-a", "0", "t01"), failed("w-1-a", "1", "t01", 137), failed("w-1-b", "1", "t02", 1),
+        failed("w-1-c", "1", "t03", 1), _recovering("w-2-a", "2", "t01"),
+    ])  # fmt: skip
+    current, gone = replaced(pods)
+    assert spent_node(JOB, gone, current) == (
+        "node 1's pod failed 3 times, last with exit code 1, on node-a; if that node is at fault, submit again "
+        "with --avoid-node node-a"
+    )
+    usage = ranked(JOB, None, [_recovering("w-0-a", "0", "t01"), failed("w-1-a", "1", "t01", 2)])
+    assert spent_node(JOB, *reversed(replaced(usage))) is None  # a usage error: the rows say so, no node to avoid
+    assert spent_node(JOB, [], [(0, _recovering("w-0-a", "0", "t01"))]) is None
