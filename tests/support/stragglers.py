@@ -79,6 +79,7 @@ def run_job(
     epochs: int = 12,
     name: str = "st",
     timeout: float = 300,
+    recovery: str = "gang",
 ) -> SlowedRun:
     """Run the job (node 1 slowed to `cpus` after step `slow_from` when `quota` is given, or to `share`
     of the CPUs it used from step `measure_from` to `slow_from`; lifted once named when `lift`)."""
@@ -93,7 +94,8 @@ def run_job(
             }
         )
     args = ["run", "--local", "--nodes", "3", "--gpus", "0", "--procs", "1", "--name", name, "--fresh"]
-    args += ["--color", "never", "--stragglers", mode, "--", "--epochs", str(epochs), "--log-every", "5"]
+    args += ["--color", "never", "--stragglers", mode, "--recovery", recovery]
+    args += ["--", "--epochs", str(epochs), "--log-every", "5"]
     err = cwd / "stderr.txt"
     out = SlowedRun(0, [], "")
     measured: tuple[float, float] | None = None  # (CPU seconds, monotonic seconds) at measure_from

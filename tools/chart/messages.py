@@ -113,6 +113,7 @@ def field_messages() -> dict[str, dict[str, str]]:
             {"fabric": "infiniband", "podSecurity": "restricted"},
             {"fabric": "efa", "podSecurity": "baseline"},
         ),
+        "stragglersReplace": error_message({"stragglers": {"mode": "replace"}}),
         "avoidNodesAffinity": error_message(
             {"avoidNodes": ["zn"], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}
         ),

@@ -382,11 +382,15 @@ class StopVote(Callback):
 
 class StragglerWatch(Callback):
     """Times each step's own work and judges it across the ranks (``stragglers.Stragglers``); under
-    ``--stragglers fail`` a named node makes every rank call ``stop`` (which does not return)."""
+    ``--stragglers fail`` a named node makes every rank call ``stop``, under ``replace`` ``replace``
+    (node, message) (neither returns)."""
 
-    def __init__(self, detector: Stragglers, stop: Callable[[str], object]) -> None:
+    def __init__(
+        self, detector: Stragglers, stop: Callable[[str], object], replace: Callable[[int, str], object]
+    ) -> None:
         self.detector = detector
         self.stop = stop
+        self.replace = replace
 
     def on_epoch_start(self, trainer: TrainerView) -> None:
         self.detector.begin()
@@ -395,7 +399,10 @@ class StragglerWatch(Callback):
         try:
             self.detector.end(trainer.step)
         except StragglerStop as exc:
-            self.stop(str(exc))
+            if exc.node is None:
+                self.stop(str(exc))
+            else:
+                self.replace(exc.node, str(exc))
         self.detector.begin()
 
 

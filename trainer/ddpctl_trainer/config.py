@@ -438,7 +438,7 @@ def parse_args(argv: Sequence[str] | None = None, env: Mapping[str, str] | None 
     if values["preflight_only"] and values["preflight"] == "off":
         raise UsageError(f"{PREFLIGHT_ONLY_FLAG} needs --preflight warn or fail: with it off there is nothing to run")
     cfg = TrainConfig(**values)
-    problem = stragglers.config_problem(straggler_config(cfg))
+    problem = stragglers.config_problem(straggler_config(cfg), env)
     if problem:
         raise UsageError(problem)
     validate_static(cfg)

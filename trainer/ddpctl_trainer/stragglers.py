@@ -22,7 +22,7 @@ all-gather, no other synchronisation) and judge them identically:
   **recovered**: a named node back within it for as many windows. Rank 0 prints one line for each
   (``protocol.STRAGGLER_TAG``, ``STRAGGLER_RECOVERED_TAG``), naming the node rank, its pod, its
   Kubernetes node and since which step. ``fail`` ends the job on every rank after the same step
-  with ``protocol.EXIT_STRAGGLER`` (202).
+  with ``protocol.EXIT_STRAGGLER`` (202), ``replace`` (pod recovery) has its pod replaced alone.
 
 Defaults (``protocol.STRAGGLER_*``): a window of 10 steps, 3 windows in a row, 0.6 of the median
 speed, the preflight's tolerance: a node at half speed is named, while healthy CPU nodes sharing
@@ -62,14 +62,19 @@ try:
 except ImportError:  # a lone file beside protocol.py (the workspace's Secret ships both)
     import protocol  # type: ignore[no-redef, import-not-found]
 
-MODES: tuple[str, ...] = ("off", "warn", "fail")  # what the trainer runs (the spec's `replace` needs pod recovery)
+MODES: tuple[str, ...] = ("off", "warn", "fail", "replace")  # replace: under pod recovery only (DDP_COORDINATOR)
 HISTORY = 50  # the past windows a node alone in its group is judged against (its own pace)
 
 
 class StragglerStop(Exception):
-    """``fail`` and a named node: every rank stops after the same step with ``EXIT_STRAGGLER``."""
+    """A named node, raised on every rank after the same step: under ``fail`` every rank stops with
+    ``EXIT_STRAGGLER``; under ``replace`` (pod recovery) ``node``'s ranks leave to be replaced."""
 
     exit_code = protocol.EXIT_STRAGGLER
+
+    def __init__(self, message: str, node: int | None = None) -> None:
+        super().__init__(message)
+        self.node = node  # replace: the node whose pod leaves
 
 
 @dataclass(frozen=True)
@@ -84,11 +89,12 @@ class StragglerConfig:
         return self.mode != "off"
 
 
-def config_problem(cfg: StragglerConfig) -> str | None:
-    """What is wrong with the settings, as one line naming the flag; None when nothing is."""
+def config_problem(cfg: StragglerConfig, env: Mapping[str, str] | None = None) -> str | None:
+    """What is wrong with the settings (``env``: the process's), one line naming the flag; None if nothing."""
     if cfg.mode not in MODES:
-        why = " (replace needs the spec's recovery: pod)" if cfg.mode == "replace" else ""
-        return f"--stragglers {cfg.mode!r}: use one of {', '.join(MODES)}{why}"
+        return f"--stragglers {cfg.mode!r}: use one of {', '.join(MODES)}"
+    if cfg.mode == "replace" and not (os.environ if env is None else env).get(protocol.COORDINATOR_ENV):
+        return "--stragglers replace: a straggler's pod is replaced alone only under pod recovery; use fail, or warn"
     if not 0 < cfg.tolerance < 1:
         return f"--stragglers-tolerance {cfg.tolerance:g}: give a share of the median speed between 0 and 1, e.g. 0.6"
     if cfg.every < 1:
@@ -99,8 +105,7 @@ def config_problem(cfg: StragglerConfig) -> str | None:
 
 
 def config_from_env(env: Mapping[str, str] | None = None) -> StragglerConfig:
-    """The settings from ``DDP_TRAINER_STRAGGLERS*`` (what the spec renders into every pod), the
-    defaults where unset; ValueError with a one-line message for a value that is wrong."""
+    """The settings from ``DDP_TRAINER_STRAGGLERS*`` (the spec renders them), else defaults; ValueError: one line."""
     env = os.environ if env is None else env
 
     def number(name: str, cast: Callable[[str], Any], default: Any) -> Any:
@@ -116,7 +121,7 @@ def config_from_env(env: Mapping[str, str] | None = None) -> StragglerConfig:
         every=number(protocol.STRAGGLERS_EVERY_ENV, int, protocol.STRAGGLER_EVERY),
         windows=number(protocol.STRAGGLERS_WINDOWS_ENV, int, protocol.STRAGGLER_WINDOWS),
     )
-    problem = config_problem(cfg)
+    problem = config_problem(cfg, env)
     if problem:
         raise ValueError(problem)
     return cfg
@@ -155,13 +160,16 @@ class Seat:
 
 
 def my_seat(env: Mapping[str, str] | None = None) -> Seat:
-    """This process's seat, from torchrun's env and the downward API's (``protocol.POD_NAME_ENV``,
-    ``NODE_NAME_ENV``) and the spec's (``NODE_GROUP_ENV``): the pod name falls back to the host
-    name, as the preflight's does."""
+    """This process's seat, from torchrun's env (ddpctl's under pod recovery), the downward API's and
+    the spec's (``protocol.POD_NAME_ENV``, ``NODE_NAME_ENV``, ``NODE_GROUP_ENV``; pod: else the host name)."""
     env = os.environ if env is None else env
-    rank = int(env.get("RANK", "0") or 0)
     local_world = max(int(env.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
-    node = int(env.get("GROUP_RANK", "") or rank // local_world)
+    if env.get(protocol.COORDINATOR_ENV):  # pod recovery: each torchrun runs its node alone, ddpctl gives its place
+        rank = int(env.get(protocol.NODE_FIRST_RANK_ENV) or 0) + int(env.get("LOCAL_RANK") or 0)
+        node = int(env.get(protocol.JOB_NODE_RANK_ENV) or 0)
+    else:
+        rank = int(env.get("RANK", "0") or 0)
+        node = int(env.get("GROUP_RANK", "") or rank // local_world)
     pod = env.get(protocol.POD_NAME_ENV) or env.get("HOSTNAME") or os.uname().nodename
     group = env.get(protocol.NODE_GROUP_ENV, "").strip() or None
     return Seat(rank, node, pod, env.get(protocol.NODE_NAME_ENV) or None, local_world, group)
@@ -302,14 +310,17 @@ class Judge:
         elsewhere = any(s.k8s_node and s.k8s_node != name for n, ss in self.nodes.items() if n != node for s in ss)
         return name if elsewhere else None
 
-    def failure(self, verdict: Verdict) -> str:
-        """The error line of a job that `fail` stops."""
+    def failure(self, verdict: Verdict, replace: bool = False) -> str:
+        """The line of a job that `fail` stops, or (`replace`) of the node whose pod leaves."""
         seat = self.nodes[verdict.node][0]
         st = self.state[verdict.node]
-        text = (
-            f"straggler: {seat.where()} below {self.cfg.tolerance:g} x {st.against} since step {st.first_below}; "
-            f"stopping (exit {protocol.EXIT_STRAGGLER}, --stragglers fail)"
-        )
+        text = f"straggler: {seat.where()} below {self.cfg.tolerance:g} x {st.against} since step {st.first_below}; "
+        if replace:
+            where = verdict.avoid or seat.k8s_node
+            unless = f" unless the job avoids it (--avoid-node {where})" if where else ""
+            return (f"{text}its pod leaves to be replaced (--stragglers replace): {protocol.LEFT_ALONE} and hand the "
+                    f"replacement their state; it may land on the same Kubernetes node{unless}")  # fmt: skip
+        text += f"stopping (exit {protocol.EXIT_STRAGGLER}, --stragglers fail)"
         return f"{text}; resubmit with --avoid-node {verdict.avoid}" if verdict.avoid else text
 
 
@@ -479,13 +490,13 @@ class Stragglers:
         self._first: int | None = None
 
     def rearm(self, model: Any) -> None:
-        """Time ``model``, the DDP wrapper made after the group formed again with a replacement
-        (pod recovery): the window in progress starts over, with the same judge."""
+        """Time ``model``, the DDP wrapper made after the group formed again with a replacement (pod
+        recovery): the judgement starts over, the seats gathered again as a new rank's first window does."""
         if not self.active:
             return
         self.clock.unhook()
         self.model, self.clock = model, StepClock(self.device_type or "cpu")
-        self._first, self._received = None, None
+        self._first, self._received, self.judge = None, None, None
         self.unwatched = self.clock.hook(model)
         self.active = self.unwatched is None
 
@@ -514,18 +525,17 @@ class Stragglers:
         self.verdicts += found
         for v in found:
             self._say(v.line)
-        if self.cfg.mode == "fail" and self.judge is not None:  # type: ignore[union-attr]
+        if self.cfg.mode in ("fail", "replace") and self.judge is not None:  # type: ignore[union-attr]
             for v in found:
                 if v.kind == "straggler":
-                    raise StragglerStop(self.judge.failure(v))
+                    replace = self.cfg.mode == "replace"  # type: ignore[union-attr]
+                    raise StragglerStop(self.judge.failure(v, replace), v.node if replace else None)
         return found
 
     def riders(self, step: int) -> list[float] | None:
-        """When ``step`` ends a window: this rank's figure in its slot of a world-sized list, to ride
-        on a collective the loop runs after every step anyway (the trainer's stop vote, an
-        all-reduce with MAX: the other slots are 0), so the window costs no collective of its own;
-        hand the reduced list to ``receive``. None otherwise, and for the first window, whose gather
-        also shares the ranks' seats."""
+        """When ``step`` ends a window (not the first, whose gather shares the seats): this rank's figure
+        in its slot of a world-sized list, to ride on the stop vote's all-reduce (MAX: the other slots
+        are 0), so a window costs no collective of its own; the reduced list goes to ``receive``."""
         if not self.active or self.judge is None or (self._received is not None and self._received[0] == step):
             return None
         first = self._first if self._first is not None else step
@@ -586,15 +596,5 @@ def _device_type(model: Any) -> str:
         return "cpu"
 
 
-__all__ = [
-    "Judge",
-    "Seat",
-    "StepClock",
-    "StragglerConfig",
-    "StragglerStop",
-    "Stragglers",
-    "Verdict",
-    "config_from_env",
-    "config_problem",
-    "my_seat",
-]
+__all__ = ["Judge", "Seat", "StepClock", "StragglerConfig", "StragglerStop", "Stragglers", "Verdict",
+           "config_from_env", "config_problem", "my_seat"]  # fmt: skip

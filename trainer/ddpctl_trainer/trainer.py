@@ -51,6 +51,7 @@ from .errors import (
     Preempted,
     StoreError,
     Straggling,
+    Terminated,
     TrainerFailure,
     failure_reason,
     is_peer_lost,
@@ -136,7 +137,7 @@ class Trainer:
             SaveCadence(self.save_checkpoint),
             MaxSteps(),
             StopVote(self.stop_agreed, self.preempt),
-            StragglerWatch(self.stragglers, self.stop_for_straggler),
+            StragglerWatch(self.stragglers, self.stop_for_straggler, self.replace_straggler),
         ]
 
     @classmethod
@@ -365,7 +366,13 @@ class Trainer:
             flush=True,
         )
         with watchdog.waiting_for_a_replacement():
-            self.membership.rejoin()
+            stop.defer(False)  # waiting for a peer, nothing to save: a SIGTERM (the job failed or deleted) ends it now
+            try:
+                if stop.requested():
+                    raise Terminated()
+                self.membership.rejoin()
+            finally:
+                stop.defer(True)
             self.model = wrap(self.module, self.cfg, self.ctx, self.device)  # DDP over the new group
             self.stragglers.rearm(self.model)
             self.handoff()
@@ -412,13 +419,9 @@ class Trainer:
         self.done = self.max_steps_reached()
 
     def _memory_state(self) -> dict[str, Any]:
-        return {
-            "position": self.committed,
-            "model": self.module.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict() if self.scheduler is not None else None,
-            "rng": self._committed_rng,
-        }
+        scheduler = self.scheduler.state_dict() if self.scheduler is not None else None
+        return {"position": self.committed, "model": self.module.state_dict(), "scheduler": scheduler,
+                "optimizer": self.optimizer.state_dict(), "rng": self._committed_rng}  # fmt: skip
 
     # ----------------------------------------------------------------------------- checkpoints
     def resume(self) -> None:
@@ -470,8 +473,7 @@ class Trainer:
         return decision == "stop"
 
     def leave(self) -> NoReturn:
-        """Pod recovery: this rank alone was asked to stop: it leaves after this step with nothing
-        to write (the others hold the same state and hand it to its replacement)."""
+        """Pod recovery: asked alone to stop, this rank leaves, writing nothing (the others hold its state)."""
         self.metrics.emit("left", step=self.step, epoch=self.epoch)
         self.metrics.close()
         raise Left(
@@ -515,6 +517,14 @@ class Trainer:
         self.metrics.emit("straggler", step=self.step, epoch=self.epoch, message=message)
         self.metrics.close()
         raise Straggling(message)
+
+    def replace_straggler(self, node: int, message: str) -> NoReturn:
+        """``--stragglers replace``: the named node's ranks leave alone, the others recover."""
+        if self.ctx.node_rank == node:
+            self.metrics.emit("straggler", step=self.step, epoch=self.epoch, message=message, replaced=True)
+            self.metrics.close()
+            raise Left(message)
+        raise PeersLeft(f"node {node}, a straggler, left after step {self.step} to be replaced")
 
     # ----------------------------------------------------------------------------- eval
     @torch.no_grad()

@@ -493,6 +493,11 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
       "problem": "%(fabric) needs the IPC_LOCK capability (RDMA pins the memory it registers), which Pod Security %(podSecurity) forbids",
       "fix": "set podSecurity privileged (--pod-security privileged), in a namespace labelled pod-security.kubernetes.io/enforce=privileged"
     },
+    "stragglersReplace": {
+      "field": "stragglers.mode",
+      "problem": "replace needs recovery: pod (only the straggler's pod is replaced, while the others keep their state)",
+      "fix": "add --recovery pod, or use --stragglers fail and resubmit with --avoid-node NODE"
+    },
     "avoidNodesAffinity": {
       "field": "avoidNodes",
       "problem": "cannot be added to affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution, which is not a map of nodeSelectorTerms (a list of terms, each a map)",

@@ -252,6 +252,7 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- /* The straggler detector (Plan.stragglers_env): its mode always, its settings when on. */ -}}
 {{- $S := $C.stragglers -}}
 {{- $sg := mergeOverwrite (deepCopy $S.defaults) (default dict $V.stragglers) -}}
+{{- if and (eq (toString $sg.mode) "replace") (ne (toString $V.recovery) "pod") -}}{{- include "ddp-job.fail" (list $M.stragglersReplace dict) -}}{{- end -}}
 {{- $watch := ne (toString $sg.mode) "off" -}}
 {{- $fabric := default "socket" $V.fabric -}}
 {{- $F := get $C.fabrics $fabric -}}

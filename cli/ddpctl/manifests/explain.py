@@ -129,6 +129,11 @@ def _stragglers_lines(plan: Plan) -> list[str]:
     if watch.mode == "fail":
         what = engine_of(plan).straggler_failure(plan)
         text += f"; exit {protocol.EXIT_STRAGGLER} on every rank when a node is named: {what}"
+    elif watch.mode == "replace":
+        text += (
+            "; a named node's pod leaves after that step and is replaced alone, not counted, while the others keep "
+            "their state and hand it over (it may land on the same Kubernetes node unless the job avoids it)"
+        )
     else:
         text += "; training goes on"
     return _wrapped(label, text)

@@ -366,8 +366,11 @@ class LocalLauncher(Launcher):
             return None
         if left:
             state.left_ranks -= set(self.plan.job.nodes[index].ranks)
-            state.on_replaced(index, "left after SIGTERM")
-            said = f"node {index} left after SIGTERM; starting it again alone (a disruption: not counted)"
+            state.on_replaced(index, "left alone")
+            said = (
+                f"node {index} left alone (a SIGTERM to it alone, or --stragglers replace); starting it again alone "
+                "(not counted)"
+            )
             self.console.note(f"{said}: the others keep training and hand it their state")
             return self.start_node(index, state.attempt, replacement=said)
         done = self.replacements.get(index, 0)

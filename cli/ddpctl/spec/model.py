@@ -425,7 +425,8 @@ class JobSpec:
     backoff_limit: int = field(
         default=DEFAULT_BACKOFF_LIMIT,
         metadata=doc(
-            "Restarts after failures before the job is marked failed (preemptions do not count).",
+            "Restarts after failures before the job is marked failed (preemptions do not count); with recovery: "
+            "pod, per pod (backoffLimitPerIndex: how often one pod is replaced alone before the job fails).",
             Int(0),
             flag("--backoff-limit", panel="Lifecycle"),
         ),

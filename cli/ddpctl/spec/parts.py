@@ -303,9 +303,10 @@ class Stragglers:
     mode: str = field(
         default=protocol.STRAGGLER_MODE,
         metadata=doc(
-            "Watch for a node that slows down during training: off, warn (name it and train on) or fail (end the "
-            f"job with exit code {protocol.EXIT_STRAGGLER}, naming the node). The mode replace (only the straggler's "
-            "pod replaced) needs pod-level recovery, which ddpctl does not offer yet.",
+            "Watch for a node that slows down during training: off, warn (name it and train on), fail (end the "
+            f"job with exit code {protocol.EXIT_STRAGGLER}, naming the node) or replace (recovery: pod: the "
+            "straggler's pod leaves and is replaced alone while the others keep their state; the replacement may "
+            "land on the same Kubernetes node).",
             OneOf(STRAGGLER_MODES, refused=STRAGGLER_REFUSED),
             flag("--stragglers", panel="Lifecycle"),
         ),

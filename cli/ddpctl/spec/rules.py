@@ -14,7 +14,7 @@ from ddpctl.errors import SpecError
 from ddpctl.spec.checks import require, yaml_spelling
 from ddpctl.spec.fabrics import ENFORCE_LABEL, PROFILES
 from ddpctl.spec.fields import NODE_COUNT
-from ddpctl.spec.parts import NodeGroup, Preflight, Rendezvous, SecretKeyRef, Topology, Volume
+from ddpctl.spec.parts import NodeGroup, Preflight, Rendezvous, SecretKeyRef, Stragglers, Topology, Volume
 from ddpctl.spec.schema import MAX_NODES, TRAINER_COLLECTIVE_TIMEOUT, TRAINER_STALL_TIMEOUT
 from ddpctl_trainer import protocol
 
@@ -64,6 +64,8 @@ class Spec(Protocol):
     @property
     def procs_per_node(self) -> int | None: ...
     @property
+    def recovery(self) -> str: ...
+    @property
     def rendezvous(self) -> Rendezvous: ...
     @property
     def script(self) -> str | None: ...
@@ -71,6 +73,8 @@ class Spec(Protocol):
     def secret_env(self) -> Mapping[str, SecretKeyRef]: ...
     @property
     def stall_timeout(self) -> int | None: ...
+    @property
+    def stragglers(self) -> Stragglers: ...
     @property
     def uses_trainer(self) -> bool: ...
     @property
@@ -309,6 +313,16 @@ def fabric(spec: Spec) -> None:
         )
 
 
+def stragglers(spec: Spec) -> None:
+    """stragglers.mode replace replaces the straggler's pod alone: only pod recovery can."""
+    require(
+        spec.stragglers.mode != "replace" or spec.recovery == "pod",
+        "stragglers.mode",
+        "replace needs recovery: pod (only the straggler's pod is replaced, while the others keep their state)",
+        "add --recovery pod, or use --stragglers fail and resubmit with --avoid-node NODE",
+    )
+
+
 NODE_AFFINITY = "nodeAffinity"
 REQUIRED_NODES = "requiredDuringSchedulingIgnoredDuringExecution"
 
@@ -352,6 +366,7 @@ RULES = (
     preflight,
     fabric,
     avoid_nodes,
+    stragglers,
 )
 
 

@@ -37,14 +37,7 @@ SHM_MOUNT = "/dev/shm"  # noqa: S108 - a mount path in the pod, not a temporary 
 PREFLIGHT_MODES = protocol.PREFLIGHT_MODES
 STRAGGLER_MODES = protocol.STRAGGLER_MODES
 # A straggler mode the spec names but does not take yet: (problem, fix).
-STRAGGLER_REFUSED: dict[str, tuple[str, str]] = {
-    "replace": (
-        "replace needs recovery: pod (pod-level recovery: only the straggler's pod is replaced), which is not "
-        "available yet",
-        f"use --stragglers fail (stragglers.mode: fail): the job ends with exit {protocol.EXIT_STRAGGLER} naming the "
-        "node; resubmit with --avoid-node NODE",
-    ),
-}
+STRAGGLER_REFUSED: dict[str, tuple[str, str]] = {}
 FABRICS = protocol.FABRICS
 MAX_FLOOR = 1_000_000  # a preflight floor's largest value (GFLOP/s, TFLOP/s, GB/s)
 

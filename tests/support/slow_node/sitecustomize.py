@@ -1,10 +1,10 @@
 """A slow node for `ddpctl check --local` and `run --local`: with this folder on PYTHONPATH, the
-workers of node `DDPTEST_SLOW_NODE` (torchrun's GROUP_RANK) move themselves and their parent (the
-node's torchrun agent) into the cgroup whose `cgroup.procs` is `DDPTEST_SLOW_PROCS` the moment
-``torch.distributed.init_process_group`` returns, and back to its parent group when the default
-process group is destroyed: the node starts and ends at full speed, and is throttled for
-everything between (tests/support/cpu_quota.py makes the group; tests/support/slow_worker.py is
-the same hook for workers started by hand).
+workers of node `DDPTEST_SLOW_NODE` (torchrun's GROUP_RANK; under pod recovery DDP_NODE_RANK) move
+themselves and their parent (the node's torchrun agent) into the cgroup whose `cgroup.procs` is
+`DDPTEST_SLOW_PROCS` the moment ``torch.distributed.init_process_group`` returns, and back to its
+parent group when the default process group is destroyed: the node starts and ends at full speed,
+and is throttled for everything between (tests/support/cpu_quota.py makes the group;
+tests/support/slow_worker.py is the same hook for workers started by hand).
 
 A test hook, not product code: Python imports `sitecustomize` at start-up from the first folder
 of sys.path that has one, so only processes started with this folder on PYTHONPATH run it, and
@@ -73,5 +73,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-if os.environ.get(NODE_ENV) is not None and os.environ.get("GROUP_RANK") == os.environ.get(NODE_ENV):
+# the node's rank: ddpctl's under pod recovery (each node's torchrun runs it alone: GROUP_RANK 0), else torchrun's
+_NODE = os.environ.get("DDP_NODE_RANK") or os.environ.get("GROUP_RANK")
+if os.environ.get(NODE_ENV) is not None and os.environ.get(NODE_ENV) == _NODE:
     sys.meta_path.insert(0, _AfterImport(Path(os.environ[PROCS_ENV])))

@@ -102,7 +102,7 @@ REFUSED: list[tuple[dict[str, Any], str, str]] = [
     ({"preflight": {"mode": "warn"}, "module": "mine.train"}, "preflight.mode", "inside the ddpctl trainer"),
     ({"preflight": {"mode": "fail"}, "module": None, "command": ["python", "t.py"]}, "preflight.mode", "does not run"),
     ({"preflight": "warn"}, "preflight", "expected a map, got str"),
-    ({"stragglers": {"mode": "replace"}}, "stragglers.mode", "which is not available yet"),
+    ({"stragglers": {"mode": "replace"}}, "stragglers.mode", "replace needs recovery: pod"),
     ({"stragglers": {"tolerance": 1.2}}, "stragglers.tolerance", "1.2 is not a number above 0 and below 1"),
     ({"stragglers": {"every": 0}}, "stragglers.every", "0 must be an integer >= 1"),
     ({"stragglers": {"windows": -1}}, "stragglers.windows", "-1 must be an integer >= 1"),

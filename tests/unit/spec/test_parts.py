@@ -154,10 +154,10 @@ def test_replace_is_refused_with_what_to_do_instead() -> None:
     with pytest.raises(SpecError) as info:
         JobSpec.from_dict({"stragglers": {"mode": "replace"}})
     assert str(info.value) == (
-        "stragglers.mode: replace needs recovery: pod (pod-level recovery: only the straggler's pod is replaced), "
-        "which is not available yet; use --stragglers fail (stragglers.mode: fail): the job ends with exit 202 "
-        "naming the node; resubmit with --avoid-node NODE"
+        "stragglers.mode: replace needs recovery: pod (only the straggler's pod is replaced, while the others keep "
+        "their state); add --recovery pod, or use --stragglers fail and resubmit with --avoid-node NODE"
     )
+    assert JobSpec.from_dict({"stragglers": {"mode": "replace"}, "recovery": "pod"}).stragglers.mode == "replace"
 
 
 @pytest.mark.parametrize(

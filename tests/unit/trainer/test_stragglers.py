@@ -246,20 +246,28 @@ def test_settings_come_from_the_env_the_spec_renders(env: dict[str, str], expect
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({protocol.STRAGGLERS_ENV: "loud"}, "--stragglers 'loud': use one of off, warn, fail"),
-        (
+        ({protocol.STRAGGLERS_ENV: "loud"}, "--stragglers 'loud': use one of off, warn, fail, replace"),
+        (  # replace without a coordinator: no pod recovery to replace a pod with
             {protocol.STRAGGLERS_ENV: "replace"},
-            "--stragglers 'replace': use one of off, warn, fail (replace needs the spec's recovery: pod)",
+            "--stragglers replace: a straggler's pod is replaced alone only under pod recovery",
         ),
         ({protocol.STRAGGLERS_TOLERANCE_ENV: "1.2"}, "--stragglers-tolerance 1.2: give a share"),
         ({protocol.STRAGGLERS_EVERY_ENV: "0"}, "--stragglers-every 0"),
         ({protocol.STRAGGLERS_WINDOWS_ENV: "x"}, "DDP_TRAINER_STRAGGLERS_WINDOWS='x' is not a number"),
     ],
 )
-def test_bad_settings_are_one_line_naming_the_flag(env: dict[str, str], message: str) -> None:
+def test_bad_settings_are_one_line_naming_the_flag(
+    env: dict[str, str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(protocol.COORDINATOR_ENV, raising=False)
     with pytest.raises(ValueError) as raised:
         config_from_env(env)
     assert str(raised.value).startswith(message) and "\n" not in str(raised.value)
+
+
+def test_replace_is_taken_under_pod_recovery() -> None:
+    env = {protocol.STRAGGLERS_ENV: "replace", protocol.COORDINATOR_ENV: "coordinator:29510"}
+    assert config_from_env(env).mode == "replace"
 
 
 def test_the_trainers_flags_are_the_same_settings_and_refuse_the_same_values() -> None:
@@ -448,12 +456,24 @@ def test_fail_stops_through_the_trainers_callback() -> None:
         step = 7
 
     stopped: list[str] = []
+    replaced: list[tuple[int, str]] = []
+
+    def replace(node: int, message: str) -> None:
+        replaced.append((node, message))
+
     ok = Detector(fail=False)
-    StragglerWatch(ok, stopped.append).on_step_end(View())  # type: ignore[arg-type]
+    StragglerWatch(ok, stopped.append, replace).on_step_end(View())  # type: ignore[arg-type]
     assert ok.calls == ["end 7", "begin"] and stopped == []
-    StragglerWatch(Detector(fail=True), stopped.append).on_step_end(View())  # type: ignore[arg-type]
-    assert stopped == ["straggler: node 1"]
+    StragglerWatch(Detector(fail=True), stopped.append, replace).on_step_end(View())  # type: ignore[arg-type]
+    assert stopped == ["straggler: node 1"] and replaced == []
     assert StragglerStop.exit_code == protocol.EXIT_STRAGGLER == 202
+
+    class Replacing(Detector):
+        def end(self, step: int) -> list[object]:
+            raise StragglerStop("straggler: node 2", node=2)  # replace: the node whose pod leaves
+
+    StragglerWatch(Replacing(fail=False), stopped.append, replace).on_step_end(View())  # type: ignore[arg-type]
+    assert replaced == [(2, "straggler: node 2")] and stopped == ["straggler: node 1"]
 
 
 # ------------------------------------------------------------------------------------ a user's script
