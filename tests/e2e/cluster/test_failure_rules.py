@@ -4,7 +4,8 @@ kwok fails one running pod the way a node would (tests/e2e/cluster conftest: KEE
 others running): with an exit code, or with a DisruptionTarget condition as a preemption or an
 eviction leaves it. What the Job controller, JobSet and the training operator then do with the
 rendered podFailurePolicy / failurePolicy / ExitCode policy is read from their objects, and
-`ddpctl status` must say what happened.
+`ddpctl status` must say what happened. With `recovery: pod`, the per-index rules replace the failed
+pod alone (rank 0's too) while a usage error still fails the job at once.
 """
 
 from __future__ import annotations
@@ -147,3 +148,78 @@ def test_pytorchjob_retryable_codes_recreate_the_pod(cli, kube: RealCluster, nam
     again = lambda: any(p["metadata"]["name"] == name and p["metadata"]["uid"] != uid for p in kube.pods(namespace))
     wait_until("the pod recreated", again)
     assert not conditions(pytorchjob(kube, namespace)).get("Failed")
+
+
+# ------------------------------------------------------------------------------------------ recovery: pod
+
+TRAINERS = "app.kubernetes.io/component=trainer"
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def submit_pod_recovery(cli, kube: RealCluster, ns: str, target: str) -> list[dict[str, Any]]:
+    """Three running trainer pods of a `recovery: pod` job (gloo on kwok's nodes), by completion index."""
+    r = cli("submit", "-n", ns, "--target", target, "--nodes", "3", "--gpus", "0", "--recovery", "pod",
+            "--backoff-limit", "1", "--annotation", KEEP_RUNNING)  # fmt: skip
+    assert r.code == 0, r.err
+
+    def running() -> list[dict[str, Any]] | None:
+        pods = [p for p in kube.pods(ns, TRAINERS) if p["status"].get("phase") == "Running"]
+        return pods if len(pods) == 3 else None
+
+    return sorted(wait_until("three running trainer pods", running), key=lambda p: int(p["metadata"]["labels"][INDEX]))
+
+
+def child_job(kube: RealCluster, ns: str, target: str) -> dict[str, Any]:
+    """The trainers' Job: the Job itself, or the JobSet's child Job of the trainers' group."""
+    if target == "job":
+        return dict(kube.get("job", "ddp-train", "-n", ns))
+    (job,) = kube.get("job", "-n", ns, "-l", "jobset.sigs.k8s.io/jobset-name=ddp-train,"
+                      "app.kubernetes.io/component=trainer")["items"]  # fmt: skip
+    return dict(job)
+
+
+def uids(pods: list[dict[str, Any]]) -> set[str]:
+    return {p["metadata"]["uid"] for p in pods}
+
+
+@pytest.mark.parametrize(
+    "target,how,victim", [("job", "137", 0), ("jobset", "137", 0), ("jobset", "1", 1), ("job", "disruption", 2)]
+)
+def test_pod_recovery_replaces_the_failed_pod_alone(cli, kube: RealCluster, namespace: str, target, how, victim):
+    """A lost pod (rank 0's included), a crash, an eviction: the per-index rules make one pod, of that
+    index; the others keep their UIDs; only a counted failure uses the index's limit; nothing fails."""
+    pods = submit_pod_recovery(cli, kube, namespace, target)
+    lost = pods[victim]
+    fail_pod(kube, namespace, lost, how)
+
+    def again() -> list[dict[str, Any]] | None:
+        now = [p for p in kube.pods(namespace, TRAINERS) if p["status"].get("phase") in ("Pending", "Running")]
+        return now if len(now) == 3 and lost["metadata"]["uid"] not in uids(now) else None
+
+    now = wait_until("the lost index's pod replaced", again)
+    (new,) = [p for p in now if p["metadata"]["uid"] not in uids(pods)]  # one pod made
+    assert new["metadata"]["labels"][INDEX] == str(victim)  # in the lost pod's place
+    assert uids(now) - {new["metadata"]["uid"]} == uids(pods) - {lost["metadata"]["uid"]}  # the others kept
+    counted = 0 if how == "disruption" else 1  # a disruption does not use the index's limit
+    job = wait_until("the Job's count", lambda: (j := child_job(kube, namespace, target))["status"].get("failed", 0)
+                     == counted and j)  # fmt: skip
+    assert not conditions(job).get("Failed") and not job["status"].get("failedIndexes"), job["status"]
+    if target == "jobset":
+        js = jobset(kube, namespace)
+        assert js["status"].get("restarts", 0) == 0 and not conditions(js).get("Failed"), js["status"]
+
+
+@pytest.mark.parametrize("target", ["job", "jobset"])
+def test_pod_recovery_still_fails_the_job_at_once_on_a_usage_error(cli, kube: RealCluster, namespace: str, target):
+    pods = submit_pod_recovery(cli, kube, namespace, target)
+    fail_pod(kube, namespace, pods[1], "2")
+    failed = wait_until(
+        f"the {target} failed",
+        lambda: "Failed" in conditions(o := dict(kube.get(target, "ddp-train", "-n", namespace))) and o,
+    )
+    if target == "job":
+        assert conditions(failed)["Failed"]["reason"] == "PodFailurePolicy"
+    else:
+        assert failed["status"].get("restarts", 0) == 0
+    assert [p for p in kube.pods(namespace, TRAINERS) if p["metadata"]["uid"] not in uids(pods)] == []  # none made
+    assert "exit code 2: usage error" in status(cli, namespace)
