@@ -312,6 +312,14 @@ def valid_values(draw: Any, target: str) -> dict[str, Any]:
     if trainer:
         maybe(values, "preflight", draw, PREFLIGHT)
     maybe(values, "stragglers", draw, STRAGGLERS)  # for a script of one's own too: its pods get the settings
+    if target in ("job", "jobset") and draw(st.booleans()):
+        asked = {**values, "recovery": "pod", "name": "n"}
+        if _renders(asked):  # the layout and entrypoint allow it: a coordinator and per-index limits
+            values["recovery"] = "pod"
+            if draw(st.booleans()):
+                values["stragglers"] = {**(values.get("stragglers") or {}), "mode": "replace"}
+    else:
+        maybe(values, "recovery", draw, st.just("gang"))
     if target != "trainjob":
         maybe(values, "priorityClassName", draw, SUBDOMAIN)
         maybe(values, "envFromSecrets", draw, st.lists(dns_label(), max_size=2))
@@ -372,13 +380,21 @@ PREFLIGHT = st.fixed_dictionaries(
 STRAGGLERS = st.fixed_dictionaries(
     {},
     optional={
-        # replace needs recovery: pod, which the chart does not render yet
+        # replace needs recovery: pod: drawn with it (valid_values)
         "mode": st.sampled_from([m for m in STRAGGLER_MODES if m not in STRAGGLER_REFUSED and m != "replace"]),
         "tolerance": st.sampled_from([0.001, 0.25, 0.45, 0.6, 0.333, 0.95, 0.999]),
         "every": st.sampled_from([1, 2, 10, 25, 1000]),
         "windows": st.sampled_from([1, 3, 7]),
     },
 )
+
+
+def _renders(values: dict[str, Any]) -> bool:
+    try:
+        plan_for(JobSpec.from_dict(copy.deepcopy(values)))
+    except SpecError:
+        return False
+    return True
 
 
 def _distinct_paths(volumes: dict[str, Any]) -> bool:
@@ -532,6 +548,7 @@ BREAKERS: dict[str, Breaker] = {
         preflight=_one_of({"mode": "on"}, {"tolerance": 0}, {"tolerance": 2}, {"minBusbw": -1}, {"bogus": 1})
     ),
     "stragglers": _in(
+        recovery="gang",  # replace is refused without recovery: pod
         stragglers=_one_of(
             {"mode": "replace"},
             {"mode": "on"},
@@ -541,8 +558,25 @@ BREAKERS: dict[str, Breaker] = {
             {"windows": 0},
             {"every": 2.5},
             {"bogus": 1},
-        )
+        ),
     ),
+    "recovery": _in(recovery=_one_of("Pod", "none", True)),
+    "recovery.target": lambda draw, v: _in({"target": draw(_one_of("pytorchjob", "trainjob"))}, recovery="pod")(
+        draw, v
+    ),
+    "recovery.layout": lambda draw, v: _in(
+        {"target": draw(_one_of("job", "jobset"))},
+        {"module": "mine.train"},
+        {"module": None, "script": "train.py"},
+        {"nodes": "1:3"},
+        {"gpusPerNode": 2},
+        {"args": ["--strategy", "fsdp"]},
+        {"args": ["--epochs", "2", "--strategy=fsdp"]},
+        {"env": {"DDP_TRAINER_STRATEGY": "fsdp"}, "secretEnv": {}},
+        {"restartPolicy": "OnFailure"},
+        {"nodeGroups": [_g("coordinator", 2)]},
+        recovery="pod",
+    )(draw, v),
     "unknown key": _in(unknownKey=1),
     "nodeGroups": _in(
         JOB,

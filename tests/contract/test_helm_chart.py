@@ -68,7 +68,7 @@ def _apply_order(obj: dict[str, Any]) -> tuple[int, str]:
 
 def assert_same_objects(chart: Any, spec: JobSpec, values: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The chart, given the spec as values, renders the CLI's objects (parsed, compared whole)."""
-    expected = render(spec)
+    expected = sorted(render(spec), key=_apply_order)
     got = chart_objects(chart, spec.to_dict() if values is None else values)
     assert [_apply_order(o) for o in got] == [_apply_order(o) for o in expected]
     for mine, theirs in zip(got, expected):
@@ -462,11 +462,37 @@ def test_the_chart_refuses_a_workspace_naming_the_fix(chart: Any, helm: Any) -> 
     assert chart.render({"workspace": {"dir": None}})  # the default (nothing shipped) renders
 
 
-def test_the_chart_refuses_pod_recovery_naming_the_way_out(chart: Any, helm: Any) -> None:
-    """recovery: pod adds a coordinator Job and per-index limits the chart does not render yet: it
-    refuses in one line rather than render a gang job the values did not ask for."""
-    with pytest.raises(helm.HelmError) as refused:
-        chart.render({"recovery": "pod", "gpusPerNode": 0})
-    message = str(refused.value)
-    assert "recovery: pod is rendered by ddpctl only" in message and "ddpctl render --recovery pod" in message
-    assert chart.render({"recovery": "gang"})
+RECOVERY_SPECS = {
+    "job": {"target": "job", "nodes": 3, "gpusPerNode": 0, "recovery": "pod", "backoffLimit": 4},
+    "jobset": {"target": "jobset", "nodes": 2, "gpusPerNode": 0, "procsPerNode": 3, "recovery": "pod"},
+    "groups": {
+        "target": "job",
+        "recovery": "pod",
+        "nodeGroups": [
+            {"name": "big", "nodes": 2, "gpusPerNode": 0, "procsPerNode": 4},
+            {"name": "small", "nodes": 3, "gpusPerNode": 0, "procsPerNode": 1},
+        ],
+        "tolerations": [{"key": "pool", "operator": "Exists"}],
+        "stragglers": {"mode": "replace"},
+    },
+    "jobset-groups": {
+        "target": "jobset",
+        "recovery": "pod",
+        "nodeGroups": [
+            {"name": "a", "nodes": 1, "gpusPerNode": 0, "procsPerNode": 2},
+            {"name": "b", "nodes": 2, "gpusPerNode": 0, "procsPerNode": 1},
+        ],
+        "ttlSecondsAfterFinished": 60,
+        "activeDeadlineSeconds": 3600,
+    },
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECOVERY_SPECS))
+def test_the_chart_renders_pod_recovery_as_ddpctl_does(chart: Any, case: str) -> None:
+    """recovery: pod: the coordinator (a Job, or a replicatedJob), per-index limits and each group's
+    torchrun-alone env, node groups included; the object set is ddpctl's (compared whole)."""
+    got = assert_same_objects(chart, JobSpec.from_dict(RECOVERY_SPECS[case]))
+    assert any(o["metadata"]["labels"].get("app.kubernetes.io/component") == "coordinator" for o in got) or any(
+        r["name"] == "coordinator" for o in got for r in o["spec"].get("replicatedJobs", [])
+    )

@@ -8,12 +8,14 @@ from collections.abc import Callable
 from typing import Any
 
 from ddpctl.engines import ENGINES
+from ddpctl.engines.base import COORDINATOR
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import view
 from ddpctl.plan import Layout, Node, Plan
 from ddpctl.spec import JobSpec, NodeGroup
 from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.schema import RESTART_POLICIES
+from ddpctl_trainer import protocol
 from tools.chart.derive import Args, derive
 from tools.chart.probes import (
     CODES,
@@ -46,6 +48,14 @@ ENGINE_RULES: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {
     "slices": lambda d: {**d, "topology": {"sliceLevel": LEVEL, "sliceSize": 1}},
     "priorityClassName": lambda d: {**d, "priorityClassName": "zprio"},
     "envFromSecrets": lambda d: {**d, "envFromSecrets": ["zsecret"]},
+    # recovery: pod, where the target or the layout cannot replace a lost pod alone
+    "recoveryTarget": lambda d: {**d, "recovery": "pod"},
+    "recoveryOnFailure": lambda d: {**d, "recovery": "pod", "restartPolicy": "OnFailure"},
+    "recoveryGroupName": lambda d: {**d, "recovery": "pod", "nodeGroups": group_list((COORDINATOR, 2, 0))},
+    "recoveryCustom": lambda d: {**d, "recovery": "pod", "module": "zmod.train"},
+    "recoveryElastic": lambda d: {**d, "recovery": "pod", "nodes": "1:3"},
+    "recoveryBackend": lambda d: {**d, "recovery": "pod", "gpusPerNode": 1},
+    "recoveryStrategy": lambda d: {**d, "recovery": "pod", "args": ["--strategy", "fsdp"]},
 }
 
 
@@ -55,6 +65,8 @@ def _refusals(target: str) -> list[dict[str, Any]]:
     base = {"target": target}
     found: dict[str, tuple[tuple[str, str], dict[str, str]]] = {}
     for rule, ask in ENGINE_RULES.items():
+        if rule.startswith("recovery") and rule != "recoveryTarget" and ENGINES[target].pod_recovery_refused:
+            continue  # the target refuses recovery: pod before any layout could
         exc = refusal(ask(base))
         if exc is not None:
             message = error_message(ask(base))
@@ -217,6 +229,46 @@ def _name_message(target: str) -> dict[str, str]:
     return error_message(lambda a: typing.cast(dict[str, Any], a["_values"]), *probes)
 
 
+def _recovery(target: str) -> dict[str, Any] | None:
+    """What `recovery: pod` renders on `target` (None: the engine refuses it): each group's torchrun
+    and coordinator env (Engine.torchrun_env), the coordinator's pod (render's view), the failure
+    rules, and what the chart needs to check the strategy the trainer is given."""
+    engine = ENGINES[target]
+    if engine.pod_recovery_refused:
+        return None
+    probes = []
+    for layout, p in itertools.product(("grouped", "fixed"), PROBES):
+        plan = plan_of({**job_values(target, layout, "static", p, 2 if layout == "grouped" else 1), "recovery": "pod"})
+        for group in reversed(plan.spec.groups):  # the last group first: its offsets are not 0
+            offset = plan.group_offset(group)
+            args = {"name": p["name"], "nproc": group.nproc, "offset": offset, "nodes": plan.replicas}
+            args |= {"rankOffset": plan.nodes[offset].first_rank, "worldSize": plan.world_size}
+            probes.append(args | {"_plan": plan, "_group": group})
+
+    def coordinator(a: Args) -> dict[str, Any]:
+        plan = a["_plan"]
+        c = view(plan)["coordinator"]
+        keys = ("name", "hostname", "container_name", "command", "args", "env", "port", "port_name", "resources")
+        out = {k: c[k] for k in keys}
+        out["labels"] = {k: v for k, v in c["labels"].items() if plan.object_labels.get(k) != v}
+        out["rjob"] = view(plan).get("coordinator_rjob")
+        out["longestName"] = engine.coordinator_name(plan)
+        return out
+
+    rules = []
+    for backoff in (3, 7):
+        v = view(plan_of({"target": target, "recovery": "pod", "backoffLimit": backoff}))
+        rules.append({"podFailurePolicy": v["pod_failure_policy"], "failurePolicy": v.get("failure_policy")})
+    if rules[0] != rules[1]:
+        raise ValueError(f"{target}: the failure rules of recovery: pod depend on backoffLimit: teach the chart")
+    return {
+        "wiring": derive(lambda a: engine.torchrun_env(a["_plan"], a["_group"]), probes),
+        "coordinator": derive(coordinator, probes),
+        "rules": rules[0],
+        "strategyEnv": protocol.flag_env("--strategy"),
+    }
+
+
 def engine_table(target: str) -> dict[str, Any]:
     """What the chart must know of one engine, read off it."""
     engine = ENGINES[target]
@@ -236,4 +288,5 @@ def engine_table(target: str) -> dict[str, Any]:
         "layouts": layouts,
         "groupCommand": _commands(target),
         "restart": _restarts(target),
+        "recovery": _recovery(target),
     }

@@ -512,16 +512,52 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
       "subdomain": "%(name)",
       "refuses": [
         {
+          "rule": "recoveryOnFailure",
+          "field": "restartPolicy",
+          "problem": "OnFailure restarts a failed container in place, outside the per-pod limits and failure rules of recovery: pod",
+          "fix": "leave restartPolicy unset (Never)"
+        },
+        {
           "rule": "exitCode",
           "field": "restartPolicy",
           "problem": "ExitCode is the PyTorchJob operator's policy; the job target's pods take Never or OnFailure",
           "fix": "leave restartPolicy unset (failure rules are rendered for you), or use target pytorchjob"
         },
         {
+          "rule": "recoveryGroupName",
+          "field": "nodeGroups",
+          "problem": "a group named 'coordinator' would share its workload's name with the coordinator of recovery: pod",
+          "fix": "rename the group"
+        },
+        {
           "rule": "c10dGroups",
           "field": "rendezvous.mode",
           "problem": "node groups need static rendezvous (c10d numbers nodes in the order they join, so rank 0 could be anywhere)",
           "fix": "leave rendezvous.mode at auto or static"
+        },
+        {
+          "rule": "recoveryCustom",
+          "field": "recovery",
+          "problem": "pod: only the built-in trainer forms its group again and hands a replacement its state",
+          "fix": "leave recovery at gang (whole-group restarts)"
+        },
+        {
+          "rule": "recoveryElastic",
+          "field": "recovery",
+          "problem": "pod: an elastic layout admits nodes through torchrun's c10d rendezvous instead",
+          "fix": "leave recovery at gang (whole-group restarts)"
+        },
+        {
+          "rule": "recoveryBackend",
+          "field": "recovery",
+          "problem": "pod: a nccl group is not formed again yet (gloo only: gpusPerNode 0)",
+          "fix": "leave recovery at gang (whole-group restarts)"
+        },
+        {
+          "rule": "recoveryStrategy",
+          "field": "recovery",
+          "problem": "pod: only DDP is formed again (every rank holds the whole state); FSDP's shards are not",
+          "fix": "leave recovery at gang (whole-group restarts)"
         }
       ],
       "nameTooLong": {
@@ -686,6 +722,94 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
             }
           }
         }
+      },
+      "recovery": {
+        "wiring": {
+          "PET_NNODES": "1",
+          "PET_NPROC_PER_NODE": "%(nproc)",
+          "PET_STANDALONE": "1",
+          "PET_MAX_RESTARTS": "0",
+          "PET_NODE_RANK_OFFSET": "%(offset)",
+          "DDP_RANK_OFFSET": "%(rankOffset)",
+          "DDP_COORDINATOR": "%(name)-coordinator.%(name):29510",
+          "DDP_WORLD_SIZE": "%(worldSize)",
+          "DDP_NNODES": "%(nodes)"
+        },
+        "coordinator": {
+          "name": "%(name)-coordinator",
+          "hostname": "%(name)-coordinator",
+          "container_name": "coordinator",
+          "command": [
+            "python3",
+            "-m",
+            "ddpctl_trainer.coordinator",
+            "--port",
+            "29510",
+            "--world-size",
+            "%(worldSize)"
+          ],
+          "args": [],
+          "env": [
+            {
+              "name": "PYTHONUNBUFFERED",
+              "value": "1"
+            }
+          ],
+          "port": 29510,
+          "port_name": "coordinator",
+          "resources": {
+            "requests": {
+              "cpu": "100m",
+              "memory": "512Mi"
+            },
+            "limits": {
+              "memory": "1Gi"
+            }
+          },
+          "labels": {
+            "app.kubernetes.io/component": "coordinator"
+          },
+          "rjob": null,
+          "longestName": "%(name)-coordinator"
+        },
+        "rules": {
+          "podFailurePolicy": {
+            "rules": [
+              {
+                "action": "FailJob",
+                "onExitCodes": {
+                  "containerName": "trainer",
+                  "operator": "In",
+                  "values": [
+                    2,
+                    202
+                  ]
+                }
+              },
+              {
+                "action": "Ignore",
+                "onPodConditions": [
+                  {
+                    "type": "DisruptionTarget",
+                    "status": "True"
+                  }
+                ]
+              },
+              {
+                "action": "Ignore",
+                "onExitCodes": {
+                  "containerName": "trainer",
+                  "operator": "In",
+                  "values": [
+                    143
+                  ]
+                }
+              }
+            ]
+          },
+          "failurePolicy": null
+        },
+        "strategyEnv": "DDP_TRAINER_STRATEGY"
       }
     },
     "pytorchjob": {
@@ -709,6 +833,12 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
           "field": "%(where).sliceLevel",
           "problem": "a PyTorchJob's Master (1 pod) and Worker are two Kueue PodSets, which slices cannot span",
           "fix": "use target job, jobset or trainjob for slices, or drop sliceLevel and sliceSize"
+        },
+        {
+          "rule": "recoveryTarget",
+          "field": "recovery",
+          "problem": "pod on the pytorchjob target: its controller replaces pods by rules of its own (not built yet)",
+          "fix": "use target job or jobset, or leave recovery at gang (whole-group restarts)"
         }
       ],
       "nameTooLong": {
@@ -830,7 +960,8 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
             }
           }
         }
-      }
+      },
+      "recovery": null
     },
     "jobset": {
       "containerName": "trainer",
@@ -839,16 +970,52 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
       "subdomain": null,
       "refuses": [
         {
+          "rule": "recoveryOnFailure",
+          "field": "restartPolicy",
+          "problem": "OnFailure restarts a failed container in place, outside the per-pod limits and failure rules of recovery: pod",
+          "fix": "leave restartPolicy unset (Never)"
+        },
+        {
           "rule": "exitCode",
           "field": "restartPolicy",
           "problem": "ExitCode is the PyTorchJob operator's policy; the jobset target's pods take Never or OnFailure",
           "fix": "leave restartPolicy unset (failure rules are rendered for you), or use target pytorchjob"
         },
         {
+          "rule": "recoveryGroupName",
+          "field": "nodeGroups",
+          "problem": "a group named 'coordinator' would share its workload's name with the coordinator of recovery: pod",
+          "fix": "rename the group"
+        },
+        {
           "rule": "c10dGroups",
           "field": "rendezvous.mode",
           "problem": "node groups need static rendezvous (c10d numbers nodes in the order they join, so rank 0 could be anywhere)",
           "fix": "leave rendezvous.mode at auto or static"
+        },
+        {
+          "rule": "recoveryCustom",
+          "field": "recovery",
+          "problem": "pod: only the built-in trainer forms its group again and hands a replacement its state",
+          "fix": "leave recovery at gang (whole-group restarts)"
+        },
+        {
+          "rule": "recoveryElastic",
+          "field": "recovery",
+          "problem": "pod: an elastic layout admits nodes through torchrun's c10d rendezvous instead",
+          "fix": "leave recovery at gang (whole-group restarts)"
+        },
+        {
+          "rule": "recoveryBackend",
+          "field": "recovery",
+          "problem": "pod: a nccl group is not formed again yet (gloo only: gpusPerNode 0)",
+          "fix": "leave recovery at gang (whole-group restarts)"
+        },
+        {
+          "rule": "recoveryStrategy",
+          "field": "recovery",
+          "problem": "pod: only DDP is formed again (every rank holds the whole state); FSDP's shards are not",
+          "fix": "leave recovery at gang (whole-group restarts)"
         }
       ],
       "nameTooLong": {
@@ -1044,6 +1211,96 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
             }
           }
         }
+      },
+      "recovery": {
+        "wiring": {
+          "PET_NNODES": "1",
+          "PET_NPROC_PER_NODE": "%(nproc)",
+          "PET_STANDALONE": "1",
+          "PET_MAX_RESTARTS": "0",
+          "PET_NODE_RANK_OFFSET": "%(offset)",
+          "DDP_RANK_OFFSET": "%(rankOffset)",
+          "DDP_COORDINATOR": "%(name)-coordinator-0-0.%(name):29510",
+          "DDP_WORLD_SIZE": "%(worldSize)",
+          "DDP_NNODES": "%(nodes)"
+        },
+        "coordinator": {
+          "name": "%(name)-coordinator-0-0",
+          "hostname": "%(name)-coordinator-0-0",
+          "container_name": "coordinator",
+          "command": [
+            "python3",
+            "-m",
+            "ddpctl_trainer.coordinator",
+            "--port",
+            "29510",
+            "--world-size",
+            "%(worldSize)"
+          ],
+          "args": [],
+          "env": [
+            {
+              "name": "PYTHONUNBUFFERED",
+              "value": "1"
+            }
+          ],
+          "port": 29510,
+          "port_name": "coordinator",
+          "resources": {
+            "requests": {
+              "cpu": "100m",
+              "memory": "512Mi"
+            },
+            "limits": {
+              "memory": "1Gi"
+            }
+          },
+          "labels": {
+            "app.kubernetes.io/component": "coordinator"
+          },
+          "rjob": "coordinator",
+          "longestName": "%(name)-coordinator-0-0"
+        },
+        "rules": {
+          "podFailurePolicy": {
+            "rules": [
+              {
+                "action": "FailJob",
+                "onExitCodes": {
+                  "containerName": "trainer",
+                  "operator": "In",
+                  "values": [
+                    2,
+                    202
+                  ]
+                }
+              },
+              {
+                "action": "Ignore",
+                "onPodConditions": [
+                  {
+                    "type": "DisruptionTarget",
+                    "status": "True"
+                  }
+                ]
+              },
+              {
+                "action": "Ignore",
+                "onExitCodes": {
+                  "containerName": "trainer",
+                  "operator": "In",
+                  "values": [
+                    143
+                  ]
+                }
+              }
+            ]
+          },
+          "failurePolicy": {
+            "maxRestarts": 0
+          }
+        },
+        "strategyEnv": "DDP_TRAINER_STRATEGY"
       }
     },
     "trainjob": {
@@ -1080,6 +1337,12 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
           "field": "envFromSecrets",
           "problem": "the trainjob target cannot load whole Secrets (TrainJob's trainer has no envFrom)",
           "fix": "list the variables in secretEnv, or use target job, jobset or pytorchjob"
+        },
+        {
+          "rule": "recoveryTarget",
+          "field": "recovery",
+          "problem": "pod on the trainjob target: its controller replaces pods by rules of its own (not built yet)",
+          "fix": "use target job or jobset, or leave recovery at gang (whole-group restarts)"
         }
       ],
       "nameTooLong": {
@@ -1171,7 +1434,8 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
             }
           }
         }
-      }
+      },
+      "recovery": null
     }
   }
 }

@@ -88,9 +88,8 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $C := $G.constants -}}
 {{- $M := $G.messages -}}
 {{- $E := index $G.engines $V.target -}}
-{{- if eq (toString $V.recovery) "pod" -}}
-{{- fail "recovery: pod is rendered by ddpctl only for now (its coordinator Job and per-index limits are not in this chart); render the manifests with `ddpctl render --recovery pod`, or set recovery: gang" -}}
-{{- end -}}
+{{- $recovery := eq (toString $V.recovery) "pod" -}}
+{{- $R := $E.recovery -}}
 {{- $name := $V.name -}}
 {{- $maxNodes := int64 $C.maxNodes -}}
 {{- if and $V.workspace $V.workspace.dir -}}
@@ -300,7 +299,21 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $_ := set $affinity "nodeAffinity" $na -}}
 {{- end -}}
 
-{{- /* What the engine cannot run (Engine.check), in its order. */ -}}
+{{- /* What the engine cannot run (Engine.check, Engine.check_recovery), in its order. */ -}}
+{{- $backend := $V.backend -}}
+{{- if eq $backend "auto" -}}{{- $backend = get $C.backend (ternary "gpus" "cpu" (gt $gpus 0)) -}}{{- end -}}
+{{- $strategy := "" -}}
+{{- if $R -}}
+{{- $strategy = toString (get (default dict $V.env) $R.strategyEnv) -}}
+{{- $argList := default list $V.args -}}
+{{- range $i, $arg := $argList -}}
+{{- if and (eq (toString $arg) "--strategy") (lt (add1 $i) (len $argList)) -}}{{- $strategy = toString (index $argList (add1 $i)) -}}
+{{- else if hasPrefix "--strategy=" (toString $arg) -}}{{- $strategy = trimPrefix "--strategy=" (toString $arg) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- $coordinatorGroup := false -}}
+{{- range $g := $groups -}}{{- if and $R (eq $g.name $R.coordinator.rjob) -}}{{- $coordinatorGroup = true -}}{{- end -}}{{- end -}}
 {{- $mode := $V.rendezvous.mode -}}
 {{- if eq $mode "auto" -}}{{- $mode = get $C.rendezvous (ternary "elastic" "fixed" $elastic) -}}{{- end -}}
 {{- $restartPolicy := $V.restartPolicy -}}
@@ -319,6 +332,13 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- if and (not $asked) $g.sliced -}}{{- $asked = true -}}{{- $args = dict "where" $g.where -}}{{- end -}}
 {{- end -}}
 {{- else if has $rule.rule (list "priorityClassName" "envFromSecrets") -}}{{- $asked = not (empty (index $V $rule.rule)) -}}
+{{- else if eq $rule.rule "recoveryTarget" -}}{{- $asked = $recovery -}}
+{{- else if eq $rule.rule "recoveryOnFailure" -}}{{- $asked = and $recovery (eq (toString $restartPolicy) "OnFailure") -}}
+{{- else if eq $rule.rule "recoveryGroupName" -}}{{- $asked = and $recovery $coordinatorGroup -}}
+{{- else if eq $rule.rule "recoveryCustom" -}}{{- $asked = and $recovery (not $usesLauncher) -}}
+{{- else if eq $rule.rule "recoveryElastic" -}}{{- $asked = and $recovery $elastic -}}
+{{- else if eq $rule.rule "recoveryBackend" -}}{{- $asked = and $recovery (ne $backend "gloo") -}}
+{{- else if eq $rule.rule "recoveryStrategy" -}}{{- $asked = and $recovery (not (has $strategy (list "" "ddp"))) -}}
 {{- else -}}{{- fail (printf "ddp-job: the engine refuses %q, which _helpers.tpl does not know" $rule.rule) -}}
 {{- end -}}
 {{- if $asked -}}{{- include "ddp-job.fail" (list $rule $args) -}}{{- end -}}
@@ -328,6 +348,7 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $L := index $E.layouts $layout -}}
 {{- $longest := "" -}}
 {{- $offset := 0 -}}
+{{- $rankOffset := 0 -}}
 {{- range $g := $groups -}}
 {{- $_ := set $g "offset" $offset -}}
 {{- range $index := uniq (list 0 (sub $g.nodes 1)) -}}
@@ -335,15 +356,20 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $host := include "ddp-job.format" (list (ternary $L.hostFirst $L.hostOther (eq $rank 0)) (dict "name" $name "group" $g.name "index" $index "rank" $rank "prevRank" (sub $rank 1))) -}}
 {{- if gt (len $host) (len $longest) -}}{{- $longest = $host -}}{{- end -}}
 {{- end -}}
+{{- $_ := set $g "rankOffset" $rankOffset -}}
 {{- $offset = add $offset $g.nodes -}}
+{{- $rankOffset = add $rankOffset (mul $g.nodes $g.nproc) -}}
+{{- end -}}
+{{- $worldSize := $rankOffset -}}
+{{- if $recovery -}}
+{{- $host := include "ddp-job.format" (list $R.coordinator.longestName (dict "name" $name)) -}}
+{{- if gt (len $host) (len $longest) -}}{{- $longest = $host -}}{{- end -}}
 {{- end -}}
 {{- if gt (len $longest) (int $C.maxDnsLabel) -}}
 {{- include "ddp-job.fail" (list $E.nameTooLong (dict "name" $name "longest" $longest "length" (len $longest) "limit" (sub (int $C.maxDnsLabel) (sub (len $longest) (len $name))))) -}}
 {{- end -}}
 
 {{- /* Wiring (Plan, Engine.torchrun_env, Plan.container_env): the job-wide part. */ -}}
-{{- $backend := $V.backend -}}
-{{- if eq $backend "auto" -}}{{- $backend = get $C.backend (ternary "gpus" "cpu" (gt $gpus 0)) -}}{{- end -}}
 {{- $port := int64 (default $V.rendezvous.port $E.fixedPort) -}}
 {{- $first := index $groups 0 -}}
 {{- $rank0 := include "ddp-job.format" (list $L.rank0 (dict "name" $name "group" $first.name)) -}}
@@ -412,6 +438,11 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $rules := get (get $E.restart.rules $restartPolicy) $code -}}
 {{- $failurePolicy := dict "maxRestarts" (int64 $V.backoffLimit) -}}
 {{- if $rules.failureRules -}}{{- $_ := set $failurePolicy "rules" $rules.failureRules -}}{{- end -}}
+{{- $podFailurePolicy := $rules.podFailurePolicy -}}
+{{- if $recovery -}}
+{{- $podFailurePolicy = $R.rules.podFailurePolicy -}}
+{{- if $R.rules.failurePolicy -}}{{- $failurePolicy = $R.rules.failurePolicy -}}{{- end -}}
+{{- end -}}
 {{- $pullSecrets := list -}}
 {{- range $secret := default list $V.imagePullSecrets -}}{{- $pullSecrets = append $pullSecrets (dict "name" $secret) -}}{{- end -}}
 {{- $envFrom := list -}}
@@ -441,7 +472,8 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
   "serviceAccountName" (default "" $V.serviceAccountName)
   "restartPolicy" $restartPolicy
   "backoffLimit" (int64 $V.backoffLimit)
-  "podFailurePolicy" $rules.podFailurePolicy
+  "podFailurePolicy" $podFailurePolicy
+  "perIndex" $recovery
   "failurePolicy" $failurePolicy
   "gracePeriod" (int64 $V.gracePeriod)
   "restartFromScratch" (and $usesTrainer (not $V.checkpoints) (not (hasKey $volumes "checkpoints")) (not (has $checkpointFlag $args)))
@@ -464,9 +496,12 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $gv := deepCopy $view -}}
 {{- $names := dict "name" $name "group" $g.name -}}
 {{- $wired := (include "ddp-job.fill" (list $W.env (mergeOverwrite (deepCopy $wiringArgs) (dict "nproc" $g.nproc "offset" $g.offset))) | fromJson).v -}}
+{{- if $recovery -}}
+{{- $wired = (include "ddp-job.fill" (list $R.wiring (dict "name" $name "nproc" $g.nproc "offset" $g.offset "rankOffset" $g.rankOffset "worldSize" $worldSize "nodes" $replicas)) | fromJson).v -}}
+{{- end -}}
 {{- $genv := mergeOverwrite $wired $env (ternary (dict $S.groupEnv $g.name) dict (and $grouped $watch)) $userEnv -}}
 {{- $envList := list -}}
-{{- if $W.nodeRankEntry -}}{{- $envList = append $envList $G.pod.nodeRankEntry -}}{{- end -}}
+{{- if and $W.nodeRankEntry (not $recovery) -}}{{- $envList = append $envList $G.pod.nodeRankEntry -}}{{- end -}}
 {{- if or $checks $watch -}}
 {{- range $e := $P.downward -}}{{- if not (hasKey $userEnv $e.name) -}}{{- $envList = append $envList $e -}}{{- end -}}{{- end -}}
 {{- end -}}
@@ -526,6 +561,32 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $_ := set $view $key (get $g0 $key) -}}
 {{- end -}}
 {{- $_ := set $view "groups" $groupViews -}}
+{{- /* The coordinator's pod (render._coordinator_view): the trainer image, the job's scheduling, no GPU, volume, Secret or queue. */ -}}
+{{- if $recovery -}}
+{{- $RC := (include "ddp-job.fill" (list $R.coordinator (dict "name" $name "worldSize" $worldSize)) | fromJson).v -}}
+{{- $cLabels := mergeOverwrite (deepCopy $labels) $RC.labels -}}
+{{- $c := deepCopy $view -}}
+{{- range $key := list "groups" "podAnnotations" "rjob" "nproc" "envFrom" -}}{{- $_ := unset $c $key -}}{{- end -}}
+{{- $_ := set $c "name" $RC.name -}}
+{{- $_ := set $c "hostname" $RC.hostname -}}
+{{- $_ := set $c "subdomain" $name -}}
+{{- $_ := set $c "topLabels" $cLabels -}}
+{{- $_ := set $c "labels" $cLabels -}}
+{{- $_ := set $c "containerName" $RC.container_name -}}
+{{- $_ := set $c "command" $RC.command -}}
+{{- $_ := set $c "args" $RC.args -}}
+{{- $_ := set $c "env" $RC.env -}}
+{{- $_ := set $c "port" $RC.port -}}
+{{- $_ := set $c "portName" $RC.port_name -}}
+{{- $_ := set $c "resources" $RC.resources -}}
+{{- $_ := set $c "volumes" list -}}
+{{- $_ := set $c "volumeMounts" list -}}
+{{- $_ := set $c "tolerations" (default list $V.tolerations) -}}
+{{- $_ := set $c "nodeSelector" (default dict $V.nodeSelector) -}}
+{{- $_ := set $c "restartPolicy" "Never" -}}
+{{- $_ := set $c "rjob" $RC.rjob -}}
+{{- $_ := set $view "coordinator" $c -}}
+{{- end -}}
 {{- $_ := set $view "podsetGroup" $T.podsetGroup -}}
 {{- toJson $view -}}
 {{- end -}}
@@ -594,6 +655,9 @@ metadata:
 spec:
 {{- if .restartPolicy }}
   restartPolicy: {{ include "ddp-job.json" $v.restartPolicy }}
+{{- end }}
+{{- if $v.hostname }}
+  hostname: {{ include "ddp-job.json" $v.hostname }}
 {{- end }}
 {{- if $v.subdomain }}
   subdomain: {{ include "ddp-job.json" $v.subdomain }}

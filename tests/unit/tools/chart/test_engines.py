@@ -46,6 +46,8 @@ def test_every_refusal_in_the_table_is_the_engines(table: tuple[str, dict[str, A
     refused = {r["rule"] for r in t["refuses"]}
     for rule, ask in engines.ENGINE_RULES.items():
         kind = rule.partition(":")[0]
+        if kind.startswith("recovery") and ENGINES[target].pod_recovery_refused:
+            kind = "recoveryTarget"  # the target refuses recovery: pod whatever the layout asks
         exc = refusal(ask({"target": target}))
         if exc is not None:
             assert kind in refused, f"{target} refuses {rule}, the table does not say so"
@@ -59,3 +61,31 @@ def test_every_refusal_in_the_table_is_the_engines(table: tuple[str, dict[str, A
                     entry["problem"],
                     entry["fix"],
                 )
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"nodes": 4, "procsPerNode": 2},
+        {"nodeGroups": [{"name": "a", "nodes": 2, "gpusPerNode": 0, "procsPerNode": 3},
+                        {"name": "b", "nodes": 3, "gpusPerNode": 0, "procsPerNode": 1}]},
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("target", ["job", "jobset"])
+def test_the_recovery_entry_fills_to_the_engines_env_and_coordinator(target: str, values: dict[str, Any]) -> None:
+    r = engines.engine_table(target)["recovery"]
+    plan = plan_of({"target": target, "name": "run-7", "recovery": "pod", **values})
+    for group in plan.spec.groups:
+        offset = plan.group_offset(group)
+        args = {"name": "run-7", "nproc": group.nproc, "offset": offset, "nodes": plan.replicas}
+        args |= {"rankOffset": plan.nodes[offset].first_rank, "worldSize": plan.world_size}
+        assert fill(r["wiring"], args) == ENGINES[target].torchrun_env(plan, group)
+    coordinator = fill(r["coordinator"], {"name": "run-7", "worldSize": plan.world_size})
+    assert coordinator["longestName"] == plan.coordinator_name
+    assert coordinator["command"][-1] == str(plan.world_size)
+
+
+def test_targets_that_refuse_pod_recovery_have_no_entry() -> None:
+    assert {t for t in TARGETS if engines.engine_table(t)["recovery"] is None} == {
+        t for t in TARGETS if ENGINES[t].pod_recovery_refused
+    }
