@@ -57,6 +57,50 @@ def apply_one(cluster: Cluster, obj: dict[str, Any], *, dry_run: bool = False) -
     return Applied(kind, answer, code == 201)
 
 
+PER_INDEX = "backoffLimitPerIndex"  # recovery: pod replaces a failed pod alone by this limit
+
+
+def per_index_specs(obj: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """The Job specs in `obj` that set a per-index backoff limit, each with where it is: the Job's
+    own, or a JobSet's child Job templates."""
+    spec = obj.get("spec") or {}
+    if PER_INDEX in spec:
+        return [("spec", spec)]
+    return [
+        (f"spec.replicatedJobs[{i}].template.spec", rj["template"]["spec"])
+        for i, rj in enumerate(spec.get("replicatedJobs") or [])
+        if PER_INDEX in ((rj.get("template") or {}).get("spec") or {})
+    ]
+
+
+def dropped_per_index(sent: dict[str, Any], answered: dict[str, Any]) -> list[str]:
+    """Where the cluster's answer to `sent` lost the per-index backoff limit it was sent with."""
+    kept = {where for where, spec in per_index_specs(answered)}
+    return [where for where, _ in per_index_specs(sent) if where not in kept]
+
+
+def require_per_index(cluster: Cluster, objects: list[dict[str, Any]]) -> None:
+    """recovery: pod needs the cluster to keep per-index backoff limits (Kubernetes 1.29 or later
+    with JobBackoffLimitPerIndex, on by default, GA in 1.33; for a JobSet, a CRD whose schema knows
+    the field). An older API server refuses the unknown field; a disabled feature gate or an older
+    CRD drops it without a word, and the job would restart whole. A server dry run of the first
+    object that sets it tells, before anything is created."""
+    for obj in objects:
+        if not per_index_specs(obj):
+            continue
+        answered = apply_one(cluster, obj, dry_run=True).obj
+        lost = dropped_per_index(obj, answered)
+        if lost:
+            ref = kind_of(obj).ref(obj["metadata"]["name"])
+            raise ClusterError(
+                f"recovery: pod needs per-index backoff limits, and this cluster dropped {lost[0]}.{PER_INDEX} "
+                f"from {ref} (it needs Kubernetes 1.29 or later with the JobBackoffLimitPerIndex feature, GA in "
+                "1.33, and for a JobSet a JobSet release whose CRD has the field); submit with --recovery gang, "
+                "or upgrade the cluster"
+            )
+        return
+
+
 def find_objects(
     cluster: Cluster, name: str, namespace: str, kinds: tuple[Kind, ...] = JOB_OBJECT_KINDS
 ) -> list[tuple[Kind, dict[str, Any]]]:

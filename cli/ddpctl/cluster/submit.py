@@ -171,6 +171,8 @@ def start(sub: Submission, out: Callable[[str], None], say: Callable[[str], None
             from ddpctl.manifests import render
 
             objects = render.render_plan(plan, shipment)  # the store named another address
+    if plan.coordinator_name is not None:  # recovery: pod
+        A.require_per_index(cluster, objects)
     applied = A.submit(
         cluster, objects, name=spec.name, namespace=spec.namespace, dry_run=server_dry, replace=submit.replace, say=say
     )

@@ -9,12 +9,14 @@ import json
 
 import pytest
 
+from ddpctl.cluster import apply as A
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.apply import (
     APPLY_CONTENT_TYPE,
     apply_one,
     delete_job,
     delete_object,
+    dropped_per_index,
     find_job,
     find_objects,
     propagation_of,
@@ -146,3 +148,62 @@ def test_submit_refuses_an_existing_job_unless_replaced(submitted) -> None:
     assert [a.created for a in done] == [True, True]
     again = {k.kind: o["metadata"]["uid"] for k, o in find_objects(cluster, NAME, NS)}
     assert set(again) == set(first) and not set(again.values()) & set(first.values())
+
+
+# ------------------------------------------------------------------ recovery: pod's per-index limits
+
+RECOVERY = {"recovery": "pod", "gpusPerNode": 0, "nodes": 3}
+
+
+def _without_per_index(obj: dict) -> dict:
+    out = json.loads(json.dumps(obj))
+    for _, spec in A.per_index_specs(out):
+        del spec[A.PER_INDEX]
+    return out
+
+
+@pytest.mark.parametrize(
+    "target,values,drop,lost",
+    [
+        ("job", RECOVERY, False, []),
+        ("job", RECOVERY, True, ["spec"]),
+        ("jobset", RECOVERY, True, ["spec.replicatedJobs[1].template.spec"]),  # after the coordinator's
+        ("jobset", RECOVERY, False, []),
+        ("job", {}, True, []),  # gang: nothing to lose
+    ],
+)
+def test_dropped_per_index_names_where_the_answer_lost_the_limit(target, values, drop, lost) -> None:
+    for obj in objects(target, **values):
+        answered = _without_per_index(obj) if drop else obj
+        if obj["kind"] in ("Job", "JobSet") and obj["metadata"]["name"] == NAME:
+            assert dropped_per_index(obj, answered) == lost
+        else:
+            assert dropped_per_index(obj, answered) == []
+
+
+def test_a_recovery_pod_submit_asks_a_server_dry_run_first(submitted) -> None:
+    d, _cluster = submitted("--target", "job", "--recovery", "pod", "--gpus", "0", "--nodes", "3")
+    patches = d.requests_to("PATCH", rf"/jobs/{NAME}$")
+    assert [p.query.get("dryRun") for p in patches] == [["All"], None]  # checked, then created
+    assert d.get("job", NAME, NS)["spec"][A.PER_INDEX] == 3
+
+
+def test_a_cluster_that_drops_the_limit_gets_no_job(cli, make_cluster, monkeypatch) -> None:
+    """Stands in for a cluster that drops backoffLimitPerIndex (Kubernetes 1.28, the feature gate off,
+    or an older JobSet CRD): the test cluster runs 1.36, which cannot be made to. The double's answer
+    to the dry run loses the field; nothing may be created and the error names the way out."""
+    c = make_cluster(())
+    real = A.apply_one
+
+    def older(cluster, obj, *, dry_run=False):
+        applied = real(cluster, obj, dry_run=dry_run)
+        return A.Applied(applied.kind, _without_per_index(applied.obj), applied.created) if dry_run else applied
+
+    monkeypatch.setattr(A, "apply_one", older)
+    r = cli("submit", *c.args, "-n", NS, "--target", "job", "--recovery", "pod", "--gpus", "0", "--nodes", "3")
+    assert r.code == 1 and "Traceback" not in r.err
+    assert (
+        "this cluster dropped spec.backoffLimitPerIndex from job.batch/ddp-train" in r.err
+        and "--recovery gang" in r.err
+    ), r.err
+    assert c.double.objects("jobs", NS) == [] and c.double.objects("services", NS) == []
