@@ -12,6 +12,8 @@ from ddpctl.engines import AUTO_PREFERENCE, engine_for
 from ddpctl.engines.base import INSTANCE as INSTANCE
 from ddpctl.engines.base import MANAGED_BY as MANAGED_BY
 from ddpctl.engines.base import Engine
+from ddpctl.plan.layout import COMPONENT_LABEL
+from ddpctl_trainer import protocol
 
 
 @dataclass(frozen=True)
@@ -124,13 +126,14 @@ def job_selector(name: str) -> str:
     return f"{INSTANCE}={name},{MANAGED_BY}"
 
 
-NOT_COORDINATOR = "app.kubernetes.io/component!=coordinator"  # a pod-recovery job's coordinator trains nothing
+# a pod-recovery job's coordinator trains nothing
+NOT_COORDINATOR = f"{COMPONENT_LABEL}!={protocol.COORDINATOR_COMPONENT}"
 
 
 def is_coordinator(obj: dict[str, Any]) -> bool:
     """Whether `obj` is a pod-recovery job's coordinator (its Job or pod), not a training object."""
     labels = (obj.get("metadata") or {}).get("labels") or {}
-    return labels.get("app.kubernetes.io/component") == "coordinator"
+    return labels.get(COMPONENT_LABEL) == protocol.COORDINATOR_COMPONENT
 
 
 def trainer_selector(name: str) -> str:

@@ -278,9 +278,10 @@ def _recoveries(
     """Pod-recovery jobs' replaced pods, by (namespace, job): one list of the namespace's pods
     (only when such a job is listed). An evicted pod's object is deleted: it is not counted."""
     from ddpctl.cluster import pods as P
+    from ddpctl.cluster import workloads
     from ddpctl.cluster.kinds import MANAGED_BY, NOT_COORDINATOR, POD, job_name_of
 
-    recovering = [(k, o) for k, o in found if f'"{protocol.COORDINATOR_ENV}"' in json.dumps(o.get("spec") or {})]
+    recovering = [(k, o) for k, o in found if workloads.meets_at_coordinator(o)]
     if not recovering:
         return {}
     pods = cluster.list(POD, ns, f"{MANAGED_BY},{NOT_COORDINATOR}").get("items") or []

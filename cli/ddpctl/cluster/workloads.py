@@ -101,6 +101,31 @@ def container_env(pod: dict[str, Any]) -> dict[str, Any]:
     return env
 
 
+def pod_templates(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod templates a workload holds (a Job's, a JobSet's child Jobs', an operator's replicas'),
+    each as a pod (`{"spec": ...}`) for `container_env`."""
+    found: list[dict[str, Any]] = []
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if isinstance(node.get("containers"), list):
+                found.append({"spec": node})
+                return
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(obj.get("spec") or {})
+    return found
+
+
+def meets_at_coordinator(obj: dict[str, Any]) -> bool:
+    """Whether a workload's pods meet at a coordinator (recovery: pod), read off its pod templates."""
+    return any(protocol.COORDINATOR_ENV in container_env(t) for t in pod_templates(obj))
+
+
 def field(obj: Any, path: tuple[str, ...]) -> Any:
     """The value at `path` in nested mappings; None where one is missing."""
     for key in path:

@@ -18,7 +18,7 @@ from ddpctl.engines import engine_of, plan_for
 from ddpctl.engines.base import COMPLETION_INDEX as COMPLETION_INDEX_ANNOTATION
 from ddpctl.manifests.yamlsafe import finalize, to_yaml
 from ddpctl.plan import GroupPlan, Plan
-from ddpctl.plan.layout import NODE_GROUP_LABEL
+from ddpctl.plan.layout import COMPONENT_LABEL, NODE_GROUP_LABEL
 from ddpctl.spec.model import JobSpec, NodeGroup
 from ddpctl.spec.schema import SHM_MOUNT
 from ddpctl_trainer import protocol
@@ -209,7 +209,6 @@ def view(plan: Plan, shipment: Shipment | None = None) -> dict[str, Any]:
     return v
 
 
-COMPONENT_LABEL = "app.kubernetes.io/component"
 # a store on one TCP port: no GPU, a little CPU, torch's import in memory
 COORDINATOR_RESOURCES = {"requests": {"cpu": "100m", "memory": "512Mi"}, "limits": {"memory": "1Gi"}}
 

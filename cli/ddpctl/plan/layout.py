@@ -26,6 +26,7 @@ NO_CHECKPOINT_VOLUME = (
     "keep them in an object store: --checkpoints s3://BUCKET/PREFIX"
 )
 NODE_GROUP_LABEL = "ddpctl.io/node-group"
+COMPONENT_LABEL = "app.kubernetes.io/component"  # trainer, or a pod-recovery job's coordinator
 PREFLIGHT_OVERHEAD_S = 0.2  # the preflight's gathers and barriers, measured on 2 x 2 gloo
 PREFLIGHT_PAIR_ROUNDS = 4  # rounds of node pairs at most (ddpctl_trainer.preflight.judge.MAX_PAIR_ROUNDS)
 
@@ -183,7 +184,7 @@ class Layout:
         return {
             "app.kubernetes.io/name": "ddp-job",
             "app.kubernetes.io/instance": self.spec.name,
-            "app.kubernetes.io/component": "trainer",
+            COMPONENT_LABEL: "trainer",
             "app.kubernetes.io/managed-by": "ddpctl",
         }
 

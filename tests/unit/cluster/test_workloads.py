@@ -152,3 +152,20 @@ def test_rank_of_a_pod(kind: Any, job: dict[str, Any] | None, pod: dict[str, Any
 )
 def test_replica_type_of_a_pod(kind: Any, pod: dict[str, Any], role: str) -> None:
     assert workloads.replica_type(kind, pod) == role
+
+
+@pytest.mark.parametrize(
+    "target,data,meets",
+    [
+        ("job", {"recovery": "pod", "gpusPerNode": 0}, True),
+        ("jobset", {"recovery": "pod", "gpusPerNode": 0}, True),
+        ("job", {"gpusPerNode": 0}, False),
+        ("jobset", {}, False),
+        ("pytorchjob", {}, False),
+        ("job", {"gpusPerNode": 0, "env": {"NOTE": "DDP_COORDINATOR"}}, False),  # its name as a value only
+    ],
+)
+def test_a_workload_meets_at_a_coordinator_as_its_pod_templates_say(target: str, data: dict, meets: bool) -> None:
+    (top,) = [o for o in rendered(target, **data) if o["kind"] not in ("Service",) and "-coordinator" not in
+              o["metadata"]["name"]]  # fmt: skip
+    assert workloads.meets_at_coordinator(top) is meets
