@@ -837,7 +837,7 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
         {
           "rule": "recoveryTarget",
           "field": "recovery",
-          "problem": "pod on the pytorchjob target: its controller replaces pods by rules of its own (not built yet)",
+          "problem": "pod on the pytorchjob target: the training operator recreates a failed pod by its own restart rules and gives every pod torchrun's job-wide settings (PET_NNODES, MASTER_ADDR) itself, which a pod that runs its node alone cannot take (not built yet)",
           "fix": "use target job or jobset, or leave recovery at gang (whole-group restarts)"
         }
       ],
@@ -1341,7 +1341,7 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
         {
           "rule": "recoveryTarget",
           "field": "recovery",
-          "problem": "pod on the trainjob target: its controller replaces pods by rules of its own (not built yet)",
+          "problem": "pod on the trainjob target: the runtime's JobSet template sets its child Jobs' failure limits and a TrainJob cannot override them; replacing one pod alone would take a ClusterTrainingRuntime of its own, with per-index limits and a coordinator",
           "fix": "use target job or jobset, or leave recovery at gang (whole-group restarts)"
         }
       ],

@@ -54,6 +54,11 @@ REPLICA_INDEX = "training.kubeflow.org/replica-index"
 class PyTorchJobEngine(Engine):
     target = "pytorchjob"
     title = "Kubeflow PyTorchJob (training operator v1)"
+    pod_recovery_refused = (
+        "the training operator recreates a failed pod by its own restart rules and gives every pod torchrun's "
+        "job-wide settings (PET_NNODES, MASTER_ADDR) itself, which a pod that runs its node alone cannot take "
+        "(not built yet)"
+    )
     workload = WorkloadKind(
         "PyTorchJob",
         "kubeflow.org",

@@ -43,6 +43,11 @@ class TrainJobEngine(Engine):
     left_to_engine = ("imagePullPolicy", "restartPolicy", "backoffLimit", "ttlSecondsAfterFinished")
     supports_elastic = False
     runtime = "torch-distributed"  # the ClusterTrainingRuntime it names in plan.spec.runtimeRef
+    pod_recovery_refused = (
+        "the runtime's JobSet template sets its child Jobs' failure limits and a TrainJob cannot override them; "
+        "replacing one pod alone would take a ClusterTrainingRuntime of its own, with per-index limits and a "
+        "coordinator"
+    )
     # Trainer v2.3 reconciles a TrainJob that the foreground finalizer holds and creates its JobSet
     # again, so a foreground delete can take minutes; with the TrainJob gone nothing re-creates it
     delete_propagation = "Background"
