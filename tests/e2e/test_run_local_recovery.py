@@ -77,6 +77,8 @@ def test_a_killed_node_is_started_again_alone_and_no_step_is_lost(
         f"[rank {lost}] ddpctl-trainer: recovery: replaced a lost process: joined the running job at step {KILLED_AT}"
     )
     assert joined in run.stdout + run.stderr
+    if lost:  # rank 0 survived: its line names the node that joined (status pairs by it)
+        assert f"the group formed again (generation 1, node {lost} joined)" in run.stdout + run.stderr
     status = run_ddpctl("status", "ddp-train", cwd=tmp_path)
     assert status.returncode == 0, status.stderr
     assert re.search(

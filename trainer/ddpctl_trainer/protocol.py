@@ -125,6 +125,27 @@ def recovery_step(text: str) -> int | None:
     return int(step.group(1)) if step else None
 
 
+_RECOVERY_NODES = re.compile(r"\b(?:nodes? (\d+(?:, \d+)*)|no node) joined\b")
+
+
+def recovery_nodes_text(nodes: list[int]) -> str:
+    """The replacements' node ranks as a pod-recovery line says them (`node 1`, `nodes 1, 2`)."""
+    if not nodes:
+        return "no node"
+    return f"node{'s' if len(nodes) > 1 else ''} {', '.join(str(n) for n in nodes)}"
+
+
+def recovery_nodes(text: str) -> list[int] | None:
+    """The node ranks a pod-recovery line says joined; None for any other line, or one from a
+    trainer that did not say them."""
+    if recovery_step(text) is None:
+        return None
+    found = _RECOVERY_NODES.search(text)
+    if not found:
+        return None
+    return [int(n) for n in found.group(1).split(", ")] if found.group(1) else []
+
+
 def preflight_line(text: str) -> tuple[str, str] | None:
     """(`report` | `finding` | `verdict`, the rest) of a line of the preflight report (with or
     without its `[rank R] `); None for any other line."""

@@ -58,7 +58,7 @@ from .errors import (
     peer_lost,
 )
 from .metrics import Meter, MetricsLog, Progress
-from .protocol import LEFT_ALONE, RECOVERY_TAG, STOPPED_BY_SIGTERM, rank_prefix
+from .protocol import LEFT_ALONE, RECOVERY_TAG, STOPPED_BY_SIGTERM, rank_prefix, recovery_nodes_text
 from .stragglers import Stragglers
 from .watchdog import BACKWARD, CHECKPOINT, EVAL, FORWARD, OPTIMIZER, Beacon
 
@@ -375,29 +375,31 @@ class Trainer:
                 stop.defer(True)
             self.model = wrap(self.module, self.cfg, self.ctx, self.device)  # DDP over the new group
             self.stragglers.rearm(self.model)
-            self.handoff()
+            joined = self.handoff()
         self.metrics.emit(
             "recovered", step=self.step, generation=self.membership.generation, seconds=time.monotonic() - t0
         )
         if self.ctx.is_main:
             self.progress.note(
-                f"{RECOVERY_TAG}the group formed again (generation {self.membership.generation}), going on "
-                f"at step {self.step} after {time.monotonic() - t0:.1f}s"
+                f"{RECOVERY_TAG}the group formed again (generation {self.membership.generation}, "
+                f"{recovery_nodes_text(joined)} joined), going on at step {self.step} after "
+                f"{time.monotonic() - t0:.1f}s"
             )
 
-    def handoff(self) -> None:
+    def handoff(self) -> list[int]:
         """Collective, once the group formed again: every rank takes the model, optimizer,
         scheduler and position of the rank furthest along among the survivors
         (``recovery.source_rank``); survivors go back to their own RNG state of that step, a
         replacement takes the source's. With no survivor (every rank lost at once) every rank
-        resumes from the newest checkpoint instead."""
+        resumes from the newest checkpoint instead. Returns the node ranks of the replacements."""
         rejoined = self.membership is not None and self.membership.rejoined
-        seen = d.all_gather_object((self.committed.step, rejoined))
-        if all(was_lost for _, was_lost in seen):  # no survivor holds the state: the checkpoint does
+        seen = d.all_gather_object((self.committed.step, rejoined, self.ctx.node_rank))
+        joined = sorted({node for _, was_lost, node in seen if was_lost})
+        if all(was_lost for _, was_lost, _ in seen):  # no survivor holds the state: the checkpoint does
             self.resume()
             self._commit(self.epoch)
-            return
-        source = recovery.source_rank([step if not was_lost else -1 for step, was_lost in seen])
+            return joined
+        source = recovery.source_rank([step if not was_lost else -1 for step, was_lost, _ in seen])
         mine = self.ctx.rank == source
         sent = d.broadcast_object(self._memory_state() if mine else None, source)
         assert sent is not None  # the source sent its state
@@ -417,6 +419,7 @@ class Trainer:
         )
         self.beacon.step = self.step
         self.done = self.max_steps_reached()
+        return joined
 
     def _memory_state(self) -> dict[str, Any]:
         scheduler = self.scheduler.state_dict() if self.scheduler is not None else None

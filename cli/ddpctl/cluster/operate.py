@@ -43,12 +43,8 @@ def job_status(cluster: Cluster, name: str) -> JobStatus:
         if finished(kind, job)[0] == "Failed":
             spent = P.spent_node(kind, gone, pods)
         said = rank0_recoveries(cluster, kind, pods)
-        recoveries = [
-            P.recovery_text(kind, rank, pod, said[i] if i < len(said) else None)
-            for i, (rank, pod, _) in enumerate(gone)
-        ]
-        # recoveries rank 0 saw whose pod objects are gone (an evicted pod is deleted)
-        recoveries += [P.recovery_text(kind, None, None, line) for line in said[len(gone) :]]
+        # each replaced pod with rank 0's line for its node; then lines whose pods are gone (evicted)
+        recoveries = [P.recovery_text(kind, rank, pod, line) for rank, pod, line in P.pair_recoveries(gone, said)]
     result, cond = finished(kind, job)
     rows: list[dict[str, Any]] = []
     for rank, pod in pods:

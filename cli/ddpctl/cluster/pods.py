@@ -93,7 +93,10 @@ def recovery_text(kind: Kind, rank: int | None, pod: dict[str, Any] | None, line
     the step training went on from and how long the others waited. Without the pod (evicted and
     deleted: its object is gone), what rank 0 said."""
     if pod is None:
+        nodes = protocol.recovery_nodes(line) if line else None
         text = "a pod was replaced (its object is gone, as an evicted pod's is)"
+        if nodes:
+            text = f"{protocol.recovery_nodes_text(nodes)}: {text}"
     else:
         cs = main_status(kind, pod)
         ended = (cs.get("state") or {}).get("terminated") or {}
@@ -108,6 +111,30 @@ def recovery_text(kind: Kind, rank: int | None, pod: dict[str, Any] | None, line
         return f"{text}: replaced alone"
     waited = _RECOVERY_WAIT.search(line or "")
     return f"{text}: back at step {step}" + (f" after {waited.group(1)} s" if waited else "") + ", no step lost"
+
+
+def pair_recoveries(
+    gone: list[tuple[int, dict[str, Any], dict[str, Any]]], said: list[str]
+) -> list[tuple[int | None, dict[str, Any] | None, str | None]]:
+    """Each replaced pod with rank 0's recovery line for it: the oldest unused line that names its
+    node (a line naming two nodes serves both), else, from a trainer that named none, the oldest
+    such line; then the lines left over, for replaced pods whose objects are gone (evicted). Two
+    recoveries of one node pair in order."""
+    left: list[set[int] | None] = [None if (n := protocol.recovery_nodes(line)) is None else set(n) for line in said]
+    taken = [False] * len(said)
+    out: list[tuple[int | None, dict[str, Any] | None, str | None]] = []
+    for rank, pod, _ in gone:
+        match = next((i for i, nodes in enumerate(left) if nodes and rank in nodes), None)
+        if match is None:
+            match = next((i for i, nodes in enumerate(left) if nodes is None and not taken[i]), None)
+        if match is not None:
+            nodes = left[match]
+            if nodes is not None:
+                nodes.discard(rank)
+            taken[match] = True
+        out.append((rank, pod, said[match] if match is not None else None))
+    out += [(None, None, line) for i, line in enumerate(said) if not taken[i]]
+    return out
 
 
 def spent_node(kind: Kind, gone: list[tuple[int, dict[str, Any], dict[str, Any]]],

@@ -19,6 +19,7 @@ from ddpctl.cluster.pods import (
     last_log_lines,
     main_status,
     missing_code,
+    pair_recoveries,
     pod_problem,
     ranked,
     recovers_pods,
@@ -347,6 +348,39 @@ def test_under_pod_recovery_a_node_is_its_newest_pod_and_the_older_ones_were_rep
         (1, "w-1-b", "w-1-c"),
     ]
     assert not recovers_pods([(0, pod())])  # gang: every pod of every start is shown, as before
+
+
+def _formed(nodes: str, step: int) -> str:
+    return f"[rank 0] ddpctl-trainer: recovery: the group formed again (generation 1, {nodes} joined), at step {step}"
+
+
+OLD_FORMAT = "[rank 0] ddpctl-trainer: recovery: the group formed again (generation 1), going on at step {}"
+
+
+@pytest.mark.parametrize(
+    ("gone", "said", "paired"),
+    [
+        # node 2 evicted (its object gone), then node 1 killed: each line goes to its own node
+        ([1], [_formed("node 2", 5), _formed("node 1", 7)], [(1, _formed("node 1", 7)), (None, _formed("node 2", 5))]),
+        # two nodes lost at once: one line serves both
+        ([1, 2], [_formed("nodes 1, 2", 3)], [(1, _formed("nodes 1, 2", 3)), (2, _formed("nodes 1, 2", 3))]),
+        # one node twice: in order
+        ([1, 1], [_formed("node 1", 3), _formed("node 1", 8)], [(1, _formed("node 1", 3)), (1, _formed("node 1", 8))]),
+        # a trainer that named no node: in order, as before
+        ([2, 1], [OLD_FORMAT.format(3), OLD_FORMAT.format(8)], [(2, OLD_FORMAT.format(3)), (1, OLD_FORMAT.format(8))]),
+        # rank 0 has not said it yet
+        ([1], [], [(1, None)]),
+    ],
+)
+def test_each_replaced_pod_gets_rank_0s_line_for_its_node(gone: list[int], said: list[str], paired: list) -> None:
+    pods = [(rank, {"metadata": {"name": f"p{i}"}}, {}) for i, rank in enumerate(gone)]
+    got = pair_recoveries(pods, said)  # type: ignore[arg-type]
+    assert [(rank, line) for rank, _, line in got] == paired
+
+
+def test_a_gone_pods_line_names_its_node() -> None:
+    text = recovery_text(JOB, None, None, _formed("node 2", 5))
+    assert text.startswith("node 2: a pod was replaced (its object is gone")
 
 
 @pytest.mark.parametrize(

@@ -82,3 +82,26 @@ def test_progress_text_parses_back_and_counts_every_epoch() -> None:
 )
 def test_a_recovery_line_says_the_step_training_goes_on_from(line: str, step: int | None) -> None:
     assert protocol.recovery_step(line) == step
+
+
+FORMED = "[rank 0] ddpctl-trainer: recovery: the group formed again (generation 2, {} joined), going on at step 4"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "said"),
+    [([1], "node 1"), ([1, 12], "nodes 1, 12"), ([], "no node")],
+)
+def test_a_recovery_line_names_the_nodes_that_joined(nodes: list[int], said: str) -> None:
+    assert protocol.recovery_nodes_text(nodes) == said
+    assert protocol.recovery_nodes(FORMED.format(said)) == nodes
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "[rank 0] ddpctl-trainer: recovery: the group formed again (generation 1), going on at step 4 after 4.4s",
+        "[rank 0] epoch 1/2 step 4/6 loss 1.37: node 1 joined",  # not a recovery line
+    ],
+)
+def test_a_line_that_names_no_node_says_none(line: str) -> None:
+    assert protocol.recovery_nodes(line) is None
