@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from ddpctl.cluster.flags import DryRun, Format, SubmitOptions
 from ddpctl.console import plural
 from ddpctl.engines import plan_for
-from ddpctl.errors import SpecError, UsageError
+from ddpctl.errors import DdpctlError, SpecError, UsageError
 from ddpctl.spec.sources import SpecInput
 
 if TYPE_CHECKING:
@@ -180,6 +180,9 @@ def start(sub: Submission, out: Callable[[str], None], say: Callable[[str], None
     top = next(a.obj for a in applied if a.kind is kind and not is_coordinator(a.obj))  # rank 0's workload
     if shipment is not None and shipment.secret is not None and not server_dry:
         A.own(cluster, top, applied[0].obj)
+    for coordinator in [a.obj for a in applied if a.obj is not top and is_coordinator(a.obj)]:
+        if not server_dry:  # a Job of its own (target job): it goes when the job's workload goes
+            _own_coordinator(cluster, top, coordinator, say)
     if spec.queue or spec.workload_priority_class:
         from ddpctl.cluster.admission import queue_warnings
 
@@ -206,6 +209,20 @@ def start(sub: Submission, out: Callable[[str], None], say: Callable[[str], None
         say(notice)
     timeout_s = parse_duration(submit.timeout)
     follow_job(cluster, kind, job, timeout=timeout_s, follow=submit.follow, rank=rank, say=say)
+
+
+def _own_coordinator(
+    cluster: Cluster, top: dict[str, Any], coordinator: dict[str, Any], say: Callable[[str], None]
+) -> None:
+    """The coordinator's Job, owned by rank 0's workload: the garbage collector deletes it with that
+    workload (its TTL, `kubectl delete`), where a failed job's coordinator would otherwise run on
+    until `ddpctl delete`. Without the patch it stays until then: said, not an error."""
+    from ddpctl.cluster import apply as A
+
+    try:
+        A.own(cluster, top, coordinator)
+    except DdpctlError as exc:
+        say(f"ddpctl: warning: the coordinator is not owned by the job ({exc.message}); `ddpctl delete` removes it")
 
 
 def check_code(plan: Plan, say: Callable[[str], None]) -> None:

@@ -207,3 +207,13 @@ def test_a_cluster_that_drops_the_limit_gets_no_job(cli, make_cluster, monkeypat
         and "--recovery gang" in r.err
     ), r.err
     assert c.double.objects("jobs", NS) == [] and c.double.objects("services", NS) == []
+
+
+def test_a_recovery_pod_jobs_coordinator_is_owned_by_the_job(submitted) -> None:
+    """The garbage collector then deletes it with the job's workload (its TTL, a kubectl delete):
+    a failed job's coordinator does not run on until `ddpctl delete`."""
+    d, _cluster = submitted("--target", "job", "--recovery", "pod", "--gpus", "0", "--nodes", "3")
+    job, coordinator = d.get("job", NAME, NS), d.get("job", f"{NAME}-coordinator", NS)
+    (ref,) = coordinator["metadata"]["ownerReferences"]
+    assert (ref["kind"], ref["name"], ref["uid"]) == ("Job", NAME, job["metadata"]["uid"])
+    assert "ownerReferences" not in job["metadata"]
