@@ -224,6 +224,9 @@ def test_pod_recovery_still_fails_the_job_at_once_on_a_usage_error(cli, kube: Re
     assert [p for p in kube.pods(namespace, TRAINERS) if p["metadata"]["uid"] not in uids(pods)] == []  # none made
     assert "exit code 2: usage error" in status(cli, namespace)
     if target == "job":  # its coordinator is owned by the Job: the garbage collector takes it with it
-        kube.kubectl("delete", "job", "ddp-train", "-n", namespace, "--wait=false")
+        # once the Job controller has let go of its pods (deleted earlier, they would keep its finalizer)
+        tracked = lambda: [p for p in kube.pods(namespace, TRAINERS) if p["metadata"].get("finalizers")]
+        wait_until("the failed Job's pods untracked", lambda: not tracked())
+        kube.kubectl("delete", "job", "ddp-train", "-n", namespace, "--cascade=foreground", "--wait=false")
         gone = lambda: not kube.get("job", "-n", namespace, "-l", "app.kubernetes.io/component=coordinator")["items"]
         wait_until("the coordinator's Job collected with the failed Job", gone)

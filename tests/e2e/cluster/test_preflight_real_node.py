@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from tests.e2e.cluster.test_real_node import NODE, ON_NODE, TINY
-from tests.support.cluster import RealCluster
+from tests.support.cluster import RealCluster, wait_until
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -69,7 +69,12 @@ def test_preflight_fail_names_the_slow_groups_pod_and_node_and_ends_the_job_with
     error = [line for line in r.err.splitlines() if line.startswith("ddpctl: error: ")]
     assert error and 'failed its preflight checks (exit 201): slow node: node 1' in error[0], r.err[-3000:]
     assert re.search(rf"slow node: node 1 \(pod pt-slow-0-\w+, k8s node {NODE}\): compute", error[0]), error
-    codes = {p["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"] for p in kube.pods(ns)}
+
+    def ended() -> set[int] | None:  # --wait returns at the Job's Failed condition: a pod may still be stopping
+        states = [(p["status"].get("containerStatuses") or [{}])[0].get("state") or {} for p in kube.pods(ns)]
+        return {s["terminated"]["exitCode"] for s in states} if all("terminated" in s for s in states) else None
+
+    codes = wait_until("every pod ended", ended)
     assert codes == {201}, codes
     status = cli("status", "pt", "-n", ns)
     assert re.search(r"^Preflight: +failed: 1 finding \(slow node: node 1\)", status.out, re.M), status.out

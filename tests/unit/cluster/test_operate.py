@@ -282,7 +282,13 @@ def test_a_job_stopped_for_a_straggler_names_the_node_and_the_resubmit_command(
 
 
 def _run_two_ranks(d, kind="Job"):
-    pods = d.pod_names_for(kind, NAME, NS)
+    """The job's trainer pods started, each with two log lines (a coordinator's pod, owned by the
+    trainers' Job under recovery: pod, is no rank)."""
+    pods = [
+        p["metadata"]["name"]
+        for p in d.pods_for(kind, NAME, NS)
+        if p["metadata"].get("labels", {}).get("app.kubernetes.io/component") != "coordinator"
+    ]
     for i, p in enumerate(pods):
         d.start_container(p, NS)
         d.append_log(p, f"rank {i} line 1", f"rank {i} line 2", namespace=NS)
