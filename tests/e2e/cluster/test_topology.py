@@ -26,9 +26,14 @@ def tas_queue(kube: RealCluster, namespace: str) -> Iterator[str]:
 
     def others_gone() -> bool:
         """Pods of earlier tests (their namespaces are deleted without waiting) still fill nodes, and a
-        preferred level then honestly spreads: start from nodes that hold only this test's pods."""
+        preferred level then honestly spreads: start from nodes that hold only this test's pods. A
+        pod that ended (Failed, Succeeded) holds nothing the scheduler counts, even while a finalizer
+        keeps its object."""
         bound = kube.get("pods", "-A", "--field-selector", "spec.nodeName!=")["items"]
-        return not [p for p in bound if p["metadata"]["namespace"] != namespace]
+        ended = ("Failed", "Succeeded")
+        return not [
+            p for p in bound if p["metadata"]["namespace"] != namespace and p["status"].get("phase") not in ended
+        ]
 
     wait_until("the nodes free of earlier tests' pods", others_gone, 180)
     kube.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [
