@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from ddpctl.engines import plan_for
+from ddpctl.errors import SpecError
 from ddpctl.manifests.render import render
 from ddpctl.spec.model import JobSpec
 from ddpctl.spec.schema import TARGETS
@@ -496,3 +497,17 @@ def test_the_chart_renders_pod_recovery_as_ddpctl_does(chart: Any, case: str) ->
     assert any(o["metadata"]["labels"].get("app.kubernetes.io/component") == "coordinator" for o in got) or any(
         r["name"] == "coordinator" for o in got for r in o["spec"].get("replicatedJobs", [])
     )
+
+
+@pytest.mark.parametrize("target", ["job", "jobset"])
+def test_the_chart_refuses_a_group_named_like_the_coordinator(chart: Any, helm: Any, target: str) -> None:
+    values = {
+        "target": target,
+        "recovery": "pod",
+        "nodeGroups": [{"name": "coordinator", "nodes": 2, "gpusPerNode": 0}],
+    }
+    with pytest.raises(SpecError) as ddpctl_refused:
+        plan_for(JobSpec.from_dict(values))
+    with pytest.raises(helm.HelmError) as refused:
+        chart.render(values)
+    assert f"nodeGroups: {ddpctl_refused.value.problem}" in str(refused.value)

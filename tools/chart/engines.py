@@ -266,6 +266,7 @@ def _recovery(target: str) -> dict[str, Any] | None:
         "coordinator": derive(coordinator, probes),
         "rules": rules[0],
         "strategyEnv": protocol.flag_env("--strategy"),
+        "groupName": COORDINATOR,  # a node group may not take the coordinator's name
     }
 
 

@@ -809,7 +809,8 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
           },
           "failurePolicy": null
         },
-        "strategyEnv": "DDP_TRAINER_STRATEGY"
+        "strategyEnv": "DDP_TRAINER_STRATEGY",
+        "groupName": "coordinator"
       }
     },
     "pytorchjob": {
@@ -1300,7 +1301,8 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
             "maxRestarts": 0
           }
         },
-        "strategyEnv": "DDP_TRAINER_STRATEGY"
+        "strategyEnv": "DDP_TRAINER_STRATEGY",
+        "groupName": "coordinator"
       }
     },
     "trainjob": {

@@ -313,7 +313,7 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- end -}}
 {{- end -}}
 {{- $coordinatorGroup := false -}}
-{{- range $g := $groups -}}{{- if and $R (eq $g.name $R.coordinator.rjob) -}}{{- $coordinatorGroup = true -}}{{- end -}}{{- end -}}
+{{- range $g := $groups -}}{{- if and $R (eq $g.name $R.groupName) -}}{{- $coordinatorGroup = true -}}{{- end -}}{{- end -}}
 {{- $mode := $V.rendezvous.mode -}}
 {{- if eq $mode "auto" -}}{{- $mode = get $C.rendezvous (ternary "elastic" "fixed" $elastic) -}}{{- end -}}
 {{- $restartPolicy := $V.restartPolicy -}}
