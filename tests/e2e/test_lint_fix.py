@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ddpctl.runners.procs import free_port
 from tests.support import REPO
+from tests.support.ports import free_port
 from tests.support.procs import run_ddpctl as _ddpctl
 
 FIXTURE = REPO / "tests" / "unit" / "lint" / "fixtures" / "fixable_train.py"

@@ -556,7 +556,7 @@ def test_uneven_layout_all_reduces_over_every_rank(target: str, layout: str, pro
     rendezvous; torchrun sums their local world sizes, every rank 0..2 exists once."""
     import json
 
-    from ddpctl.runners.procs import free_port
+    from tests.support.ports import free_port
 
     (tmp_path / "allreduce.py").write_text(ALLREDUCE_SCRIPT)
     port = str(free_port())  # not the shared default: other jobs on this machine may hold it

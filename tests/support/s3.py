@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,6 +33,7 @@ from typing import Any
 import pytest
 
 from tests.support import IN_CI, skip_unless
+from tests.support.ports import free_port
 
 BUCKET = "ddpctl-test"
 ACCESS_KEY = "ddpctl-test-access"
@@ -50,20 +50,6 @@ def weed_binary() -> str | None:
     if beside.is_file() and os.access(beside, os.X_OK):
         return str(beside)
     return shutil.which("weed")
-
-
-def _free_ports(n: int) -> list[int]:
-    """``n`` distinct free loopback ports (held open together while picked, so never the same)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [int(s.getsockname()[1]) for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _die_with_parent() -> None:
@@ -93,7 +79,7 @@ class S3Server:
         }
         self.config.write_text(json.dumps({"identities": [identity]}))
         names = ("master", "volume", "filer", "s3", "admin")
-        ports = _free_ports(2 * len(names))
+        ports = [free_port() for _ in range(2 * len(names))]
         self.ports = dict(zip(names, ports[: len(names)]))
         self.grpc_ports = dict(zip(names, ports[len(names) :]))
         self.proc: subprocess.Popen[bytes] | None = None

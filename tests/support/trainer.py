@@ -19,7 +19,6 @@ import itertools
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +32,7 @@ import pytest
 import torch
 
 from tests.support import REPO
+from tests.support.ports import free_port  # noqa: F401  (re-exported)
 
 if TYPE_CHECKING:
     from ddpctl_trainer.trainer import Trainer
@@ -251,12 +251,6 @@ def _no_orphans() -> Iterator[None]:
     yield
     leaked = kill_tree(_SESSION)
     assert not leaked, f"processes left running after the test (killed now): {leaked}"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def launch(

@@ -127,7 +127,7 @@ def test_uneven_layout_trains_like_one_process(tmp_path_factory: pytest.TempPath
     import subprocess
     import sys
 
-    from ddpctl.runners.procs import free_port
+    from tests.support.ports import free_port
     from tests.support.trainer import Run, clean_env
 
     root = tmp_path_factory.mktemp("uneven")
