@@ -66,8 +66,8 @@ def test_preflight_fail_names_the_slow_groups_pod_and_node_and_ends_the_job_with
 ) -> None:
     ns = restricted
     _spec(tmp_path, SLOW_GROUPS)
-    r = cli("submit", "-n", ns, "--target", "job", "--name", "pt", "--image", node_image, *ON_NODE,
-            "--preflight", "fail", "--backoff-limit", "0", "--wait", *CHECK_TIMEOUT, "--", *TINY, *BEST_OF_3)  # fmt: skip
+    r = cli("submit", "-n", ns, "--target", "job", "--name", "pt", "--image", node_image, *ON_NODE, "--preflight",
+            "fail", "--backoff-limit", "0", "--wait", *CHECK_TIMEOUT, "--", *TINY, *BEST_OF_3)  # fmt: skip
     assert r.code == 1, r.err[-3000:]
     # the slow group's pod and the Kubernetes node it ran on, named once, in the error line too
     error = [line for line in r.err.splitlines() if line.startswith("ddpctl: error: ")]
