@@ -25,7 +25,6 @@ from hypothesis import strategies as st
 from ddpctl.engines import ENGINES, plan_for
 from ddpctl.errors import SpecError
 from ddpctl.manifests.render import render
-from ddpctl.plan import Layout
 from ddpctl.spec import TARGETS, JobSpec
 from ddpctl.spec.names import MAX_DNS_LABEL
 from ddpctl.spec.schema import (
@@ -315,11 +314,11 @@ def valid_values(draw: Any, target: str) -> dict[str, Any]:
     if target in ("job", "jobset") and draw(st.booleans()):
         asked = {**values, "recovery": "pod", "name": "n"}
         if _renders(asked):  # the layout and entrypoint allow it: a coordinator and per-index limits
-            values["recovery"] = "pod"
+            values["recovery"] = draw(st.sampled_from(["pod", "auto"]))
             if draw(st.booleans()):
                 values["stragglers"] = {**(values.get("stragglers") or {}), "mode": "replace"}
-    else:
-        maybe(values, "recovery", draw, st.just("gang"))
+    else:  # auto: pod where nothing blocks it (the chart resolves it as Engine.layout does), else gang
+        maybe(values, "recovery", draw, st.sampled_from(["gang", "auto"]))
     if target != "trainjob":
         maybe(values, "priorityClassName", draw, SUBDOMAIN)
         maybe(values, "envFromSecrets", draw, st.lists(dns_label(), max_size=2))
@@ -404,7 +403,9 @@ def _distinct_paths(volumes: dict[str, Any]) -> bool:
 def fitting_name(values: dict[str, Any], name: str) -> str:
     """`name`, cut to what the names its engine derives leave of a DNS label."""
     spec = JobSpec.from_dict({**values, "name": "n"})
-    room = MAX_DNS_LABEL - (len(ENGINES[spec.target].unchecked_plan(Layout(spec)).longest_generated_name) - 1)
+    room = MAX_DNS_LABEL - (
+        len(ENGINES[spec.target].unchecked_plan(ENGINES[spec.target].layout(spec)).longest_generated_name) - 1
+    )
     return name[:room].rstrip("-")
 
 
@@ -561,6 +562,16 @@ BREAKERS: dict[str, Breaker] = {
         ),
     ),
     "recovery": _in(recovery=_one_of("Pod", "none", True)),
+    # auto resolved to gang: replace has no pod recovery to replace the straggler's pod with
+    "recovery.auto": lambda draw, v: _in(
+        {"target": draw(_one_of(*TARGETS))},
+        {"target": draw(_one_of("pytorchjob", "trainjob"))},
+        {"module": "mine.train"},
+        {"nodes": "1:3"},
+        {"restartPolicy": "OnFailure"},
+        recovery="auto",
+        stragglers={"mode": "replace"},
+    )(draw, v),
     "recovery.target": lambda draw, v: _in({"target": draw(_one_of("pytorchjob", "trainjob"))}, recovery="pod")(
         draw, v
     ),

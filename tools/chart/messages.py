@@ -114,6 +114,10 @@ def field_messages() -> dict[str, dict[str, str]]:
             {"fabric": "efa", "podSecurity": "baseline"},
         ),
         "stragglersReplace": error_message({"stragglers": {"mode": "replace"}}),
+        # recovery auto resolved to gang (a target or layout that cannot replace a pod alone)
+        "stragglersGang": error_message(
+            {"target": "pytorchjob", "stragglers": {"mode": "replace"}, "recovery": "auto"}
+        ),
         "avoidNodesAffinity": error_message(
             {"avoidNodes": ["zn"], "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {}}}}
         ),

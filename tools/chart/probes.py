@@ -15,10 +15,16 @@ from ddpctl.spec import JobSpec
 from tools.chart.derive import Args, derive
 
 
+def spec_of(values: Mapping[str, Any]) -> JobSpec:
+    """A probe's spec: recovery gang unless it says otherwise, so that a probe reads what every
+    layout renders; the chart adds what recovery pod changes (tools.chart.engines' `recovery`)."""
+    return JobSpec.from_dict({"recovery": "gang", **values})
+
+
 def refusal(values: Mapping[str, Any]) -> SpecError | None:
     """What ddpctl says of a spec dict: None when it renders, else its first error."""
     try:
-        plan_for(JobSpec.from_dict(values))
+        plan_for(spec_of(values))
     except SpecError as exc:
         return exc
     return None
@@ -38,7 +44,7 @@ def error_message(spec: Callable[[Args], Mapping[str, Any]] | Mapping[str, Any],
 
 
 def plan_of(values: Mapping[str, Any]) -> Plan:
-    return plan_for(JobSpec.from_dict(values))
+    return plan_for(spec_of(values))
 
 
 def group_list(*shapes: tuple[str, int, int] | dict[str, Any]) -> list[dict[str, Any]]:

@@ -496,7 +496,12 @@ wiring, failure rules and what it refuses. `%(arg)` in a text is filled by ddp-j
     "stragglersReplace": {
       "field": "stragglers.mode",
       "problem": "replace needs recovery: pod (only the straggler's pod is replaced, while the others keep their state)",
-      "fix": "add --recovery pod, or use --stragglers fail and resubmit with --avoid-node NODE"
+      "fix": "add --recovery pod (or auto), or use --stragglers fail and resubmit with --avoid-node NODE"
+    },
+    "stragglersGang": {
+      "field": "stragglers.mode",
+      "problem": "replace needs recovery: pod, which this target or layout cannot run (render --explain says why)",
+      "fix": "use --stragglers fail and resubmit with --avoid-node NODE"
     },
     "avoidNodesAffinity": {
       "field": "avoidNodes",

@@ -88,8 +88,10 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- $C := $G.constants -}}
 {{- $M := $G.messages -}}
 {{- $E := index $G.engines $V.target -}}
-{{- $recovery := eq (toString $V.recovery) "pod" -}}
 {{- $R := $E.recovery -}}
+{{- /* recovery: pod asked, or auto (Engine.layout): pod until a rule below blocks it (the target's first) */ -}}
+{{- $recoveryAsked := toString $V.recovery -}}
+{{- $recovery := and (ne $recoveryAsked "gang") (not (empty $R)) -}}
 {{- $name := $V.name -}}
 {{- $maxNodes := int64 $C.maxNodes -}}
 {{- if and $V.workspace $V.workspace.dir -}}
@@ -251,7 +253,7 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- /* The straggler detector (Plan.stragglers_env): its mode always, its settings when on. */ -}}
 {{- $S := $C.stragglers -}}
 {{- $sg := mergeOverwrite (deepCopy $S.defaults) (default dict $V.stragglers) -}}
-{{- if and (eq (toString $sg.mode) "replace") (ne (toString $V.recovery) "pod") -}}{{- include "ddp-job.fail" (list $M.stragglersReplace dict) -}}{{- end -}}
+{{- if and (eq (toString $sg.mode) "replace") (eq $recoveryAsked "gang") -}}{{- include "ddp-job.fail" (list $M.stragglersReplace dict) -}}{{- end -}}
 {{- $watch := ne (toString $sg.mode) "off" -}}
 {{- $fabric := default "socket" $V.fabric -}}
 {{- $F := get $C.fabrics $fabric -}}
@@ -332,17 +334,22 @@ what the engine cannot run (Engine.check), then the length of the names it deriv
 {{- if and (not $asked) $g.sliced -}}{{- $asked = true -}}{{- $args = dict "where" $g.where -}}{{- end -}}
 {{- end -}}
 {{- else if has $rule.rule (list "priorityClassName" "envFromSecrets") -}}{{- $asked = not (empty (index $V $rule.rule)) -}}
-{{- else if eq $rule.rule "recoveryTarget" -}}{{- $asked = $recovery -}}
-{{- else if eq $rule.rule "recoveryOnFailure" -}}{{- $asked = and $recovery (eq (toString $restartPolicy) "OnFailure") -}}
-{{- else if eq $rule.rule "recoveryGroupName" -}}{{- $asked = and $recovery $coordinatorGroup -}}
-{{- else if eq $rule.rule "recoveryCustom" -}}{{- $asked = and $recovery (not $usesLauncher) -}}
-{{- else if eq $rule.rule "recoveryElastic" -}}{{- $asked = and $recovery $elastic -}}
-{{- else if eq $rule.rule "recoveryBackend" -}}{{- $asked = and $recovery (ne $backend "gloo") -}}
-{{- else if eq $rule.rule "recoveryStrategy" -}}{{- $asked = and $recovery (not (has $strategy (list "" "ddp"))) -}}
+{{- else if eq $rule.rule "recoveryTarget" -}}{{- $asked = true -}}
+{{- else if eq $rule.rule "recoveryOnFailure" -}}{{- $asked = eq (toString $restartPolicy) "OnFailure" -}}
+{{- else if eq $rule.rule "recoveryGroupName" -}}{{- $asked = $coordinatorGroup -}}
+{{- else if eq $rule.rule "recoveryCustom" -}}{{- $asked = not $usesLauncher -}}
+{{- else if eq $rule.rule "recoveryElastic" -}}{{- $asked = $elastic -}}
+{{- else if eq $rule.rule "recoveryBackend" -}}{{- $asked = ne $backend "gloo" -}}
+{{- else if eq $rule.rule "recoveryStrategy" -}}{{- $asked = not (has $strategy (list "" "ddp")) -}}
 {{- else -}}{{- fail (printf "ddp-job: the engine refuses %q, which _helpers.tpl does not know" $rule.rule) -}}
+{{- end -}}
+{{- if hasPrefix "recovery" $rule.rule -}}{{- /* blocks recovery: pod; refused only where asked for by name */ -}}
+{{- if $asked -}}{{- $recovery = false -}}{{- end -}}
+{{- $asked = and $asked (eq $recoveryAsked "pod") -}}
 {{- end -}}
 {{- if $asked -}}{{- include "ddp-job.fail" (list $rule $args) -}}{{- end -}}
 {{- end -}}
+{{- if and (eq (toString $sg.mode) "replace") (not $recovery) -}}{{- include "ddp-job.fail" (list $M.stragglersGang dict) -}}{{- end -}}
 
 {{- /* The names the engine derives (Plan.check_names): each group's first and last pod's hostname. */ -}}
 {{- $L := index $E.layouts $layout -}}

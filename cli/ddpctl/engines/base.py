@@ -126,12 +126,23 @@ class Engine(ABC):
     def plan(self, spec: JobSpec) -> Plan:
         """The spec's Plan on this engine, once the engine has checked that it can run the spec
         (settings it cannot express are refused, never dropped) and that every name it derives fits."""
-        layout = Layout(spec)
+        layout = self.layout(spec)
         self.check(layout)
         self.check_recovery(layout)
         plan = self.unchecked_plan(layout)
         plan.check_names()
         return plan
+
+    def layout(self, spec: JobSpec) -> Layout:
+        """The spec's Layout with its `recovery` resolved: auto is pod where nothing blocks it here."""
+        first = Layout(spec)
+        if spec.recovery != "auto":
+            return first
+        return Layout(spec, recovery="gang" if self.pod_recovery_blocked(first) else "pod")
+
+    def pod_recovery_blocked(self, plan: Layout) -> str | None:
+        """Why a lost pod of this layout cannot be replaced alone on this target (None: it can)."""
+        return self.pod_recovery_refused or plan.pod_recovery_problem
 
     def unchecked_plan(self, layout: Layout) -> Plan:
         """Everything this engine derives from `layout`, computed once into a Plan (no check)."""
@@ -148,6 +159,7 @@ class Engine(ABC):
         )
         return Plan(
             layout.spec,
+            recovery=layout.recovery,
             target=self.target,
             rank0_host=self.rank0_host(layout),
             master_port=self.master_port(layout),
@@ -159,7 +171,7 @@ class Engine(ABC):
             longest_generated_name=max(
                 (
                     *(self.pod_hostname(layout, n) for n in layout.edge_nodes()),
-                    *((self.coordinator_name(layout),) if layout.spec.recovery == "pod" else ()),
+                    *((self.coordinator_name(layout),) if layout.recovery == "pod" else ()),
                 ),
                 key=len,
             ),
@@ -167,7 +179,7 @@ class Engine(ABC):
             injected_env=tuple(self.injected_env(layout, n) for n in nodes),
             pod_restart_policy=self.pod_restart_policy(layout),
             coordinator=self.coordinator(layout),
-            coordinator_name=self.coordinator_name(layout) if layout.spec.recovery == "pod" else None,
+            coordinator_name=self.coordinator_name(layout) if layout.recovery == "pod" else None,
             failure_handling=self.failure_handling(layout),
             restart_limit=self.restart_limit(layout),
             retry=self.retry_rule(layout),
@@ -186,7 +198,8 @@ class Engine(ABC):
             )
 
     def check_recovery(self, plan: Layout) -> None:
-        """Refuse `recovery: pod` where this target or the layout cannot replace a lost pod alone."""
+        """Refuse `recovery: pod` where this target or the layout cannot replace a lost pod alone, and
+        `stragglers.mode` replace where recovery resolved to gang."""
         if plan.spec.recovery == "pod":
             if self.pod_recovery_refused:
                 raise SpecError(
@@ -199,6 +212,12 @@ class Engine(ABC):
                 raise SpecError(
                     "recovery", f"pod: {plan.pod_recovery_problem}", "leave recovery at gang (whole-group restarts)"
                 )
+        if plan.spec.stragglers.mode == "replace" and plan.recovery != "pod":
+            raise SpecError(
+                "stragglers.mode",
+                "replace needs recovery: pod, which this target or layout cannot run (render --explain says why)",
+                "use --stragglers fail and resubmit with --avoid-node NODE",
+            )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -317,7 +336,7 @@ class Engine(ABC):
 
     def coordinator(self, plan: Layout) -> str | None:
         """HOST:PORT of the store a pod-recovery job meets in (the coordinator's pod); None: gang."""
-        if plan.spec.recovery != "pod":
+        if plan.recovery != "pod":
             return None
         return f"{self.coordinator_host(plan)}:{protocol.COORDINATOR_PORT}"
 
@@ -373,8 +392,15 @@ class IndexedEngine(Engine):
                 "leave rendezvous.mode at auto or static",
             )
 
+    def pod_recovery_blocked(self, plan: Layout) -> str | None:
+        if not self.failure_rules_apply(plan):
+            return f"{plan.spec.restart_policy} restarts a failed container in place, outside per-pod limits"
+        if any(g.name == COORDINATOR for g in plan.spec.node_groups):
+            return f"a node group is named {COORDINATOR!r}, the coordinator's name"
+        return super().pod_recovery_blocked(plan)
+
     def node_rank_from_index(self, plan: Layout) -> bool:
-        return plan.rdzv_mode == "static" and plan.spec.recovery != "pod"
+        return plan.rdzv_mode == "static" and plan.recovery != "pod"
 
     def exit_code_rule(self, action: str, codes: tuple[int, ...]) -> dict[str, Any]:
         """A podFailurePolicy rule on the training container's exit code (values sorted, as the API wants)."""
@@ -404,7 +430,7 @@ class IndexedEngine(Engine):
         if not self.failure_rules_apply(plan):
             return None
         # pod recovery: a pod the cluster took away is replaced alone, never the whole group
-        on_disruption = "Ignore" if plan.spec.recovery == "pod" else self.on_disruption
+        on_disruption = "Ignore" if plan.recovery == "pod" else self.on_disruption
         rules = [self.disruption_rule(on_disruption)]
         if plan.uses_launcher:  # exit 2: bad input; 202: a straggler under --stragglers fail
             rules.insert(0, self.exit_code_rule("FailJob", protocol.FAILS_THE_JOB))
@@ -412,12 +438,12 @@ class IndexedEngine(Engine):
             rules.insert(0, self.exit_code_rule("FailJob", (protocol.EXIT_USAGE,)))
         if plan.uses_launcher:
             # pod recovery: a survivor does not stop for a lost peer (138); only the whole job's stop does (143)
-            peer = (protocol.EXIT_PREEMPTED,) if plan.spec.recovery == "pod" else self.peer_stop_codes
+            peer = (protocol.EXIT_PREEMPTED,) if plan.recovery == "pod" else self.peer_stop_codes
             rules.append(self.exit_code_rule(on_disruption, peer))
         return {"rules": rules}
 
     def node_rank_source(self, plan: Layout) -> str:
-        if plan.spec.recovery == "pod":
+        if plan.recovery == "pod":
             return (
                 "the pod's completion index plus its group's first node rank (DDP_NODE_RANK, added by "
                 f"python3 -m {protocol.LAUNCHER_MODULE}; each pod's torchrun runs its node alone)"

@@ -70,11 +70,11 @@ class JobEngine(IndexedEngine):
         return f"{self.coordinator_name(plan)}.{plan.service_name}"
 
     def template_values(self, plan: Layout, group_views: dict[str, dict[str, Any]]) -> dict[str, Any]:
-        return {"pod_failure_policy": self.pod_failure_policy(plan), "per_index": plan.spec.recovery == "pod"}
+        return {"pod_failure_policy": self.pod_failure_policy(plan), "per_index": plan.recovery == "pod"}
 
     def failure_handling(self, plan: Layout) -> str:
         limit = f"backoffLimit {plan.spec.backoff_limit}"
-        if plan.spec.recovery == "pod":
+        if plan.recovery == "pod":
             return (
                 f"a usage error (exit 2) or a straggler under --stragglers fail ({protocol.EXIT_STRAGGLER}) fails the "
                 "Job at once; any other failed pod is replaced alone, keeping its index, while the others run on and "

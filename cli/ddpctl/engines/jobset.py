@@ -78,7 +78,7 @@ class JobSetEngine(IndexedEngine):
 
     def failure_policy(self, plan: Layout) -> dict[str, Any]:
         """The JobSet's failurePolicy: maxRestarts, plus rules where the child Jobs have them."""
-        if plan.spec.recovery == "pod":  # a lost pod is replaced inside its child Job: a failed child ends the set
+        if plan.recovery == "pod":  # a lost pod is replaced inside its child Job: a failed child ends the set
             return {"maxRestarts": 0}
         policy: dict[str, Any] = {"maxRestarts": plan.spec.backoff_limit}
         child = self.pod_failure_policy(plan)
@@ -120,13 +120,13 @@ class JobSetEngine(IndexedEngine):
         return {
             "pod_failure_policy": self.pod_failure_policy(plan),
             "failure_policy": self.failure_policy(plan),
-            "per_index": plan.spec.recovery == "pod",
+            "per_index": plan.recovery == "pod",
             "coordinator_rjob": COORDINATOR,
         }
 
     def failure_handling(self, plan: Layout) -> str:
         limit = f"failurePolicy.maxRestarts {plan.spec.backoff_limit}"
-        if plan.spec.recovery == "pod":
+        if plan.recovery == "pod":
             return (
                 f"a usage error (exit 2) or a straggler under --stragglers fail ({protocol.EXIT_STRAGGLER}) fails the "
                 "JobSet at once; any other failed pod is replaced alone inside its child Job, keeping its index, "

@@ -168,13 +168,14 @@ def _wrapped(label: str, text: str, width: int = 110) -> list[str]:
 
 def recovery_text(plan: Plan) -> str:
     """What a lost pod costs under the plan's `recovery`, and why, in one line."""
+    auto = " (auto)" if plan.spec.recovery == "auto" else ""
     if plan.coordinator is not None:
         return (
-            "pod: a lost pod is replaced alone; the others keep their training state and hand it over (no step "
-            "lost, no checkpoint read)"
+            f"pod{auto}: a lost pod is replaced alone; the others keep their training state and hand it over (no "
+            "step lost, no checkpoint read)"
         )
-    gang = "gang: a lost pod restarts every pod, and training resumes from the last checkpoint"
-    why = plan.pod_recovery_problem or engine_of(plan).pod_recovery_refused
+    gang = f"gang{auto}: a lost pod restarts every pod, and training resumes from the last checkpoint"
+    why = engine_of(plan).pod_recovery_blocked(plan)
     if why:
         return f"{gang}; recovery: pod cannot run here: {why}"
     return f"{gang}; recovery: pod would replace the lost pod alone and keep the others' state"

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from ddpctl.spec import kueue
@@ -84,6 +84,12 @@ class Layout:
     """A checked spec with what it derives on any engine (see the module docstring)."""
 
     spec: JobSpec
+    # pod or gang: the spec's, its auto resolved by the engine (Engine.layout); gang when none did
+    recovery: str = field(default="", kw_only=True)
+
+    def __post_init__(self) -> None:
+        if not self.recovery:
+            object.__setattr__(self, "recovery", "gang" if self.spec.recovery == "auto" else self.spec.recovery)
 
     # ------------------------------------------------------------------ the layout
 

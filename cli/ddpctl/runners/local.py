@@ -185,9 +185,11 @@ def plan_local(
 
     args = remap_paths(job.trainer_args, {spec.volumes[n].mount_path: d for n, d in dirs.items() if n in spec.volumes})
     coordinator_port = None
-    recovery = spec.recovery
+    recovery = job.recovery
     if spares and recovery != "pod":
-        raise UsageError("--spares: a warm spare takes a lost node's place under --recovery pod; add --recovery pod")
+        raise UsageError(
+            "--spares: a warm spare takes a lost node's place under --recovery pod; add --recovery pod or auto"
+        )
     if spares and len({n.nproc for n in job.nodes}) > 1:
         raise UsageError("--spares: the nodes run different numbers of processes, so one spare cannot stand for any")
     if recovery == "pod":

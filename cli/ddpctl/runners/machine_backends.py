@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -158,6 +158,8 @@ class DockerBackend(_RunsHere[DockerRun]):
         from ddpctl.runners.docker import plan_docker
 
         spec = spec_input.spec()
+        if spec.recovery == "auto":  # containers restart as a group: no coordinator runs beside them
+            spec = replace(spec, recovery="gang")
         with shipment_of(plan_for(spec), cwd=self.cwd, to_store=False) as shipment:
             if shipment is not None:
                 say(f"ddpctl: {shipment.pack.summary()}")

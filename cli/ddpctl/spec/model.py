@@ -437,7 +437,8 @@ class JobSpec:
             "What a failed pod costs. gang (default): every pod restarts and training resumes from the last "
             "checkpoint. pod (targets job and jobset, run --local; the built-in trainer, DDP on gloo): the failed pod "
             "alone is replaced, up to backoffLimit times per pod, and the others keep their state and hand it over "
-            "(a coordinator pod holds the store they meet in).",
+            "(a coordinator pod holds the store they meet in). auto: pod where the target and layout allow it, else "
+            "gang (render --explain says which and why; run --docker: gang).",
             OneOf(RECOVERY_MODES),
             flag("--recovery", panel="Lifecycle"),
         ),

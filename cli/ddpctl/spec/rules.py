@@ -316,10 +316,10 @@ def fabric(spec: Spec) -> None:
 def stragglers(spec: Spec) -> None:
     """stragglers.mode replace replaces the straggler's pod alone: only pod recovery can."""
     require(
-        spec.stragglers.mode != "replace" or spec.recovery == "pod",
+        spec.stragglers.mode != "replace" or spec.recovery != "gang",
         "stragglers.mode",
         "replace needs recovery: pod (only the straggler's pod is replaced, while the others keep their state)",
-        "add --recovery pod, or use --stragglers fail and resubmit with --avoid-node NODE",
+        "add --recovery pod (or auto), or use --stragglers fail and resubmit with --avoid-node NODE",
     )
 
 

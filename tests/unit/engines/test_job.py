@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from ddpctl.engines import plan_for
+from ddpctl.engines import ENGINES, plan_for
 from ddpctl.engines.job import ENGINE
 from ddpctl.errors import SpecError
+from ddpctl.manifests.explain import recovery_text
 from ddpctl.spec.model import JobSpec
 from ddpctl_trainer import protocol
 
@@ -79,3 +80,47 @@ def test_the_refusal_names_the_targets_that_can() -> None:
     with pytest.raises(SpecError) as refused:
         _plan(target="pytorchjob")
     assert refused.value.fix.startswith("use target job or jobset, or leave recovery at gang")
+
+
+BLOCKED = [
+    ({"target": "pytorchjob"}, "the training operator recreates a failed pod"),
+    ({"target": "trainjob"}, "the runtime's JobSet template sets its child Jobs' failure limits"),
+    ({"gpusPerNode": 1}, "a nccl group is not formed again"),
+    ({"nodes": "1:3"}, "an elastic layout"),
+    ({"module": None, "script": "train.py"}, "only the built-in trainer"),
+    ({"args": ["--strategy=fsdp"]}, "only DDP is formed again"),
+    ({"restartPolicy": "OnFailure"}, "OnFailure restarts a failed container in place"),
+    ({"nodeGroups": [{**UNEVEN[0], "name": "coordinator"}]}, "a node group is named 'coordinator'"),
+]
+
+
+@pytest.mark.parametrize("target", ["job", "jobset"])
+def test_auto_is_pod_where_nothing_blocks_it_and_explain_says_so(target: str) -> None:
+    plan = _plan(recovery="auto", target=target)
+    assert (
+        plan.recovery == "pod" and plan.coordinator and plan.coordinator_name == ENGINES[target].coordinator_name(plan)
+    )
+    assert plan.spec.recovery == "auto"  # what the user said stays as said
+    assert recovery_text(plan).startswith("pod (auto): a lost pod is replaced alone")
+
+
+@pytest.mark.parametrize(("data", "why"), BLOCKED, ids=[next(iter(d)) for d, _ in BLOCKED])
+def test_auto_is_gang_where_pod_recovery_cannot_run_and_explain_says_why(data: dict, why: str) -> None:
+    plan = _plan(recovery="auto", **data)
+    assert plan.recovery == "gang" and plan.coordinator is None and plan.coordinator_name is None
+    text = recovery_text(plan)
+    assert text.startswith("gang (auto): a lost pod restarts every pod"), text
+    assert f"recovery: pod cannot run here: {why}" in text, text
+
+
+def test_an_explicit_gang_is_said_without_auto() -> None:
+    assert recovery_text(_plan(recovery="gang")).startswith("gang: a lost pod restarts every pod")
+
+
+@pytest.mark.parametrize(("data", "why"), BLOCKED[:3], ids=["pytorchjob", "trainjob", "gpus"])
+def test_replace_under_an_auto_that_resolves_to_gang_is_refused_in_one_line(data: dict, why: str) -> None:
+    with pytest.raises(SpecError) as refused:
+        _plan(recovery="auto", stragglers={"mode": "replace"}, **data)
+    assert refused.value.field == "stragglers.mode"
+    assert refused.value.problem.startswith("replace needs recovery: pod, which this target or layout cannot run")
+    assert _plan(recovery="auto", stragglers={"mode": "replace"}).recovery == "pod"  # where it can, it runs

@@ -97,6 +97,16 @@ def test_a_docker_dry_run_prints_the_network_and_every_container(tmp_path: Path)
     assert not (tmp_path / "ddp-runs").exists()
 
 
+def test_recovery_auto_is_pod_in_processes_and_gang_in_containers() -> None:
+    """A container group restarts whole (no coordinator runs beside it); processes meet at one."""
+    auto = {**FLAGS, "recovery": "auto"}
+    local, _ = _dry_run(LocalBackend(RunOptions()), auto)
+    assert local[0] == "# the job's coordinator (--recovery pod: a lost node is started again alone)", local
+    containers, _ = _dry_run(DockerBackend(RunOptions(engine="podman")), auto)
+    assert len(containers) == 3 and not any("DDP_COORDINATOR" in line for line in containers), containers
+    assert all("PET_NODE_RANK=" in line for line in containers[1:])  # torchrun's own rendezvous, as gang
+
+
 # ------------------------------------------------------------------------------ runs found again
 
 

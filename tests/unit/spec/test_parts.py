@@ -155,9 +155,10 @@ def test_replace_is_refused_with_what_to_do_instead() -> None:
         JobSpec.from_dict({"stragglers": {"mode": "replace"}})
     assert str(info.value) == (
         "stragglers.mode: replace needs recovery: pod (only the straggler's pod is replaced, while the others keep "
-        "their state); add --recovery pod, or use --stragglers fail and resubmit with --avoid-node NODE"
+        "their state); add --recovery pod (or auto), or use --stragglers fail and resubmit with --avoid-node NODE"
     )
-    assert JobSpec.from_dict({"stragglers": {"mode": "replace"}, "recovery": "pod"}).stragglers.mode == "replace"
+    for recovery in ("pod", "auto"):  # auto: the engine says whether pod can run (Engine.check_recovery)
+        assert JobSpec.from_dict({"stragglers": {"mode": "replace"}, "recovery": recovery}).stragglers.mode == "replace"
 
 
 @pytest.mark.parametrize(
