@@ -47,6 +47,7 @@ detector is off, and rank 0 says so once (``Stragglers.unwatched``).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import statistics
@@ -481,12 +482,8 @@ class Stragglers:
             if self.unwatched is not None:  # every rank would time the slowest: judge nothing
                 self.active = False
                 if self.rank == 0:
-                    print(
-                        f"{protocol.WARNING_TAG}{protocol.rank_prefix(0)}stragglers are not watched "
-                        f"(--stragglers {self.cfg.mode}): {self.unwatched}",
-                        file=sys.stderr,
-                        flush=True,
-                    )
+                    why = f"stragglers are not watched (--stragglers {self.cfg.mode}): {self.unwatched}"
+                    print(f"{protocol.WARNING_TAG}{protocol.rank_prefix(0)}{why}", file=sys.stderr, flush=True)
         self._first: int | None = None
 
     def rearm(self, model: Any) -> None:
@@ -563,6 +560,9 @@ class Stragglers:
         except StragglerStop as exc:
             if self.rank == 0:
                 print(f"{protocol.ERROR_TAG}{protocol.rank_prefix(0)}{exc}", file=sys.stderr, flush=True)
+            # the script's finally blocks run, then 202 without the interpreter's teardown: gloo's can
+            # abort (SIGABRT, 134) once a peer has left, pytorch/pytorch#179291 (atexit: last in, first run)
+            atexit.register(lambda: sys.stdout.flush() or sys.stderr.flush() or os._exit(protocol.EXIT_STRAGGLER))
             raise SystemExit(protocol.EXIT_STRAGGLER) from None
 
     def _gather(self, mine: float) -> dict[int, float]:
