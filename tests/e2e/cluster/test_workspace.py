@@ -52,6 +52,16 @@ def project(tmp_path: Path) -> Path:
     return write_project(tmp_path)
 
 
+def why(r: Any) -> str:
+    """A failed submit's stderr end and each node's last lines: a rank's own error is often not
+    the end of the streamed output (the other node's teardown follows it)."""
+    nodes: dict[str, list[str]] = {}
+    for line in r.stdout.splitlines():
+        if line.startswith("[node "):
+            nodes.setdefault(line.split("]", 1)[0], []).append(line)
+    return r.stderr[-3000:] + "".join("\n".join(lines[-15:]) + "\n" for lines in nodes.values())
+
+
 def said(out: str) -> list[str]:
     return sorted(line.split("] ", 1)[-1] for line in out.splitlines() if " says " in line)
 
@@ -123,7 +133,7 @@ def test_every_engine_and_node_groups_run_a_workspace(
     r = _ddpctl("submit", "-n", restricted, "--target", target, "--name", f"ws-{target}", *shape, "--gpus", "0",
                 "--image", trainer_image, *ON_NODE, "--script", "train.py", "--workspace", ".", "--follow",
                 cwd=project)  # fmt: skip
-    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    assert r.returncode == 0, why(r)
     assert said(r.stdout) == ["rank 0 of 2 says first in /workspace", "rank 1 of 2 says first in /workspace"]
 
 
