@@ -24,8 +24,9 @@ CHECK_SUFFIX = "-check"
 def check_job(spec: JobSpec) -> JobSpec:
     """The check's spec: named `<name>-check`, `fail` unless the spec's preflight says warn, timed as
     a check of its own is (windows of PREFLIGHT_CHECK_WINDOW_S, the best of PREFLIGHT_CHECK_REPEATS:
-    it pays for them once, not at every start), never restarted (a check reports, it does not retry),
-    with no straggler watch (it trains nothing)."""
+    it pays for them once, not at every start), never restarted (a check reports, it does not retry:
+    recovery gang, so no coordinator pod is made for a pod that will not be replaced), with no
+    straggler watch (it trains nothing)."""
     mode = spec.preflight.mode if spec.preflight.on else "fail"
     args = (
         protocol.PREFLIGHT_ONLY_FLAG,
@@ -44,6 +45,7 @@ def check_job(spec: JobSpec) -> JobSpec:
         checkpoints=None,
         workspace=Workspace(),
         backoff_limit=0,
+        recovery="gang",
         preflight=dataclasses.replace(spec.preflight, mode=mode),
         stragglers=dataclasses.replace(spec.stragglers, mode="off"),  # nothing is trained to watch
     )

@@ -34,6 +34,8 @@ PLACED = {
         ({"preflight": {"mode": "fail", "minBusbw": 20}}, "fail"),
         ({"module": "mine.train", "args": ["--epochs", "3"]}, "fail"),  # the trainer, whatever the job runs
         ({"module": None, "command": ["bash", "-c", "train"]}, "fail"),
+        ({"recovery": "pod"}, "fail"),  # a check is not retried: no pod is replaced, no coordinator made
+        ({"recovery": "auto"}, "fail"),
     ],
 )
 def test_the_check_runs_the_trainers_checks_alone(data: dict[str, Any], mode: str) -> None:
@@ -41,7 +43,8 @@ def test_the_check_runs_the_trainers_checks_alone(data: dict[str, Any], mode: st
     check = check_job(spec)
     assert check.name == "ddp-train-check" and check.uses_trainer and not check.command and check.script is None
     assert check.args == ("--preflight-only", "--preflight-window", "0.25", "--preflight-repeats", "3")
-    assert check.preflight.mode == mode and check.backoff_limit == 0
+    assert check.preflight.mode == mode and check.backoff_limit == 0 and check.recovery == "gang"
+    assert plan_for(check).coordinator_name is None
     assert (check.preflight.tolerance, check.preflight.floors()) == (spec.preflight.tolerance, spec.preflight.floors())
 
 
