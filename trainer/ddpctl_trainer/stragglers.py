@@ -4,7 +4,7 @@ DDP steps at the pace of its slowest rank: it overlaps the gradient all-reduce w
 waits for it inside ``backward()``, so a clock around a step gives every rank the straggler's time.
 What is a rank's own is the time from the step's start to the moment its last gradient bucket is
 ready: DDP calls its communication hook then, before the all-reduce waits on anyone. So each rank
-times that (a comm hook that stamps the time, then runs DDP's default all-reduce), takes the median
+times that (a comm hook that stamps the time, then runs DDP's default all-reduce), takes the mean
 of a window of ``every`` steps, and every ``every`` steps the ranks gather their figures (one small
 all-gather, no other synchronisation) and judge them identically:
 
