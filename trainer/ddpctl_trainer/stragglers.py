@@ -1,32 +1,27 @@
 """Stragglers during training: which node's own work has slowed down, judged across the ranks.
 
-DDP steps at the pace of its slowest rank: it overlaps the gradient all-reduce with backward and
-waits for it inside ``backward()``, so a clock around a step gives every rank the straggler's time.
-What is a rank's own is the time from the step's start to the moment its last gradient bucket is
-ready: DDP calls its communication hook then, before the all-reduce waits on anyone. So each rank
-times that (a comm hook that stamps the time, then runs DDP's default all-reduce), takes the mean
-of a window of ``every`` steps, and every ``every`` steps the ranks gather their figures (one small
-all-gather, no other synchronisation) and judge them identically:
+DDP waits for the gradient all-reduce inside ``backward()``, so a clock around a step gives every
+rank the straggler's time. A rank's own is the time from the step's start until its last gradient
+bucket is ready (DDP calls its comm hook then, before the all-reduce waits on anyone): each rank
+stamps it, takes the mean of a window of ``every`` steps, and the ranks gather their figures (one
+small gather, no other synchronisation) and judge them identically:
 
 * **The unit is the node**, its figure its slowest rank's (one slow GPU holds its whole node back).
 * **Like with like**: a node is compared with the nodes of its node group (``protocol.NODE_GROUP_ENV``,
   the spec's ``nodeGroups[].name``; without it, the nodes of as many processes), against their
-  median; of an even count the faster middle value, because slowness is one-sided (with two nodes
-  the faster is the reference). A node alone in its group (one A100 node beside L4 nodes) is
-  compared with its own usual pace: the median of its past windows, both of its own time and of
-  its share of the job's median, and it is slow only when it is slow by both (so the job's other
-  nodes slowing and recovering, or the whole job slowing, does not name it). Its past windows are
-  those it was within the tolerance; a node slow from its first window has no pace of its own to
-  fall from, and the preflight is what names it.
-* **Named**: a node below ``tolerance`` x the reference speed for ``windows`` windows in a row;
-  **recovered**: a named node back within it for as many windows. Rank 0 prints one line for each
-  (``protocol.STRAGGLER_TAG``, ``STRAGGLER_RECOVERED_TAG``), naming the node rank, its pod, its
-  Kubernetes node and since which step. ``fail`` ends the job on every rank after the same step
-  with ``protocol.EXIT_STRAGGLER`` (202), ``replace`` (pod recovery) has its pod replaced alone.
+  median; of an even count the faster middle value (slowness is one-sided). A node alone in its
+  group (one A100 node beside L4 nodes) is compared with its own usual pace: the median of its past
+  windows, both of its own time and of its share of the job's median, and it is slow only when it
+  is slow by both (so the job's other nodes slowing and recovering, or the whole job slowing, does
+  not name it). Its past windows are those it was within the tolerance; a node slow from its first
+  window has no pace of its own to fall from, and the preflight is what names it.
+* **Named**: a node below ``tolerance`` x the reference speed for ``windows`` windows in a row (a
+  window short of halfway back to 1 goes on the run while the node's speed over it stays below);
+  **recovered**: a named node back within it for as many windows. Rank 0 prints one line for each,
+  naming the node rank, its pod, its Kubernetes node and since which step. ``fail`` ends the job
+  after the same step with exit 202, ``replace`` (pod recovery) has its pod replaced alone.
 
-Defaults (``protocol.STRAGGLER_*``): a window of 10 steps, 3 windows in a row, 0.6 of the median
-speed, the preflight's tolerance: a node at half speed is named, while healthy CPU nodes sharing
-two cores measured 0.8-1.0 of their median (docs/trainer.md).
+Defaults: windows of 10 steps, 3 in a row, 0.6 of the median speed (docs/trainer.md).
 
 This module is stdlib only at import (torch is imported when a detector is made), and is a single
 file beside ``protocol.py``, so a user's own script can use it in any image:
@@ -38,11 +33,8 @@ file beside ``protocol.py``, so a user's own script can use it in any image:
             loss = loss_fn(model(x), y); loss.backward(); optimizer.step(); optimizer.zero_grad()
 
 Under ``fail`` the ``with`` block raises ``SystemExit(202)`` on every rank after the same step.
-
-Only a DDP model's steps can be timed this way. Under FSDP (its all-gathers and reduce-scatters run
-inside forward and backward, with no hook that marks when a rank's own work is done) or when the
-script registered a DDP comm hook of its own, every rank would time the slowest one: then the
-detector is off, and rank 0 says so once (``Stragglers.unwatched``).
+Only a DDP model's steps can be timed so: under FSDP (no hook marks the end of a rank's own work)
+or a DDP comm hook of the script's own, the detector is off and rank 0 says so once.
 """
 
 from __future__ import annotations
@@ -196,6 +188,8 @@ class _NodeState:
     below: int = 0  # windows in a row below the tolerance
     within: int = 0  # windows in a row within it
     first_below: int = 0  # the first step of the first of those windows
+    slow_t: float = 0.0  # the node's seconds a step, summed over those windows
+    slow_ref: float = 0.0  # the reference's, likewise (their ratio: its speed over the run of windows)
     named: bool = False
     against: str = "the median speed"  # what it was named against
     # a node alone in its group: its past windows within the tolerance, its own seconds a step and
@@ -282,14 +276,20 @@ class Judge:
         rank: int,
         against: tuple[str, str],
     ) -> Verdict | None:
-        seat = self.nodes[node][0]
-        if share < self.cfg.tolerance:
+        seat, tol = self.nodes[node][0], self.cfg.tolerance
+        slow = share < tol
+        if st.below and not st.named and not slow:  # a run of slow windows goes on through one near the
+            # tolerance while the node's speed over the run stays below it (one CPU quota period more
+            # or less in a window must not start the count again); a window clearly fine ends it
+            slow = share < (1 + tol) / 2 and (st.slow_ref + share * t) / (st.slow_t + t) < tol
+        if slow:
             if st.below == 0:
-                st.first_below = first
-            st.below, st.within = st.below + 1, 0
+                st.first_below, st.slow_t, st.slow_ref = first, 0.0, 0.0
+            st.below, st.within, st.slow_t, st.slow_ref = st.below + 1, 0, st.slow_t + t, st.slow_ref + share * t
             if not st.named and st.below >= self.cfg.windows:
                 st.named, st.against = True, against[0]
                 avoid = self._avoid(node)
+                t, share = st.slow_t / st.below, st.slow_ref / st.slow_t  # over the windows that named it
                 text = (
                     f"{seat.where()}: own work {fmt_ms(t)} a step (rank {rank}), {share:.2f} x {against[0]} "
                     f"({against[1]}; tolerance {self.cfg.tolerance:g}) for {st.below} windows of "

@@ -61,6 +61,7 @@ def run(judge: Judge, windows: Sequence[Sequence[float]], every: int = 10) -> li
 
 HEALTHY = [0.10, 0.11, 0.10]
 SLOW1 = [0.10, 0.25, 0.10]  # node 1 at 0.4 of the median speed
+NEAR1 = [0.10, 0.15, 0.10]  # at 0.67: within the tolerance, short of halfway back to 1 (0.8)
 
 
 @pytest.mark.parametrize(
@@ -74,6 +75,27 @@ SLOW1 = [0.10, 0.25, 0.10]  # node 1 at 0.4 of the median speed
             CFG,
             [],
             id="two-slow-windows-then-one-fine-resets-the-count",
+        ),
+        pytest.param(
+            (1, 1, 1),
+            [HEALTHY, SLOW1, NEAR1, SLOW1, HEALTHY],
+            CFG,
+            [(3, "straggler", 1)],
+            id="a-window-near-the-tolerance-goes-on-the-run-while-the-speed-over-it-stays-below",
+        ),
+        pytest.param(
+            (1, 1, 1),
+            [HEALTHY, NEAR1, SLOW1, SLOW1, HEALTHY],
+            CFG,
+            [],
+            id="a-run-starts-only-below-the-tolerance",
+        ),
+        pytest.param(
+            (1, 1, 1),
+            [HEALTHY, [0.10, 0.18, 0.10], [0.10, 0.15, 0.10], [0.10, 0.18, 0.10], HEALTHY],
+            CFG,
+            [],
+            id="not-while-the-speed-over-the-run-is-back-within",  # 0.56, then 0.67: 0.20 / 0.33 s = 0.61 over the two
         ),
         pytest.param(
             (1, 1, 1),
@@ -198,6 +220,14 @@ def test_the_line_names_node_pod_k8s_node_figure_and_step_and_the_cli_parses_it(
         "at step 90"
     ]
     assert protocol.current_stragglers([v.line, back[0].line]) == []
+
+
+def test_the_line_gives_the_speed_over_the_windows_that_named_it() -> None:
+    """A window near the tolerance went on the run: the figures are the run's, not its last window's."""
+    judge = Judge(CFG, seats(1, 1, 1))
+    runs = [SLOW1, NEAR1, SLOW1]  # 0.65 s against 0.30 s over the three windows
+    (v,) = [v for i, f in enumerate(runs) for v in judge.window(i * 10 + 1, i * 10 + 10, dict(enumerate(f)))]
+    assert "own work 217 ms a step (rank 1), 0.46 x the median speed" in v.text and "for 3 windows" in v.text
 
 
 @pytest.mark.parametrize(
