@@ -46,7 +46,10 @@ state = "{d / "state"}"
 [plugins.'io.containerd.cri.v1.runtime']
   # containerd itself runs with the score the sandbox gives it; pods may not lower theirs below it
   restrict_oom_score_adj = true
-  netns_mounts_under = '{node / "netns"}'
+  # the pods' network namespaces under the state folder, not the host's /run/netns: `ip netns add`
+  # (tests/support/slow_link.py) makes that a bind mount of itself, which hides the mounts made
+  # before it, so their pods never finished terminating (containerd's key; an unknown one is ignored)
+  netns_mounts_under_state_dir = true
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ['{CNI_BIN}']
     conf_dir = '{node / "cni" / "net.d"}'

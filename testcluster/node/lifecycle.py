@@ -35,7 +35,7 @@ def up(c: Cluster) -> None:
     bin_ = binaries.real_node()
     DIR.mkdir(parents=True, exist_ok=True)
     (DIR / "bin").write_text(str(bin_))  # for `down`, which builds nothing
-    for d in ("containerd", "netns", "pod-logs", "kubelet"):
+    for d in ("containerd", "pod-logs", "kubelet"):
         (DIR / d).mkdir(parents=True, exist_ok=True)
     network_up()
     make_cgroup_root()

@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from testcluster.node.layout import DIR as NODE_DIR
 from tests.support.cluster import RealCluster, wait_until
 from tests.support.models.faults import env_flags, hold_at, plugin_env
 
@@ -191,7 +192,9 @@ def test_status_of_a_job_training_shows_rank_0s_step_and_eta(
 ) -> None:
     """Rank 0 holds after step 5 of 16 (the tests' fault plugin), its progress line printed: the job
     is Running, and `status` shows where rank 0 is (epoch, step, percent of the run) and the time
-    left, in text and in -o json, read from the pod's own log."""
+    left, in text and in -o json, read from the pod's own log. Meanwhile the node keeps its pods'
+    network namespaces in its own folder: under the host's /run/netns, a test's `ip netns add`
+    (tests/support/slow_link.py) hid them, and their pods never finished terminating."""
     ns = restricted
     folder = local_volume(ns, "prog")
     hold = env_flags(plugin_env(hold_at(5, rank=0, file="/checkpoints/held"), image=True))
@@ -204,6 +207,8 @@ def test_status_of_a_job_training_shows_rank_0s_step_and_eta(
         wait_until("rank 0 holding after step 5", lambda: (folder / "held").exists() or proc.poll() is not None,
                    JOB_TIMEOUT)  # fmt: skip
         assert proc.poll() is None, proc.communicate()[1][-3000:]
+        netns = _pod_netns_mounts()
+        assert len(netns) >= 2 and all(Path(m).is_relative_to(NODE_DIR) for m in netns), netns
         r = cli("status", "prog", "-n", ns)
         assert r.code == 0, r.err
         assert "State:       Running" in r.out, r.out
@@ -218,6 +223,17 @@ def test_status_of_a_job_training_shows_rank_0s_step_and_eta(
         if proc.poll() is None:
             proc.kill()
         proc.communicate()
+
+
+def _pod_netns_mounts() -> list[str]:
+    """Where the network namespaces of pod sandboxes (containerd names them cni-*) are mounted."""
+    out = []
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields = line.split()
+        fstype = fields[fields.index("-") + 1]
+        if fstype == "nsfs" and Path(fields[4]).name.startswith("cni-"):
+            out.append(fields[4])
+    return out
 
 
 def test_an_image_that_cannot_be_pulled_ends_the_wait_naming_the_registrys_answer(
