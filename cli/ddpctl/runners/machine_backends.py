@@ -7,7 +7,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -159,7 +159,7 @@ class DockerBackend(_RunsHere[DockerRun]):
 
         spec = spec_input.spec()
         if spec.recovery == "auto":  # containers restart as a group: no coordinator runs beside them
-            spec = replace(spec, recovery="gang")
+            spec = spec.replace(recovery="gang")
         with shipment_of(plan_for(spec), cwd=self.cwd, to_store=False) as shipment:
             if shipment is not None:
                 say(f"ddpctl: {shipment.pack.summary()}")
