@@ -826,6 +826,7 @@ def test_a_lost_node_restarts_the_group_without_counting(
 
 
 ABORT_AT_EXIT = """\
+import gc
 import os
 import torch
 import torch.distributed as dist
@@ -835,6 +836,8 @@ model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
 model(torch.ones(2, 4)).sum().backward()
 t = torch.ones(1)
 dist.all_reduce(t)
+del model
+gc.collect()  # the teardown docs/trainer.md asks for, so no other rank aborts by chance
 dist.barrier()
 dist.destroy_process_group()
 print(f"done {int(t.item())}", flush=True)
@@ -861,7 +864,9 @@ def test_a_rank_killed_at_exit_after_the_others_finished_is_not_restarted(tmp_pa
     )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "restarting all" not in result.stderr and result.stdout.count("done 3") == 3, result.stderr
-    assert "killed at exit: rank 2 (node 2) by SIGABRT, after every other rank had finished" in result.stderr
+    [line] = [line for line in result.stderr.splitlines() if "killed at exit: " in line]
+    # gloo can still abort another rank at exit by chance (pytorch#179291): it is then named too
+    assert "rank 2 (node 2) by SIGABRT" in line and "after every other rank had finished" in line, line
 
 
 @pytest.mark.parametrize(
