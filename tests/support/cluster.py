@@ -53,6 +53,32 @@ class RealCluster:
         return list(self.get("pods", "-n", namespace, "-l", selector)["items"])
 
 
+def snapshot(lines: int = 25) -> str:
+    """What the cluster looked like when a test failed: every pod, the latest warnings, and the real
+    node's kubelet and containerd logs' ends. A hung `--follow` is killed by the test's timeout
+    before it can say why; this says what it was waiting for."""
+    kubeconfig = STATE / "kubeconfig"
+    if not kubeconfig.exists():
+        return "the test cluster is not up"
+    kube = RealCluster(kubeconfig)
+    parts = []
+    for title, args in (
+        ("pods", ("get", "pods", "-A", "-o", "wide")),
+        ("warnings", ("get", "events", "-A", "--field-selector", "type=Warning", "--sort-by", ".lastTimestamp")),
+    ):
+        try:
+            r = kube.kubectl(*args, check=False)
+            text = r.stdout + r.stderr
+        except subprocess.TimeoutExpired:
+            text = "(kubectl timed out)"
+        parts.append(f"--- {title}\n" + "\n".join(text.splitlines()[-80:]))
+    for name in ("kubelet", "containerd"):
+        log = STATE / "logs" / f"{name}.log"
+        tail = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else ["(no log)"]
+        parts.append(f"--- {name}.log\n" + "\n".join(tail))
+    return "\n".join(parts)
+
+
 def cluster_command(*args: str, timeout: float | None = None) -> subprocess.CompletedProcess[str]:
     """`python -m testcluster ARGS`, from the clone's root (the package is found there, not installed)."""
     return subprocess.run(

@@ -45,6 +45,7 @@ import helper
 
 dist.init_process_group("gloo")
 print(f"rank {dist.get_rank()} of {dist.get_world_size()} says {helper.CONSTANT} in {os.getcwd()}", flush=True)
+dist.barrier()  # the teardown docs/trainer.md asks for: no rank leaves while a peer still uses the group
 dist.destroy_process_group()
 """
 PROJECT_FILES = {"train.py": TRAIN, "helper.py": "CONSTANT = 'first'\n", ".env": "TOKEN=never-shipped\n"}

@@ -35,8 +35,11 @@ ON_NODE = ["--node-selector", "node.ddpctl.io/real=true", "--toleration", "node.
 
 
 def _ddpctl(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> Any:
+    """ddpctl ARGS; a `--follow` gives up after 10 minutes (exit 3, saying what it waited for), well
+    inside the test's own timeout, so a stuck job fails with ddpctl's account of it."""
+    wait = ["--timeout", "10m"] if "--follow" in args and "--timeout" not in args else []
     return subprocess.run(
-        [sys.executable, "-m", "ddpctl", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, "-m", "ddpctl", *args, *wait], cwd=cwd, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
 
