@@ -14,12 +14,13 @@ comparison of whole jobs is too noisy on a shared 2-core machine to show 1 %):
   vote alone (two real gloo processes on loopback), plus the judgement, divided by `every`.
 
 Detection and false alarms, through `ddpctl run --local` (3 nodes x 1 process): node 1 slowed from
-outside after step 30 to about half speed (a CPU quota on its processes of --share of the CPU they
-were measured to use from step 10 to 30, tests/support/stragglers.py; --cpus gives a fixed quota
-instead) under `--stragglers fail` (the run ends when it is named), interleaved with healthy runs
-under `warn` (11 windows each): detection is the slowed runs that named node 1, and only it, within
-windows + 1 windows of the slowdown, each with the figure its line reports; false alarms are the
-healthy runs that named anyone. Needs root for the cgroup. Usage:
+outside after its own step 30 to about half speed (a CPU quota on its processes of --share of the
+CPU its worker was measured to use from its step 10 to 30, set by a test hook in the node itself,
+tests/support/stragglers.py; --cpus gives a fixed quota instead; every run's OpenMP threads wait
+passively, so CPU use is work done) under `--stragglers fail` (the run ends when it is named),
+interleaved with healthy runs under `warn` (11 windows each): detection is the slowed runs that
+named node 1, and only it, within windows + 1 windows of the slowdown, each with the figure its
+line reports; false alarms are the healthy runs that named anyone. Needs root for the cgroup. Usage:
 
     python bench/bench_stragglers.py [--slowed 5] [--healthy 10] [--share 0.5 | --cpus C] [--json out.json]
 """

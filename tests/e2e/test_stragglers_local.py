@@ -1,6 +1,6 @@
 """Stragglers named during training: real gloo jobs through `ddpctl run --local` (3 nodes x 1
-process, the ddpctl trainer) whose node 1 is slowed from outside once rank 0 has reported step 30
-(a tightened CPU quota, tests/support/stragglers.py), and lifted again once it is named.
+process, the ddpctl trainer) whose node 1 is slowed from outside after its step 30 (a tightened
+CPU quota, tests/support/stragglers.py), and lifted again once it is named.
 
 * warn: node 1 is named within `windows` + 1 windows of the slowdown, nobody else ever is, it is
   said to have recovered after the quota is lifted, and `ddpctl status` shows both;

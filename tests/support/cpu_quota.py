@@ -40,6 +40,18 @@ def unavailable() -> str | None:
     return None
 
 
+def write_limit(group: Path, cpus: float | None) -> None:
+    """Give the cgroup `group` (v1 or v2) `cpus` of a CPU now, on the processes already in it too
+    (None: no limit). Also run inside a slowed node's worker (tests/support/slow_node), which
+    loads this file by its path: it imports nothing from the test packages."""
+    quota = -1 if cpus is None else max(1000, int(cpus * PERIOD_US))
+    if (group / "cpu.max").exists():
+        (group / "cpu.max").write_text(f"{'max' if quota < 0 else quota} {PERIOD_US}")
+    else:
+        (group / "cpu.cfs_period_us").write_text(str(PERIOD_US))
+        (group / "cpu.cfs_quota_us").write_text(str(quota))
+
+
 class CpuQuota:
     """``with CpuQuota(0.25) as q:`` the processes in the group share a quarter of a CPU (None: no
     limit until ``q.limit(cpus)``).
@@ -62,12 +74,7 @@ class CpuQuota:
         """Set the group's share of a CPU now (None: no limit), on the processes already in it too:
         a node slowed mid-run, from outside, as a lowered pod CPU limit slows a pod."""
         self.cpus = cpus
-        quota = -1 if cpus is None else max(1000, int(cpus * PERIOD_US))
-        if self.version == 1:
-            (self.path / "cpu.cfs_period_us").write_text(str(PERIOD_US))
-            (self.path / "cpu.cfs_quota_us").write_text(str(quota))
-        else:
-            (self.path / "cpu.max").write_text(f"{'max' if quota < 0 else quota} {PERIOD_US}")
+        write_limit(self.path, cpus)
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         for _ in range(100):  # a process may fork, or still be exiting, while we look

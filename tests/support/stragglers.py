@@ -1,20 +1,20 @@
 """A local job with a node slowed mid-run, from outside: `ddpctl run --local` (3 nodes x 1 process,
-the ddpctl trainer) whose node 1 joins a cgroup with no limit when its process group comes up
-(tests/support/slow_node/sitecustomize.py); the CPU quota is tightened when rank 0's progress line
-passes a step (as a lowered pod CPU limit slows a pod), and lifted again once the node is named
-(if asked). The quota is a fixed share of a CPU (`cpus`), or a share of what the node's processes
-were measured to use before (`share`: 0.5 halves the node's speed however many cores the machine
-has and whatever else runs on it). It acts on the job's own lines only, never on sleeps. Shared by
-tests/e2e/test_stragglers_local.py and bench/bench_stragglers.py.
+the ddpctl trainer) whose node 1 joins a cgroup with no limit when its process group comes up, and
+tightens the group's CPU quota after its own step `slow_from` (tests/support/slow_node/
+sitecustomize.py; as a lowered pod CPU limit slows a pod); the test lifts it again once the node
+is named (if asked). The quota is a fixed share of a CPU (`cpus`), or a share of what the node was
+measured to use before (`share`: 0.5 halves the node's speed however many cores the machine has
+and whatever else runs on it). It acts on the job's own steps and lines only, never on sleeps.
+Shared by tests/e2e/test_stragglers_local.py and bench/bench_stragglers.py.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,18 +54,6 @@ def since(line: str) -> int:
     return int(found.group(1))
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """The CPU time (user + system) the processes `pids` have used so far; 0 for one that is gone."""
-    total = 0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of proc(5))
-    return total / os.sysconf("SC_CLK_TCK")
-
-
 def run_job(
     cwd: Path,
     quota: CpuQuota | None,
@@ -81,24 +69,34 @@ def run_job(
     timeout: float = 300,
     recovery: str = "gang",
 ) -> SlowedRun:
-    """Run the job (node 1 slowed to `cpus` after step `slow_from` when `quota` is given, or to `share`
-    of the CPUs it used from step `measure_from` to `slow_from`; lifted once named when `lift`)."""
+    """Run the job (node 1 slowed to `cpus` after its step `slow_from` when `quota` is given, or to
+    `share` of the CPU it used from step `measure_from` to `slow_from`; lifted once named when `lift`)."""
     cwd.mkdir(parents=True, exist_ok=True)
-    env = ddpctl_env()
+    # libgomp's threads spin while they wait: on a machine with fewer cores than the job's threads
+    # that spinning is most of a node's CPU use (measured: steps 4-5x slower, and a quota of half the
+    # measured use left node 1 at ~0.6 of the median speed, not half); passive waiting makes the CPU
+    # a node uses the work it does, for the slowed and the healthy runs alike
+    env = {**ddpctl_env(), "OMP_WAIT_POLICY": "PASSIVE"}
+    report = cwd / "slowed.json"
     if quota is not None:
         env.update(
             {
                 "PYTHONPATH": f"{HOOK}{os.pathsep}{REPO}",
                 "DDPTEST_SLOW_NODE": "1",
                 "DDPTEST_SLOW_PROCS": str(quota.procs_file),
+                "DDPTEST_SLOW_AT": str(slow_from),
+                "DDPTEST_SLOW_REPORT": str(report),
             }
         )
+        if share is not None:
+            env.update(DDPTEST_SLOW_SHARE=str(share), DDPTEST_SLOW_MEASURE_FROM=str(measure_from))
+        else:
+            env["DDPTEST_SLOW_CPUS"] = str(cpus)
     args = ["run", "--local", "--nodes", "3", "--gpus", "0", "--procs", "1", "--name", name, "--fresh"]
     args += ["--color", "never", "--stragglers", mode, "--recovery", recovery]
     args += ["--", "--epochs", str(epochs), "--log-every", "5"]
     err = cwd / "stderr.txt"
     out = SlowedRun(0, [], "")
-    measured: tuple[float, float] | None = None  # (CPU seconds, monotonic seconds) at measure_from
     with err.open("w") as stderr:
         proc = subprocess.Popen(
             [sys.executable, "-m", "ddpctl", *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=stderr, text=True
@@ -110,15 +108,6 @@ def run_job(
                 if found:
                     epoch, in_epoch, per_epoch = (int(g) for g in found.groups())
                     out.last_step = (epoch - 1) * per_epoch + in_epoch
-                    if quota is not None and share is not None and measured is None and out.last_step >= measure_from:
-                        measured = (cpu_seconds(quota.pids()), time.monotonic())
-                    if quota is not None and out.last_step >= slow_from and "slowed" not in out.acted:
-                        if share is not None and measured is not None:
-                            out.used = (cpu_seconds(quota.pids()) - measured[0]) / (time.monotonic() - measured[1])
-                            cpus = share * out.used
-                        quota.limit(cpus)
-                        out.cpus = cpus
-                        out.acted["slowed"] = out.last_step
                 note = protocol.straggler_line(line.rstrip("\n"))
                 if note is not None and line.startswith(protocol.rank_prefix(0)):
                     out.lines.append(line.rstrip("\n"))
@@ -129,4 +118,7 @@ def run_job(
         finally:
             stop_like_a_user(proc, pipes_read_elsewhere=True)
     out.stderr = err.read_text()
+    if report.exists():  # what node 1 did to itself
+        slowed = json.loads(report.read_text())
+        out.acted["slowed"], out.used, out.cpus = slowed["step"], slowed["used"], slowed["cpus"]
     return out
