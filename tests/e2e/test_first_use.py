@@ -298,7 +298,7 @@ def test_a_failure_blames_the_first_failing_rank_and_shows_its_error_once(tmp_pa
     assert "FAILED" not in result.stdout and "Root Cause" not in result.stdout  # they stay in the logs
     assert "failed (exitcode:" not in result.stdout
     assert "FAILED" in (tmp_path / "ddp-runs" / "ddp-train" / "logs" / "node-0.log").read_text()
-    assert result.stdout.count("Setting OMP_NUM_THREADS") == 1
+    assert "Setting OMP_NUM_THREADS" not in result.stdout  # ddpctl sets it: torchrun has no banner to print
 
 
 def _run_on_a_terminal(args: list[str], cwd: Path, timeout: float = 240) -> tuple[int, str, str]:

@@ -5,6 +5,7 @@ directory, the rendezvous port, the notes), checked before anything starts, and 
 from __future__ import annotations
 
 import io
+import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ from ddpctl.runners.local import (
     LocalLauncher,
     LocalPlan,
     choose_port,
+    omp_threads,
     plan_local,
     port_asked_for,
     port_for_start,
@@ -160,6 +162,25 @@ def test_an_elastic_job_names_which_agent_hosts_the_store(tmp_path: Path) -> Non
         "join_timeout=600,last_call_timeout=30,is_host=false",
     ]
     assert plan.nodes[1].env["PET_RDZV_ENDPOINT"] == f"127.0.0.1:{plan.port}"
+
+
+@pytest.mark.parametrize(
+    ("processes", "cores", "threads"), [(3, 2, 1), (4, 2, 1), (2, 8, 4), (3, 8, 2), (1, 8, 8), (16, 4, 1)]
+)
+def test_the_machines_cores_are_shared_out_among_the_jobs_processes(processes: int, cores: int, threads: int) -> None:
+    assert omp_threads(processes, cores) == threads
+
+
+@pytest.mark.parametrize(
+    ("spec_env", "shell", "expected"),
+    [({}, {}, None), ({}, {"OMP_NUM_THREADS": "3"}, "3"), ({"OMP_NUM_THREADS": "5"}, {"OMP_NUM_THREADS": "3"}, "5")],
+)
+def test_each_node_gets_its_share_of_threads_unless_the_user_set_them(
+    tmp_path: Path, spec_env: dict[str, str], shell: dict[str, str], expected: str | None
+) -> None:
+    plan = _plan(tmp_path, {"env": spec_env}, parent_env={**SHELL, **shell})
+    share = str(omp_threads(plan.job.world_size, len(os.sched_getaffinity(0))))
+    assert [n.env["OMP_NUM_THREADS"] for n in plan.nodes] == [expected or share] * 2
 
 
 def test_a_gloo_interface_the_user_chose_is_kept(tmp_path: Path) -> None:
