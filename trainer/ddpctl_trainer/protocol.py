@@ -12,6 +12,7 @@ Stdlib only: the CLI imports this module and nothing else of the trainer's runti
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -427,6 +428,11 @@ COLLECTIVE_TIMEOUT_S = 600  # --timeout-s's default (the process group's): the s
 # lines back with `parse_rank_line`, and rank 0's progress with `parse_progress`.
 
 _RANK_PREFIX = re.compile(r"^(?P<tag>(?:" + re.escape(PROG) + r": (?:error|warning): )?)\[rank (?P<rank>\d+)\] ")
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity where the OS has one, as on Linux)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def rank_prefix(rank: int) -> str:

@@ -198,7 +198,7 @@ def plan_local(
         coordinator_port = free_port()
     base = inherited_env(parent_env if parent_env is not None else os.environ)
     ifname = loopback_ifname()
-    threads = str(omp_threads(job.world_size, len(os.sched_getaffinity(0))))
+    threads = str(omp_threads(job.world_size, protocol.usable_cores()))
     checkpoint_dir: Path | str | None = None
     nodes = []
     for index, hostname in enumerate(job.pod_hostnames):

@@ -5,7 +5,6 @@ directory, the rendezvous port, the notes), checked before anything starts, and 
 from __future__ import annotations
 
 import io
-import os
 import socket
 import sys
 from collections.abc import Iterator
@@ -179,7 +178,7 @@ def test_each_node_gets_its_share_of_threads_unless_the_user_set_them(
     tmp_path: Path, spec_env: dict[str, str], shell: dict[str, str], expected: str | None
 ) -> None:
     plan = _plan(tmp_path, {"env": spec_env}, parent_env={**SHELL, **shell})
-    share = str(omp_threads(plan.job.world_size, len(os.sched_getaffinity(0))))
+    share = str(omp_threads(plan.job.world_size, protocol.usable_cores()))
     assert [n.env["OMP_NUM_THREADS"] for n in plan.nodes] == [expected or share] * 2
 
 

@@ -29,7 +29,7 @@ import torch.distributed as dist
 
 from .. import dist as d
 from ..dist import DistContext
-from ..protocol import NODE_NAME_ENV, POD_NAME_ENV
+from ..protocol import NODE_NAME_ENV, POD_NAME_ENV, usable_cores
 from . import measure, nccl
 from .config import PreflightConfig
 from .judge import (
@@ -51,8 +51,8 @@ def my_place(ctx: DistContext, env: dict[str, str] | None = None) -> Place:
     env = dict(os.environ) if env is None else env
     host = socket.gethostname()
     pod = env.get(POD_NAME_ENV) or env.get("HOSTNAME") or host
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     node = env.get(NODE_NAME_ENV) or None
+    cores = usable_cores()
     return Place(ctx.rank, ctx.local_rank, ctx.node_rank, pod, node, host, cores, max(1, torch.get_num_threads()))
 
 
