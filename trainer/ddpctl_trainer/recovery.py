@@ -23,11 +23,15 @@ from __future__ import annotations
 
 import datetime
 import os
+import time
 from collections.abc import Mapping
 from typing import Any
 
 from .errors import UsageError
 from .protocol import COORDINATOR_ENV, ENDED_KEY, EXIT_STALLED, FAILS_THE_JOB, FINISHED_KEY, RECOVERY_SCOPE_ENV
+
+ARRIVED_KEY = "arrived"  # under a generation's prefix: how many ranks came to form it
+ARRIVAL_POLL_S = 0.05
 
 
 def coordinator_address(env: Mapping[str, str] | None = None) -> str | None:
@@ -84,10 +88,28 @@ class Membership:
         import torch.distributed as dist
 
         store = dist.PrefixStore(f"{self.prefix}generation/{self.generation}", self.store)
+        self._await_everyone(store)
         dist.init_process_group(
             self.backend, store=store, rank=self.rank, world_size=self.world_size, timeout=self.timeout, **kwargs
         )
         self.store.set(self._member_key(), str(self.generation))
+
+    def _await_everyone(self, store: Any) -> None:
+        """Count this rank in, then wait in Python until every rank has: the group's own rendezvous
+        waits inside the store's C++ client, where a SIGTERM's handler cannot run, so the pods of a
+        job failed or deleted while its survivors wait for a replacement would hold their node for
+        the whole grace period. Once all have come, forming the group takes no wait."""
+        import torch.distributed as dist
+
+        store.add(ARRIVED_KEY, 1)
+        deadline = time.monotonic() + self.timeout.total_seconds()
+        while (arrived := int(store.add(ARRIVED_KEY, 0))) < self.world_size:
+            if time.monotonic() > deadline:
+                raise dist.DistStoreError(
+                    f"timed out after {self.timeout.total_seconds():.0f} s waiting for the group of generation "
+                    f"{self.generation}: {arrived} of {self.world_size} ranks came"
+                )
+            time.sleep(ARRIVAL_POLL_S)  # a signal's handler runs here
 
     def rejoin(self, **kwargs: Any) -> None:
         """After a lost peer: leave the broken group and form the next generation with its replacement."""
@@ -139,7 +161,6 @@ def wait_as_a_spare(assignment: str, poll_s: float = 0.05) -> None:
     runner writes ``assignment`` (it does so atomically) with the env of the node this process
     takes, and take it on. Stopped by the runner's SIGTERM while it waits."""
     import json
-    import time
     from pathlib import Path
 
     import torch.distributed  # noqa: F401 - the import a spare is there to have done already

@@ -144,3 +144,35 @@ def test_the_coordinator_ends_once_the_training_has(codes: list[int], said: str)
             proc.kill()
     assert proc.returncode == 0
     assert said in out, out
+
+
+WAITER = """
+import datetime, signal, sys
+from ddpctl_trainer.recovery import Membership
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # as the trainer's handler ends a waiting rank
+Membership(sys.argv[1], 0, 2, "gloo", datetime.timedelta(seconds=600)).join()
+"""
+
+
+def test_a_rank_waiting_for_the_others_to_form_the_group_stops_at_its_sigterm(coordinator: str) -> None:
+    """The pods of a job deleted (or failed) while its survivors wait for a replacement must leave
+    at their SIGTERM, not hold the node until the grace period's SIGKILL: the wait is in Python."""
+    proc = subprocess.Popen([sys.executable, "-c", WAITER, coordinator], stderr=subprocess.PIPE, text=True)
+    try:
+        store = member(coordinator, 1).store
+        arrived = "ddpctl/generation/0/" + recovery.ARRIVED_KEY
+        while not store.check([arrived]) and proc.poll() is None:  # counted in: it waits for rank 1 now
+            store.wait([arrived], datetime.timedelta(seconds=30))
+        assert proc.poll() is None, proc.communicate()[1]
+        proc.terminate()
+        _, err = proc.communicate(timeout=20)  # well inside its 600 s group timeout
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err
+
+
+def test_a_group_that_never_forms_times_out_naming_who_came(coordinator: str) -> None:
+    lonely = Membership(coordinator, 0, 3, "gloo", datetime.timedelta(seconds=0.3))
+    with pytest.raises(dist.DistStoreError, match="1 of 3 ranks came"):
+        lonely.join()
