@@ -108,6 +108,15 @@ def real_cluster() -> Iterator[RealCluster]:
         cluster_command("down")
 
 
+def restricted_namespace(kube: RealCluster) -> str:
+    """A fresh namespace enforcing Pod Security `restricted` (pods that break it are refused), for a
+    fixture wider than a test's; its user deletes it."""
+    ns = f"t-{uuid.uuid4().hex[:8]}"
+    kube.kubectl("create", "namespace", ns)
+    kube.kubectl("label", "namespace", ns, "pod-security.kubernetes.io/enforce=restricted")
+    return ns
+
+
 @pytest.fixture
 def namespace(real_cluster: RealCluster) -> Iterator[str]:
     """A fresh namespace, deleted afterwards (in the background: nothing waits on its finalizers)."""

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support import REPO
-from tests.support.cluster import RealCluster
+from tests.support.cluster import RealCluster, restricted_namespace
 from tests.support.docker import local_images
 from tests.support.node_images import HOME, NodeImages, write_project
 
@@ -124,18 +124,47 @@ def test_built_in_then_edited_and_shipped_without_a_rebuild(
     assert left == [], [s["metadata"]["name"] for s in left]
 
 
-CASES = [("job", []), ("jobset", []), ("pytorchjob", []), ("trainjob", []), ("job", ["--layout", "1+1"])]
+CASES = {"job": ("job", []), "jobset": ("jobset", []), "pytorchjob": ("pytorchjob", []),
+         "trainjob": ("trainjob", []), "job-1+1": ("job", ["--layout", "1+1"])}  # fmt: skip
 
 
-@pytest.mark.parametrize(("target", "layout"), CASES, ids=["job", "jobset", "pytorchjob", "trainjob", "job-1+1"])
-def test_every_engine_and_node_groups_run_a_workspace(
-    restricted: str, trainer_image: str, project: Path, target: str, layout: list[str]
-) -> None:
+@pytest.fixture(scope="module")
+def workspace_runs(
+    real_cluster: RealCluster, node_images: NodeImages, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Any]]:
+    """Each case's `submit --workspace . --follow`, each in a namespace of its own enforcing
+    "restricted", all started together and awaited once: one after another they took ~30 s each,
+    most of it their pods' start, which they can share."""
+    env = {"HOME": str(tmp_path_factory.mktemp("home")), "KUBECONFIG": str(real_cluster.kubeconfig)}
+    namespaces = {case: restricted_namespace(real_cluster) for case in CASES}
+    procs = {}
+    for case, (target, layout) in CASES.items():
+        shape = layout or ["--nodes", "2", "--procs", "1"]
+        procs[case] = subprocess.Popen(
+            [sys.executable, "-m", "ddpctl", "submit", "-n", namespaces[case], "--target", target, "--name",
+             f"ws-{target}", *shape, "--gpus", "0", "--image", node_images.trainer, *ON_NODE, "--script", "train.py",
+             "--workspace", ".", "--follow", "--timeout", "10m"],
+            cwd=write_project(tmp_path_factory.mktemp(case)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, env={**os.environ, **env},
+        )  # fmt: skip
+    runs: dict[str, Any] = {}
+    try:
+        for case, proc in procs.items():
+            out, err = proc.communicate(timeout=900)
+            runs[case] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+        yield runs
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+        for ns in namespaces.values():
+            real_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_engine_and_node_groups_run_a_workspace(workspace_runs: dict[str, Any], case: str) -> None:
     """The trainer image alone (no project build): the code travels in the workspace."""
-    shape = layout or ["--nodes", "2", "--procs", "1"]
-    r = _ddpctl("submit", "-n", restricted, "--target", target, "--name", f"ws-{target}", *shape, "--gpus", "0",
-                "--image", trainer_image, *ON_NODE, "--script", "train.py", "--workspace", ".", "--follow",
-                cwd=project)  # fmt: skip
+    r = workspace_runs[case]
     assert r.returncode == 0, why(r)
     assert said(r.stdout) == ["rank 0 of 2 says first in /workspace", "rank 1 of 2 says first in /workspace"]
 
