@@ -117,6 +117,35 @@ def restricted_namespace(kube: RealCluster) -> str:
     return ns
 
 
+def ddpctl_together(
+    runs: dict[str, tuple[list[str], Path]], kube: RealCluster, home: Path, timeout: float = 900
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """`ddpctl ARGS` in CWD for each run, all started at once against the cluster and awaited: jobs
+    that wait mostly on their pods' start share that wait. Each is ended if the others fail."""
+    env = {**os.environ, "HOME": str(home), "KUBECONFIG": str(kube.kubeconfig)}
+    procs = {
+        key: subprocess.Popen(
+            [sys.executable, "-m", "ddpctl", *args],
+            cwd=cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        for key, (args, cwd) in runs.items()
+    }
+    done: dict[str, subprocess.CompletedProcess[str]] = {}
+    try:
+        for key, proc in procs.items():
+            out, err = proc.communicate(timeout=timeout)
+            done[key] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    return done
+
+
 @pytest.fixture
 def namespace(real_cluster: RealCluster) -> Iterator[str]:
     """A fresh namespace, deleted afterwards (in the background: nothing waits on its finalizers)."""

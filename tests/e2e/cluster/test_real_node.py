@@ -16,14 +16,16 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from testcluster.node.layout import DIR as NODE_DIR
-from tests.support.cluster import RealCluster, wait_until
+from tests.support.cluster import RealCluster, ddpctl_together, restricted_namespace, wait_until
 from tests.support.models.faults import env_flags, hold_at, plugin_env
+from tests.support.node_images import NodeImages
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 
@@ -44,17 +46,41 @@ JOB_TIMEOUT = 600
 # --------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", ["job", "jobset", "pytorchjob", "trainjob"])
-def test_two_pods_train_over_gloo_under_restricted(cli, kube: RealCluster, restricted: str, node_image: str, target):
+TARGETS = ["job", "jobset", "pytorchjob", "trainjob"]
+
+
+def _engine_job(ns: str, target: str, image: str) -> list[str]:
+    return ["submit", "-n", ns, "--target", target, "--name", f"rn-{target}", "--nodes", "2", "--procs", "2",
+            "--gpus", "0", "--image", image, *ON_NODE, "--follow", "--timeout", "10m", "--", *TINY]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def engine_runs(
+    real_cluster: RealCluster, node_images: NodeImages, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, tuple[str, Any]]]:
+    """Each engine's 2 x 2 job, `submit --follow`, each in a namespace of its own enforcing
+    "restricted", all started together and awaited once (one after another they took 33-47 s each,
+    most of it their pods' start): target -> (namespace, the finished submit)."""
+    namespaces = {target: restricted_namespace(real_cluster) for target in TARGETS}
+    runs = {target: (_engine_job(namespaces[target], target, node_images.user), tmp_path_factory.mktemp(target))
+            for target in TARGETS}  # fmt: skip
+    try:
+        done = ddpctl_together(runs, real_cluster, tmp_path_factory.mktemp("home"))
+        yield {target: (namespaces[target], done[target]) for target in TARGETS}
+    finally:
+        for ns in namespaces.values():
+            real_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_two_pods_train_over_gloo_under_restricted(cli, kube: RealCluster, engine_runs, target: str) -> None:
     """submit --follow streams both pods' lines and exits 0; the pods ran on the real node as the
     image's non-root user, found rank 0 by the Service's DNS name, and `logs` shows them again."""
-    ns, name = restricted, f"rn-{target}"
-    r = cli("submit", "-n", ns, "--target", target, "--name", name, "--nodes", "2", "--procs", "2", "--gpus", "0",
-            "--image", node_image, *ON_NODE, "--follow", "--", *TINY)  # fmt: skip
-    assert r.code == 0, r.err[-3000:] + r.out[-3000:]
-    assert "[node 0] [rank 0] world size 4 (ddp, gloo, cpu)" in r.out, r.out[-3000:]
-    assert "[node 0] [rank 0] done: 4 steps" in r.out
-    assert "[node 1] " in r.out  # node 1's torchrun lines, streamed too
+    (ns, r), name = engine_runs[target], f"rn-{target}"
+    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
+    assert "[node 0] [rank 0] world size 4 (ddp, gloo, cpu)" in r.stdout, r.stdout[-3000:]
+    assert "[node 0] [rank 0] done: 4 steps" in r.stdout
+    assert "[node 1] " in r.stdout  # node 1's torchrun lines, streamed too
     pods = kube.pods(ns)
     # The master's success ends a PyTorchJob, and the operator's cleanPodPolicy Running then deletes
     # a worker whose pod is still exiting: only there may one pod be gone.

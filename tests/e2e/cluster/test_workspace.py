@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from tests.support import REPO
-from tests.support.cluster import RealCluster, restricted_namespace
+from tests.support.cluster import RealCluster, ddpctl_together, restricted_namespace
 from tests.support.docker import local_images
 from tests.support.node_images import HOME, NodeImages, write_project
 
@@ -135,28 +135,17 @@ def workspace_runs(
     """Each case's `submit --workspace . --follow`, each in a namespace of its own enforcing
     "restricted", all started together and awaited once: one after another they took ~30 s each,
     most of it their pods' start, which they can share."""
-    env = {"HOME": str(tmp_path_factory.mktemp("home")), "KUBECONFIG": str(real_cluster.kubeconfig)}
     namespaces = {case: restricted_namespace(real_cluster) for case in CASES}
-    procs = {}
+    runs = {}
     for case, (target, layout) in CASES.items():
         shape = layout or ["--nodes", "2", "--procs", "1"]
-        procs[case] = subprocess.Popen(
-            [sys.executable, "-m", "ddpctl", "submit", "-n", namespaces[case], "--target", target, "--name",
-             f"ws-{target}", *shape, "--gpus", "0", "--image", node_images.trainer, *ON_NODE, "--script", "train.py",
-             "--workspace", ".", "--follow", "--timeout", "10m"],
-            cwd=write_project(tmp_path_factory.mktemp(case)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            text=True, env={**os.environ, **env},
-        )  # fmt: skip
-    runs: dict[str, Any] = {}
+        runs[case] = (["submit", "-n", namespaces[case], "--target", target, "--name", f"ws-{target}", *shape,
+                       "--gpus", "0", "--image", node_images.trainer, *ON_NODE, "--script", "train.py",
+                       "--workspace", ".", "--follow", "--timeout", "10m"],
+                      write_project(tmp_path_factory.mktemp(case)))  # fmt: skip
     try:
-        for case, proc in procs.items():
-            out, err = proc.communicate(timeout=900)
-            runs[case] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-        yield runs
+        yield ddpctl_together(runs, real_cluster, tmp_path_factory.mktemp("home"))
     finally:
-        for proc in procs.values():
-            if proc.poll() is None:
-                proc.kill()
         for ns in namespaces.values():
             real_cluster.kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
