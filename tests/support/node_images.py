@@ -105,7 +105,11 @@ def node_images(real_cluster: RealCluster, tmp_path_factory: pytest.TempPathFact
                  "tests/e2e/cluster/user-image.Dockerfile", "--context", "tests/support/models")  # fmt: skip
     project_dir = write_project(tmp_path_factory.mktemp("project"))
     project = build("--base-image", trainer, cwd=project_dir)
-    store = store_image(trainer, tmp_path_factory.mktemp("wheels"))
+    # a folder of its own that stays: the image records the folder it was built in, and a new one
+    # each session would make a new image, which the load then streams again (~80 s)
+    store_context = Path(HOME) / ".cache" / "ddpctl" / "test-store-image"
+    store_context.mkdir(parents=True, exist_ok=True)
+    store = store_image(trainer, store_context)
     images = NodeImages(trainer, user, store, project, project_dir)
     load(images.trainer, images.user, images.store, images.project)
     return images
