@@ -59,8 +59,8 @@ def engine_runs(
     real_cluster: RealCluster, node_images: NodeImages, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, tuple[str, Any]]]:
     """Each engine's 2 x 2 job, `submit --follow`, each in a namespace of its own enforcing
-    "restricted", all started together and awaited once (one after another they took 33-47 s each,
-    most of it their pods' start): target -> (namespace, the finished submit)."""
+    "restricted", two at a time (one after another they took 33-47 s each, most of it their pods'
+    start): target -> (namespace, the finished submit)."""
     namespaces = {target: restricted_namespace(real_cluster) for target in TARGETS}
     runs = {target: (_engine_job(namespaces[target], target, node_images.user), tmp_path_factory.mktemp(target))
             for target in TARGETS}  # fmt: skip

@@ -133,8 +133,8 @@ def workspace_runs(
     real_cluster: RealCluster, node_images: NodeImages, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[dict[str, Any]]:
     """Each case's `submit --workspace . --follow`, each in a namespace of its own enforcing
-    "restricted", all started together and awaited once: one after another they took ~30 s each,
-    most of it their pods' start, which they can share."""
+    "restricted", two at a time: one after another they took ~30 s each, most of it their pods'
+    start, which they can share."""
     namespaces = {case: restricted_namespace(real_cluster) for case in CASES}
     runs = {}
     for case, (target, layout) in CASES.items():
