@@ -143,10 +143,13 @@ def test_default_run_trains_2x2_on_cpu_and_writes_a_checkpoint(tmp_path: Path) -
     assert "[rank 0] done: 16 steps" in logs.stdout, logs.stdout
     logs = _ddpctl("logs", cwd=tmp_path, extra_env=no_cluster)
     assert "[node 0] [rank 0] world size 4" in logs.stdout, logs.stdout
-    # every node's file is read: node 1's ranks print nothing in a healthy run (rank 0 reports)
-    silent = (tmp_path / "ddp-runs" / "ddp-train" / "logs" / "node-1.log").read_text()
-    assert [line.split("] ", 1)[0] for line in logs.stdout.splitlines()] == ["[node 0"] * len(node_log.splitlines())
-    assert silent == "", silent
+    # every node's file is read, each line under its node's tag. Node 1's ranks report nothing (rank 0
+    # does), but its torchrun agent may: when node 0's agent, which hosts the store, leaves first,
+    # node 1's prints torchrun's exit-barrier traceback although the job succeeded
+    node_1 = (tmp_path / "ddp-runs" / "ddp-train" / "logs" / "node-1.log").read_text()
+    assert not re.search(r"^\[rank [0-3]\] ", node_1, re.M), node_1
+    tags = ["[node 0"] * len(node_log.splitlines()) + ["[node 1"] * len(node_1.splitlines())
+    assert [line.split("] ", 1)[0] for line in logs.stdout.splitlines()] == tags, logs.stdout[-3000:]
     elsewhere = _ddpctl("status", "ddp-train", cwd=tmp_path / "ddp-runs", extra_env=no_cluster)
     assert elsewhere.returncode == 1 and "no kubeconfig" in elsewhere.stderr  # no local run there either
 
