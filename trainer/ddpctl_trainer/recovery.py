@@ -31,7 +31,9 @@ from .errors import UsageError
 from .protocol import COORDINATOR_ENV, ENDED_KEY, EXIT_STALLED, FAILS_THE_JOB, FINISHED_KEY, RECOVERY_SCOPE_ENV
 
 ARRIVED_KEY = "arrived"  # under a generation's prefix: how many ranks came to form it
-ARRIVAL_POLL_S = 0.05
+# A waiting rank reads the count after 50 ms, then ever less often, up to twice a second: a
+# replacement's wait is seconds to minutes, and the coordinator answers every rank of the job.
+ARRIVAL_POLL_S = (0.05, 0.5)
 
 
 def coordinator_address(env: Mapping[str, str] | None = None) -> str | None:
@@ -103,13 +105,15 @@ class Membership:
 
         store.add(ARRIVED_KEY, 1)
         deadline = time.monotonic() + self.timeout.total_seconds()
+        pause, longest = ARRIVAL_POLL_S
         while (arrived := int(store.add(ARRIVED_KEY, 0))) < self.world_size:
             if time.monotonic() > deadline:
                 raise dist.DistStoreError(
                     f"timed out after {self.timeout.total_seconds():.0f} s waiting for the group of generation "
                     f"{self.generation}: {arrived} of {self.world_size} ranks came"
                 )
-            time.sleep(ARRIVAL_POLL_S)  # a signal's handler runs here
+            time.sleep(pause)  # a signal's handler runs here
+            pause = min(pause * 1.5, longest)
 
     def rejoin(self, **kwargs: Any) -> None:
         """After a lost peer: leave the broken group and form the next generation with its replacement."""
