@@ -46,8 +46,9 @@ RUN (getent group "$GID" >/dev/null || echo "trainer:x:$GID:" >> /etc/group) \
  && chown "$UID:$GID" /workspace
 
 # 3. The code: the trainer package, importable as ddpctl_trainer (the repo keeps it in trainer/ddpctl_trainer/).
+#    Compiled here: the pod's root is read-only, so each start would compile it again.
 COPY --chown=0:0 trainer/ddpctl_trainer/ /opt/ddpctl/ddpctl_trainer/
-RUN python3 -c "import ddpctl_trainer.config"
+RUN python3 -m compileall -q /opt/ddpctl/ddpctl_trainer && python3 -c "import ddpctl_trainer.config"
 
 USER ${UID}:${GID}
 WORKDIR /workspace

@@ -159,6 +159,14 @@ PROBE = (  # the user, a writable home, the trainer, and torch/torchvision as pi
     "id -u && touch /workspace/w && python3 -m ddpctl_trainer --help | head -1 && python3 -c "
     "\"import torch, torchvision; print('torch', torch.__version__.split('+')[0], torchvision.__version__)\""
 )
+# What a pod's start imports, in a read-only root as the pod's: the modules it loaded from source
+# without bytecode, each of which every start compiles again (it cost ~1.7 CPU-s per process)
+BYTECODE_PROBE = (
+    "import importlib.util, os, sys, torch, torch.distributed.run, ddpctl_trainer.main\n"
+    "src = [f for m in list(sys.modules.values()) if (f := getattr(m, '__file__', None) or '').endswith('.py')]\n"
+    "src = [f for f in src if os.path.isabs(f)]  # torch.ops and torch.classes name a bare _ops.py\n"
+    "print(len(src), [f for f in src if not os.path.exists(importlib.util.cache_from_source(f))])"
+)
 
 
 @pytest.mark.docker
@@ -206,6 +214,11 @@ def test_build_of_the_real_dockerfile_on_the_cpu_base() -> None:
         "the image's torch is the venv's (scripts/torch-version.env)"
     )
     assert torch_line[2].split("+")[0] == pins["TORCHVISION_VERSION"]
+    compiled = subprocess.run(["docker", "run", "--rm", "--read-only", tag, "python3", "-c", BYTECODE_PROBE],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert compiled.returncode == 0, compiled.stderr[-3000:]
+    loaded, without = compiled.stdout.split(" ", 1)
+    assert int(loaded) > 500 and without.strip() == "[]", compiled.stdout
 
 
 @pytest.mark.docker
