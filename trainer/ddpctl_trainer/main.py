@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import _thread
 import os
 import signal
 import sys
@@ -36,6 +37,7 @@ from .protocol import (
 from .watchdog import stalling
 
 _armed = False  # True while a SIGTERM should interrupt the run
+_swallowed = False  # True while a Terminated that Python ignored waits to be raised again
 _WATCHDOG_EXIT_WAIT_S = 60.0
 
 
@@ -43,10 +45,39 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
     """During training the first SIGTERM asks for a checkpoint at the next step boundary (see
     ``stop``); otherwise, or on a second SIGTERM, the run stops at once. Once stopping, later
     signals are ignored, so the error report and teardown are never interrupted."""
-    global _armed
+    global _armed, _swallowed
+    if _swallowed:  # delivered again (below)
+        if frame is not None and frame.f_code is _on_unraisable.__code__:
+            _deliver_again()  # raised here, it would be dropped once more
+            return
+        _swallowed = False
+        raise Terminated()
     if _armed and not stalling() and stop.on_signal():  # a stalled process is already on its way out (exit 200)
         _armed = False
         raise Terminated()
+
+
+def _on_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
+    """A handler's Terminated that landed inside a weakref callback or a ``__del__`` (the garbage
+    collector runs them between any two bytecodes) is printed and dropped by Python, and the rank
+    would train on. The signal is delivered again once this hook has returned, and the handler
+    raises it where the run sees it (or, landing in such a callback again, comes back here)."""
+    global _swallowed
+    if isinstance(unraisable.exc_value, Terminated):
+        _swallowed = True
+        _deliver_again()
+    else:
+        _previous_hook[0](unraisable)
+
+
+def _deliver_again() -> None:
+    """SIGTERM for the main thread from a new thread: it needs the GIL, which this thread holds until
+    it waits or its switch interval (5 ms) ends, so the signal comes after the hook returned.
+    (Delivered from this thread, the handler would run inside the hook.)"""
+    _thread.start_new_thread(_thread.interrupt_main, (signal.SIGTERM,))
+
+
+_previous_hook = [sys.unraisablehook]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,8 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     at a step boundary, or without one when the signal came outside the training loop or twice),
     201 a failed preflight (``EXIT_PREFLIGHT``: ``--preflight fail`` named a node, rank or link), 202 a
     straggler (``EXIT_STRAGGLER``: ``--stragglers fail`` named a node during training)."""
-    global _armed
+    global _armed, _swallowed
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    _previous_hook[0], sys.unraisablehook = sys.unraisablehook, _on_unraisable
     rank: list[int | None] = [None]  # this rank, once known, where its lines carry it (world size > 1)
     _armed = True
     code = EXIT_PREEMPTED
@@ -83,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 membership.report_end(code)
             teardown()
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook, _swallowed = _previous_hook[0], False
 
 
 def _leave_to_the_watchdog() -> int:

@@ -4,6 +4,8 @@ a missing object store client)."""
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 import torch
 
@@ -39,6 +41,38 @@ def test_sigterm_while_an_error_is_reported_is_still_one_line_and_exit_143(monke
     assert printed[-1] == "stopped by SIGTERM" and len(printed) == 2, printed
     assert "Traceback" not in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_a_sigterm_that_lands_in_a_weakref_callback_still_ends_the_run(monkeypatch, capsys) -> None:
+    """The garbage collector runs weakref callbacks between any two bytecodes, and Python prints and
+    drops an exception raised in one: the handler's Terminated is raised again in the run, which
+    ends with 143 and no traceback instead of training on."""
+    import os
+    import signal
+    import threading
+    import weakref
+
+    def run(argv, label) -> int:
+        class Thing:
+            pass
+
+        def kill_self(_: object) -> None:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled before this callback returns
+            sum(range(10))
+
+        thing = Thing()
+        ref = weakref.ref(thing, kill_self)
+        del thing  # the callback runs here, during the deallocation
+        for _ in range(100):  # the run goes on: only the signal can end it early
+            threading.Event().wait(0.02)
+        return 0 if ref() is None else 1
+
+    monkeypatch.setattr(trainer_main, "_run", run)
+    before = sys.unraisablehook
+    assert trainer_main.main([]) == 143
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    assert sys.unraisablehook is before
 
 
 @pytest.mark.parametrize(
