@@ -19,7 +19,7 @@ TORCH_SPEC      ?= torch==$(TORCH_VERSION) torchvision==$(TORCHVISION_VERSION)
 # rest (measured in docs/testing.md); TEST_WORKERS=0 runs everything in one process
 TEST_WORKERS ?= 2
 PARALLEL := $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder)
-# uv installs the venv from its cache by hard links: a fresh clone's venv in ~40 s where pip took
+# uv installs the venv from its cache by hard links: a fresh clone's venv in ~30 s where pip took
 # ~90 s. It compiles the bytecode of what it installs, as pip did: where PYTHONDONTWRITEBYTECODE
 # is set, a module without it is compiled again at every import.
 UV_VERSION := 0.13.10

@@ -67,7 +67,7 @@ def _on_unraisable(unraisable: sys.UnraisableHookArgs) -> None:
         _swallowed = True
         _deliver_again()
     else:
-        _previous_hook[0](unraisable)
+        _previous_hook(unraisable)
 
 
 def _deliver_again() -> None:
@@ -77,7 +77,7 @@ def _deliver_again() -> None:
     _thread.start_new_thread(_thread.interrupt_main, (signal.SIGTERM,))
 
 
-_previous_hook = [sys.unraisablehook]
+_previous_hook = sys.unraisablehook  # the hook main() replaced, for every other unraisable
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -86,9 +86,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     at a step boundary, or without one when the signal came outside the training loop or twice),
     201 a failed preflight (``EXIT_PREFLIGHT``: ``--preflight fail`` named a node, rank or link), 202 a
     straggler (``EXIT_STRAGGLER``: ``--stragglers fail`` named a node during training)."""
-    global _armed, _swallowed
+    global _armed, _swallowed, _previous_hook
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    _previous_hook[0], sys.unraisablehook = sys.unraisablehook, _on_unraisable
+    _previous_hook, sys.unraisablehook = sys.unraisablehook, _on_unraisable
     rank: list[int | None] = [None]  # this rank, once known, where its lines carry it (world size > 1)
     _armed = True
     code = EXIT_PREEMPTED
@@ -115,7 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 membership.report_end(code)
             teardown()
         signal.signal(signal.SIGTERM, previous)
-        sys.unraisablehook, _swallowed = _previous_hook[0], False
+        sys.unraisablehook, _swallowed = _previous_hook, False
 
 
 def _leave_to_the_watchdog() -> int:
