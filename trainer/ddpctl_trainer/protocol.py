@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 PROG = "ddpctl-trainer"
 TRAINER_MODULE = "ddpctl_trainer"  # `torchrun -m ddpctl_trainer`: the built-in trainer
@@ -162,8 +162,9 @@ def preflight_line(text: str) -> tuple[str, str] | None:
     return None
 
 
-@dataclass(frozen=True)
-class StragglerNote:
+# Named tuples, not dataclasses: a dataclass compiles its methods when it is made (~1 ms each), which
+# every process that imports the protocol would pay (the CLI's start included).
+class StragglerNote(NamedTuple):
     """One straggler line: `straggler` (a node named: `node 1 (pod P, k8s node K): ... since step
     S[; avoid it: --avoid-node K]`) or `recovered` (`node 1 (...): back at ... at step S`)."""
 
@@ -471,8 +472,7 @@ def parse_duration(text: str) -> float | None:
     return float(h * 3600 + m * 60 + s)
 
 
-@dataclass(frozen=True)
-class Progress:
+class Progress(NamedTuple):
     """Rank 0's position, as its progress line says it: epochs and steps count from 1."""
 
     epoch: int
