@@ -11,11 +11,12 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass, field
+from dataclasses import field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from ddpctl.backend.stragglers import straggler_data
+from ddpctl.records import record
 from ddpctl_trainer.protocol import Progress, preflight_line
 
 if TYPE_CHECKING:
@@ -32,7 +33,7 @@ class Where(str, Enum):
     docker = "docker"
 
 
-@dataclass(frozen=True)
+@record
 class NodeRow:
     """One node of a job (a pod, a container, a torchrun agent), as the status table shows it."""
 
@@ -44,7 +45,7 @@ class NodeRow:
     last: str = ""  # how its previous instance ended: `OOMKilled (exit code 137)`
 
 
-@dataclass(frozen=True)
+@record
 class JobStatus:
     """What `ddpctl status NAME` says of a job, the same for every backend.
 
@@ -111,7 +112,7 @@ def preflight_data(lines: Sequence[str]) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True)
+@record
 class JobSummary:
     """One line of `ddpctl list`: the columns every backend fills, and the record it came from."""
 
@@ -128,7 +129,7 @@ class JobSummary:
     raw: Mapping[str, Any] = field(default_factory=dict)  # the object or record, for -o json|yaml
 
 
-@dataclass(frozen=True)
+@record
 class Listing:
     """What `list` found, and the place it looked in words (`namespace "team"`, `./ddp-runs`)."""
 
@@ -136,7 +137,7 @@ class Listing:
     looked_in: str
 
 
-@dataclass(frozen=True)
+@record
 class LogOptions:
     """What `ddpctl logs` asks of a backend (kubectl's flags)."""
 

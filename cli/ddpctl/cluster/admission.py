@@ -9,16 +9,17 @@ exist gets no useful Workload, so that is checked by name.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.config import Cluster
 from ddpctl.cluster.kinds import LOCALQUEUE, PRIORITY, WORKLOAD
+from ddpctl.records import record
 from ddpctl.spec.kueue import JOB_UID_LABEL, PRIORITY_LABEL, QUEUE_LABEL
 
 
-@dataclass(frozen=True)
+@record
 class Admission:
     state: str  # admitted, waiting, evicted, finished, not installed
     message: str  # one line for `status`

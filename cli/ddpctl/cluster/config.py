@@ -20,6 +20,7 @@ from typing import Any
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.kinds import Kind
 from ddpctl.errors import ClusterError, DdpctlError, Unreachable, UsageError
+from ddpctl.records import record
 
 Query = list[tuple[str, Any]]  # (name, value) query parameters; `Cluster.list` shadows `list` in the class
 
@@ -36,7 +37,7 @@ WAITING_NOTICE_AFTER = 2.0  # seconds of silence from the server before ddpctl s
 REQUEST_TIMEOUT_ENV = "DDPCTL_REQUEST_TIMEOUT"
 
 
-@dataclass(frozen=True)
+@record
 class ClusterOptions:
     kubeconfig: str | None = None  # --kubeconfig
     context: str | None = None  # --context

@@ -8,15 +8,14 @@ cluster serves. What each engine needs (its kind, a runtime object, nothing) is 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ddpctl.cluster import errors as E
 from ddpctl.cluster.config import Cluster
 from ddpctl.cluster.kinds import BY_TARGET, RUNTIME, WORKLOADS, Kind
 from ddpctl.engines import AUTO_PREFERENCE, engine_for
+from ddpctl.records import record
 
 
-@dataclass(frozen=True)
+@record
 class Engines:
     """What discovery found: the workload kinds served and whether the runtime an engine needs exists."""
 

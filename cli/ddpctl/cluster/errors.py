@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from ddpctl.cluster.kinds import Kind
 from ddpctl.errors import ClusterError, DdpctlError, Unreachable, UsageError
+from ddpctl.records import record
 
 MAX_CAUSES = 5
 
 
-@dataclass(frozen=True)
+@record
 class Op:
     """What a request was doing, for messages: `apply job.batch "x" in namespace "team"`."""
 

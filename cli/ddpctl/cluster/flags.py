@@ -5,13 +5,13 @@ Each `*_option()` returns Typer's option marker (Any), used as a parameter's def
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
 import typer
 
 from ddpctl.errors import UsageError
+from ddpctl.records import record
 
 PANEL = "Cluster"
 
@@ -99,7 +99,7 @@ class DryRun(str, Enum):
     server = "server"
 
 
-@dataclass(frozen=True)
+@record
 class SubmitOptions:
     """`ddpctl submit`'s own flags (the spec's come with the SpecInput), as one value."""
 

@@ -3,7 +3,6 @@ the static facts that ddpctl.cluster.workloads reads its live objects and pods b
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
@@ -13,10 +12,11 @@ from ddpctl.engines.base import INSTANCE as INSTANCE
 from ddpctl.engines.base import MANAGED_BY as MANAGED_BY
 from ddpctl.engines.base import Engine
 from ddpctl.plan.layout import COMPONENT_LABEL
+from ddpctl.records import record
 from ddpctl_trainer import protocol
 
 
-@dataclass(frozen=True)
+@record
 class Kind:
     kind: str
     group: str

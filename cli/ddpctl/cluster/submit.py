@@ -7,7 +7,6 @@ import dataclasses
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +14,7 @@ from ddpctl.cluster.flags import DryRun, Format, SubmitOptions
 from ddpctl.console import plural
 from ddpctl.engines import plan_for
 from ddpctl.errors import DdpctlError, SpecError, UsageError
+from ddpctl.records import record
 from ddpctl.spec.sources import SpecInput
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ def build_image(spec: Any) -> str:
     return build_this_folder(spec, push=True, echo=echo)
 
 
-@dataclass(frozen=True)
+@record
 class Submission:
     """What `submit` will do, made before anything is created (`prepare`): the plan, the objects
     to apply (what --dry-run=client prints), the workspace packed for them (not uploaded yet) and

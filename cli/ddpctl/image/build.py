@@ -19,11 +19,12 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpctl.errors import RuntimeFailure, UsageError
+from ddpctl.records import record
 
 if TYPE_CHECKING:
     pass
@@ -39,7 +40,7 @@ HASH_LEN = 12
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class IgnoreRule:
     pattern: re.Pattern[str]
     exclude: bool  # False for `!pattern` (an exception)
@@ -211,7 +212,7 @@ def require_engine(engine: str) -> None:
         raise RuntimeFailure(f"the {engine} engine does not answer: {problem}; {hint}")
 
 
-@dataclass(frozen=True)
+@record
 class BuildPlan:
     builder: str
     context: Path

@@ -19,10 +19,11 @@ import re
 import shutil
 import subprocess
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 
 from ddpctl.errors import UsageError
+from ddpctl.records import record
 
 ENGINES = ("docker", "podman")
 WORKSPACE_LABEL = "io.ddpctl.workspace.sha256"  # the folder's code an image `ddpctl build` made carries
@@ -30,7 +31,7 @@ FOLDER_LABEL = "io.ddpctl.workspace.folder"  # which folder that was: `folder_id
 TIMEOUT_S = 60
 
 
-@dataclass(frozen=True)
+@record
 class LocalImage:
     """An image in the local engine, as `image inspect` describes it."""
 
@@ -148,7 +149,7 @@ def _says_missing(stderr: bytes) -> bool:
     return "could not find" in text or "no such file" in text or "not found" in text
 
 
-@dataclass(frozen=True)
+@record
 class Wanted:
     """The job's code, as the pods will look for it: the flag that names it and the relative path."""
 

@@ -18,7 +18,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +31,7 @@ from ddpctl.image.requirements import (
     pyproject_dependencies,
     read_requirements,
 )
+from ddpctl.records import record
 from ddpctl.workspace.pack import Pack, pack_workspace
 from ddpctl.workspace.tags import workspace_tag
 from ddpctl_trainer.protocol import WORKSPACE_DIR
@@ -97,7 +97,7 @@ ENV PYTHONPATH={workdir}:/opt/ddpctl
 OWNED_DOCKERIGNORE_HEAD = "# Written by ddpctl build --write-dockerfile: never send these to the builder.\n.git\n"
 
 
-@dataclass(frozen=True)
+@record
 class WorkspaceContext:
     """A build context made from a project folder: where it is, and what went into it."""
 

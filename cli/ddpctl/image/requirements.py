@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpctl.errors import UsageError
+from ddpctl.records import record
 from ddpctl_trainer.protocol import WORKSPACE_DIR  # where the code layer puts the project
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ _URL = re.compile(r"^[a-z][a-z0-9+.-]*://", re.IGNORECASE)
 _NAME = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)")
 
 
-@dataclass(frozen=True)
+@record
 class Line:
     """A requirement as written: the file (relative to the project) and line it came from."""
 
@@ -65,7 +66,7 @@ class Line:
         return f"{self.file}:{self.number}" if self.number else f"{self.file} ([project] dependencies)"
 
 
-@dataclass(frozen=True)
+@record
 class Requirements:
     """A project's requirements, split as the build installs them."""
 

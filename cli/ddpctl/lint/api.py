@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +19,7 @@ from ddpctl.lint.facts import Project
 from ddpctl.lint.findings import Finding, LintResult
 from ddpctl.lint.index import Index
 from ddpctl.lint.program import UNKNOWN_LAYOUT, Layout
+from ddpctl.records import record
 
 if TYPE_CHECKING:
     from ddpctl.lint.fix import Fixed
@@ -292,7 +292,7 @@ def lint_job(spec: JobSpec, cwd: Path, use_torchfix: bool = True) -> LintResult:
     return result
 
 
-@dataclass(frozen=True)
+@record
 class JobContext:
     """What the job's spec says about how its script runs: the extra import roots (its PYTHONPATH),
     its layout, and whether it runs as `-m` (imports then start from the working folder)."""

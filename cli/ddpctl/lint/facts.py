@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Iterator
-from dataclasses import dataclass
 
 from ddpctl.lint.findings import Finding
 from ddpctl.lint.guards import is_rank_expr
@@ -20,6 +19,7 @@ from ddpctl.lint.index import ENV_KINDS, LOCAL_RANK, WRAPPER, Index, const_str, 
 from ddpctl.lint.program import UNKNOWN_LAYOUT, Layout, Program, program_of
 from ddpctl.lint.rules import BY_ID, Severity
 from ddpctl.lint.source import Source
+from ddpctl.records import record
 
 INIT_CALLS = frozenset({"init_process_group", "init_device_mesh", "init_distributed"})
 LOCAL_ENV = frozenset(name for name, kind in ENV_KINDS.items() if kind == LOCAL_RANK)
@@ -194,7 +194,7 @@ def _loads_into_wrapper(idx: Index) -> bool:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Project:
     """Facts over the whole program."""
 

@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 from ddpctl.lint.rules import Severity
+from ddpctl.records import record
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """One finding at a 1-based line and column. `node` (ours) is what `--fix` rewrites."""
 

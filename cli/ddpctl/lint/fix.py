@@ -33,12 +33,13 @@ from ddpctl.errors import RuntimeFailure
 from ddpctl.lint.findings import Finding
 from ddpctl.lint.index import Index, const_str, keyword, last_name
 from ddpctl.lint.source import Source, split_lines
+from ddpctl.records import record
 
 FIXED_RULES = frozenset({"DDP001", "DDP002", "DDP010"})
 DEVICE_NAMES = ("LOCAL_DEVICE", "DDP_LOCAL_DEVICE", "LOCAL_RANK_DEVICE")
 
 
-@dataclass(frozen=True)
+@record
 class Edit:
     start: int  # character offsets into the text
     end: int

@@ -27,12 +27,13 @@ from pathlib import Path
 
 from ddpctl.lint import source
 from ddpctl.lint.index import NONE, FunctionNode, Index, const_str, dotted, last_name
+from ddpctl.records import record
 
 MAX_MODULES = 2000
 SPAWNS = frozenset({"spawn", "start_processes"})
 
 
-@dataclass(frozen=True)
+@record
 class Layout:
     """How many nodes the job has and how many processes each runs; None: not known (a standalone
     `ddpctl lint` assumes several of both)."""
@@ -65,7 +66,7 @@ class Module:
     top: dict[str, FunctionNode] = field(default_factory=dict)  # its module-level functions
 
 
-@dataclass(frozen=True)
+@record
 class Argument:
     """An argparse argument: its destination and the value it keeps when not given."""
 

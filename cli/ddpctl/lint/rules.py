@@ -7,8 +7,9 @@ of ours: `torchfix_severity` says how they count.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from enum import Enum
+
+from ddpctl.records import record
 
 
 class Severity(str, Enum):
@@ -21,7 +22,7 @@ class Severity(str, Enum):
     info = "info"
 
 
-@dataclass(frozen=True)
+@record
 class Rule:
     id: str
     name: str

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ddpctl.errors import UsageError
+from ddpctl.records import record
 
 # Python's line ends (str.splitlines also splits on form feeds and other separators ast does not count)
 _LINE_END = re.compile(r"\r\n|\r|\n")
@@ -21,7 +22,7 @@ _LINE_END = re.compile(r"\r\n|\r|\n")
 _IGNORE = re.compile(r"#\s*ddpctl:\s*ignore\[([^\]]*)\]\s*[:\-\u2013\u2014]?\s*(.*)$")
 
 
-@dataclass(frozen=True)
+@record
 class Ignore:
     """One ignore comment: the rules it names and its reason ('' when it gives none)."""
 

@@ -21,7 +21,6 @@ import importlib.util
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -30,6 +29,7 @@ from ddpctl.lint.findings import Finding
 from ddpctl.lint.index import Index, is_const, keyword
 from ddpctl.lint.rules import torchfix_severity
 from ddpctl.lint.source import Source, split_lines
+from ddpctl.records import record
 
 REFERENCE = "https://github.com/pytorch-labs/torchfix"
 NONPUBLIC = frozenset(
@@ -141,7 +141,7 @@ def candidates(idx: Index) -> list[ast.AST]:
     return found
 
 
-@dataclass(frozen=True)
+@record
 class Piece:
     """A fragment of the file copied onto its own lines of the excerpt TorchFix reads."""
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ddpctl.records import record
 from ddpctl.spec import kueue
 from ddpctl.spec.fabrics import PROFILES, Fabric
 from ddpctl.spec.fields import number_text
@@ -31,7 +32,7 @@ PREFLIGHT_OVERHEAD_S = 0.2  # the preflight's gathers and barriers, measured on 
 PREFLIGHT_PAIR_ROUNDS = 4  # rounds of node pairs at most (ddpctl_trainer.preflight.judge.MAX_PAIR_ROUNDS)
 
 
-@dataclass(frozen=True)
+@record
 class Node:
     """One node (pod) of the job in rank order: its group, index in the group, processes and ranks."""
 
@@ -54,7 +55,7 @@ class Node:
 PLAIN_DDP_ENV = ("MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE")
 
 
-@dataclass(frozen=True)
+@record
 class GroupPlan:
     """One node group's workload and pods: its object's name, pods, command and container env."""
 
@@ -79,7 +80,7 @@ class GroupPlan:
         return self.group.nproc
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Layout:
     """A checked spec with what it derives on any engine (see the module docstring)."""
 

@@ -10,11 +10,11 @@ the cluster commands read values, never ask the target.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import NamedTuple
 
 from ddpctl.errors import SpecError
 from ddpctl.plan.layout import PLAIN_DDP_ENV, GroupPlan, Layout, Node
+from ddpctl.records import record
 from ddpctl.spec.model import NodeGroup
 from ddpctl.spec.names import MAX_DNS_LABEL
 
@@ -35,7 +35,7 @@ class RetryRule(NamedTuple):
 NEVER = RetryRule(only=frozenset())
 
 
-@dataclass(frozen=True, eq=False)
+@record(eq=False)
 class Plan(Layout):
     """A Layout and its engine's facts (see the module docstring)."""
 

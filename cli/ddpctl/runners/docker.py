@@ -17,7 +17,6 @@ import secrets
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,6 +25,7 @@ from ddpctl.console import make_console, relative_path
 from ddpctl.engines import plan_for
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.plan import Plan
+from ddpctl.records import record
 from ddpctl.runners.common import check_trainer_args, parse_mounts, remap_paths, remove_checkpoints, volume_dirs
 from ddpctl.runners.failures import NodeFailed, describe_failure, failure_code, start_failure
 from ddpctl.runners.node_env import cluster_env
@@ -74,7 +74,7 @@ def quantity_bytes(text: str) -> int:
     return int(number * factor)
 
 
-@dataclass(frozen=True)
+@record
 class ContainerPlan:
     index: int
     name: str
@@ -83,7 +83,7 @@ class ContainerPlan:
     argv: tuple[str, ...]  # the full `docker run ...` command
 
 
-@dataclass(frozen=True)
+@record
 class DockerPlan:
     job: Plan  # the spec's Plan: what its pods would get in the cluster
     engine: str

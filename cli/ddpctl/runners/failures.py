@@ -10,13 +10,13 @@ import re
 import signal
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpctl.backend.stragglers import stopped_for, stopping_note
 from ddpctl.console import Console, relative_path
 from ddpctl.errors import RuntimeFailure, UsageError
+from ddpctl.records import record
 from ddpctl.runners.restarts import latest_step
 from ddpctl.runners.stall import stall_reason
 from ddpctl.runners.state import PREEMPTED_AGENT, Failure, JobState
@@ -266,7 +266,7 @@ def start_failure(argv: Sequence[str], exc: OSError, *, user_command: bool, what
     return RuntimeFailure(f"could not start {what} ({program}): {reason}")
 
 
-@dataclass(frozen=True)
+@record
 class NodeFailed:
     """How one start of the group ended when a node failed: the node that caused it, the exit code
     the restart rules decide on (and the job ends with if it is not restarted), the one-line error

@@ -26,7 +26,6 @@ import os
 import secrets
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
@@ -36,6 +35,7 @@ from ddpctl.engines import plan_for
 from ddpctl.engines.base import LAUNCHER_PYTHON, NODE_RANK_LAUNCHER
 from ddpctl.errors import RuntimeFailure, UsageError, WaitTimeout
 from ddpctl.plan import Plan
+from ddpctl.records import record
 from ddpctl.runners.common import arg_value, check_trainer_args, remap_paths, remove_checkpoints, volume_dirs
 from ddpctl.runners.failures import (
     NodeFailed,
@@ -65,7 +65,7 @@ DEFAULT_PORT = 29500
 # --------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@record
 class NodePlan:
     index: int
     hostname: str
@@ -74,7 +74,7 @@ class NodePlan:
     log_dir: Path
 
 
-@dataclass(frozen=True)
+@record
 class LocalPlan:
     """Everything `run_local` starts, computed up front (and printable)."""
 

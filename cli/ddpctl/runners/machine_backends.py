@@ -7,12 +7,12 @@ from __future__ import annotations
 import shlex
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ddpctl.backend import Backend, JobStatus, Listing, LogOptions, Where
 from ddpctl.backend.base import RequestT, Say
+from ddpctl.records import record
 from ddpctl.runners import runs
 
 if TYPE_CHECKING:
@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from ddpctl.spec.sources import SpecInput
 
 
-@dataclass(frozen=True)
+@record
 class RunOptions:
     """`ddpctl run`'s own flags (the spec's come with the SpecInput)."""
 
@@ -79,7 +79,7 @@ class _RunsHere(Backend[RequestT]):
             raise runs.not_found(missing[0], self.cwd, hint=self.hint)
 
 
-@dataclass(frozen=True)
+@record
 class LocalRun:
     """A local run, prepared: every node's torchrun agent, its env and argv."""
 
@@ -129,7 +129,7 @@ class LocalBackend(_RunsHere[LocalRun]):
         return run_local(request.plan, color=self.options.color, timeout=self.options.timeout)
 
 
-@dataclass(frozen=True)
+@record
 class DockerRun:
     """A containers run, prepared: its network and every node's `docker run`."""
 

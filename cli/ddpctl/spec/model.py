@@ -13,9 +13,10 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ddpctl.records import record
 from ddpctl.spec import rules, serial
 from ddpctl.spec.fields import (
     Affinity,
@@ -84,7 +85,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
+@record
 class JobSpec:
     """One DDP training job, as the user asked for it. Frozen: derive, never mutate."""
 

@@ -5,9 +5,10 @@ of the JobSpec that holds them (its errors name the key under the part's place: 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import Any
 
+from ddpctl.records import record
 from ddpctl.spec import kueue
 from ddpctl.spec.fields import (
     NODE_COUNT,
@@ -48,7 +49,7 @@ ENV_KEY = Matches(
 )
 
 
-@dataclass(frozen=True)
+@record
 class Volume:
     """A PersistentVolumeClaim mounted into every pod (data sets, checkpoints)."""
 
@@ -57,7 +58,7 @@ class Volume:
     read_only: bool = field(default=False, metadata=doc("Mount read-only.", Bool()))
 
 
-@dataclass(frozen=True)
+@record
 class SecretKeyRef:
     """An env var whose value lives in a Secret: referenced, never inlined."""
 
@@ -70,7 +71,7 @@ class SecretKeyRef:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Rendezvous:
     """How ranks find rank 0: static master address/port, or c10d (required for elastic jobs)."""
 
@@ -102,7 +103,7 @@ class Rendezvous:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Resources:
     """Per-pod requests (cpu, memory) and GPU limits; GPUs are counted in `JobSpec.gpus_per_node`."""
 
@@ -157,7 +158,7 @@ class Resources:
     )
 
 
-@dataclass(frozen=True)
+@record
 class Topology:
     """Where Kueue's Topology Aware Scheduling may place a group's pods: all in one domain of a
     topology level (`required`), in as few as it can (`preferred`), anywhere (`unconstrained`), and
@@ -239,7 +240,7 @@ class Topology:
         return out
 
 
-@dataclass(frozen=True)
+@record
 class Preflight:
     """The preflight checks inside every job of the ddpctl trainer: after the rendezvous, before the
     first step, every rank measures its GEMM speed and the all-reduce's bus bandwidth (with 3 nodes
@@ -292,7 +293,7 @@ class Preflight:
         return {k: v for k, v in values.items() if v}
 
 
-@dataclass(frozen=True)
+@record
 class Stragglers:
     """Straggler detection during training: every rank times its own work per step, and every
     `every` steps the nodes are judged against the median speed; rank 0 names a node below
@@ -333,7 +334,7 @@ class Stragglers:
         return self.mode != "off"
 
 
-@dataclass(frozen=True)
+@record
 class NodeGroup:
     """Nodes of one shape (`nodeGroups[i]`): a node count, GPUs and processes per node, and the
     scheduling fields that differ per pool (A100 vs L4 nodes). The spec's own nodeSelector,
@@ -389,7 +390,7 @@ class NodeGroup:
         return self.gpus_per_node or 2
 
 
-@dataclass(frozen=True)
+@record
 class Workspace:
     """Your own code, shipped to every pod without rebuilding the image: a folder packed as git and
     Docker choose its files (.gitignore, .dockerignore, likely secrets left out), checked and

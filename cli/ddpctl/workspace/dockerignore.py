@@ -16,7 +16,8 @@ from __future__ import annotations
 import posixpath
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+from ddpctl.records import record
 
 _REGEX_SPECIAL = ".+()|{}$^"  # what Go's filepath.Match treats literally but a regex would not
 
@@ -73,7 +74,7 @@ def _translate(pattern: str) -> re.Pattern[str]:
         raise ValueError(f"bad pattern {pattern!r} ({exc})") from None
 
 
-@dataclass(frozen=True)
+@record
 class _Pattern:
     text: str
     regex: re.Pattern[str]

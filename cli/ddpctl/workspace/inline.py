@@ -24,10 +24,10 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ddpctl.records import record
 from ddpctl_trainer import protocol
 from ddpctl_trainer.protocol import WORKSPACE_ARCHIVE_KEY, WORKSPACE_UNPACKER_FILES
 
@@ -50,7 +50,7 @@ def object_name(job: str, sha256: str) -> str:
     return name
 
 
-@dataclass(frozen=True)
+@record
 class TooLarge:
     """The workspace does not fit in an object: `message` is the one line the caller reports."""
 

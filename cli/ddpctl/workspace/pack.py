@@ -22,11 +22,11 @@ import queue
 import stat
 import tarfile  # its type flags; the headers are written here (see _header)
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
 from ddpctl.errors import SpecError, printable
+from ddpctl.records import record
 
 from .scan import Finding, scan
 from .select import File, Selection, leave_out_with, select
@@ -200,7 +200,7 @@ def _names(paths: tuple[str, ...]) -> str:
     return shown + (f" and {len(paths) - _SHOWN} more" if len(paths) > _SHOWN else "")
 
 
-@dataclass(frozen=True)
+@record
 class Pack:
     """A packed workspace: what `pack` wrote, and what it left out."""
 

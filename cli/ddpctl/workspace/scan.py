@@ -24,7 +24,8 @@ vouched for them). What is found is named by file, line and kind; the key itself
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+
+from ddpctl.records import record
 
 SCAN_LIMIT = 1 << 20  # files larger than this (1 MiB) are not scanned
 BINARY_PROBE = 8 << 10  # a NUL byte in a file's first 8 KiB: binary, not scanned
@@ -78,7 +79,7 @@ _BODY = re.compile(rb"[A-Za-z0-9/+]{8,}")
 SERVICE_ACCOUNT = "a service-account key (JSON with a private_key)"
 
 
-@dataclass(frozen=True)
+@record
 class Finding:
     """Key material found: the line it starts on (1-based) and its kind, in words."""
 

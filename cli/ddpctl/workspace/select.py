@@ -37,6 +37,7 @@ from pathlib import Path
 import pathspec
 
 from ddpctl.errors import SpecError, printable
+from ddpctl.records import record
 
 from .dockerignore import DockerIgnore
 
@@ -115,7 +116,7 @@ _FOLDER_MARKS = ("(?:(?:/)|$)", "(?:/)")  # how it ends one (a file or a folder'
 _GROUP_NAME = re.compile(r"\(\?P<\w+>")  # pathspec names groups; an alternation of them may not repeat a name
 
 
-@dataclass(frozen=True)
+@record
 class File:
     """One file to pack: its path in the archive and where to read it."""
 
@@ -124,7 +125,7 @@ class File:
     named: bool = False  # named by `workspace.include`: shipped as it is, its content not scanned
 
 
-@dataclass(frozen=True)
+@record
 class Selection:
     """What goes and what was left out, and why."""
 

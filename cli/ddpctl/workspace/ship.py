@@ -13,11 +13,11 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ddpctl.errors import UsageError
+from ddpctl.records import record
 from ddpctl.workspace.inline import TooLarge, unpacker_files, workspace_secret
 from ddpctl.workspace.pack import Pack, pack_workspace
 from ddpctl.workspace.upload import archive_url
@@ -35,7 +35,7 @@ DIR_VOLUME = "workspace"  # the emptyDir the code is unpacked into
 UNPACKER = f"{WORKSPACE_MOUNT}/workspace.py"  # the stand-alone unpacker, a key of the Secret
 
 
-@dataclass(frozen=True)
+@record
 class Shipment:
     """A workspace packed for job `job`: in `secret` (the Secret to create), or at `url` (an object
     store; `uploaded` once `submit` put it there). `archive` is the .tar.gz on this machine."""

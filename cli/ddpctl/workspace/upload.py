@@ -18,11 +18,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddpctl.errors import RuntimeFailure, SpecError, UsageError
+from ddpctl.records import record
 from ddpctl_trainer.protocol import (
     OBJECT_STORE_ENDPOINT_ENV,
     OBJECT_STORE_SECRET_ENV,
@@ -70,7 +70,7 @@ def check_store(store: str, field_name: str = FIELD) -> None:
         raise SpecError(field_name, *problem)
 
 
-@dataclass(frozen=True)
+@record
 class Uploaded:
     url: str  # the archive's URL (no credentials: check_store refuses a URL with them)
     uploaded: bool  # False: it was there already, nothing was sent
