@@ -8,7 +8,9 @@ of the process group is current, and which generation each rank last joined
 
 It runs until SIGTERM; given ``--world-size N`` (in a cluster, where it is a pod of its own) it
 also ends, with exit 0, once the training has: every rank reported that it finished, or one
-reported a code that ends the job at once (``Membership.report_end``).
+reported a code that ends the job at once (``Membership.report_end``). Stopped before that (its
+pod evicted, or deleted) it exits 143, a failure, so that its Job starts another in its place
+(an exit 0 would complete the Job); the ranks tell the new one what it needs (``recovery``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import sys
 import threading
 from collections.abc import Sequence
 
-from .protocol import COORDINATOR_PORT, ENDED_KEY, FINISHED_KEY
+from .protocol import COORDINATOR_PORT, ENDED_KEY, EXIT_PREEMPTED, FINISHED_KEY
 
 POLL_S = 1.0  # how often it reads the store's count of finished ranks (one key, on loopback)
 
@@ -34,22 +36,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch.distributed as dist
 
+    stopped = threading.Event()  # set before it says it listens: a SIGTERM from then on is seen
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    signal.signal(signal.SIGINT, lambda *_: stopped.set())
     store = dist.TCPStore(
         args.host, args.port, is_master=True, wait_for_workers=False, timeout=datetime.timedelta(days=365)
     )
     print(f"[ddpctl] coordinator listening on port {store.port}", flush=True)
-    stopped = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
-    signal.signal(signal.SIGINT, lambda *_: stopped.set())
     prefix = f"ddpctl/{args.scope}/" if args.scope else "ddpctl/"
     while not stopped.wait(POLL_S if args.world_size else None):
         if store.check([prefix + ENDED_KEY]):
             print(f"[ddpctl] coordinator: a rank ended the job (exit {store.get(prefix + ENDED_KEY).decode()})")
-            break
+            return 0
         if store.add(prefix + FINISHED_KEY, 0) >= args.world_size:
             print(f"[ddpctl] coordinator: all {args.world_size} ranks finished", flush=True)
-            break
-    return 0
+            return 0
+    print("[ddpctl] coordinator: stopped before the training ended", flush=True)
+    return EXIT_PREEMPTED
 
 
 if __name__ == "__main__":
