@@ -88,6 +88,19 @@ def _node(workdir: Path, node: int, port: int, extra_env: dict[str, str]) -> Dra
     return Drained(start(cmd, workdir, clean_env(env)))
 
 
+def _coordinator(workdir: Path, port: int = 0, *args: str) -> tuple[subprocess.Popen[str], int]:
+    """A coordinator process on loopback (at `port`; 0 picks one) and the port it listens on."""
+    proc = start(
+        [PY, "-m", "ddpctl_trainer.coordinator", "--host", "127.0.0.1", "--port", str(port), *args],
+        workdir,
+        clean_env(),
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()  # the coordinator says where it listens once it does
+    assert "coordinator listening on port" in line, line
+    return proc, int(line.split()[-1])
+
+
 @pytest.fixture(scope="module")
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Run:
     run = launch(tmp_path_factory.mktemp("recovery") / "uninterrupted", ARGS, nproc=NODES)
@@ -97,14 +110,8 @@ def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> Run:
 
 @pytest.mark.parametrize("lost", [1, 0])
 def test_a_lost_node_is_replaced_alone_and_the_job_loses_no_step(uninterrupted: Run, tmp_path: Path, lost: int) -> None:
-    coordinator = start(
-        [PY, "-m", "ddpctl_trainer.coordinator", "--host", "127.0.0.1", "--port", "0"], tmp_path, clean_env()
-    )
+    coordinator, port = _coordinator(tmp_path)
     try:
-        assert coordinator.stdout is not None
-        line = coordinator.stdout.readline()  # the coordinator says where it listens once it does
-        assert "coordinator listening on port" in line, line
-        port = int(line.split()[-1])
         nodes = [_node(tmp_path, n, port, plugin_env(kill_at(KILLED_AT, rank=lost))) for n in range(NODES)]
         assert nodes[lost].wait(240) != 0, nodes[lost].text
         assert f"[fault] killing rank {lost} at step {KILLED_AT}" in nodes[lost].text
@@ -130,12 +137,8 @@ def test_with_no_survivor_the_replacements_resume_from_the_checkpoint(uninterrup
     """Every node lost at once: nobody holds the state in memory, so the replacements take it from
     the newest checkpoint (here the finished job's last one: they train nothing more) instead of
     starting from step 0."""
-    coordinator = start(
-        [PY, "-m", "ddpctl_trainer.coordinator", "--host", "127.0.0.1", "--port", "0"], tmp_path, clean_env()
-    )
+    coordinator, port = _coordinator(tmp_path)
     try:
-        assert coordinator.stdout is not None
-        port = int(coordinator.stdout.readline().split()[-1])
         first = [_node(tmp_path, n, port, {}) for n in range(NODES)]
         assert [n.wait(240) for n in first] == [0, 0, 0]
         again = [_node(tmp_path, n, port, {}) for n in range(NODES)]  # each rank ran before: all replacements
@@ -156,13 +159,9 @@ def test_a_sigterm_to_one_node_makes_it_leave_alone_and_nothing_is_lost(uninterr
     import os
     import signal
 
-    coordinator = start(
-        [PY, "-m", "ddpctl_trainer.coordinator", "--host", "127.0.0.1", "--port", "0"], tmp_path, clean_env()
-    )
+    coordinator, port = _coordinator(tmp_path)
     held = tmp_path / "held"
     try:
-        assert coordinator.stdout is not None
-        port = int(coordinator.stdout.readline().split()[-1])
         nodes = [_node(tmp_path, n, port, plugin_env(hold_at(KILLED_AT, rank=1, file=held))) for n in range(NODES)]
         wait_until("node 1 held after step 4", lambda: held.exists() or nodes[1].proc.poll() is not None, 240)
         assert nodes[1].proc.poll() is None, nodes[1].text
@@ -178,4 +177,41 @@ def test_a_sigterm_to_one_node_makes_it_leave_alone_and_nothing_is_lost(uninterr
     (back,) = run.events("recovered")
     assert back["step"] == KILLED_AT + 1, run.events()  # the step it left after: nothing to redo
     assert not run.events("resume") and not run.events("preempted"), "no checkpoint written or read"
+    assert_same_params(run.final(), uninterrupted.final(), atol=ATOL)
+
+
+def test_a_lost_coordinator_is_replaced_and_the_next_lost_node_still_is(uninterrupted: Run, tmp_path: Path) -> None:
+    """The coordinator's pod lost after the group formed (rank 0 held after step 2 meanwhile) and a
+    new, empty one started at its address, as its Job does: training goes on; when node 1 is then
+    SIGKILLed after step 4, the survivors reconnect, tell the new coordinator the generations, and
+    its replacement joins as after any loss. The new coordinator ends with the training."""
+    held = tmp_path / "held"
+    first, port = _coordinator(tmp_path)
+    second = None
+    try:
+        faults = plugin_env(hold_at(2, rank=0, file=held, until_go=True), kill_at(KILLED_AT, rank=1))
+        nodes = [_node(tmp_path, n, port, faults) for n in range(NODES)]
+        wait_until("rank 0 held after step 2", lambda: held.exists() or nodes[0].proc.poll() is not None, 240)
+        kill_tree(first.tag)  # type: ignore[attr-defined]
+        first.wait(30)
+        second, _ = _coordinator(tmp_path, port, "--world-size", str(NODES))
+        held.with_name(held.name + ".go").write_text("go")
+        assert nodes[1].wait(240) != 0, nodes[1].text
+        replacement = _node(tmp_path, 1, port, {})
+        survivors = [nodes[0], nodes[2]]
+        codes = [n.wait(240) for n in (*survivors, replacement)]
+        assert codes == [0, 0, 0], "\n---\n".join(n.text[-3000:] for n in (*survivors, replacement))
+        out, _ = second.communicate(timeout=60)  # it ends by itself: every rank reported to it
+        assert second.returncode == 0 and f"all {NODES} ranks finished" in out, out
+    finally:
+        for proc in (first, second):
+            if proc is not None:
+                kill_tree(proc.tag)  # type: ignore[attr-defined]
+    for survivor in survivors:
+        assert "the coordinator was replaced" in survivor.text, survivor.text[-3000:]
+    assert f"joined the running job at step {KILLED_AT}" in replacement.text, replacement.text[-3000:]
+    run = Run(0, "", "", tmp_path)
+    (back,) = run.events("recovered")
+    assert back["step"] == KILLED_AT and back["generation"] == 1, run.events()
+    assert not run.events("resume"), "no checkpoint was read"
     assert_same_params(run.final(), uninterrupted.final(), atol=ATOL)

@@ -59,6 +59,7 @@ CRASH_RANK = "DDPCTL_TEST_CRASH_RANK"
 HOLD_AT_STEP = "DDPCTL_TEST_HOLD_AT_STEP"
 HOLD_RANK = "DDPCTL_TEST_HOLD_RANK"
 HOLD_FILE = "DDPCTL_TEST_HOLD_FILE"
+HOLD_UNTIL_GO = "DDPCTL_TEST_HOLD_UNTIL_GO"  # 1: held until <file>.go appears, not until a SIGTERM
 KILL_IN_CHECKPOINT = "DDPCTL_TEST_KILL_IN_CHECKPOINT"
 KILL_IN_CHECKPOINT_SIGNAL = "DDPCTL_TEST_KILL_IN_CHECKPOINT_SIGNAL"  # KILL (default) or TERM
 PAUSE_IN_CHECKPOINT = "DDPCTL_TEST_PAUSE_IN_CHECKPOINT"
@@ -83,6 +84,7 @@ class Faults:
         self.crash_step, self.crash_rank = _int(CRASH_FROM_STEP), _int(CRASH_RANK)
         self.hold_step, self.hold_rank = _int(HOLD_AT_STEP), _int(HOLD_RANK)
         self.hold_file = os.environ.get(HOLD_FILE)
+        self.hold_until_go = os.environ.get(HOLD_UNTIL_GO) == "1"
         self.checkpoint_step = _int(KILL_IN_CHECKPOINT)
         term = os.environ.get(KILL_IN_CHECKPOINT_SIGNAL, "KILL") == "TERM"
         self.checkpoint_signal = signal.SIGTERM if term else signal.SIGKILL
@@ -110,6 +112,9 @@ class Faults:
     def _hold(self, step: int) -> None:
         if self.hold_file and Path(self.hold_file).exists():
             return  # held once already
+        if self.hold_file and self.hold_until_go:
+            self._pause(step, Path(self.hold_file))
+            return
         if self.hold_file:
             Path(self.hold_file).write_text(f"{step} {os.getpid()}")  # the step, and whom to signal
         if not stop.wait(HOLD_LIMIT_S):
@@ -163,8 +168,11 @@ def crash_from(step: int, rank: int = 0) -> dict[str, str]:
     return {CRASH_FROM_STEP: str(step), CRASH_RANK: str(rank)}
 
 
-def hold_at(step: int, rank: int = 0, file: str | Path | None = None) -> dict[str, str]:
-    return {HOLD_AT_STEP: str(step), HOLD_RANK: str(rank), **({HOLD_FILE: str(file)} if file else {})}
+def hold_at(step: int, rank: int = 0, file: str | Path | None = None, until_go: bool = False) -> dict[str, str]:
+    """Hold `rank` after `step`, writing `file`, until a SIGTERM arrives (or, `until_go`, until the
+    test writes `<file>.go`)."""
+    env = {HOLD_AT_STEP: str(step), HOLD_RANK: str(rank), **({HOLD_FILE: str(file)} if file else {})}
+    return {**env, HOLD_UNTIL_GO: "1"} if until_go else env
 
 
 def kill_in_checkpoint(step: int, sig: str = "KILL") -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -176,3 +177,87 @@ def test_a_group_that_never_forms_times_out_naming_who_came(coordinator: str) ->
     lonely = Membership(coordinator, 0, 3, "gloo", datetime.timedelta(seconds=0.3))
     with pytest.raises(dist.DistStoreError, match="1 of 3 ranks came"):
         lonely.join()
+
+
+class Coordinator:
+    """A coordinator's store in this process, which a test can lose and replace at the same port
+    (as the coordinator's Job replaces its lost pod under the same DNS name): the new one is empty."""
+
+    def __init__(self) -> None:
+        self.store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
+        self.address = f"127.0.0.1:{self.store.port}"
+
+    def replace(self) -> None:
+        port = self.store.port
+        del self.store  # its server stops: every client's connection breaks
+        self.store = dist.TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, timeout=TIMEOUT)
+
+
+def formed(ranks: list[Membership]) -> None:
+    """As `join` leaves each rank once the group formed (the group itself is not formed here)."""
+    for m in ranks:
+        record_joined(m)
+        m.joined, m.unplaced = m.generation, False
+
+
+def heading_on(m: Membership) -> None:
+    """What `rejoin` does before it waits for the next group: move the generation on."""
+    m.generation += 1
+    m._on_store(lambda s: s.compare_set(m.generation_key, str(m.generation - 1), str(m.generation)))
+
+
+def test_a_survivor_tells_a_new_coordinator_the_generations_and_the_replacement_finds_them() -> None:
+    c = Coordinator()
+    ranks = [member(c.address, r) for r in range(3)]
+    formed(ranks)
+    c.replace()
+    for survivor in (ranks[0], ranks[2]):  # rank 1 lost: each survivor's next use of the store reconnects
+        heading_on(survivor)
+    assert c.store.get("ddpctl/member/0") == b"0" and c.store.get("ddpctl/generation") == b"1"
+    replacement = member(c.address, 1)  # no record of its own at the new coordinator: the seed says
+    assert (replacement.generation, replacement.solo, replacement.rejoined) == (1, True, True)
+
+
+def test_a_replacement_that_came_first_moves_to_the_seeded_generation() -> None:
+    c = Coordinator()
+    ranks = [member(c.address, r) for r in range(3)]
+    formed(ranks)
+    c.replace()
+    replacement = member(c.address, 1)  # before any survivor noticed: it looks like a fresh start
+    assert (replacement.generation, replacement.solo) == (0, False)
+    heading_on(ranks[0])  # a survivor seeds the new coordinator
+    assert replacement._await_everyone(time.monotonic() + 30) is False  # it stops waiting at generation 0 ...
+    assert (replacement.generation, replacement.solo, replacement.rejoined) == (1, True, True)  # ... for 1
+
+
+def test_a_fresh_job_at_a_fresh_coordinator_is_no_replacement() -> None:
+    """No seed: ranks new at a new coordinator all start at generation 0, as on the job's first start."""
+    c = Coordinator()
+    ranks = [member(c.address, r) for r in range(3)]
+    assert [(m.generation, m.solo, m.unplaced) for m in ranks] == [(0, False, True)] * 3
+    formed(ranks)
+    assert not any(m.unplaced for m in ranks)
+
+
+def test_the_end_is_reported_to_a_coordinator_that_replaced_the_first() -> None:
+    c = Coordinator()
+    ranks = [member(c.address, r) for r in range(3)]
+    formed(ranks)
+    c.replace()
+    for m in ranks:
+        m.report_end(0)
+    assert c.store.add("ddpctl/finished", 0) == 3
+    assert c.store.get("ddpctl/seeded") == b"1"  # and the new one was told the generations
+
+
+def test_a_coordinator_stopped_before_the_training_ended_fails_so_its_job_replaces_it() -> None:
+    """Its pod evicted or deleted: an exit 0 would complete its Job and leave the job without one."""
+    proc, _ = _coordinator_process("--world-size", "3")
+    try:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, out
+    assert "stopped before the training ended" in out, out
