@@ -212,9 +212,11 @@ class Watchdog:
         exit: Callable[[int], None] = os._exit,
         clock: Callable[[], float] = time.monotonic,
         backend: str | None = None,
+        reconnect: Callable[[], Store] | None = None,
     ) -> None:
         self.beacon = beacon
         self.store = store
+        self._reconnect = reconnect  # pod recovery: a new connection when the coordinator was replaced
         self.rank, self.world_size, self.node, self.local_rank = rank, world_size, node, local_rank
         self.timeout = timeout
         self.interval = interval if interval is not None else interval_for(timeout)
@@ -243,20 +245,36 @@ class Watchdog:
     # -- the loop
     def _run(self) -> None:
         clock = StallClock(self.timeout, self._clock())
-        try:
-            while not self._stop.wait(self.interval):
-                if _waiting.is_set():
-                    clock = StallClock(self.timeout, self._clock())
-                    continue
+        while not self._stop.wait(self.interval):
+            if _waiting.is_set():
+                clock = StallClock(self.timeout, self._clock())
+                continue
+            try:
                 moved = self.beacon.seq != self._published_seq
                 if moved:
                     self._publish()
                 count = self.store.add("progress", 1 if moved else 0)
-                if clock.observe(count, self._clock()) and not self._stop.is_set():
+            except Exception:  # noqa: BLE001 - the store went away: the job is ending, or (pod recovery) its coordinator was replaced
+                if not self._store_again():
+                    return  # stop watching
+                clock = StallClock(self.timeout, self._clock())  # a new store's counter starts again
+                continue
+            if clock.observe(count, self._clock()) and not self._stop.is_set():
+                with contextlib.suppress(Exception):  # it says what it can itself; a store gone mid-way ends the watch
                     self._on_stall()
-                    return
-        except Exception:  # noqa: BLE001 - the store went away (the job is ending): stop watching
-            return
+                return
+
+    def _store_again(self) -> bool:
+        """Connect to the coordinator that replaced a lost one (pod recovery); False when there is
+        none to reach, or no coordinator at all (the store went away with the job)."""
+        if self._reconnect is None or self._stop.is_set():
+            return False
+        try:
+            self.store = self._reconnect()
+        except Exception:  # noqa: BLE001 - none listens: the job is ending
+            return False
+        self._published_seq = -1  # the new store has no heartbeat of this rank yet
+        return True
 
     def _publish(self) -> None:
         b = self.beacon
@@ -409,8 +427,11 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
         return None
     import torch.distributed as dist
 
+    def connect() -> Store:
+        return connect_store(ctx.world_size, ctx.restart_count, coordinator=ctx.coordinator)
+
     try:
-        store = connect_store(ctx.world_size, ctx.restart_count, coordinator=ctx.coordinator)
+        store = connect()
     except Exception as exc:  # noqa: BLE001 - training goes on without the watchdog
         print(
             f"{WARNING_TAG}{rank_prefix(ctx.rank)}stall watchdog off: cannot reach the job's store ({exc})",
@@ -427,6 +448,7 @@ def start(beacon: Beacon, timeout: float, ctx: Any) -> Watchdog | None:
         local_rank=ctx.local_rank,
         timeout=timeout,
         backend=backend,
+        reconnect=connect if ctx.coordinator else None,
     ).start()
 
 

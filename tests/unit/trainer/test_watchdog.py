@@ -272,3 +272,51 @@ def test_no_stall_is_declared_while_a_rank_waits_for_a_replacement() -> None:
         dog.start()
         assert not exited.wait(1.0)  # five timeouts without progress, none of them a stall
     assert exited.wait(30)  # the wait is over: no progress now is a stall
+
+
+class _StoreLost:
+    """A store whose connection broke (its coordinator's pod was lost): every operation fails."""
+
+    def __getattr__(self, name: str):
+        def fail(*args: object) -> None:
+            raise dist.DistNetworkError("Connection reset by peer")
+
+        return fail
+
+
+@pytest.mark.parametrize("replaced", [True, False])
+def test_a_replaced_coordinator_is_watched_through_again(replaced: bool) -> None:
+    """Pod recovery: the watchdog's store is the coordinator's. When a new coordinator replaces a
+    lost one, the watchdog connects to it and goes on (its heartbeat there, a stall still found);
+    with nothing to connect to it stops watching, and the training goes on without it."""
+    new = dist.PrefixStore("new", dist.HashStore())
+    exited = threading.Event()
+    reconnects: list[int] = []
+
+    def reconnect() -> object:
+        reconnects.append(1)
+        if not replaced:
+            raise dist.DistNetworkError("no coordinator listens")
+        return new
+
+    dog = Watchdog(
+        Beacon(),
+        _StoreLost(),  # type: ignore[arg-type]
+        rank=0,
+        world_size=1,
+        node=0,
+        local_rank=0,
+        timeout=0.3,
+        interval=0.02,
+        out=io.StringIO(),
+        exit=lambda code: exited.set(),
+        reconnect=reconnect,  # type: ignore[arg-type]
+    )
+    dog._published_seq = 0  # as after start()'s first heartbeat, which went to the lost store
+    dog._thread.start()
+    if replaced:
+        assert exited.wait(30)  # no progress on the new store either: a stall, found through it
+        assert new.check(["hb/0"]) and reconnects == [1]
+    else:
+        dog._thread.join(30)
+        assert not dog._thread.is_alive() and not exited.is_set() and reconnects == [1]
