@@ -3,7 +3,8 @@
 Three pods of one process each train float64 on gloo, with a coordinator pod of their own; the
 trainer of node 1 SIGKILLs itself after step 4 (the tests' fault plugin in the user image, as the
 OOM killer or a lost node would end it), or its pod is evicted after step 4 (it leaves alone after
-step 5, 143, and the disruption is not counted). The (child) Job's per-index backoff replaces that
+step 5, 143, and the disruption is not counted; its coordinator's pod deleted just before, so the
+survivors tell the coordinator's replacement the generations). The (child) Job's per-index backoff replaces that
 pod alone, keeping its index; the other two pods run on (one pod each, never restarted), form the
 group again with the replacement through the coordinator and hand it their state, so the job ends
 with an uninterrupted run's weights and no checkpoint read: the three recovered jobs end with the
@@ -87,8 +88,8 @@ def test_a_lost_pod_is_replaced_alone_and_the_others_keep_their_state(
     cli, kube: RealCluster, restricted: str, node_image: str, local_volume, tmp_path: Path
 ) -> None:
     """Side by side with the reference (one uninterrupted process, here): node 1 SIGKILLed after step 4 on job
-    and on jobset; then node 1's pod evicted after step 4 on job (it leaves alone after step 5),
-    beside a job whose node 1 keeps failing."""
+    and on jobset; then node 1's pod evicted after step 4 on job (it leaves alone after step 5) right
+    after the coordinator's pod was deleted, beside a job whose node 1 keeps failing."""
     ns = restricted
     kill = env_flags(plugin_env(kill_at(KILLED_AT, rank=1), image=True))
     hold = env_flags(plugin_env(hold_at(KILLED_AT, rank=1, file="/checkpoints/held"), image=True))
@@ -112,6 +113,9 @@ def test_a_lost_pod_is_replaced_alone_and_the_others_keep_their_state(
                    lambda: (folders["evict"] / "held").exists() or runs["evict"].poll() is not None,
                    JOB_TIMEOUT)  # fmt: skip
         assert runs["evict"].poll() is None, runs["evict"].communicate()[1][-3000:]
+        # its coordinator's pod lost first (deleted, as with its node): the Job starts a new, empty one
+        (lost,) = _pods(kube, ns, "pr-evict", "coordinator")
+        kube.kubectl("delete", "pod", "-n", ns, lost["metadata"]["name"], "--wait=false")
         (victim,) = _by_index(_pods(kube, ns, "pr-evict", "trainer"))["1"]
         _evict(kube, ns, victim["metadata"]["name"])
         for name in ("evict", "keep"):
@@ -140,6 +144,8 @@ def test_a_lost_pod_is_replaced_alone_and_the_others_keep_their_state(
         back = KILLED_AT + 1 if run == "evict" else KILLED_AT  # an evicted pod leaves after the next step
         if run == "evict":
             assert f"after step {back}; left alone" in out + err, (out + err)[-4000:]
+            # the survivors told the new coordinator the generations: the replacement still found them
+            assert "the coordinator was replaced" in out, out[-4000:]
         else:
             assert f"killing rank 1 at step {KILLED_AT}" in out + err, (out + err)[-4000:]
         assert f"at step {back}" in out and "recovery: " in out, out[-4000:]
@@ -164,6 +170,8 @@ def test_a_lost_pod_is_replaced_alone_and_the_others_keep_their_state(
             assert "node 1 (pod " in recoveries[0] and "exited with code 137" in recoveries[0], recoveries
         coordinator = _pods(kube, ns, name, "coordinator")
         assert [p["status"]["phase"] for p in coordinator] == ["Succeeded"], run  # it ended with the training
+        if run == "evict":  # the one that ended is the replacement of the pod deleted
+            assert coordinator[0]["metadata"]["uid"] != lost["metadata"]["uid"], coordinator
 
         ours = _weights(folders[run])
         assert ours.keys() == reference.keys()
