@@ -48,8 +48,12 @@ def test_check_of_a_2_pod_job_passes_names_its_pods_and_node_and_is_deleted(
     cli, kube: RealCluster, restricted: str, node_image: str
 ) -> None:
     ns = restricted
+    # Its four ranks share the node's two cores with the rest of the suite: a burst there left one
+    # rank's best window at 0.45 x the median once (a fresh-clone run), a slow node at the default
+    # 0.6. What this test asks is the report, the names and the clean-up; the verdict on a really
+    # slow node is the next test's (0.15 x under a quota), so a node is judged slow below 0.25 here.
     r = cli("check", "-n", ns, "--target", "job", "--name", "pf", "--nodes", "2", "--procs", "2", "--gpus", "0",
-            "--image", node_image, *ON_NODE, *CHECK_TIMEOUT)  # fmt: skip
+            "--image", node_image, *ON_NODE, *CHECK_TIMEOUT, "--preflight-tolerance", "0.25")  # fmt: skip
     assert r.code == 0, r.err[-3000:] + r.out[-3000:]
     report = _report(r.out)
     assert report[-1].startswith("[node 0] [rank 0] ddpctl-trainer: preflight verdict: passed: 4 ranks on 2 nodes")
