@@ -412,7 +412,10 @@ class DockerLauncher(Launcher):
     def stop(self, children: list[Child]) -> None:
         from ddpctl.runners import procs
 
-        names = [self.by_index[c.index].name for c in children if c.poll() is None]
+        running = [c for c in children if c.poll() is None]
+        for child in running:
+            child.stopping = True  # its exit is ours, not a failure of its own (supervise.blamed_node)
+        names = [self.by_index[c.index].name for c in running]
         if names:
             _docker(self.plan.engine, "stop", "-t", str(int(STOP_GRACE_S)), *names, timeout=STOP_GRACE_S + 60)
         procs.stop_children([c for c in children if c.poll() is None], grace_s=5)

@@ -128,6 +128,22 @@ def cause_of_failure(state: JobState, node: int, node_code: int) -> tuple[int, i
     return node, node_code, False
 
 
+def blamed_node(state: JobState, first: int, failed: Sequence[int]) -> int:
+    """Which of the `failed` nodes (each ended with a code of its own, none stopped by the
+    supervisor) to blame: `first`, the first seen to fail, unless every failure it reported only
+    followed another's (it lost a peer) while another failed node reported nothing (it died whole:
+    a killed container or agent) or a failure of its own. The supervisor looks at the nodes in
+    turn, so the node that lost a peer can be seen to fail before the node that caused it."""
+
+    def followed(node: int) -> bool:
+        reported = [f for f in state.failures if f.node == node]
+        return bool(reported) and all(_secondary(state, f) for f in reported)
+
+    if not followed(first):
+        return first
+    return next((node for node in sorted(failed) if node != first and not followed(node)), first)
+
+
 def lost_nodes(state: JobState) -> list[int]:
     """Nodes whose agent was killed by a signal that the supervisor did not send (a node lost as a
     whole, as a cluster loses a machine or deletes a pod): their workers report nothing."""

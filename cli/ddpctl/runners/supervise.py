@@ -20,6 +20,7 @@ from ddpctl.console import Console, plural
 from ddpctl.errors import Interrupted, RuntimeFailure, WaitTimeout
 from ddpctl.runners.failures import (
     NodeFailed,
+    blamed_node,
     cause_of_failure,
     failure_signature,
     finish_note,
@@ -137,8 +138,12 @@ def supervise(
             procs.set_child_subreaper(False)
         console.done()
     state.node_codes = {c.index: c.returncode for c in children if c.returncode is not None}
+    by_itself = [c for c in children if c.returncode and not c.stopping]  # not stopped by us
     if failed is None:
-        failed = next((c for c in children if c.returncode and not c.stopping), None)
+        failed = next(iter(by_itself), None)
+    elif not timed_out:
+        blamed = blamed_node(state, failed.index, [c.index for c in by_itself])
+        failed = next(c for c in children if c.index == blamed) if blamed != failed.index else failed
     return failed, timed_out
 
 

@@ -15,6 +15,7 @@ from ddpctl.engines import plan_for
 from ddpctl.errors import RuntimeFailure, UsageError
 from ddpctl.runners.failures import (
     after_finishing_note,
+    blamed_node,
     cause_of_failure,
     describe_failure,
     died_after_finishing,
@@ -120,6 +121,26 @@ def test_a_rank_that_only_lost_its_peer_is_not_the_cause() -> None:
     state = JobState("job", 2, 4)
     state.failures += [Failure(0, 0, 0, 138, time="10:00:01", root_cause=True), Failure(1, 3, 1, 1, time="10:00:02")]
     assert cause_of_failure(state, 0, 138) == (1, 1, False)
+
+
+@pytest.mark.parametrize(
+    ("failures", "failed", "blamed"),
+    [
+        # node 0 seen first, but it only lost its peer; node 1 (a killed container) reported nothing
+        ([Failure(0, 0, 0, 138), Failure(0, 1, 1, 138)], [0, 1], 1),
+        ([Failure(0, 0, 0, 138), Failure(1, 2, 0, 1)], [0, 1], 1),  # node 1 failed by itself
+        ([Failure(0, 0, 0, 1), Failure(1, 2, 0, 138)], [0, 1], 0),  # node 0 failed by itself: kept
+        ([Failure(0, 0, 0, 138), Failure(1, 2, 0, 138)], [0, 1], 0),  # both only lost a peer: the first
+        ([Failure(0, 0, 0, 138)], [0], 0),  # no other node failed by itself (the rest were stopped)
+        ([], [0, 1], 0),  # node 0 reported nothing either: it died whole, first
+    ],
+)
+def test_the_node_blamed_is_not_one_that_only_lost_its_peer(
+    failures: list[Failure], failed: list[int], blamed: int
+) -> None:
+    """The supervisor sees the nodes fail in turn: one that lost its peer can be seen before the one
+    whose container was killed (`run --docker`, `docker kill`), which reports nothing."""
+    assert blamed_node(state_of(failures), 0, failed) == blamed
 
 
 @pytest.mark.parametrize(
