@@ -143,7 +143,7 @@ def supervise(
         failed = next(iter(by_itself), None)
     elif not timed_out:
         blamed = blamed_node(state, failed.index, [c.index for c in by_itself])
-        failed = next(c for c in children if c.index == blamed) if blamed != failed.index else failed
+        failed = next((c for c in by_itself if c.index == blamed), failed)
     return failed, timed_out
 
 
