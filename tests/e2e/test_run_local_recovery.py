@@ -123,12 +123,25 @@ def test_a_warm_spare_takes_the_lost_nodes_place(uninterrupted: dict[str, Any], 
         torch.testing.assert_close(ours[key], uninterrupted[key], atol=1e-12, rtol=0)
 
 
-def test_a_node_that_alone_gets_sigterm_leaves_and_is_replaced_without_counting(
+def _coordinator(runner: int) -> int | None:
+    """The pid of the runner's coordinator process (its child), None while there is none."""
+    for pid in Path(f"/proc/{runner}/task/{runner}/children").read_text().split():
+        try:
+            if b"ddpctl_trainer.coordinator" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return int(pid)
+        except OSError:  # it exited between the two reads
+            continue
+    return None
+
+
+def test_a_lost_coordinator_is_started_again_and_a_node_that_alone_gets_sigterm_is_replaced(
     uninterrupted: dict[str, Any], tmp_path: Path
 ) -> None:
-    """An eviction, run here: node 1's trainer alone gets SIGTERM (held after step 4 until it
-    does). It leaves after step 5 (143) with nothing to write, the runner starts it again alone
-    without counting it against --backoff-limit, and the others hand the new one their state."""
+    """An eviction, run here, after the coordinator was lost: node 1's trainer is held after step 4;
+    the coordinator is SIGKILLed and the runner starts another at its port (as its Job would); then
+    node 1's trainer alone gets SIGTERM. It leaves after step 5 (143) with nothing to write, the
+    runner starts it again alone without counting it against --backoff-limit, the others tell the
+    new coordinator what it knew and hand the new node their state."""
     import os
     import signal
 
@@ -136,16 +149,23 @@ def test_a_node_that_alone_gets_sigterm_leaves_and_is_replaced_without_counting(
 
     held = tmp_path / "held"
     hook = env_flags(plugin_env(hold_at(KILLED_AT, rank=1, file=held)))
-    proc = start_ddpctl([*LAYOUT, "--recovery", "pod", "--backoff-limit", "0", *hook, *TRAINER], tmp_path, ddpctl_env())
+    proc = start_ddpctl([*LAYOUT, "--recovery", "pod", "--backoff-limit", "1", *hook, *TRAINER], tmp_path, ddpctl_env())
     try:
         wait_until("node 1 held after step 4", lambda: held.exists() or proc.poll() is not None, 240)
         assert proc.poll() is None, proc.communicate()[1][-3000:]
+        lost = _coordinator(proc.pid)
+        assert lost is not None
+        os.kill(lost, signal.SIGKILL)
+        again = lambda: _coordinator(proc.pid) not in (None, lost) or proc.poll() is not None
+        wait_until("a new coordinator", again, 60)
         os.kill(int(held.read_text().split()[1]), signal.SIGTERM)
         out, err = proc.communicate(timeout=240)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 0, err[-3000:]
+    assert "ddpctl: the job's coordinator was killed by SIGKILL; starting it again on port" in err, err[-3000:]
+    assert "the coordinator was replaced: told the new one this rank's generation" in out + err, (out + err)[-3000:]
     assert (
         "node 1 left alone (a SIGTERM to it alone, or --stragglers replace); starting it again alone (not counted)"
         in err

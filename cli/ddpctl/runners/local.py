@@ -293,6 +293,7 @@ class LocalLauncher(Launcher):
         self.ports: dict[int, int] = {}
         self.logs = relative_path(plan.run_dir / "logs", plan.cwd)
         self.coordinator: Child | None = None
+        self.coordinator_starts = 0  # times it was started again after exiting before the training ended
         self.replacements: dict[int, int] = {}  # node -> times it was started again alone
         self.spares: list[tuple[Child, Path]] = []  # warm spares waiting, each with its assignment file
         self.spares_started = 0
@@ -311,6 +312,29 @@ class LocalLauncher(Launcher):
         procs.stop_children(helpers, grace_s=STOP_GRACE_S)
         self.spares, self.coordinator = [], None
         return []
+
+    def tend(self, state: JobState) -> None:
+        """Start the coordinator again at its port when it exited before the training ended, as its
+        Job starts another pod on a cluster, up to backoffLimit times: the nodes reconnect and tell
+        the new one what it needs (ddpctl_trainer.recovery). Exit 0 is its end: the training's."""
+        lost = self.coordinator
+        code = None if lost is None or lost.stopping else lost.poll()
+        if code is None or code == 0:
+            return
+        how = f"was killed by {signal_name(code)}" if code < 0 else f"exited with code {code}"
+        limit = self.plan.spec.backoff_limit
+        if self.coordinator_starts >= limit:
+            self.coordinator = None
+            self.console.note(
+                f"the job's coordinator {how}; started again {limit} times already (--backoff-limit): not again"
+            )
+            return
+        self.coordinator_starts += 1
+        self.console.note(
+            f"the job's coordinator {how}; starting it again on port {self.plan.coordinator_port} "
+            f"({self.coordinator_starts} of {limit}): the nodes tell it what it knew"
+        )
+        self.coordinator = start_coordinator(self.plan)
 
     def _start_spare(self, attempt: int) -> None:
         """A warm spare (pod recovery): node 0's command, torch imported, waiting for the file

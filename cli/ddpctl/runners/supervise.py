@@ -45,6 +45,10 @@ MAX_FREE_STARTS = 10
 # before they are stopped (as the Job controller would delete their pods).
 PEER_GRACE_S = 5.0
 STOP_GRACE_S = 10.0
+# a failed child is judged once its last lines were read (they may say why: "left alone"), or this
+# long after it exited when its output stays open (a worker of its own still holds the pipe)
+DRAIN_S = 2.0
+MAX_LINES_A_TURN = 1000  # lines shown between two looks at the children, however much is queued
 
 
 class JobFailed(RuntimeFailure):
@@ -90,14 +94,25 @@ def supervise(
             mux = procs.LineMux(children)
             state.nodes_running = len(children)
             console.status(state)
+            closed: set[int] = set()  # children whose output was read to its end
+            exited: dict[int, float] = {}  # when a failed child's exit was first seen
             while mux.open or any(c.poll() is None for c in children):
                 item = mux.get(timeout=0.5)
-                if item is not None and item[1] is not None:
-                    show(item[0], item[1])
+                for _ in range(MAX_LINES_A_TURN):  # all that is queued: a slow turn leaves no backlog
+                    if item is None:
+                        break
+                    if item[1] is None:
+                        closed.add(id(item[0]))
+                    else:
+                        show(item[0], item[1])
+                    item = mux.get(timeout=0)
                 procs.remember_trees(children)  # at most once a second: it reads all of /proc
                 for position, child in enumerate(children):
                     code = child.poll()
                     if code is not None and code != 0 and failed is None and not child.stopping:
+                        seen = exited.setdefault(id(child), time.monotonic())
+                        if id(child) not in closed and time.monotonic() - seen < DRAIN_S:
+                            continue  # its last lines first
                         again = replace(child, state) if replace is not None else None
                         if again is not None:
                             children[position] = again
@@ -264,6 +279,9 @@ class Launcher(ABC):
     def after_start(self) -> None:  # noqa: B027 - a hook
         """After each start of the group, whatever happened (remove its containers)."""
 
+    def tend(self, state: JobState) -> None:  # noqa: B027 - a hook
+        """About twice a second while a group runs: keep what runs beside the nodes running."""
+
     def replace_node(self, failed: Child, state: JobState) -> Child | None:
         """Start node `failed` again alone while the others go on (pod recovery), or None: the
         group stops and the target's restart rules decide."""
@@ -293,6 +311,10 @@ def run_job(
     raises JobFailed / WaitTimeout / Interrupted (each recorded)."""
     nodes = len(plan.nodes)
 
+    def tick(state: JobState, children: list[Child]) -> None:
+        launcher.tend(state)
+        record.tick(state, children)
+
     def start_group(state: JobState, left: float | None) -> NodeFailed | None:
         def starts() -> Iterator[Child]:
             for index in range(nodes):
@@ -309,7 +331,7 @@ def run_job(
                 show=show,
                 stop=launcher.stop,
                 timeout=left,
-                tick=record.tick,
+                tick=tick,
                 replace=launcher.replace_node,
             )
             launcher.collect(state)

@@ -16,6 +16,7 @@ import pytest
 from ddpctl.console import make_console
 from ddpctl.engines.base import NODE_RANK_LAUNCHER
 from ddpctl.errors import SpecError, UsageError
+from ddpctl.runners import local
 from ddpctl.runners.local import (
     DEFAULT_PORT,
     RANK_TEMPLATE,
@@ -456,3 +457,40 @@ def test_spares_where_they_cannot_stand_in(tmp_path: Path, data: dict, recovery:
     with pytest.raises(UsageError) as error:
         _plan(tmp_path, data, recovery=recovery, spares=1)
     assert str(error.value).startswith(message)
+
+
+@dataclass
+class FakeHelper:
+    """A coordinator process as `tend` reads it: its exit code once ended, and whether we stopped it."""
+
+    code: int | None
+    stopping: bool = False
+
+    def poll(self) -> int | None:
+        return self.code
+
+
+@pytest.mark.parametrize(
+    ("code", "stopping", "started_before", "restarted", "said"),
+    [
+        (None, False, 0, False, ""),  # running
+        (0, False, 0, False, ""),  # ended with the training
+        (-9, True, 0, False, ""),  # stopped by us at the end
+        (-9, False, 0, True, "the job's coordinator was killed by SIGKILL; starting it again on port"),
+        (1, False, 0, True, "the job's coordinator exited with code 1; starting it again on port"),
+        (-9, False, 1, False, "started again 1 times already (--backoff-limit): not again"),
+    ],
+)
+def test_a_coordinator_that_exits_before_the_training_ended_is_started_again_up_to_the_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int | None, stopping: bool, started_before: int,
+    restarted: bool, said: str,
+) -> None:  # fmt: skip
+    plan = _plan(tmp_path, {"backoffLimit": 1}, recovery="pod")
+    launcher, err = _launcher(plan)
+    new = FakeHelper(None)
+    monkeypatch.setattr(local, "start_coordinator", lambda p: new if p is plan else None)
+    launcher.coordinator = FakeHelper(code, stopping)  # type: ignore[assignment]
+    launcher.coordinator_starts = started_before
+    launcher.tend(JobState("w", 2, 2))
+    assert (launcher.coordinator is new) == restarted
+    assert said in err.getvalue() and bool(said) == bool(err.getvalue())
