@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.cluster import wait_until
 from tests.support.models.faults import env_flags, hold_at, kill_at, plugin_env
-from tests.support.procs import ddpctl_env, run_ddpctl, start_ddpctl
+from tests.support.procs import ddpctl_env, run_ddpctl, start_ddpctl, stop_like_a_user
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -161,8 +161,7 @@ def test_a_lost_coordinator_is_started_again_and_a_node_that_alone_gets_sigterm_
         os.kill(int(held.read_text().split()[1]), signal.SIGTERM)
         out, err = proc.communicate(timeout=240)
     finally:
-        if proc.poll() is None:
-            proc.kill()
+        stop_like_a_user(proc)  # on a failure: its nodes too, not only ddpctl
     assert proc.returncode == 0, err[-3000:]
     assert "ddpctl: the job's coordinator was killed by SIGKILL; starting it again on port" in err, err[-3000:]
     assert "the coordinator was replaced: told the new one this rank's generation" in out + err, (out + err)[-3000:]
