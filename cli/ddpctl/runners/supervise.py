@@ -97,15 +97,13 @@ def supervise(
             closed: set[int] = set()  # children whose output was read to its end
             exited: dict[int, float] = {}  # when a failed child's exit was first seen
             while mux.open or any(c.poll() is None for c in children):
-                item = mux.get(timeout=0.5)
-                for _ in range(MAX_LINES_A_TURN):  # all that is queued: a slow turn leaves no backlog
-                    if item is None:
-                        break
+                item, taken = mux.get(timeout=0.5), 1
+                while item is not None:  # all that is queued: a slow turn leaves no backlog
                     if item[1] is None:
                         closed.add(id(item[0]))
                     else:
                         show(item[0], item[1])
-                    item = mux.get(timeout=0)
+                    item, taken = (mux.get(timeout=0), taken + 1) if taken < MAX_LINES_A_TURN else (None, taken)
                 procs.remember_trees(children)  # at most once a second: it reads all of /proc
                 for position, child in enumerate(children):
                     code = child.poll()

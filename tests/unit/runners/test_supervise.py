@@ -25,7 +25,7 @@ from ddpctl.runners.failures import NodeFailed, node_failed
 from ddpctl.runners.procs import RANK_MARK, Child
 from ddpctl.runners.runs import RunRecord, node_log
 from ddpctl.runners.state import Failure, JobState
-from ddpctl.runners.supervise import JobFailed, Launcher, run_job, run_with_restarts
+from ddpctl.runners.supervise import MAX_LINES_A_TURN, JobFailed, Launcher, run_job, run_with_restarts, supervise
 from ddpctl.spec.model import JobSpec
 
 
@@ -395,6 +395,23 @@ def test_run_job_streams_every_ranks_lines_logs_them_and_records_the_success(tmp
     assert recorded["state"] == "succeeded" and recorded["attempt"] == 0
     assert [(n["node"], n["phase"]) for n in recorded["nodeStates"]] == [(0, "Succeeded"), (1, "Succeeded")]
     assert "ddpctl: w succeeded in " in err
+
+
+def test_every_line_is_shown_when_more_are_queued_than_one_turn_takes() -> None:
+    """A turn shows at most MAX_LINES_A_TURN queued lines, and none is dropped at that bound. The
+    first line is shown only once the child has exited, so all its output waits in the queue."""
+    lines = MAX_LINES_A_TURN * 2 + 7
+    child = procs.start_child(0, "node 0", ["seq", str(lines)], {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    shown: list[str] = []
+
+    def show(c: Child, text: str) -> None:
+        if not shown:
+            c.popen.wait()
+        shown.append(text)
+
+    supervise(lambda: [child], JobState("w", 1, 1), make_console(io.StringIO(), io.StringIO(), False), show=show,
+              stop=lambda cs: None, timeout=30)  # fmt: skip
+    assert shown == [str(i) for i in range(1, lines + 1)]
 
 
 def test_run_job_restarts_the_group_after_a_failed_node_and_keeps_each_starts_logs(tmp_path: Path) -> None:
